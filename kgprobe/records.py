@@ -1,0 +1,180 @@
+"""Plain records that loaders yield and `graph.ingest` writes.
+
+They are the only contract between the format-aware loaders and the graph: loaders know nothing
+of Cypher, the graph package knows nothing of file formats (DESIGN.md §1).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+QID_RE = re.compile(r"^Q[1-9][0-9]*$")
+PID_RE = re.compile(r"^P[1-9][0-9]*$")
+
+#: Relations that become type edges instead of FACT edges.
+INSTANCE_OF = "P31"
+SUBCLASS_OF = "P279"
+#: Qualifiers that carry temporal validity.
+START_TIME = "P580"
+END_TIME = "P582"
+POINT_IN_TIME = "P585"
+
+RANKS = ("preferred", "normal", "deprecated")
+
+
+def is_qid(value: str) -> bool:
+    """True for a Wikidata item id such as ``Q42``."""
+    return bool(QID_RE.match(value))
+
+
+def is_pid(value: str) -> bool:
+    """True for a Wikidata property id such as ``P31``."""
+    return bool(PID_RE.match(value))
+
+
+@dataclass(frozen=True)
+class TimeValue:
+    """A Wikidata time kept without loss.
+
+    ``time`` is Wikidata's own string (``+1952-03-11T00:00:00Z``, ``-0199-01-01T00:00:00Z``,
+    ``+20000-01-01T00:00:00Z``): Python's ``datetime`` and the Bolt driver cannot hold BCE years
+    or years above 9999, so the string is the truth and ``year`` a sortable integer for queries.
+    ``precision`` follows Wikidata (9 = year, 10 = month, 11 = day).
+    """
+
+    time: str
+    precision: int = 11
+    calendar: str = "Q1985727"  # proleptic Gregorian
+
+    @property
+    def year(self) -> int:
+        return parse_year(self.time)
+
+    @property
+    def sort_key(self) -> int:
+        """``year * 10000 + month * 100 + day``: orders times inside one year too."""
+        return time_sort_key(self.time)
+
+
+_TIME_RE = re.compile(r"^([+-]?)(\d+)-(\d{2})-(\d{2})")
+
+
+def parse_year(time: str) -> int:
+    m = _TIME_RE.match(time.strip())
+    if not m:
+        raise ValueError(f"not a Wikidata time value: {time!r}")
+    sign = -1 if m.group(1) == "-" else 1
+    return sign * int(m.group(2))
+
+
+def time_sort_key(time: str) -> int:
+    m = _TIME_RE.match(time.strip())
+    if not m:
+        raise ValueError(f"not a Wikidata time value: {time!r}")
+    sign = -1 if m.group(1) == "-" else 1
+    return sign * int(m.group(2)) * 10000 + int(m.group(3)) * 100 + int(m.group(4))
+
+
+def normalize_time(lexical: str) -> str:
+    """Bring an xsd:dateTime lexical form (``1952-03-11T00:00:00Z``) to Wikidata's signed form."""
+    s = lexical.strip()
+    if not s.startswith(("+", "-")):
+        s = "+" + s
+    if not s.endswith("Z") and "T" in s and "+" not in s[1:]:
+        s += "Z"
+    return s
+
+
+@dataclass
+class EntityRecord:
+    """An item with its English (or chosen-language) terms and its declared types."""
+
+    qid: str
+    label: str | None = None
+    aliases: list[str] = field(default_factory=list)
+    description: str | None = None
+    types: list[str] = field(default_factory=list)  # P31 objects (declared)
+    superclasses: list[str] = field(default_factory=list)  # P279 objects
+    #: provenance of ``types``: "P31" for declared types; loaders of datasets without P31 may
+    #: set a documented fallback such as "range:P19" — never written as a Wikidata fact.
+    type_source: str = "P31"
+
+
+@dataclass
+class RelationRecord:
+    """A Wikidata property used as a relation."""
+
+    pid: str
+    label: str | None = None
+    description: str | None = None
+    aliases: list[str] = field(default_factory=list)
+
+
+@dataclass
+class FactRecord:
+    """One item-valued statement (subject, relation, object) with rank and qualifiers.
+
+    ``statement_id`` is normalized to ``Q42$UUID`` (upper-case) so that the JSON and RDF paths
+    produce the same key; truthy RDF has no statement ids, so the key falls back to s|p|o.
+    """
+
+    subject: str
+    pid: str
+    object: str
+    statement_id: str | None = None
+    rank: str = "normal"
+    start: TimeValue | None = None
+    end: TimeValue | None = None
+    point_in_time: TimeValue | None = None
+    #: other qualifiers: PID -> list of values rendered as strings (QIDs for items).
+    qualifiers: dict[str, list[str]] = field(default_factory=dict)
+    source: str = ""
+
+    @property
+    def key(self) -> str:
+        if self.statement_id:
+            return self.statement_id
+        return f"{self.subject}|{self.pid}|{self.object}"
+
+    @property
+    def is_temporal(self) -> bool:
+        return any(t is not None for t in (self.start, self.end, self.point_in_time))
+
+
+@dataclass
+class RedirectRecord:
+    """``source`` was merged into ``target`` (owl:sameAs in RDF, ``redirects`` in JSON)."""
+
+    source: str
+    target: str
+
+
+@dataclass
+class SkipRecord:
+    """A statement or record not stored, with the reason (counted, never silent)."""
+
+    reason: str
+    location: str = ""
+    count: int = 1
+
+
+@dataclass
+class ErrorRecord:
+    """A malformed line or record: reported with its location and counted against the budget."""
+
+    location: str
+    message: str
+
+
+Record = EntityRecord | RelationRecord | FactRecord | RedirectRecord | SkipRecord | ErrorRecord
+
+
+def normalize_statement_id(raw: str) -> str:
+    """``Q42$8e3…`` / ``q42-8E3…`` / RDF ``wds:Q42-8e3…`` → ``Q42$8E3…``."""
+    s = raw.rsplit("/", 1)[-1]
+    if "$" in s:
+        head, tail = s.split("$", 1)
+    else:
+        head, _, tail = s.partition("-")
+    return f"{head.upper()}${tail.upper()}"
