@@ -6,6 +6,7 @@ of Cypher, the graph package knows nothing of file formats (DESIGN.md §1).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass, field
 
@@ -140,6 +141,39 @@ class FactRecord:
     @property
     def is_temporal(self) -> bool:
         return any(t is not None for t in (self.start, self.end, self.point_in_time))
+
+
+#: Template styles: how the object slot sits in the text (docs/templates.md).
+STYLE_OBJECT_LAST = "statement-object-last"  # usable for continuation scoring
+STYLE_QUESTION = "question"
+STYLE_OBJECT_INSIDE = "object-inside"  # full-sentence or masked scoring only
+TEMPLATE_STYLES = (STYLE_OBJECT_LAST, STYLE_QUESTION, STYLE_OBJECT_INSIDE)
+
+
+def template_id(pid: str, text: str, source: str) -> str:
+    """Stable id of a template: the same text imported twice from one source is one node."""
+    digest = hashlib.sha1(f"{pid}\x1f{text}\x1f{source}".encode()).hexdigest()
+    return f"T{digest[:16]}"
+
+
+@dataclass
+class TemplateRecord:
+    """A verbalization pattern of a relation: ``[X]`` = subject slot, ``[Y]`` = object slot.
+
+    ``style`` is derived from the text by the template loader (never trusted from a file);
+    ``id`` defaults to :func:`template_id` so re-imports merge instead of duplicating.
+    """
+
+    pid: str
+    text: str
+    style: str
+    source: str
+    language: str = "en"
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.id is None:
+            self.id = template_id(self.pid, self.text, self.source)
 
 
 @dataclass
