@@ -100,6 +100,9 @@ class EntityRecord:
     #: provenance of ``types``: "P31" for declared types; loaders of datasets without P31 may
     #: set a documented fallback such as "range:P19" — never written as a Wikidata fact.
     type_source: str = "P31"
+    #: extra scalar properties stored on the node (e.g. ``popularity``); keys must be
+    #: identifiers ([a-z_][a-z0-9_]*), values str/int/float/bool.
+    extra: dict[str, str | int | float | bool] = field(default_factory=dict)
 
 
 @dataclass
