@@ -151,6 +151,24 @@ STYLE_OBJECT_LAST = "statement-object-last"  # usable for continuation scoring
 STYLE_QUESTION = "question"
 STYLE_OBJECT_INSIDE = "object-inside"  # full-sentence or masked scoring only
 TEMPLATE_STYLES = (STYLE_OBJECT_LAST, STYLE_QUESTION, STYLE_OBJECT_INSIDE)
+#: After the object slot, an object-last statement may only have closing punctuation.
+_TEMPLATE_TAIL_RE = re.compile(r"^[\s.!;:,\"')\]]*$")
+
+
+def derive_style(text: str) -> str:
+    """Classify a ``[X]``/``[Y]`` template by where its object slot is.
+
+    A question ends with ``?``; a statement whose single object slot is followed only by
+    closing punctuation is object-last (a cloze context can be cut before the slot); anything
+    else keeps the object inside the sentence.
+    """
+    stripped = text.strip()
+    if stripped.endswith("?"):
+        return STYLE_QUESTION
+    pos = stripped.find("[Y]")
+    if pos >= 0 and stripped.count("[Y]") == 1 and _TEMPLATE_TAIL_RE.match(stripped[pos + 3 :]):
+        return STYLE_OBJECT_LAST
+    return STYLE_OBJECT_INSIDE
 
 
 def template_id(pid: str, text: str, source: str) -> str:

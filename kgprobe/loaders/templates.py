@@ -1,0 +1,281 @@
+"""Readers for the relation-template formats people already have (format knowledge only).
+
+Every reader yields :class:`kgprobe.records.TemplateRecord` with the slots normalized to
+``[X]`` (subject) and ``[Y]`` (object) and the style derived from the text, so that the graph
+store and the verbalizer see one template model whatever the source was (docs/templates.md).
+
+Formats: LAMA ``relations.jsonl`` (also the LPAQA/AutoPrompt ``*_relations.jsonl`` of the same
+shape), ParaRel ``patterns/P*.jsonl``, LPAQA prompt files (``P*.txt`` one per line or ``P*.jsonl``
+with ``template``), WikiFactDiff ``best_templates.json`` (``XXXX`` / ``____``), BEAR
+``metadata_relations.json``, KAMEL ``question-templates.csv`` (``[S]``), TempLAMA
+``templates.csv`` (``<subject>`` / ``<object>``) and kgprobe's own JSONL.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from kgprobe.errors import InputError
+from kgprobe.records import (
+    STYLE_OBJECT_INSIDE,
+    STYLE_OBJECT_LAST,
+    STYLE_QUESTION,
+    TEMPLATE_STYLES,
+    TemplateRecord,
+    derive_style,
+    is_pid,
+)
+
+SUBJECT = "[X]"
+OBJECT = "[Y]"
+
+FORMATS = ("lama", "pararel", "lpaqa", "wikifactdiff", "bear", "kamel", "templama", "kgprobe")
+
+_SPACES_RE = re.compile(r"[ \t]+")
+_PID_IN_NAME_RE = re.compile(r"(P[1-9][0-9]*)")
+
+
+def normalize_text(text: str, subject: str = SUBJECT, obj: str | None = OBJECT) -> str:
+    """Rewrite a source's slot markers to ``[X]``/``[Y]`` and tidy whitespace (not punctuation:
+    LAMA's ``" ."`` is kept because full-sentence scores depend on it)."""
+    out = text.replace(subject, SUBJECT)
+    if obj is not None and obj != OBJECT:
+        out = out.replace(obj, OBJECT)
+    return _SPACES_RE.sub(" ", out.replace("\n", " ")).strip()
+
+
+def make_record(
+    pid: str, raw: str, source: str, *, subject: str = SUBJECT, obj: str | None = OBJECT,
+    language: str = "en", location: str = "",
+) -> TemplateRecord:
+    """Validate one template and build its record; the error names the file and line."""
+    pid = pid.strip()
+    where = f" ({location})" if location else ""
+    if not is_pid(pid):
+        raise InputError(f"not a Wikidata property id: {pid!r}{where}")
+    text = normalize_text(raw, subject, obj)
+    if text.count(SUBJECT) != 1:
+        raise InputError(f"template needs exactly one subject slot {SUBJECT}: {raw!r}{where}")
+    if text.count(OBJECT) > 1:
+        raise InputError(f"template has more than one object slot {OBJECT}: {raw!r}{where}")
+    style = derive_style(text)
+    if OBJECT not in text and style != STYLE_QUESTION:
+        raise InputError(f"statement template without object slot {OBJECT}: {raw!r}{where}")
+    return TemplateRecord(pid=pid, text=text, style=style, source=source, language=language)
+
+
+def _pid_from_name(path: Path) -> str | None:
+    m = _PID_IN_NAME_RE.search(path.stem)
+    return m.group(1) if m else None
+
+
+def _files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """A directory means every ``P*`` file in it with one of the suffixes, in a stable order."""
+    if path.is_dir():
+        found = [p for p in path.iterdir() if p.suffix in suffixes and _pid_from_name(p)]
+        return sorted(found, key=lambda p: (int(_pid_from_name(p)[1:]), p.name))  # type: ignore[index]
+    return [path]
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise InputError(f"no such file: {path}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read {path}: {exc}") from exc
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    for n, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}:{n}: not JSON: {exc.msg}") from exc
+        if not isinstance(row, dict):
+            raise InputError(f"{path}:{n}: expected a JSON object")
+        yield n, row
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(_read_text(path))
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not JSON: {exc.msg} (line {exc.lineno})") from exc
+
+
+def _file_pid(path: Path, relation: str | None) -> str:
+    pid = relation or _pid_from_name(path)
+    if pid is None:
+        raise InputError(f"{path}: cannot tell the relation from the file name; pass --relation")
+    return pid
+
+
+def read_lama(path: Path, source: str = "lama") -> Iterator[TemplateRecord]:
+    """LAMA ``relations.jsonl``: ``{"relation": PID, "template": "[X] ... [Y] ."}`` per line."""
+    for n, row in _jsonl(path):
+        if "relation" not in row or "template" not in row:
+            raise InputError(f"{path}:{n}: LAMA rows need 'relation' and 'template'")
+        yield make_record(str(row["relation"]), str(row["template"]), source, location=f"{path}:{n}")
+
+
+def read_pararel(path: Path, relation: str | None = None) -> Iterator[TemplateRecord]:
+    """ParaRel ``patterns/P*.jsonl``: ``{"pattern": ...}`` per line, relation from the file name."""
+    for f in _files(path, (".jsonl",)):
+        pid = _file_pid(f, relation)
+        for n, row in _jsonl(f):
+            if "pattern" not in row:
+                raise InputError(f"{f}:{n}: ParaRel rows need 'pattern'")
+            yield make_record(pid, str(row["pattern"]), "pararel", location=f"{f}:{n}")
+
+
+def read_lpaqa(path: Path, relation: str | None = None) -> Iterator[TemplateRecord]:
+    """LPAQA prompts: ``P*.txt`` (one template a line) or ``P*.jsonl`` (``template``, ``weight``).
+
+    The source names the LPAQA folder (``lpaqa-mine``, ``lpaqa-paraphrase``,
+    ``lpaqa-manual_paraphrase``) when the file sits in one, since their quality differs.
+    """
+    for f in _files(path, (".txt", ".jsonl")):
+        pid = _file_pid(f, relation)
+        folder = f.parent.name
+        source = f"lpaqa-{folder}" if folder in ("mine", "paraphrase", "manual_paraphrase") else "lpaqa"
+        if f.suffix == ".jsonl":
+            for n, row in _jsonl(f):
+                if "template" not in row:
+                    raise InputError(f"{f}:{n}: LPAQA JSONL rows need 'template'")
+                yield make_record(pid, str(row["template"]), source, location=f"{f}:{n}")
+        else:
+            for n, line in enumerate(_read_text(f).splitlines(), start=1):
+                if line.strip():
+                    yield make_record(pid, line, source, location=f"{f}:{n}")
+
+
+def read_wikifactdiff(path: Path) -> Iterator[TemplateRecord]:
+    """WikiFactDiff ``best_templates.json``: ``{PID: [[template, count], ...]}``, XXXX/____ slots.
+
+    Only the forward file fits (``best_templates_reverse.json`` puts the object in XXXX).
+    """
+    data = _json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected {{PID: [[template, count], ...]}}")
+    for pid, items in data.items():
+        if not isinstance(items, list):
+            raise InputError(f"{path}: {pid}: expected a list of [template, count]")
+        for item in items:
+            raw = item[0] if isinstance(item, list) and item else item
+            if not isinstance(raw, str):
+                raise InputError(f"{path}: {pid}: bad template entry {item!r}")
+            yield make_record(pid, raw, "wikifactdiff", subject="XXXX", obj="____",
+                              location=f"{path}:{pid}")
+
+
+def read_bear(path: Path) -> Iterator[TemplateRecord]:
+    """BEAR ``metadata_relations.json``: ``{PID: {"templates": [...], "answer_space_ids": ...}}``."""
+    data = _json(path)
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected {{PID: {{templates: [...]}}}}")
+    for pid, meta in data.items():
+        if not isinstance(meta, dict) or not isinstance(meta.get("templates"), list):
+            raise InputError(f"{path}: {pid}: expected an object with a 'templates' list")
+        for raw in meta["templates"]:
+            yield make_record(pid, str(raw), "bear", location=f"{path}:{pid}")
+
+
+def read_kamel(path: Path) -> Iterator[TemplateRecord]:
+    """KAMEL ``question-templates.csv``: ``PID, question with [S]`` per line, no header."""
+    for n, line in enumerate(_read_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        pid, sep, raw = line.partition(",")
+        if not sep:
+            raise InputError(f"{path}:{n}: expected 'PID, question template'")
+        yield make_record(pid, raw, "kamel", subject="[S]", obj=None, location=f"{path}:{n}")
+
+
+def read_templama(path: Path) -> Iterator[TemplateRecord]:
+    """TempLAMA ``templates.csv``: header ``Wikidata ID,Relation,Template``, ``<subject>``/``<object>``."""
+    reader = csv.DictReader(io.StringIO(_read_text(path)))
+    if not reader.fieldnames or "Template" not in reader.fieldnames:
+        raise InputError(f"{path}: expected the columns 'Wikidata ID,Relation,Template'")
+    for n, row in enumerate(reader, start=2):
+        yield make_record(row.get("Wikidata ID") or "", row["Template"], "templama",
+                          subject="<subject>", obj="<object>", location=f"{path}:{n}")
+
+
+def read_kgprobe(path: Path) -> Iterator[TemplateRecord]:
+    """kgprobe's own JSONL: ``{"pid", "text", "source"?, "language"?, "style"?}`` per line.
+
+    A given ``style`` must agree with the one derived from the text: a mislabelled object-last
+    template would otherwise be scored as a continuation it is not.
+    """
+    for n, row in _jsonl(path):
+        where = f"{path}:{n}"
+        if "pid" not in row or "text" not in row:
+            raise InputError(f"{where}: kgprobe template rows need 'pid' and 'text'")
+        rec = make_record(str(row["pid"]), str(row["text"]), str(row.get("source", "kgprobe")),
+                          language=str(row.get("language", "en")), location=where)
+        given = row.get("style")
+        if given is not None and given not in TEMPLATE_STYLES:
+            raise InputError(f"{where}: unknown style {given!r} (one of {', '.join(TEMPLATE_STYLES)})")
+        if given is not None and given != rec.style:
+            raise InputError(f"{where}: style {given!r} does not match the text ({rec.style})")
+        yield rec
+
+
+def read_templates(
+    path: str | Path, fmt: str, relation: str | None = None
+) -> Iterator[TemplateRecord]:
+    """Read any supported file (or a folder of ``P*`` files for ParaRel/LPAQA).
+
+    ``relation`` keeps only that PID, and names the relation of a single ParaRel/LPAQA file
+    whose name carries none.
+    """
+    p = Path(path)
+    if relation is not None and not is_pid(relation):
+        raise InputError(f"not a Wikidata property id: {relation!r}")
+    if not p.exists():
+        raise InputError(f"no such file: {p}")
+    records: Iterable[TemplateRecord]
+    if fmt == "lama":
+        records = read_lama(p)
+    elif fmt == "pararel":
+        records = read_pararel(p, relation)
+    elif fmt == "lpaqa":
+        records = read_lpaqa(p, relation)
+    elif fmt == "wikifactdiff":
+        records = read_wikifactdiff(p)
+    elif fmt == "bear":
+        records = read_bear(p)
+    elif fmt == "kamel":
+        records = read_kamel(p)
+    elif fmt == "templama":
+        records = read_templama(p)
+    elif fmt == "kgprobe":
+        records = read_kgprobe(p)
+    else:
+        raise InputError(f"unknown template format {fmt!r} (one of {', '.join(FORMATS)})")
+    for rec in records:
+        if relation is None or rec.pid == relation:
+            yield rec
+
+
+__all__ = [
+    "FORMATS",
+    "OBJECT",
+    "STYLE_OBJECT_INSIDE",
+    "STYLE_OBJECT_LAST",
+    "STYLE_QUESTION",
+    "SUBJECT",
+    "derive_style",
+    "make_record",
+    "normalize_text",
+    "read_templates",
+]
