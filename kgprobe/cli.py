@@ -6,6 +6,7 @@ Expected failures (`KgprobeError`) become one clear line on stderr and a non-zer
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -37,6 +38,139 @@ def version() -> None:
 
 
 # --- commands are added below this line, one function each; keep them thin -----------------
+
+db_app = typer.Typer(help="Manage the local graph server (ArcadeDB over Bolt, 127.0.0.1 only).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+def _server() -> Any:
+    from kgprobe.config import Settings
+    from kgprobe.errors import ConfigError
+    from kgprobe.graph.server import ManagedServer
+
+    settings = Settings.load()
+    if settings.uri:
+        raise ConfigError(f"NEO4J_URI is set ({settings.uri}): that server is not managed by kgprobe")
+    return ManagedServer(settings)
+
+
+@db_app.command("start")
+def db_start() -> None:
+    """Start the managed graph server (no-op when it runs)."""
+    info = _server().start()
+    console.print(f"graph server running: {info.uri} (pid {info.pid}, data in {info.home})")
+
+
+@db_app.command("stop")
+def db_stop() -> None:
+    """Stop the managed graph server."""
+    stopped = _server().stop()
+    console.print("graph server stopped" if stopped else "graph server was not running")
+
+
+@db_app.command("status")
+def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Say whether the graph server runs, where, and where its files are."""
+    import json
+
+    from kgprobe.config import Settings, config_path
+
+    settings = Settings.load()
+    if settings.uri:
+        status = {"managed": False, "uri": settings.uri, "user": settings.user, "config": str(config_path())}
+    else:
+        info = _server().info()
+        status = {
+            "managed": True,
+            "running": info.running,
+            "pid": info.pid,
+            "uri": info.uri,
+            "http_port": info.http_port,
+            "home": str(info.home),
+            "config": str(config_path()),
+        }
+    if as_json:
+        print(json.dumps(status))
+    else:
+        for key, value in status.items():
+            console.print(f"{key:10} {value}")
+
+
+@db_app.command("wipe")
+def db_wipe(yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation.")) -> None:
+    """Delete every node and edge of the managed graph."""
+    server = _server()
+    if not yes and not typer.confirm(f"delete the whole graph in {server.home}?"):
+        raise typer.Exit(1)
+    server.wipe()
+    console.print("graph wiped")
+
+
+@app.command()
+def ingest(
+    sources: list[str] = typer.Argument(None, help="Files: Wikidata JSON dump (.json/.gz/.bz2), entity JSON, N-Triples, Turtle."),
+    sparql: str | None = typer.Option(None, "--sparql", help="A SPARQL endpoint URL (Wikidata-shaped)."),
+    relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
+    subject: list[str] = typer.Option(None, "--subject", "-s", help="SPARQL only: only these subjects (QIDs)."),
+    language: str = typer.Option("en", help="Language of labels, aliases and descriptions."),
+    rank: list[str] = typer.Option(None, "--rank", help="Ranks to keep (default: preferred, normal)."),
+    limit: int | None = typer.Option(None, help="Stop after this many entities per source."),
+    batch_size: int = typer.Option(2000, help="Records per transaction."),
+    max_errors: int = typer.Option(100, help="Malformed records tolerated before stopping."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Load Wikidata facts into the graph (idempotent: re-running creates no duplicates)."""
+    from kgprobe.api import ingest_sources
+
+    summary = ingest_sources(
+        sources or [], sparql=sparql, relations=relation, subjects=subject, language=language,
+        ranks=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=as_json,
+    )
+    _print_summary(summary.to_dict(), as_json)
+
+
+def _print_summary(data: dict[str, Any], as_json: bool) -> None:
+    import json
+
+    if as_json:
+        print(json.dumps(data, ensure_ascii=False))
+        return
+    from rich.table import Table
+
+    table = Table(show_header=False, box=None)
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+        elif isinstance(value, list):
+            if not value:
+                continue
+            value = "\n".join(str(v) for v in value)
+        table.add_row(key.replace("_", " "), str(value))
+    console.print(table)
+
+
+@app.command()
+def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Report what the graph holds."""
+    import json
+
+    from kgprobe.graph.client import connect
+    from kgprobe.graph.stats import graph_stats
+
+    with connect() as graph:
+        data = graph_stats(graph)
+    if as_json:
+        print(json.dumps(data, ensure_ascii=False))
+        return
+    per_relation = data.pop("per_relation")
+    _print_summary(data, False)
+    from rich.table import Table
+
+    table = Table("relation", "label", "facts", title="facts per relation")
+    for row in per_relation[:30]:
+        table.add_row(row["pid"], row["label"] or "", str(row["facts"]))
+    if per_relation:
+        console.print(table)
 
 
 templates_app = typer.Typer(help="Relation templates: import them into the graph, list them.", no_args_is_help=True)

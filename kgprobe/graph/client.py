@@ -1,0 +1,157 @@
+"""The one way kgprobe talks to the graph: the official `neo4j` driver over Bolt.
+
+`connect()` returns a `Graph` for the configured server (``NEO4J_URI``) or for the managed local
+ArcadeDB server, started on demand. Driver failures become `GraphUnavailable` with one clear line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from itertools import islice
+from typing import Any, TypeVar
+
+import neo4j
+from neo4j import GraphDatabase
+from neo4j.exceptions import AuthError, ClientError, Neo4jError, ServiceUnavailable, SessionExpired
+
+from kgprobe.config import Settings
+from kgprobe.errors import GraphUnavailable
+
+T = TypeVar("T")
+
+
+def chunks(rows: Iterable[T], size: int) -> Iterator[list[T]]:
+    it = iter(rows)
+    while batch := list(islice(it, size)):
+        yield batch
+
+
+class Graph:
+    """A connection to one database: read, write, and batched UNWIND writes.
+
+    Each call runs in its own managed transaction, so a failure rolls back that whole call
+    and never leaves half a batch written.
+    """
+
+    def __init__(self, uri: str, user: str, password: str, database: str | None) -> None:
+        self.uri = uri
+        self.database = database
+        try:
+            self._driver = GraphDatabase.driver(
+                uri, auth=(user, password), connection_timeout=10, max_transaction_retry_time=15
+            )
+            self._driver.verify_connectivity()
+        except AuthError as exc:
+            raise GraphUnavailable(
+                f"the graph server at {uri} refused the user name or password "
+                "(check NEO4J_USER / NEO4J_PASSWORD)"
+            ) from exc
+        except (ServiceUnavailable, SessionExpired, OSError) as exc:
+            raise GraphUnavailable(f"no graph server reachable at {uri}: {_first_line(exc)}") from exc
+        except Neo4jError as exc:
+            raise GraphUnavailable(f"graph server at {uri}: {_first_line(exc)}") from exc
+
+    # --- context management ----------------------------------------------------------------
+    def close(self) -> None:
+        self._driver.close()
+
+    def __enter__(self) -> Graph:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- queries ---------------------------------------------------------------------------
+    def _session(self) -> neo4j.Session:
+        return self._driver.session(database=self.database) if self.database else self._driver.session()
+
+    def _call(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except AuthError as exc:
+            raise GraphUnavailable(f"the graph server at {self.uri} refused the credentials") from exc
+        except (ServiceUnavailable, SessionExpired) as exc:
+            raise GraphUnavailable(
+                f"lost the graph server at {self.uri}: {_first_line(exc)}; nothing of the failed "
+                "batch was written — start the server and run the command again to resume"
+            ) from exc
+
+    def read(self, cypher: str, **params: Any) -> list[dict[str, Any]]:
+        """Run a read query; records as plain dicts."""
+
+        def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
+            return tx.run(cypher, params).data()
+
+        def go() -> list[dict[str, Any]]:
+            with self._session() as session:
+                return session.execute_read(work)
+
+        return self._call(go)
+
+    def write(self, cypher: str, **params: Any) -> list[dict[str, Any]]:
+        """Run a write query in one transaction."""
+        return self.write_many([(cypher, params)])[-1]
+
+    def write_many(self, statements: list[tuple[str, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
+        """Run several statements in ONE transaction: all of them are written or none."""
+
+        def work(tx: neo4j.ManagedTransaction) -> list[list[dict[str, Any]]]:
+            return [tx.run(cypher, params).data() for cypher, params in statements]
+
+        def go() -> list[list[dict[str, Any]]]:
+            with self._session() as session:
+                return session.execute_write(work)
+
+        return self._call(go)
+
+    def write_batches(self, cypher: str, rows: Iterable[dict[str, Any]], batch_size: int = 1000) -> int:
+        """Run ``cypher`` (which reads ``UNWIND $rows AS row``) once per batch, one transaction each."""
+        n = 0
+        for batch in chunks(rows, batch_size):
+            self.write(cypher, rows=batch)
+            n += len(batch)
+        return n
+
+    def schema_statement(self, cypher: str) -> None:
+        """Run a schema statement (constraint/index) in an auto-commit transaction."""
+
+        def go() -> None:
+            with self._session() as session:
+                session.run(cypher).consume()
+
+        try:
+            self._call(go)
+        except ClientError as exc:
+            # Neo4j reports an equivalent constraint under another name as a conflict: benign.
+            if "EquivalentSchemaRule" not in (exc.code or "") and "already exists" not in str(exc):
+                raise
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def connect(settings: Settings | None = None, *, ensure_schema: bool = True, autostart: bool = True) -> Graph:
+    """Connect to the configured graph; start the managed server when none is configured."""
+    settings = settings or Settings.load()
+    if settings.uri:
+        if settings.password is None:
+            raise GraphUnavailable(
+                f"NEO4J_URI is set to {settings.uri} but no password is configured: set NEO4J_PASSWORD "
+                "or put it in the 0600 config file (kgprobe db status shows where)"
+            )
+        graph = Graph(settings.uri, settings.user, settings.password, settings.database)
+    else:
+        from kgprobe.graph.server import USER, ManagedServer
+
+        server = ManagedServer(settings)
+        info = server.start() if autostart else server.info()
+        if not info.running:
+            raise GraphUnavailable("the managed graph server is not running; run `kgprobe db start`")
+        graph = Graph(info.uri, USER, server.password, info.database)
+    if ensure_schema:
+        from kgprobe.graph.schema import ensure_schema as _ensure
+
+        _ensure(graph)
+    return graph

@@ -1,0 +1,41 @@
+"""Constraints and indexes, created idempotently on first use (portable to ArcadeDB and Neo4j 5).
+
+The data model is documented in docs/data-model.md.
+"""
+
+from __future__ import annotations
+
+from kgprobe.graph.client import Graph
+
+#: (label, property) pairs that identify a node: each gets a uniqueness constraint.
+UNIQUE_KEYS: tuple[tuple[str, str], ...] = (
+    ("Entity", "qid"),
+    ("Relation", "pid"),
+    ("Redirect", "qid"),
+    ("Template", "id"),
+    ("ProbeRun", "id"),
+)
+#: FACT edge properties looked up by value.
+FACT_INDEXES: tuple[str, ...] = ("key", "pid")
+NODE_INDEXES: tuple[tuple[str, str], ...] = (("Entity", "label"),)
+
+
+def schema_statements() -> list[str]:
+    stmts = [
+        f"CREATE CONSTRAINT {label.lower()}_{prop} IF NOT EXISTS FOR (n:{label}) REQUIRE n.{prop} IS UNIQUE"
+        for label, prop in UNIQUE_KEYS
+    ]
+    stmts += [
+        f"CREATE INDEX fact_{prop} IF NOT EXISTS FOR ()-[f:FACT]-() ON (f.{prop})" for prop in FACT_INDEXES
+    ]
+    stmts += [
+        f"CREATE INDEX {label.lower()}_{prop} IF NOT EXISTS FOR (n:{label}) ON (n.{prop})"
+        for label, prop in NODE_INDEXES
+    ]
+    return stmts
+
+
+def ensure_schema(graph: Graph) -> None:
+    """Create what is missing; a no-op when the schema is already there."""
+    for stmt in schema_statements():
+        graph.schema_statement(stmt)

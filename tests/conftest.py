@@ -1,0 +1,77 @@
+"""Shared fixtures: a REAL graph server for the whole session (never a mock).
+
+By default a managed ArcadeDB server is started in a temporary KGPROBE_HOME on free loopback
+ports; when NEO4J_URI is set the suite runs against that server instead (e.g. Neo4j 5 from
+docker-compose.yml). Each test that asks for `graph` gets it emptied first.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def graph_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from kgprobe.config import Settings
+    from kgprobe.graph.server import ManagedServer, free_port
+
+    if os.environ.get("NEO4J_URI"):
+        yield Settings.load()
+        return
+    home = tmp_path_factory.mktemp("kgprobe-home")
+    settings = Settings(home=home, bolt_port=free_port(), http_port=free_port(), heap="1g")
+    server = ManagedServer(settings)
+    server.start()
+    try:
+        yield settings
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def _session_graph(graph_settings: object) -> Iterator[object]:
+    from kgprobe.graph.client import connect
+
+    g = connect(graph_settings)  # type: ignore[arg-type]
+    try:
+        yield g
+    finally:
+        g.close()
+
+
+@pytest.fixture()
+def graph(_session_graph: object) -> object:
+    """The session's graph, emptied (nodes and edges; the schema stays)."""
+    g = _session_graph
+    g.write("MATCH (n) DETACH DELETE n")  # type: ignore[attr-defined]
+    return g
+
+
+@pytest.fixture()
+def kgprobe_env(graph_settings: object, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Environment under which the `kgprobe` CLI reaches the session's graph server."""
+    from kgprobe.config import Settings
+
+    s: Settings = graph_settings  # type: ignore[assignment]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "KGPROBE_"))}
+    if s.uri:
+        env.update(NEO4J_URI=s.uri, NEO4J_USER=s.user, NEO4J_PASSWORD=s.password or "")
+        if s.database:
+            env["NEO4J_DATABASE"] = s.database
+    else:
+        env.update(KGPROBE_HOME=str(s.home), KGPROBE_BOLT_PORT=str(s.bolt_port), KGPROBE_HTTP_PORT=str(s.http_port))
+    env["KGPROBE_CONFIG"] = str(Path(str(s.home)) / "no-config.json")
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
