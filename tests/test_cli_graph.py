@@ -1,0 +1,107 @@
+"""The graph commands as a user runs them: a real `kgprobe` process, real servers, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from kgprobe.graph.server import free_port
+
+
+def kgprobe(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kgprobe.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "KGPROBE_"))}
+    env.update(extra)
+    return env
+
+
+def test_db_lifecycle_on_a_fresh_home(tmp_path: Path) -> None:
+    env = clean_env(
+        KGPROBE_HOME=str(tmp_path / "home"),
+        KGPROBE_BOLT_PORT=str(free_port()),
+        KGPROBE_HTTP_PORT=str(free_port()),
+        KGPROBE_CONFIG=str(tmp_path / "none.json"),
+        KGPROBE_DB_HEAP="512m",
+    )
+    try:
+        status = json.loads(kgprobe("db", "status", "--json", env=env).stdout)
+        assert status["managed"] is True and status["running"] is False
+
+        started = kgprobe("db", "start", env=env)
+        assert started.returncode == 0, started.stderr
+        state = tmp_path / "home" / "server.json"
+        assert stat.S_IMODE(state.stat().st_mode) == 0o600  # the password file is private
+        assert len(json.loads(state.read_text())["password"]) >= 24
+
+        status = json.loads(kgprobe("db", "status", "--json", env=env).stdout)
+        assert status["running"] is True and status["uri"].startswith("bolt://127.0.0.1:")
+
+        # `stats` reaches the running server; the graph is empty
+        stats = json.loads(kgprobe("stats", "--json", env=env).stdout)
+        assert stats["entities"] == 0 and stats["facts"] == 0
+
+        wiped = kgprobe("db", "wipe", "--yes", env=env)
+        assert wiped.returncode == 0, wiped.stderr
+    finally:
+        stopped = kgprobe("db", "stop", env=env)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert json.loads(kgprobe("db", "status", "--json", env=env).stdout)["running"] is False
+
+
+def test_commands_start_the_server_when_needed(tmp_path: Path) -> None:
+    env = clean_env(
+        KGPROBE_HOME=str(tmp_path / "home"),
+        KGPROBE_BOLT_PORT=str(free_port()),
+        KGPROBE_HTTP_PORT=str(free_port()),
+        KGPROBE_CONFIG=str(tmp_path / "none.json"),
+        KGPROBE_DB_HEAP="512m",
+    )
+    try:
+        result = kgprobe("stats", "--json", env=env)
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["facts"] == 0
+    finally:
+        kgprobe("db", "stop", env=env)
+
+
+def test_unreachable_server_is_one_clear_line(tmp_path: Path) -> None:
+    env = clean_env(NEO4J_URI=f"bolt://127.0.0.1:{free_port()}", NEO4J_PASSWORD="x",
+                    KGPROBE_CONFIG=str(tmp_path / "none.json"))
+    result = kgprobe("stats", env=env)
+    assert result.returncode == 3
+    assert "no graph server reachable" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_wrong_password_is_one_clear_line(graph_settings: Any, tmp_path: Path) -> None:
+    from kgprobe.graph.server import ManagedServer
+
+    if graph_settings.uri:
+        uri = graph_settings.uri
+    else:
+        uri = ManagedServer(graph_settings).info().uri
+    env = clean_env(NEO4J_URI=uri, NEO4J_USER="root", NEO4J_PASSWORD="definitely-wrong",
+                    KGPROBE_CONFIG=str(tmp_path / "none.json"))
+    result = kgprobe("stats", env=env)
+    assert result.returncode == 3, result.stderr
+    assert "refused the user name or password" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_world_readable_config_file_is_refused(tmp_path: Path) -> None:
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"uri": "bolt://127.0.0.1:1", "password": "secret"}))
+    cfg.chmod(0o644)
+    result = kgprobe("stats", env=clean_env(KGPROBE_CONFIG=str(cfg)))
+    assert result.returncode == 2
+    assert "chmod 600" in result.stderr and "Traceback" not in result.stderr

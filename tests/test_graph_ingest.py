@@ -1,0 +1,186 @@
+"""The ingest writer against a real graph server: idempotence, batches, error budget, redirects."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import pytest
+
+from kgprobe.errors import InputError
+from kgprobe.graph.ingest import Ingestor, ingest
+from kgprobe.graph.stats import graph_stats
+from kgprobe.records import (
+    EntityRecord,
+    ErrorRecord,
+    FactRecord,
+    RedirectRecord,
+    RelationRecord,
+    SkipRecord,
+    TimeValue,
+)
+
+
+def synthetic_records(n_entities: int, facts_per_entity: int = 3) -> list[Any]:
+    """A deterministic little world: people with birthplaces, employers and dated positions."""
+    out: list[Any] = [RelationRecord("P19", "place of birth"), RelationRecord("P39", "position held")]
+    for i in range(1, n_entities + 1):
+        qid = f"Q{1000 + i}"
+        out.append(EntityRecord(qid, f"Person {i}", [f"P. {i}"], "synthetic person", types=["Q5"]))
+        for j in range(facts_per_entity):
+            out.append(
+                FactRecord(
+                    qid,
+                    "P39",
+                    f"Q{9000 + (i + j) % 17}",
+                    statement_id=f"{qid}$S{j}",
+                    start=TimeValue(f"+{1900 + j:04d}-01-01T00:00:00Z", 9),
+                    end=TimeValue(f"+{1901 + j:04d}-06-01T00:00:00Z", 10) if j % 2 else None,
+                    qualifiers={"P642": [f"Q{j + 1}"]},
+                )
+            )
+    return out
+
+
+def counts(graph: Any) -> dict[str, int]:
+    s = graph_stats(graph)
+    return {k: s[k] for k in ("entities", "relations", "facts", "temporal_facts", "instance_of")}
+
+
+def test_ingest_writes_entities_facts_and_temporal_values(graph: Any) -> None:
+    bce = TimeValue("-0199-01-01T00:00:00Z", 9)
+    far = TimeValue("+20000-01-01T00:00:00Z", 9)
+    records = [
+        EntityRecord("Q1", "Alpha", ["A", "Alf"], "first", types=["Q5"], extra={"popularity": 42}),
+        EntityRecord("Q2", "Beta", types=["Q515"], type_source="range of P19"),
+        FactRecord("Q1", "P19", "Q2", statement_id="Q1$AAA", start=bce, end=far, rank="preferred"),
+        SkipRecord("value type: quantity", "x", count=3),
+    ]
+    summary = ingest(graph, records)
+    assert summary.entities == 2 and summary.facts == 1 and summary.temporal_facts == 1
+    assert summary.skipped == {"value type: quantity": 3}
+    rows = graph.read(
+        "MATCH (a:Entity {qid: 'Q1'})-[f:FACT]->(b) RETURN f.start_time AS st, f.start_year AS sy, "
+        "f.end_time AS et, f.end_year AS ey, f.rank AS rank, b.qid AS o, a.aliases AS al, a.popularity AS pop"
+    )
+    assert rows == [
+        {"st": "-0199-01-01T00:00:00Z", "sy": -199, "et": "+20000-01-01T00:00:00Z", "ey": 20000,
+         "rank": "preferred", "o": "Q2", "al": ["A", "Alf"], "pop": 42}
+    ]
+    # declared P31 vs documented fallback: the fallback is never an INSTANCE_OF edge
+    types = graph.read("MATCH (a)-[t]->(b) WHERE type(t) <> 'FACT' RETURN a.qid AS a, type(t) AS t, t.basis AS basis")
+    assert sorted((r["a"], r["t"], r["basis"]) for r in types) == [
+        ("Q1", "INSTANCE_OF", None),
+        ("Q2", "INFERRED_TYPE", "range of P19"),
+    ]
+
+
+def test_reingest_creates_no_duplicates(graph: Any) -> None:
+    records = synthetic_records(40)
+    ingest(graph, records, batch_size=37)
+    first = counts(graph)
+    ingest(graph, records, batch_size=11)
+    assert counts(graph) == first
+    assert first["facts"] == 120 and first["entities"] == 40 + 17 + 1  # people, offices, Q5
+
+
+def test_partial_ingest_then_full_run_equals_uninterrupted(graph: Any) -> None:
+    records = synthetic_records(30)
+    ingest(graph, records)
+    expected = counts(graph)
+    graph.write("MATCH (n) DETACH DELETE n")
+    ingest(graph, records[: len(records) // 3])  # as if killed after a third
+    ingest(graph, records)
+    assert counts(graph) == expected
+
+
+def test_error_budget_stops_with_location_and_keeps_good_batches(graph: Any) -> None:
+    records: list[Any] = synthetic_records(5)
+    records += [ErrorRecord(f"dump.json:{i}", "invalid JSON") for i in range(4)]
+    with pytest.raises(InputError, match=r"dump\.json:0: invalid JSON"):
+        ingest(graph, records, error_budget=2)
+    assert counts(graph)["facts"] == 15  # everything before the errors was written
+
+    summary = ingest(graph, records, error_budget=10)
+    assert summary.error_count == 4 and summary.errors[0].location == "dump.json:0"
+
+
+def test_failed_batch_leaves_nothing_half_written(graph: Any) -> None:
+    ingestor = Ingestor(graph, batch_size=1000)
+    for rec in synthetic_records(3):
+        ingestor.add(rec)
+    # A property value the driver cannot send makes the last statement of the batch fail:
+    # the entities and facts MERGEd earlier in the same transaction must roll back with it.
+    ingestor._redirects.append({"source": "Q1", "target": object()})  # type: ignore[dict-item]
+    with pytest.raises(Exception):  # noqa: B017 - the driver's own type error
+        ingestor.flush()
+    assert counts(graph) == {"entities": 0, "relations": 0, "facts": 0, "temporal_facts": 0, "instance_of": 0}
+
+
+def test_redirects_are_resolved(graph: Any) -> None:
+    records = [
+        EntityRecord("Q10", "Target"),
+        FactRecord("Q1", "P19", "Q6825", statement_id="Q1$R1"),
+        FactRecord("Q6825", "P17", "Q2", statement_id="Q6825$R2"),
+        RedirectRecord("Q6825", "Q10"),
+    ]
+    summary = ingest(graph, records)
+    assert summary.redirects_resolved == 1
+    assert graph.read("MATCH (e:Entity {qid: 'Q6825'}) RETURN e.qid AS q") == []
+    rows = graph.read("MATCH (a)-[f:FACT]->(b) RETURN a.qid AS s, f.pid AS p, b.qid AS o ORDER BY p")
+    assert rows == [{"s": "Q10", "p": "P17", "o": "Q2"}, {"s": "Q1", "p": "P19", "o": "Q10"}]
+
+
+def test_ingest_killed_midway_then_rerun_matches(graph: Any, graph_settings: Any, tmp_path: Any) -> None:
+    """A separate process ingesting is SIGKILLed after a few batches; a re-run completes it."""
+    script = tmp_path / "ingest.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import sys, time
+            sys.path.insert(0, {os.path.dirname(__file__)!r})
+            from pathlib import Path
+            from kgprobe.config import Settings
+            from kgprobe.graph.client import connect
+            from kgprobe.graph.ingest import ingest
+            from test_graph_ingest import synthetic_records
+            s = Settings(uri={graph_settings.uri!r}, user={graph_settings.user!r},
+                         password={graph_settings.password!r}, database={graph_settings.database!r},
+                         home=Path({str(graph_settings.home)!r}), bolt_port={graph_settings.bolt_port},
+                         http_port={graph_settings.http_port})
+            g = connect(s)
+            def slow(recs):
+                for i, r in enumerate(recs):
+                    if i and i % 50 == 0:
+                        print("batch", flush=True)
+                        time.sleep(0.3)
+                    yield r
+            ingest(g, slow(synthetic_records(120)), batch_size=50)
+            print("done", flush=True)
+            """
+        )
+    )
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    seen = 0
+    deadline = time.monotonic() + 120
+    while seen < 4 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("batch"):
+            seen += 1
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    partial = counts(graph)
+    assert 0 < partial["facts"] < 360  # it really stopped midway
+
+    ingest(graph, synthetic_records(120))
+    resumed = counts(graph)
+    graph.write("MATCH (n) DETACH DELETE n")
+    ingest(graph, synthetic_records(120))
+    assert resumed == counts(graph)
+    assert resumed["facts"] == 360
