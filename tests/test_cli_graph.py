@@ -86,10 +86,7 @@ def test_unreachable_server_is_one_clear_line(tmp_path: Path) -> None:
 def test_wrong_password_is_one_clear_line(graph_settings: Any, tmp_path: Path) -> None:
     from kgprobe.graph.server import ManagedServer
 
-    if graph_settings.uri:
-        uri = graph_settings.uri
-    else:
-        uri = ManagedServer(graph_settings).info().uri
+    uri = graph_settings.uri or ManagedServer(graph_settings).info().uri
     env = clean_env(NEO4J_URI=uri, NEO4J_USER="root", NEO4J_PASSWORD="definitely-wrong",
                     KGPROBE_CONFIG=str(tmp_path / "none.json"))
     result = kgprobe("stats", env=env)
