@@ -1,0 +1,71 @@
+"""What every backend shares: batch settings, padding ids and the call counter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass
+class EngineStats:
+    """Counters a caller (or a test) can read: how often the model really ran."""
+
+    forward_calls: int = 0
+    cache_hits: int = 0
+    computed: int = 0
+
+
+@dataclass
+class ScoredTokens:
+    """Per-token log-probabilities of a scored sequence and whether it is the greedy one."""
+
+    logprobs: list[float]
+    is_greedy: bool
+
+
+@dataclass
+class TrieNode:
+    """A token trie: constrained beam search expands only ``children``."""
+
+    children: dict[int, TrieNode] = field(default_factory=dict)
+    terminal: bool = False
+
+    @classmethod
+    def build(cls, sequences: Sequence[Sequence[int]]) -> TrieNode:
+        root = cls()
+        for seq in sequences:
+            node = root
+            for tok in seq:
+                node = node.children.setdefault(tok, cls())
+            node.terminal = True
+        return root
+
+    def contains(self, seq: Sequence[int]) -> bool:
+        """True when ``seq`` is a complete entry of the trie."""
+        node: TrieNode | None = self
+        for tok in seq:
+            node = node.children.get(tok) if node is not None else None
+        return node is not None and node.terminal
+
+
+class Backend:
+    """Holds the model and the batching settings; subclasses make the calls."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        batch_size: int,
+        padding_side: Literal["left", "right"] = "right",
+        stats: EngineStats,
+    ) -> None:
+        self.model = model
+        self.device = next(model.parameters()).device
+        self.batch_size = max(1, batch_size)
+        self.padding_side = padding_side
+        self.stats = stats
+        self.eos_id: int | None = tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id
+        self.pad_id: int = pad if pad is not None else (self.eos_id or 0)

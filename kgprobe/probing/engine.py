@@ -1,0 +1,311 @@
+"""The scoring engine: requests in, results out, in order.
+
+``Engine.run`` sees all requests of a run, so it can dedupe them, answer from the cache,
+group them by kind and context, sort by length, batch, and store new results as it goes
+(chunk by chunk, so a killed run resumes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import torch
+
+from kgprobe.errors import ConfigError
+from kgprobe.probing.backends import (
+    CausalBackend,
+    EngineStats,
+    MaskedBackend,
+    ScoredTokens,
+    Seq2SeqBackend,
+    TrieNode,
+)
+from kgprobe.probing.cache import ScoreCache
+from kgprobe.probing.models import LoadedModel
+from kgprobe.probing.requests import (
+    BeamSearchRequest,
+    BeamSearchResult,
+    GenerateRequest,
+    GenerateResult,
+    Hypothesis,
+    LogProbRequest,
+    LogProbResult,
+    NextTokenRequest,
+    NextTokenResult,
+    Request,
+    Result,
+    SpanScoreRequest,
+    SpanScoreResult,
+    entropy_of,
+)
+from kgprobe.probing.tokenization import SpanEncoding, split_trailing_whitespace
+
+
+class Engine:
+    """Runs scoring requests against one loaded model.
+
+    ``batch_size`` rows per forward; ``share_prefix`` (causal models) reuses each context's
+    key/value cache for all its continuations — off, every pair runs as one full sequence
+    (the reference path, padded on ``padding_side``). ``cache`` makes results persistent."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        *,
+        batch_size: int = 32,
+        cache: ScoreCache | None = None,
+        share_prefix: bool = True,
+        padding_side: Literal["left", "right"] = "right",
+        chunk_size: int = 2048,
+        progress: bool = False,
+    ) -> None:
+        self.lm = model
+        self.tok = model.tokenization
+        self.cache = cache
+        self.share_prefix = share_prefix
+        self.chunk_size = chunk_size
+        self.progress = progress
+        self.stats = EngineStats()
+        kw = {"batch_size": batch_size, "padding_side": padding_side, "stats": self.stats}
+        self.causal = self.masked = self.seq2seq = None
+        if model.kind == "causal":
+            self.causal = CausalBackend(model.model, model.tokenizer, **kw)  # type: ignore[arg-type]
+        elif model.kind == "masked":
+            self.masked = MaskedBackend(model.model, model.tokenizer, **kw)  # type: ignore[arg-type]
+        else:
+            self.seq2seq = Seq2SeqBackend(model.model, model.tokenizer, **kw)  # type: ignore[arg-type]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.lm.fingerprint
+
+    # -- public ---------------------------------------------------------------------------
+
+    def run(self, requests: Sequence[Request]) -> list[Result]:
+        """One result per request, in the order given. Duplicates are computed once."""
+        unique = list(dict.fromkeys(requests))
+        done: dict[Request, Result] = {}
+        if self.cache is not None:
+            done = self.cache.get_many(self.fingerprint, unique)
+            self.stats.cache_hits += len(done)
+        todo = [r for r in unique if r not in done]
+        chunks = [todo[i : i + self.chunk_size] for i in range(0, len(todo), self.chunk_size)]
+        if self.progress and len(chunks) > 1:
+            from rich.progress import track
+
+            iterator = track(chunks, description="scoring")
+        else:
+            iterator = chunks
+        for chunk in iterator:
+            new = self._compute(chunk)
+            self.stats.computed += len(new)
+            if self.cache is not None:
+                self.cache.put_many(self.fingerprint, new.items())
+            done.update(new)
+        return [done[r] for r in requests]
+
+    def score(self, context: str, candidates: Sequence[str], add_eos: bool = False) -> list[LogProbResult]:
+        """Shorthand: log P(candidate | context) for each candidate."""
+        results = self.run([LogProbRequest(context, c, add_eos) for c in candidates])
+        return [r for r in results if isinstance(r, LogProbResult)]
+
+    # -- dispatch -------------------------------------------------------------------------
+
+    def _compute(self, reqs: list[Request]) -> dict[Request, Result]:
+        out: dict[Request, Result] = {}
+        lp = [r for r in reqs if isinstance(r, LogProbRequest)]
+        sp = [r for r in reqs if isinstance(r, SpanScoreRequest)]
+        nt = [r for r in reqs if isinstance(r, NextTokenRequest)]
+        bs = [r for r in reqs if isinstance(r, BeamSearchRequest)]
+        gn = [r for r in reqs if isinstance(r, GenerateRequest)]
+        if lp:
+            out.update(zip(lp, self._logprobs(lp), strict=True))
+        if sp:
+            out.update(zip(sp, self._spans(sp), strict=True))
+        if nt:
+            out.update(zip(nt, self._next_tokens(nt), strict=True))
+        for b in bs:
+            out[b] = self._beam(b)
+        for g in gn:
+            out[g] = self._generate(g)
+        return out
+
+    # -- continuation log-probs -----------------------------------------------------------
+
+    def _logprobs(self, reqs: list[LogProbRequest]) -> list[LogProbResult]:
+        if self.causal is not None:
+            encs = [self.tok.causal_pair(r.context, r.continuation, r.add_eos) for r in reqs]
+            pairs = [(e.context_ids, e.continuation_ids) for e in encs]
+            if self.share_prefix:
+                scored = self.causal.score_pairs_shared(pairs)
+            else:
+                seqs = [list(c) + list(x) for c, x in pairs]
+                scored = self.causal.score_sequences(seqs, [len(c) for c, _ in pairs])
+            return [
+                self._lp_result(s, e.continuation_ids, e.boundary_merged)
+                for s, e in zip(scored, encs, strict=True)
+            ]
+        if self.seq2seq is not None:
+            encs = [self.tok.seq2seq_pair(r.context, r.continuation, r.add_eos) for r in reqs]
+            scored = self.seq2seq.score([(e.context_ids, e.continuation_ids) for e in encs])
+            return [
+                self._lp_result(s, e.continuation_ids, False)
+                for s, e in zip(scored, encs, strict=True)
+            ]
+        assert self.masked is not None
+        if any(r.add_eos for r in reqs):
+            raise ConfigError("add_eos has no meaning for a masked LM")
+        spans = []
+        for r in reqs:
+            ctx, cont = split_trailing_whitespace(r.context, r.continuation)
+            spans.append(self.tok.masked_span(ctx + cont, len(ctx), len(ctx + cont)))
+        scored = self.masked.pll(spans, [True] * len(spans))
+        return [
+            self._lp_result(s, _span_ids(e), False) for s, e in zip(scored, spans, strict=True)
+        ]
+
+    def _lp_result(self, s: ScoredTokens, ids: Sequence[int], merged: bool) -> LogProbResult:
+        return LogProbResult(
+            logprob=float(sum(s.logprobs)),
+            token_logprobs=tuple(s.logprobs),
+            tokens=self.tok.decode_tokens(list(ids)),
+            is_greedy=s.is_greedy,
+            boundary_merged=merged,
+        )
+
+    # -- sentence + span ------------------------------------------------------------------
+
+    def _spans(self, reqs: list[SpanScoreRequest]) -> list[SpanScoreResult]:
+        out: list[SpanScoreResult] = []
+        if self.causal is not None:
+            encs = [self.tok.causal_span(r.text, r.start, r.end) for r in reqs]
+            scored = self.causal.score_sequences([e.ids for e in encs], [1] * len(encs))
+            for s, e in zip(scored, encs, strict=True):
+                # position 0 is the prefix token, never scored
+                flags = e.in_span[1:]
+                ids = e.ids[1:]
+                out.append(self._span_result(s.logprobs, flags, ids, sum(s.logprobs)))
+            return out
+        if self.masked is not None:
+            encs = [self.tok.masked_span(r.text, r.start, r.end) for r in reqs]
+            scored = self.masked.pll(encs, [False] * len(encs))
+            for s, e in zip(scored, encs, strict=True):
+                pos = [i for i in range(len(e.ids)) if e.scorable[i]]
+                flags = tuple(e.in_span[i] for i in pos)
+                ids = tuple(e.ids[i] for i in pos)
+                out.append(self._span_result(s.logprobs, flags, ids, sum(s.logprobs)))
+            return out
+        assert self.seq2seq is not None
+        pairs = [self._t5_span(r) for r in reqs]
+        scored = self.seq2seq.score([(p[0], p[1]) for p in pairs])
+        for s, (_, tgt, flags) in zip(scored, pairs, strict=True):
+            out.append(self._span_result(s.logprobs, flags, tgt, sum(s.logprobs)))
+        return out
+
+    def _t5_span(self, r: SpanScoreRequest) -> tuple[list[int], list[int], tuple[bool, ...]]:
+        """Source with the span replaced by a sentinel; target ``<s0> span <s1>``; falls back
+        to prefix -> span when the tokenizer has no sentinels."""
+        tk = self.lm.tokenizer
+        s0 = "<extra_id_0>"
+        s1 = "<extra_id_1>"
+        vocab = tk.get_vocab()
+        span = r.text[r.start : r.end]
+        if s0 in vocab and s1 in vocab:
+            src = tk(r.text[: r.start] + s0 + r.text[r.end :], add_special_tokens=True)["input_ids"]
+            body = self.tok.encode(span)
+            tgt = [vocab[s0]] + body + [vocab[s1]]
+            flags = (False,) + (True,) * len(body) + (False,)
+        else:
+            src = tk(r.text[: r.start], add_special_tokens=True)["input_ids"]
+            tgt = self.tok.encode(span)
+            flags = (True,) * len(tgt)
+        return list(src), tgt, flags
+
+    def _span_result(
+        self, vals: Sequence[float], flags: Sequence[bool], ids: Sequence[int], total: float
+    ) -> SpanScoreResult:
+        chosen = [v for v, f in zip(vals, flags, strict=True) if f]
+        chosen_ids = [i for i, f in zip(ids, flags, strict=True) if f]
+        return SpanScoreResult(
+            logprob=float(sum(chosen)),
+            token_logprobs=tuple(chosen),
+            tokens=self.tok.decode_tokens(chosen_ids),
+            sentence_logprob=float(total),
+        )
+
+    # -- distributions --------------------------------------------------------------------
+
+    def _context_ids(self, context: str) -> list[int]:
+        """Causal context ids as a LogProbRequest would see them (trailing space removed)."""
+        ids = self.tok._with_prefix(self.tok.encode(context.rstrip()))
+        return self.tok._fit(ids, 1)
+
+    def _next_tokens(self, reqs: list[NextTokenRequest]) -> list[NextTokenResult]:
+        if self.causal is not None:
+            dists = self.causal.next_token([self._context_ids(r.context) for r in reqs])
+        elif self.seq2seq is not None:
+            srcs = [self.lm.tokenizer(r.context, add_special_tokens=True)["input_ids"] for r in reqs]
+            dists = self.seq2seq.next_token(srcs)
+        else:
+            raise ConfigError("next-token distributions need a causal or seq2seq model")
+        out = []
+        for r, d in zip(reqs, dists, strict=True):
+            full = d.cpu().numpy().astype(np.float32)
+            k = full.shape[0] if r.top_k is None else min(r.top_k, full.shape[0])
+            v, i = torch.topk(d, k)
+            ids = tuple(int(x) for x in i.tolist())
+            out.append(NextTokenResult(
+                token_ids=ids,
+                tokens=self.tok.decode_tokens(ids) if r.top_k is not None else (),
+                logprobs=tuple(float(x) for x in v.tolist()),
+                entropy=entropy_of(full),
+                full_logprobs=full if r.top_k is None else None,
+            ))
+        return out
+
+    # -- search ---------------------------------------------------------------------------
+
+    def _need_causal(self, what: str) -> CausalBackend:
+        if self.causal is None:
+            raise ConfigError(f"{what} needs a causal language model")
+        return self.causal
+
+    def _beam(self, r: BeamSearchRequest) -> BeamSearchResult:
+        backend = self._need_causal("beam search")
+        ctx = self._context_ids(r.context)
+        trie = None
+        max_new = r.max_new_tokens
+        if r.allowed is not None:
+            seqs = [self.tok.causal_pair(r.context, a, r.add_eos).continuation_ids
+                    for a in r.allowed]
+            trie = TrieNode.build(seqs)
+            max_new = max(len(s) for s in seqs)  # the trie's depth bounds the search
+        found = backend.beam_search(ctx, r.num_beams, max_new, trie)
+        return BeamSearchResult(tuple(
+            Hypothesis(self.lm.tokenizer.decode(ids, skip_special_tokens=True), tuple(ids), lp)
+            for ids, lp in found
+        ))
+
+    def _generate(self, r: GenerateRequest) -> GenerateResult:
+        backend = self._need_causal("generation")
+        tk = self.lm.tokenizer
+
+        def stop_check(ids: list[int]) -> bool:
+            if not r.stop:
+                return False
+            text = tk.decode(ids, skip_special_tokens=True)
+            return any(s in text for s in r.stop)
+
+        ids, lp = backend.generate(self._context_ids(r.context), r.max_new_tokens,
+                                   r.temperature, r.top_p, r.seed, stop_check)
+        text = tk.decode(ids, skip_special_tokens=True)
+        for s in r.stop:
+            if s in text:
+                text = text[: text.index(s)]
+        return GenerateResult(text, tuple(ids), lp)
+
+
+def _span_ids(e: SpanEncoding) -> list[int]:
+    return [i for i, s, f in zip(e.ids, e.scorable, e.in_span, strict=True) if s and f]

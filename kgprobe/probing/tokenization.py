@@ -1,0 +1,210 @@
+"""The single place where text becomes token ids (DESIGN §3).
+
+Rules, each a lesson of lm-evaluation-harness users:
+- trailing whitespace of the context moves into the continuation (" Paris", not "Paris"
+  after "is ") so the continuation is tokenized the way the model saw such text;
+- context and continuation are encoded *jointly* and split where the continuation's first
+  character lies, so the context tokens are exactly those of the full text; a token that
+  spans the boundary (harness #1053, #1297) is scored as part of the continuation and flagged,
+  instead of crashing or silently scoring nothing;
+- an explicit BOS policy per model (harness #1455, #3333): BOS is prepended by us, once,
+  never by the tokenizer as well (texts are encoded with ``add_special_tokens=False``);
+- EOS appended to the continuation when a request asks for it;
+- too long a context is cut from the left (BOS kept) to fit the model's context length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kgprobe.errors import ConfigError
+
+BosPolicy = Literal["auto", "always", "never"]
+
+
+@dataclass(frozen=True)
+class PairEncoding:
+    """Token ids of a (context, continuation) pair for a causal or seq2seq model."""
+
+    context_ids: tuple[int, ...]
+    continuation_ids: tuple[int, ...]
+    boundary_merged: bool = False
+
+
+@dataclass(frozen=True)
+class SpanEncoding:
+    """A whole text's ids (with prefix/special tokens) and which positions are scored.
+
+    ``in_span[i]`` marks tokens overlapping the span; ``scorable[i]`` marks tokens that count
+    in the sentence score (not BOS/CLS/SEP); ``word_ids`` groups subword tokens into words
+    (masked-LM within-word masking)."""
+
+    ids: tuple[int, ...]
+    in_span: tuple[bool, ...]
+    scorable: tuple[bool, ...]
+    word_ids: tuple[int | None, ...]
+
+
+def split_trailing_whitespace(context: str, continuation: str) -> tuple[str, str]:
+    """Move the context's trailing whitespace to the front of the continuation."""
+    stripped = context.rstrip()
+    return stripped, context[len(stripped) :] + continuation
+
+
+class Tokenization:
+    """Encodes text for one model under its BOS policy and context length."""
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        bos_policy: BosPolicy = "auto",
+        prefix_token_id: int | None = None,
+        max_length: int | None = None,
+    ) -> None:
+        if bos_policy not in ("auto", "always", "never"):
+            raise ConfigError(f"unknown BOS policy {bos_policy!r}; use auto, always or never")
+        self.tokenizer = tokenizer
+        self.bos_policy: BosPolicy = bos_policy
+        bos = tokenizer.bos_token_id
+        eos = tokenizer.eos_token_id
+        if bos_policy == "always" and bos is None:
+            raise ConfigError("BOS policy 'always' but the tokenizer has no BOS token")
+        if bos_policy == "auto":
+            probe = tokenizer("a", add_special_tokens=True)["input_ids"]
+            self.add_bos = bos is not None and len(probe) > 0 and probe[0] == bos
+        else:
+            self.add_bos = bos_policy == "always"
+        self.bos_id: int | None = bos
+        self.eos_id: int | None = eos
+        # What conditions the first token when the context is empty: BOS, else EOS (the
+        # document separator of most causal LMs), as the harness does.
+        self.prefix_id: int | None = prefix_token_id if prefix_token_id is not None else (
+            bos if self.add_bos else (eos if eos is not None else bos)
+        )
+        self.max_length = max_length
+
+    # -- low level ------------------------------------------------------------------------
+
+    def encode(self, text: str) -> list[int]:
+        """Ids of ``text`` without any special token added by the tokenizer."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]] | None]:
+        try:
+            enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        except (NotImplementedError, ValueError, TypeError):
+            return self.encode(text), None
+
+    def decode_tokens(self, ids: tuple[int, ...] | list[int]) -> tuple[str, ...]:
+        """Each id decoded on its own (for per-token displays)."""
+        return tuple(self.tokenizer.decode([i]) for i in ids)
+
+    def _prefix(self) -> list[int]:
+        return [self.bos_id] if self.add_bos and self.bos_id is not None else []
+
+    def _with_prefix(self, ids: list[int]) -> list[int]:
+        """Prepend BOS per policy, never doubling it; guarantee one conditioning token."""
+        prefix = self._prefix()
+        if prefix and ids[:1] == prefix:
+            prefix = []
+        out = prefix + ids
+        if not out:
+            if self.prefix_id is None:
+                raise ConfigError("empty context and the tokenizer has neither BOS nor EOS")
+            out = [self.prefix_id]
+        return out
+
+    # -- causal ---------------------------------------------------------------------------
+
+    def split_joint(self, context: str, continuation: str) -> tuple[list[int], list[int], bool]:
+        """Encode ``context + continuation`` once and split at the continuation's first char.
+
+        Returns (context ids, continuation ids, boundary_merged)."""
+        whole, offsets = self._encode_offsets(context + continuation)
+        cut = len(context)
+        if offsets is not None:
+            k = next((i for i, (_, end) in enumerate(offsets) if end > cut), len(whole))
+            merged = k < len(whole) and offsets[k][0] < cut
+            return whole[:k], whole[k:], merged
+        ctx = self.encode(context)
+        k = 0
+        while k < min(len(ctx), len(whole)) and ctx[k] == whole[k]:
+            k += 1
+        return whole[:k], whole[k:], k < len(ctx)
+
+    def causal_pair(self, context: str, continuation: str, add_eos: bool = False) -> PairEncoding:
+        """Context and continuation ids for a causal LM (see the module rules)."""
+        context, continuation = split_trailing_whitespace(context, continuation)
+        ctx, cont, merged = self.split_joint(context, continuation)
+        if add_eos:
+            if self.eos_id is None:
+                raise ConfigError("add_eos asked but the tokenizer has no EOS token")
+            cont = cont + [self.eos_id]
+        if not cont:
+            raise ConfigError(f"continuation {continuation!r} encodes to no token")
+        ctx = self._with_prefix(ctx)
+        ctx = self._fit(ctx, len(cont))
+        return PairEncoding(tuple(ctx), tuple(cont), merged)
+
+    def _fit(self, ctx: list[int], n_cont: int) -> list[int]:
+        """Cut the context from the left (keeping BOS) so context+continuation fit."""
+        if self.max_length is None or len(ctx) + n_cont <= self.max_length:
+            return ctx
+        room = self.max_length - n_cont
+        if room < 1:
+            raise ConfigError(
+                f"continuation of {n_cont} tokens does not fit the model's context length "
+                f"{self.max_length}"
+            )
+        keep_bos = self.add_bos and ctx[:1] == self._prefix()
+        if keep_bos and room >= 2:
+            return ctx[:1] + ctx[len(ctx) - (room - 1) :]
+        return ctx[len(ctx) - room :]
+
+    def causal_span(self, text: str, start: int, end: int) -> SpanEncoding:
+        """A whole sentence for a causal LM: a prefix token, then every token scored."""
+        ids, offsets = self._encode_offsets(text)
+        if offsets is None:
+            raise ConfigError("span scoring needs a fast tokenizer (character offsets)")
+        prefix = self._with_prefix([])  # BOS, or the prefix token
+        in_span = [False] * len(prefix) + [s < end and e > start for s, e in offsets]
+        scorable = [False] * len(prefix) + [True] * len(ids)
+        all_ids = prefix + ids
+        if self.max_length is not None and len(all_ids) > self.max_length:
+            raise ConfigError(f"text of {len(all_ids)} tokens exceeds the context length")
+        return SpanEncoding(tuple(all_ids), tuple(in_span), tuple(scorable), (None,) * len(all_ids))
+
+    # -- masked ---------------------------------------------------------------------------
+
+    def masked_span(self, text: str, start: int, end: int) -> SpanEncoding:
+        """A text with the model's own special tokens ([CLS] ... [SEP]) and word ids."""
+        enc = self.tokenizer(text, add_special_tokens=True, return_offsets_mapping=True)
+        ids = list(enc["input_ids"])
+        offsets = [tuple(o) for o in enc["offset_mapping"]]
+        special = set(self.tokenizer.all_special_ids)
+        words = enc.word_ids()
+        scorable = [i not in special and e > s for i, (s, e) in zip(ids, offsets, strict=True)]
+        in_span = [
+            ok and s < end and e > start
+            for ok, (s, e) in zip(scorable, offsets, strict=True)
+        ]
+        if self.max_length is not None and len(ids) > self.max_length:
+            raise ConfigError(f"text of {len(ids)} tokens exceeds the context length")
+        return SpanEncoding(tuple(ids), tuple(in_span), tuple(scorable), tuple(words))
+
+    # -- seq2seq --------------------------------------------------------------------------
+
+    def seq2seq_pair(self, context: str, continuation: str, add_eos: bool = False) -> PairEncoding:
+        """Encoder ids (the model's own special tokens) and decoder target ids."""
+        enc = list(self.tokenizer(context, add_special_tokens=True)["input_ids"])
+        dec = self.encode(continuation)
+        if add_eos:
+            if self.eos_id is None:
+                raise ConfigError("add_eos asked but the tokenizer has no EOS token")
+            dec = dec + [self.eos_id]
+        if not dec:
+            raise ConfigError(f"continuation {continuation!r} encodes to no token")
+        return PairEncoding(tuple(enc), tuple(dec), False)
