@@ -49,7 +49,7 @@ def ingest_sources(
     language: str = "en",
     ranks: Sequence[str] | None = None,
     limit: int | None = None,
-    batch_size: int = 2000,
+    batch_size: int = 5000,
     max_errors: int = 100,
     quiet: bool = False,
     settings: Settings | None = None,
@@ -66,7 +66,7 @@ def ingest_sources(
 
 
 def write_records(
-    graph: Any, records: Iterable[Record], *, batch_size: int = 2000, max_errors: int = 100, quiet: bool = False
+    graph: Any, records: Iterable[Record], *, batch_size: int = 5000, max_errors: int = 100, quiet: bool = False
 ) -> IngestSummary:
     """Ingest records with a live progress line (records, facts, rate)."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn

@@ -115,7 +115,7 @@ def ingest(
     language: str = typer.Option("en", help="Language of labels, aliases and descriptions."),
     rank: list[str] = typer.Option(None, "--rank", help="Ranks to keep (default: preferred, normal)."),
     limit: int | None = typer.Option(None, help="Stop after this many entities per source."),
-    batch_size: int = typer.Option(2000, help="Records per transaction."),
+    batch_size: int = typer.Option(5000, help="Records per transaction."),
     max_errors: int = typer.Option(100, help="Malformed records tolerated before stopping."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:

@@ -177,7 +177,7 @@ class Ingestor:
         self,
         graph: Graph,
         *,
-        batch_size: int = 2000,
+        batch_size: int = 5000,
         error_budget: int = 100,
         on_flush: Callable[[IngestSummary], None] | None = None,
     ) -> None:
@@ -329,7 +329,7 @@ def ingest(
     graph: Graph,
     records: Iterable[Record],
     *,
-    batch_size: int = 2000,
+    batch_size: int = 5000,
     error_budget: int = 100,
     on_flush: Callable[[IngestSummary], None] | None = None,
 ) -> IngestSummary:
