@@ -1,0 +1,407 @@
+"""Cypher for distractors: typed candidates, temporal candidates, seeded same-type samples,
+Ω(f) membership checks, and the feature bags of the semantic index.
+
+Ω(f) for a fact f = (s, r, o) (distractors paper, §3.3) is the set of entities o* that
+1. share a type with o — types are the declared ``INSTANCE_OF`` targets, or the documented
+   ``INFERRED_TYPE`` fallback where a dataset declares none (never the P279 closure: with the
+   whole hierarchy every entity would share "entity");
+2. share no label or alias with o, compared after :func:`normalize_label`;
+3. are not a true object of (s, r): no non-deprecated ``FACT`` edge (s)-[pid]->(o*).
+Candidates also need a label (a distractor without one cannot be verbalized).
+
+Every query is a named constant with parameters only; label normalization is Python (one
+function) because portable Cypher has no Unicode-aware punctuation stripping. Dates are compared
+through the ``*_sort`` integers (year·10000 + month·100 + day) that ingest writes, so BCE years
+and years above 9999 compare correctly.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import unicodedata
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kgprobe.errors import ConfigError
+from kgprobe.records import is_pid, is_qid
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kgprobe.graph.client import Graph
+
+#: Relationship types that give an entity its types(e).
+TYPE_EDGES = "INSTANCE_OF|INFERRED_TYPE"
+
+# --- queries ------------------------------------------------------------------------------------
+
+#: Label, aliases and types of some entities.
+ENTITY_TERMS = f"""
+UNWIND $qids AS q
+MATCH (e:Entity {{qid: q}})
+OPTIONAL MATCH (e)-[:{TYPE_EDGES}]->(t:Entity)
+RETURN e.qid AS qid, e.label AS label, e.aliases AS aliases, collect(DISTINCT t.qid) AS types
+"""
+
+#: Every object of (s, r) with its validity, deprecated statements left out.
+TRUE_OBJECTS = """
+MATCH (s:Entity {qid: $s})-[f:FACT]->(o:Entity)
+WHERE f.pid = $pid AND (f.rank IS NULL OR f.rank <> 'deprecated')
+RETURN o.qid AS qid, o.label AS label, f.rank AS rank,
+       f.start_sort AS start_sort, f.end_sort AS end_sort, f.pit_sort AS pit_sort,
+       f.start_time AS start_time, f.end_time AS end_time, f.pit_time AS pit_time
+ORDER BY qid
+"""
+
+#: Entities sharing a type with $o, minus $o and the $exclude list (the true objects of (s, r)).
+TYPED_CANDIDATES = f"""
+MATCH (o:Entity {{qid: $o}})-[:{TYPE_EDGES}]->(t:Entity)<-[:{TYPE_EDGES}]-(c:Entity)
+WHERE c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
+WITH c, collect(DISTINCT t.qid) AS shared
+RETURN c.qid AS qid, c.label AS label, c.aliases AS aliases, shared AS shared_types
+ORDER BY qid
+"""
+#: The same, first $limit rows. (A huge $limit cannot stand for "no limit": ArcadeDB 26.10
+#: returns no rows for LIMIT 2**62 and fails for 2**31-1.)
+TYPED_CANDIDATES_LIMITED = TYPED_CANDIDATES + "LIMIT $limit\n"
+
+#: How many entities share a type with $o (upper bound of |Ω(f)|, before label checks).
+TYPED_COUNT = f"""
+MATCH (o:Entity {{qid: $o}})-[:{TYPE_EDGES}]->(t:Entity)<-[:{TYPE_EDGES}]-(c:Entity)
+WHERE c.qid <> $o AND c.label IS NOT NULL
+RETURN count(DISTINCT c) AS n
+"""
+
+#: Which of $candidates share one of $types and are not in $exclude (one batch of a filter).
+OMEGA_CHECK = f"""
+UNWIND $candidates AS q
+MATCH (c:Entity {{qid: q}})-[:{TYPE_EDGES}]->(t:Entity)
+WHERE t.qid IN $types AND c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
+WITH c, collect(DISTINCT t.qid) AS shared
+RETURN c.qid AS qid, c.label AS label, c.aliases AS aliases, shared AS shared_types
+"""
+
+#: Objects of (s, r) other than $o that were valid before $ref and are not valid at $ref.
+#: Per statement: no temporal qualifier → 'always'; point in time only → past/now/future by
+#: pit; otherwise the interval [start, end) decides. An object with any 'always' or 'now'
+#: statement is still true at $ref and so is no temporal distractor.
+TEMPORAL_CANDIDATES = """
+MATCH (s:Entity {qid: $s})-[f:FACT]->(c:Entity)
+WHERE f.pid = $pid AND (f.rank IS NULL OR f.rank <> 'deprecated') AND c.qid <> $o
+WITH c, f,
+     CASE
+       WHEN f.start_sort IS NULL AND f.end_sort IS NULL AND f.pit_sort IS NULL THEN 'always'
+       WHEN f.start_sort IS NULL AND f.end_sort IS NULL THEN
+         CASE WHEN f.pit_sort < $ref THEN 'past' WHEN f.pit_sort = $ref THEN 'now' ELSE 'future' END
+       WHEN (f.start_sort IS NULL OR f.start_sort <= $ref) AND (f.end_sort IS NULL OR f.end_sort > $ref)
+         THEN 'now'
+       WHEN f.end_sort IS NOT NULL AND f.end_sort <= $ref THEN 'past'
+       ELSE 'future'
+     END AS state
+WITH c, collect(state) AS states,
+     max(coalesce(f.end_sort, f.pit_sort)) AS last_sort,
+     collect({start: f.start_time, end: f.end_time, pit: f.pit_time, state: state}) AS statements
+WHERE 'past' IN states AND NOT 'now' IN states AND NOT 'always' IN states
+RETURN c.qid AS qid, c.label AS label, c.aliases AS aliases, last_sort, statements
+ORDER BY last_sort DESC, qid
+"""
+
+#: Same-type entity ids only (the random strategy samples them in Python, seeded).
+TYPED_IDS = f"""
+MATCH (o:Entity {{qid: $o}})-[:{TYPE_EDGES}]->(t:Entity)<-[:{TYPE_EDGES}]-(c:Entity)
+WHERE c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
+RETURN DISTINCT c.qid AS qid
+"""
+
+#: Feature bags: every entity, its facts, its declared types and superclasses.
+ALL_ENTITY_IDS = "MATCH (e:Entity) RETURN e.qid AS qid"
+BAG_FACTS = """
+MATCH (e:Entity)-[f:FACT]->(o:Entity)
+WHERE f.rank IS NULL OR f.rank <> 'deprecated'
+RETURN e.qid AS s, f.pid AS pid, o.qid AS o
+"""
+BAG_INSTANCE_OF = "MATCH (e:Entity)-[:INSTANCE_OF]->(o:Entity) RETURN e.qid AS s, o.qid AS o"
+BAG_SUBCLASS_OF = "MATCH (e:Entity)-[:SUBCLASS_OF]->(o:Entity) RETURN e.qid AS s, o.qid AS o"
+
+#: The counts a semantic index manifest records.
+COUNT_QUERIES = {
+    "entities": "MATCH (e:Entity) RETURN count(e) AS n",
+    "facts": "MATCH (:Entity)-[f:FACT]->(:Entity) RETURN count(f) AS n",
+    "instance_of": "MATCH (:Entity)-[t:INSTANCE_OF]->(:Entity) RETURN count(t) AS n",
+    "subclass_of": "MATCH (:Entity)-[t:SUBCLASS_OF]->(:Entity) RETURN count(t) AS n",
+}
+
+ENTITY_BY_QID = "MATCH (e:Entity {qid: $qid}) RETURN e.qid AS qid, e.label AS label"
+REDIRECT_TARGET = "MATCH (r:Redirect {qid: $qid}) RETURN r.target AS target"
+ENTITY_BY_LABEL = (
+    "MATCH (e:Entity {label: $label}) RETURN e.qid AS qid, e.label AS label ORDER BY qid"
+)
+ENTITY_BY_ALIAS = """
+MATCH (e:Entity) WHERE $label IN e.aliases
+RETURN e.qid AS qid, e.label AS label ORDER BY qid LIMIT 20
+"""
+RELATION_BY_PID = "MATCH (r:Relation {pid: $pid}) RETURN r.pid AS pid, r.label AS label"
+RELATION_BY_LABEL = """
+MATCH (r:Relation) WHERE toLower(r.label) = toLower($label) OR $label IN coalesce(r.aliases, [])
+RETURN r.pid AS pid, r.label AS label ORDER BY pid
+"""
+
+# --- label normalization ------------------------------------------------------------------------
+
+
+def normalize_label(label: str) -> str:
+    """The form in which labels are compared for Ω(f): case, whitespace and punctuation erased.
+
+    NFKC, casefold, then every whitespace and punctuation character removed, so "U.S.A." equals
+    "usa" and "Jean-Paul" equals "Jean Paul". A label made only of punctuation keeps its
+    casefolded form rather than collapsing to "" (which would match every other such label).
+    """
+    s = unicodedata.normalize("NFKC", label).casefold()
+    out = "".join(ch for ch in s if not (ch.isspace() or unicodedata.category(ch).startswith("P")))
+    return out or s.strip()
+
+
+def label_set(label: str | None, aliases: Iterable[str] | None) -> set[str]:
+    """Λ(e): the normalized label and aliases of an entity."""
+    names = [label] if label else []
+    names.extend(a for a in (aliases or []) if a)
+    return {normalize_label(n) for n in names}
+
+
+# --- fact context -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An entity that qualified as a distractor, with what it was found through."""
+
+    qid: str
+    label: str | None
+    aliases: tuple[str, ...] = ()
+    shared_types: tuple[str, ...] = ()
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class FactContext:
+    """What every strategy needs to know about f = (s, r, o) to stay inside Ω(f)."""
+
+    subject: str
+    pid: str
+    object: str
+    object_label: str | None
+    object_labels: set[str]  # normalized Λ(o)
+    object_types: list[str]
+    true_objects: list[str]  # every non-deprecated object of (s, r)
+    subject_label: str | None = None
+
+    def label_clash(self, label: str | None, aliases: Iterable[str] | None) -> bool:
+        return bool(label_set(label, aliases) & self.object_labels)
+
+
+def check_ids(*, qids: Sequence[str] = (), pids: Sequence[str] = ()) -> None:
+    bad = [q for q in qids if not is_qid(q)] + [p for p in pids if not is_pid(p)]
+    if bad:
+        raise ConfigError(f"not a Wikidata id: {', '.join(bad)}")
+
+
+def entity_terms(graph: Graph, qids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    rows = graph.read(ENTITY_TERMS, qids=list(qids))
+    return {r["qid"]: r for r in rows}
+
+
+def true_objects(graph: Graph, subject: str, pid: str) -> list[dict[str, Any]]:
+    check_ids(qids=[subject], pids=[pid])
+    return graph.read(TRUE_OBJECTS, s=subject, pid=pid)
+
+
+def fact_context(graph: Graph, subject: str, pid: str, obj: str) -> FactContext:
+    """Read o's labels and types and every true object of (s, r) in two round trips."""
+    check_ids(qids=[subject, obj], pids=[pid])
+    terms = entity_terms(graph, [obj, subject])
+    if obj not in terms:
+        raise ConfigError(f"object {obj} is not in the graph")
+    o = terms[obj]
+    trues = sorted({r["qid"] for r in true_objects(graph, subject, pid)} | {obj})
+    return FactContext(
+        subject=subject,
+        pid=pid,
+        object=obj,
+        object_label=o.get("label"),
+        object_labels=label_set(o.get("label"), o.get("aliases")),
+        object_types=sorted(t for t in (o.get("types") or []) if t),
+        true_objects=trues,
+        subject_label=(terms.get(subject) or {}).get("label"),
+    )
+
+
+def _candidate(row: dict[str, Any], **detail: Any) -> Candidate:
+    return Candidate(
+        qid=row["qid"],
+        label=row.get("label"),
+        aliases=tuple(row.get("aliases") or ()),
+        shared_types=tuple(sorted(row.get("shared_types") or ())),
+        detail=detail,
+    )
+
+
+def typed_candidates(graph: Graph, ctx: FactContext, limit: int | None = None) -> list[Candidate]:
+    """Ω(f) in QID order (up to ``limit`` rows read, before the label check)."""
+    if limit is None:
+        rows = graph.read(TYPED_CANDIDATES, o=ctx.object, exclude=ctx.true_objects)
+    else:
+        rows = graph.read(
+            TYPED_CANDIDATES_LIMITED, o=ctx.object, exclude=ctx.true_objects, limit=limit
+        )
+    return [_candidate(r) for r in rows if not ctx.label_clash(r.get("label"), r.get("aliases"))]
+
+
+def typed_count(graph: Graph, ctx: FactContext) -> int:
+    rows = graph.read(TYPED_COUNT, o=ctx.object)
+    return int(rows[0]["n"]) if rows else 0
+
+
+def omega_filter(graph: Graph, ctx: FactContext, candidates: Sequence[str]) -> list[Candidate]:
+    """The members of Ω(f) among ``candidates`` (one round trip), in the order given."""
+    if not candidates or not ctx.object_types:
+        return []
+    rows = graph.read(
+        OMEGA_CHECK,
+        candidates=list(candidates),
+        types=ctx.object_types,
+        o=ctx.object,
+        exclude=ctx.true_objects,
+    )
+    ok = {r["qid"]: r for r in rows if not ctx.label_clash(r.get("label"), r.get("aliases"))}
+    return [_candidate(ok[q]) for q in candidates if q in ok]
+
+
+def date_sort_key(at: dt.date | str | int | None = None) -> int:
+    """A reference date as the ``*_sort`` integer; ``None`` is today (UTC).
+
+    Accepts a date, ``YYYY-MM-DD`` (a leading ``-`` for BCE), or an already-sorted integer.
+    """
+    if at is None:
+        at = dt.datetime.now(dt.UTC).date()
+    if isinstance(at, int):
+        return at
+    if isinstance(at, dt.date):
+        return at.year * 10000 + at.month * 100 + at.day
+    text = at.strip()
+    sign = -1 if text.startswith("-") else 1
+    try:
+        y, m, d = (int(p) for p in text.lstrip("+-").split("-"))
+    except ValueError as exc:
+        raise ConfigError(f"not a date (YYYY-MM-DD): {at!r}") from exc
+    if not (1 <= m <= 12 and 1 <= d <= 31):
+        raise ConfigError(f"not a date (YYYY-MM-DD): {at!r}")
+    return sign * (y * 10000 + m * 100 + d)
+
+
+def temporal_candidates(
+    graph: Graph, ctx: FactContext, at: dt.date | str | int | None = None
+) -> list[Candidate]:
+    """Objects of (s, r) valid before ``at`` and not at it, most recently valid first.
+
+    Objects that share a normalized label with o are dropped (they would test nothing).
+    """
+    rows = graph.read(
+        TEMPORAL_CANDIDATES, s=ctx.subject, pid=ctx.pid, o=ctx.object, ref=date_sort_key(at)
+    )
+    out = []
+    for r in rows:
+        if ctx.label_clash(r.get("label"), r.get("aliases")) or not r.get("label"):
+            continue
+        stmts = [
+            {k: v for k, v in s.items() if v is not None}
+            for s in (r.get("statements") or [])
+            if s.get("state") == "past"
+        ]
+        out.append(_candidate(r, last_sort=r.get("last_sort"), statements=stmts))
+    return out
+
+
+def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int) -> list[Candidate]:
+    """``n`` members of Ω(f) drawn with ``random.Random(seed)`` over the QID-sorted ids.
+
+    The ids are read without the label check (cheap), sorted, shuffled by the seed, then checked
+    in batches, so the same graph and seed give the same sample on any server.
+    """
+    rows = graph.read(TYPED_IDS, o=ctx.object, exclude=ctx.true_objects)
+    ids = sorted({r["qid"] for r in rows}, key=_qid_order)
+    random.Random(seed).shuffle(ids)
+    out: list[Candidate] = []
+    step = max(2 * n, 16)
+    for start in range(0, len(ids), step):
+        out.extend(omega_filter(graph, ctx, ids[start : start + step]))
+        if len(out) >= n:
+            break
+    return out[:n]
+
+
+def _qid_order(q: str) -> tuple[int, str]:
+    return (int(q[1:]), q) if is_qid(q) else (2**62, q)
+
+
+# --- semantic index input -----------------------------------------------------------------------
+
+
+def graph_counts(graph: Graph) -> dict[str, int]:
+    """Counts that tie a semantic index to the graph state (cheap staleness check)."""
+    return {k: int(graph.read(q)[0]["n"]) for k, q in COUNT_QUERIES.items()}
+
+
+def feature_bags(graph: Graph) -> Iterator[tuple[str, list[str]]]:
+    """Every entity's bag (see :func:`kgprobe.graph.semantic.bag_tokens`), in QID order.
+
+    Declared types (P31) and superclasses (P279) count as relations, as they are triples of
+    Wikidata; INFERRED_TYPE edges are not facts and are left out. Pairs are sorted so the
+    vocabulary order, and with it the seeded SVD, does not depend on the server's row order.
+    """
+    from kgprobe.graph.semantic import bag_tokens
+
+    pairs: dict[str, list[tuple[str, str]]] = {r["qid"]: [] for r in graph.read(ALL_ENTITY_IDS)}
+    for r in graph.read(BAG_FACTS):
+        pairs.setdefault(r["s"], []).append((r["pid"], r["o"]))
+    for pid, q in (("P31", BAG_INSTANCE_OF), ("P279", BAG_SUBCLASS_OF)):
+        for r in graph.read(q):
+            pairs.setdefault(r["s"], []).append((pid, r["o"]))
+    for qid in sorted(pairs, key=_qid_order):
+        yield qid, bag_tokens(qid, sorted(pairs[qid]))
+
+
+# --- resolving user input -----------------------------------------------------------------------
+
+
+def resolve_entity(graph: Graph, text: str) -> str:
+    """A QID (following a redirect) or an exact label / alias → QID; ambiguity is an error."""
+    t = text.strip()
+    if is_qid(t.upper()):
+        q = t.upper()
+        if graph.read(ENTITY_BY_QID, qid=q):
+            return q
+        red = graph.read(REDIRECT_TARGET, qid=q)
+        if red and graph.read(ENTITY_BY_QID, qid=red[0]["target"]):
+            return str(red[0]["target"])
+        raise ConfigError(f"entity {q} is not in the graph")
+    rows = graph.read(ENTITY_BY_LABEL, label=t) or graph.read(ENTITY_BY_ALIAS, label=t)
+    if not rows:
+        raise ConfigError(f"no entity labelled {t!r} (give a QID?)")
+    if len(rows) > 1:
+        shown = ", ".join(f"{r['qid']} ({r['label']})" for r in rows[:10])
+        raise ConfigError(f"{t!r} is ambiguous: {shown}; give a QID")
+    return str(rows[0]["qid"])
+
+
+def resolve_relation(graph: Graph, text: str) -> str:
+    """A PID or a relation label / alias (case-insensitive) → PID."""
+    t = text.strip()
+    if is_pid(t.upper()):
+        return t.upper()
+    rows = graph.read(RELATION_BY_LABEL, label=t)
+    if not rows:
+        raise ConfigError(f"no relation labelled {t!r} (give a PID?)")
+    if len(rows) > 1:
+        shown = ", ".join(f"{r['pid']} ({r['label']})" for r in rows[:10])
+        raise ConfigError(f"{t!r} is ambiguous: {shown}; give a PID")
+    return str(rows[0]["pid"])
