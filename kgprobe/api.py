@@ -89,3 +89,24 @@ def write_records(
         for record in records:
             ingestor.add(record)
         return ingestor.finish()
+
+
+def demo(*, quiet: bool = False, settings: Settings | None = None) -> dict[str, Any]:
+    """The main job on a fresh install: start the graph, ingest the bundled demo graph and
+    kgprobe's own templates, and return what the graph holds."""
+    from kgprobe.graph.stats import graph_stats
+    from kgprobe.graph.templates import demo_paths, import_own_templates
+    from kgprobe.loaders.wikidata_json import load_json
+
+    graph_file, _ = demo_paths()
+    started = time.monotonic()
+    with connect(settings) as graph:
+        summary = write_records(graph, load_json(graph_file), quiet=quiet)
+        templates = import_own_templates(graph)
+        stats = graph_stats(graph)
+    return {
+        "ingested": summary.to_dict(),
+        "templates_imported": templates,
+        "graph": stats,
+        "seconds": round(time.monotonic() - started, 1),
+    }

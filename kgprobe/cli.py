@@ -219,6 +219,27 @@ def templates_list(
     console.print(table)
 
 
+@app.command()
+def demo(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Start the graph, load the bundled demo knowledge graph and templates, and summarize."""
+    import json
+
+    from kgprobe.api import demo as run_demo
+
+    result = run_demo(quiet=as_json)
+    if as_json:
+        print(json.dumps(result, ensure_ascii=False))
+        return
+    graph = result["graph"]
+    per_relation = graph.pop("per_relation")
+    console.rule("demo graph loaded")
+    _print_summary({k: v for k, v in graph.items()}, False)
+    console.print(
+        f"{len(per_relation)} relations with facts; {result['templates_imported']} templates; "
+        f"{result['seconds']} s"
+    )
+
+
 def main() -> None:
     """Entry point: run the app, turning expected errors into one line and an exit code."""
     try:
