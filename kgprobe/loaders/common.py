@@ -1,0 +1,274 @@
+"""What every loader shares: filters, skip counting, compressed input, and Wikidata time values.
+
+Loaders know formats only (DESIGN.md §1); the helpers here keep the JSON, RDF and SPARQL paths
+producing *identical* records for the same statement, which is what lets the graph key facts by
+statement id whatever the source.
+"""
+
+from __future__ import annotations
+
+import bz2
+import gzip
+import io
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, BinaryIO
+
+from kgprobe.errors import InputError
+from kgprobe.records import (
+    INSTANCE_OF,
+    RANKS,
+    SUBCLASS_OF,
+    Record,
+    SkipRecord,
+    TimeValue,
+    is_pid,
+)
+
+#: Calendar models, as Wikidata item ids.
+GREGORIAN = "Q1985727"
+JULIAN = "Q1985786"
+
+#: Wikidata time precisions (9 = year, 10 = month, 11 = day).
+PRECISION_YEAR = 9
+PRECISION_MONTH = 10
+PRECISION_DAY = 11
+
+LANG_RE = re.compile(r"^[a-z]{2,3}(?:-[a-z0-9]{1,8})*$", re.IGNORECASE)
+
+#: Ranks loaded unless asked otherwise: deprecated statements are known to be wrong.
+DEFAULT_RANKS = frozenset({"preferred", "normal"})
+
+#: Relations never emitted as FACT edges: they become EntityRecord.types / superclasses.
+TYPE_RELATIONS = frozenset({INSTANCE_OF, SUBCLASS_OF})
+
+
+@dataclass(frozen=True)
+class Filters:
+    """Selection applied by every loader, so that the choice never depends on the format.
+
+    ``relations`` None means every relation. P31/P279 are always read (they become types), but
+    only emitted as types, never as facts. ``limit`` counts item entities yielded.
+    """
+
+    relations: frozenset[str] | None = None
+    language: str = "en"
+    ranks: frozenset[str] = DEFAULT_RANKS
+    limit: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.relations is not None:
+            bad = sorted(p for p in self.relations if not is_pid(p))
+            if bad:
+                raise InputError(f"not a Wikidata property id: {', '.join(bad)}")
+        if not LANG_RE.match(self.language):
+            raise InputError(f"not a language code: {self.language!r}")
+        unknown = sorted(set(self.ranks) - set(RANKS))
+        if unknown:
+            raise InputError(f"unknown rank(s) {', '.join(unknown)}; use {', '.join(RANKS)}")
+        if self.limit is not None and self.limit < 0:
+            raise InputError(f"entity limit must be >= 0, got {self.limit}")
+
+    @classmethod
+    def make(
+        cls,
+        relations: Iterable[str] | None = None,
+        language: str = "en",
+        ranks: Iterable[str] | None = None,
+        limit: int | None = None,
+    ) -> Filters:
+        """Build from plain arguments (lists from the CLI); validates every value."""
+        return cls(
+            relations=None if relations is None else frozenset(relations),
+            language=language.lower(),
+            ranks=DEFAULT_RANKS if ranks is None else frozenset(ranks),
+            limit=limit,
+        )
+
+    def wants_relation(self, pid: str) -> bool:
+        return self.relations is None or pid in self.relations
+
+
+class SkipCounter:
+    """Counts skipped statements per reason for one entity and emits one SkipRecord per reason.
+
+    One record per (entity, reason) keeps the record stream small on a full dump while still
+    letting the ingest report every skip with its reason and where it happened.
+    """
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+
+    def add(self, reason: str, n: int = 1) -> None:
+        self.counts[reason] += n
+
+    def flush(self, location: str) -> Iterator[SkipRecord]:
+        for reason, n in sorted(self.counts.items()):
+            yield SkipRecord(reason=reason, location=location, count=n)
+        self.counts.clear()
+
+
+# Skip reasons (documented in docs/loaders.md).
+SKIP_DEPRECATED = "rank:deprecated"
+SKIP_RELATION = "relation-not-selected"
+SKIP_SOMEVALUE = "value:somevalue"
+SKIP_NOVALUE = "value:novalue"
+SKIP_TRUTHY_DUP = "truthy-covered-by-statement"
+
+
+def skip_value(kind: str) -> str:
+    """Reason for a statement whose value is not an item, naming the value type."""
+    return f"value:{kind}"
+
+
+def skip_entity(kind: str) -> str:
+    return f"entity:{kind}"
+
+
+# --------------------------------------------------------------------------- input files
+
+_COMPRESSED: dict[str, Callable[[Path], BinaryIO]] = {
+    ".gz": lambda p: gzip.GzipFile(p, "rb"),  # type: ignore[arg-type,return-value,dict-item]  # noqa: SIM115
+    ".bz2": lambda p: bz2.BZ2File(p, "rb"),  # type: ignore[return-value,dict-item]  # noqa: SIM115
+}
+
+
+def compression_of(path: Path) -> str | None:
+    suffix = path.suffix.lower()
+    return suffix[1:] if suffix in _COMPRESSED else None
+
+
+def base_suffix(path: Path) -> str:
+    """The format extension under any compression: ``dump.json.bz2`` → ``.json``."""
+    if compression_of(path):
+        return Path(path.stem).suffix.lower()
+    return path.suffix.lower()
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """Open plain, gzip or bzip2 text for streaming reads (never loads the whole file)."""
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    if p.is_dir():
+        raise InputError(f"{p}: is a directory, not a file")
+    opener = _COMPRESSED.get(p.suffix.lower())
+    try:
+        if opener is not None:
+            return io.TextIOWrapper(opener(p), encoding="utf-8", errors="strict", newline="")
+        return open(p, encoding="utf-8", errors="strict", newline="")
+    except OSError as exc:
+        raise InputError(f"{p}: cannot open ({exc})") from exc
+
+
+# --------------------------------------------------------------------------- time values
+
+_TIME_PARTS = re.compile(r"^([+-]?)(\d+)-(\d{1,2})-(\d{1,2})(T.*)?$")
+
+
+def calendar_id(uri: str | None) -> str:
+    """``http://www.wikidata.org/entity/Q1985727`` → ``Q1985727``; unknown models kept whole."""
+    if not uri:
+        return GREGORIAN
+    tail = uri.rstrip("/").rsplit("/", 1)[-1]
+    return tail if re.match(r"^Q[1-9][0-9]*$", tail) else uri
+
+
+def _split(time: str) -> tuple[int, int, int, int, str]:
+    m = _TIME_PARTS.match(time.strip())
+    if not m:
+        raise ValueError(f"not a time value: {time!r}")
+    sign = -1 if m.group(1) == "-" else 1
+    rest = m.group(5) or "T00:00:00Z"
+    return sign, int(m.group(2)), int(m.group(3)), int(m.group(4)), rest
+
+
+def _format(sign: int, year: int, month: int, day: int, rest: str) -> str:
+    return f"{'-' if sign < 0 else '+'}{year:04d}-{month:02d}-{day:02d}{rest}"
+
+
+def canonical_time(time: str, precision: int) -> str:
+    """Wikidata's JSON form with the parts finer than ``precision`` zeroed.
+
+    ``+1952-01-01T00:00:00Z`` at year precision becomes ``+1952-00-00T00:00:00Z`` (what
+    Wikidata writes today), so that old and new JSON, and RDF, agree. Years keep their sign and
+    all their digits: no ``datetime`` is involved, so 200 BCE and year 2,000,000,200 survive.
+    """
+    sign, year, month, day, rest = _split(time)
+    if precision <= PRECISION_YEAR:
+        month = day = 0
+    elif precision == PRECISION_MONTH:
+        day = 0
+    return _format(sign, year, month, day, rest)
+
+
+def time_from_json(value: dict[str, object]) -> TimeValue:
+    """A JSON ``time`` datavalue → TimeValue (canonical string, precision, calendar)."""
+    precision = int(value.get("precision", PRECISION_DAY))  # type: ignore[call-overload]
+    time = str(value["time"])
+    return TimeValue(
+        time=canonical_time(time, precision),
+        precision=precision,
+        calendar=calendar_id(str(value.get("calendarmodel") or "")),
+    )
+
+
+def _gregorian_to_jdn(year: int, month: int, day: int) -> int:
+    a = (14 - month) // 12
+    y = year + 4800 - a
+    m = month + 12 * a - 3
+    return day + (153 * m + 2) // 5 + 365 * y + y // 4 - y // 100 + y // 400 - 32045
+
+
+def _jdn_to_julian(jdn: int) -> tuple[int, int, int]:
+    c = jdn + 32082
+    d = (4 * c + 3) // 1461
+    e = c - (1461 * d) // 4
+    m = (5 * e + 2) // 153
+    day = e - (153 * m + 2) // 5 + 1
+    month = m + 3 - 12 * (m // 10)
+    year = d - 4800 + m // 10
+    return year, month, day
+
+
+def time_from_rdf(
+    lexical: str,
+    *,
+    is_xsd_datetime: bool,
+    precision: int | None,
+    calendar: str | None,
+) -> TimeValue:
+    """An RDF time literal (plus its value node, when present) → the same TimeValue as JSON.
+
+    Wikibase writes ``xsd:dateTime`` in XSD 1.1 numbering (astronomical: year 0 = 1 BCE, so
+    JSON ``-0200`` becomes ``-0199``, at year precision or finer), fills unknown month/day with ``01`` and converts Julian
+    dates of day precision to Gregorian. This undoes all three. Values Wikibase could not
+    express as a date are written as a plain string in Wikidata's own form and are kept as is.
+    Without a value node (truthy RDF, trimmed files) the precision is unknown: day is assumed.
+    """
+    prec = PRECISION_DAY if precision is None else precision
+    cal = calendar_id(calendar)
+    if not is_xsd_datetime:
+        return TimeValue(time=canonical_time(lexical, prec), precision=prec, calendar=cal)
+    sign, year, month, day, rest = _split(lexical)
+    astro = sign * year
+    if cal == JULIAN and prec >= PRECISION_DAY and month >= 1 and day >= 1:
+        astro, month, day = _jdn_to_julian(_gregorian_to_jdn(astro, month, day))
+    # Wikibase renumbers negative years only down to year precision; coarser values (decades,
+    # millennia, …) keep the JSON number (checked against Wikibase's Q8 conformance fixture)
+    historical = astro - 1 if astro <= 0 and prec >= PRECISION_YEAR else astro
+    out = _format(-1 if historical < 0 else 1, abs(historical), month, day, rest)
+    return TimeValue(time=canonical_time(out, prec), precision=prec, calendar=cal)
+
+
+def render_qualifier_time(tv: TimeValue) -> str:
+    """How a non-temporal time qualifier is written into ``FactRecord.qualifiers``."""
+    return tv.time
+
+
+def collect(records: Iterable[Record]) -> list[Record]:
+    """Materialize a record stream (tests and small inputs only)."""
+    return list(records)

@@ -1,0 +1,537 @@
+"""Wikidata RDF through rdflib: N-Triples and Turtle, truthy (``wdt:``) and full statements.
+
+Streaming: the file is cut *textually* into groups, one per entity — ``wd:Q42`` together with
+its statement nodes (``wds:Q42-…``) and whatever follows them (value nodes, references,
+sitelinks) up to the next entity — and each group is parsed by rdflib on its own. Memory is
+bounded by one entity, not the file. Turtle keeps its ``@prefix`` header, which is prepended to
+every group. This relies on the layout of Wikidata's dumps (an entity's triples are contiguous);
+the one thing shared across entities in those dumps, time value nodes (``wdv:``), is kept in a
+bounded cache.
+
+A group that rdflib rejects is re-parsed block by block (line by line for N-Triples): the bad
+blocks become ErrorRecords with ``file:line``, the rest of the entity still loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import unquote
+
+import rdflib
+from rdflib import BNode, Graph, Literal, URIRef
+from rdflib.namespace import OWL, RDF, RDFS, SKOS, XSD
+
+from kgprobe.errors import InputError
+from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
+from kgprobe.loaders.common import Filters, base_suffix, open_text, time_from_rdf
+from kgprobe.records import ErrorRecord, Record, RedirectRecord, SkipRecord
+
+SOURCE = "rdf"
+
+WIKIBASE = "http://wikiba.se/ontology#"
+SCHEMA = "http://schema.org/"
+GEO_WKT = "http://www.opengis.net/ont/geosparql#wktLiteral"
+RANK_IRIS = {
+    WIKIBASE + "PreferredRank": "preferred",
+    WIKIBASE + "NormalRank": "normal",
+    WIKIBASE + "DeprecatedRank": "deprecated",
+}
+_NUMERIC = {str(XSD.decimal), str(XSD.integer), str(XSD.double), str(XSD.float)}
+COMMONS_FILE = "http://commons.wikimedia.org/wiki/Special:FilePath/"
+COMMONS_DATA = "http://commons.wikimedia.org/data/main/"
+
+_ENTITY_LOCAL = re.compile(r"^(Q[1-9]\d*|P[1-9]\d*|L[1-9]\d*(?:-[FS][1-9]\d*)?|M[1-9]\d*)$")
+_STATEMENT_OWNER = re.compile(r"^([QPLMqplm][1-9]\d*)[-$]")
+_PID = re.compile(r"^P[1-9]\d*$")
+_PREFIX_LINE = re.compile(r"^\s*(@prefix|@base|prefix|base)\b", re.IGNORECASE)
+_PREFIX_DECL = re.compile(r"^\s*@?prefix\s+([A-Za-z][\w.-]*)?:\s*<([^>]*)>", re.IGNORECASE)
+_STRIP_TOKENS = re.compile(
+    r'<[^>\s]*>|"""(?:[^"\\]|\\.|"(?!""))*"""|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\''
+)
+#: a time value node: (lexical, is xsd:dateTime, precision, calendar IRI)
+TimeInfo = tuple[str, bool, int | None, str | None]
+#: how many time value nodes to remember across entities (Wikidata dumps emit each only once)
+VALUE_CACHE_SIZE = 20_000
+
+
+@dataclass(frozen=True)
+class Namespaces:
+    """Where a Wikibase puts entities, properties and statements.
+
+    Wikidata by default; ``Namespaces.for_base("http://acme.test/")`` for the Wikibase test
+    namespace (entities ``base+Q1``, properties ``base+prop/…``, statements ``base+statement/…``).
+    """
+
+    entity: str = "http://www.wikidata.org/entity/"
+    prop: str = "http://www.wikidata.org/prop/"
+    statement: str = "http://www.wikidata.org/entity/statement/"
+
+    @classmethod
+    def for_base(cls, base: str) -> Namespaces:
+        return cls(entity=base, prop=base + "prop/", statement=base + "statement/")
+
+    def entity_id(self, iri: str) -> str | None:
+        if iri.startswith(self.entity):
+            local = iri[len(self.entity) :]
+            if _ENTITY_LOCAL.match(local):
+                return local
+        return None
+
+    def owner(self, iri: str) -> str | None:
+        """The entity a subject belongs to, where its IRI says so (entity or statement node)."""
+        eid = self.entity_id(iri)
+        if eid is not None:
+            return eid
+        if iri.startswith(self.statement):
+            m = _STATEMENT_OWNER.match(iri[len(self.statement) :])
+            if m:
+                return m.group(1).upper()
+        return None
+
+    def prop_kind(self, iri: str) -> tuple[str, str] | None:
+        """``(kind, pid)`` for a property-derived predicate: kind ∈ p, direct, statement, …"""
+        if not iri.startswith(self.prop):
+            return None
+        rest = iri[len(self.prop) :]
+        kind, _, pid = rest.rpartition("/")
+        if not _PID.match(pid):
+            return None
+        return (kind or "p"), pid
+
+
+@contextlib.contextmanager
+def _lexical_literals() -> Iterator[None]:
+    """Keep literals' lexical forms (``+19.76…``, ``-0199-…``) and silence rdflib's cast warnings.
+
+    rdflib normalizes literals at parse time and logs a traceback for every year it cannot hold
+    in a ``datetime``; Wikidata has many such years and the lexical form is the truth.
+    """
+    old = rdflib.NORMALIZE_LITERALS
+    log = logging.getLogger("rdflib.term")
+    old_level = log.level
+    rdflib.NORMALIZE_LITERALS = False
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        rdflib.NORMALIZE_LITERALS = old
+        log.setLevel(old_level)
+
+
+@dataclass
+class _Block:
+    text: str
+    line: int
+
+
+@dataclass
+class _Group:
+    owner: str | None
+    blocks: list[_Block] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- text → groups
+
+
+def _nt_subject(line: str) -> str | None:
+    if line.startswith("<"):
+        end = line.find(">")
+        return line[1:end] if end > 0 else None
+    return None
+
+
+def _nt_groups(fh: Iterator[str], ns: Namespaces) -> Iterator[_Group]:
+    group = _Group(owner=None)
+    for lineno, line in enumerate(fh, start=1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        subj = _nt_subject(s)
+        owner = ns.owner(subj) if subj else None
+        if owner is not None and owner != group.owner:
+            if group.owner is None:
+                # what came before the first entity (headers, or statement nodes written
+                # ahead of their entity) belongs with it
+                group.owner = owner
+            else:
+                yield group
+                group = _Group(owner=owner)
+        group.blocks.append(_Block(s, lineno))
+    if group.blocks:
+        yield group
+
+
+def _turtle_statement_end(clean: str) -> bool:
+    # strings, IRIs and comments are already stripped; a local name cannot end with "."
+    return clean.rstrip().endswith(".")
+
+
+def _turtle_blocks(
+    fh: Iterator[str], prefixes: dict[str, str], header: list[str]
+) -> Iterator[_Block]:
+    """Top-level Turtle statements with their first line; prefix lines go to ``header``."""
+    buf: list[str] = []
+    start = 0
+    depth = 0
+    in_long = False
+    for lineno, line in enumerate(fh, start=1):
+        if not buf and not in_long:
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            if _PREFIX_LINE.match(line):
+                header.append(line.rstrip("\n") + ("\n" if line.endswith("\n") else "\n"))
+                m = _PREFIX_DECL.match(line)
+                if m:
+                    prefixes[m.group(1) or ""] = m.group(2)
+                continue
+            start = lineno
+        buf.append(line)
+        if line.count('"""') % 2 == 1:
+            in_long = not in_long
+        if in_long:
+            continue
+        clean = _STRIP_TOKENS.sub('""', line)
+        hash_at = clean.find("#")
+        if hash_at >= 0:
+            clean = clean[:hash_at]
+        depth += clean.count("[") + clean.count("(") - clean.count("]") - clean.count(")")
+        if depth <= 0 and _turtle_statement_end(clean):
+            yield _Block("".join(buf), start)
+            buf = []
+            depth = 0
+    if buf and "".join(buf).strip():
+        yield _Block("".join(buf), start)
+
+
+def _turtle_subject(text: str, prefixes: dict[str, str]) -> str | None:
+    s = text.lstrip()
+    if s.startswith("<"):
+        end = s.find(">")
+        return s[1:end] if end > 0 else None
+    m = re.match(r"([A-Za-z][\w.-]*)?:([^\s;,]*)", s)
+    if m and (m.group(1) or "") in prefixes:
+        return prefixes[m.group(1) or ""] + m.group(2)
+    return None
+
+
+def _turtle_groups(
+    fh: Iterator[str], ns: Namespaces, prefixes: dict[str, str], header: list[str]
+) -> Iterator[_Group]:
+    group = _Group(owner=None)
+    for block in _turtle_blocks(fh, prefixes, header):
+        subj = _turtle_subject(block.text, prefixes)
+        owner = ns.owner(subj) if subj else None
+        if owner is not None and owner != group.owner:
+            if group.owner is None:
+                # what came before the first entity (headers, or statement nodes written
+                # ahead of their entity) belongs with it
+                group.owner = owner
+            else:
+                yield group
+                group = _Group(owner=owner)
+        group.blocks.append(block)
+    if group.blocks:
+        yield group
+
+
+# --------------------------------------------------------------------------- graph → entities
+
+
+def _short_error(exc: BaseException) -> str:
+    msg = " ".join(str(exc).split())
+    return msg[:300] or exc.__class__.__name__
+
+
+def term_value(obj: object, ns: Namespaces, info: TimeInfo | None = None) -> Value:
+    """Classify an RDF term the way the JSON loader classifies a snak (same kinds, same text).
+
+    ``info`` is the (lexical, is_xsd, precision, calendar) of the time value node, when known.
+    """
+    if isinstance(obj, BNode) or (isinstance(obj, URIRef) and "/.well-known/genid/" in str(obj)):
+        return Value(kind="somevalue")
+    if isinstance(obj, URIRef):
+        iri = str(obj)
+        eid = ns.entity_id(iri)
+        if eid is not None:
+            if eid.startswith("Q"):
+                return Value(kind="item", text=eid)
+            kind = {"P": "property", "L": "lexeme", "M": "mediainfo"}[eid[0]]
+            if "-F" in eid:
+                kind = "form"
+            elif "-S" in eid:
+                kind = "sense"
+            return Value(kind=kind, text=eid)
+        if iri.startswith(COMMONS_FILE):
+            return Value(kind="string", text=unquote(iri[len(COMMONS_FILE) :]).replace("_", " "))
+        if iri.startswith(COMMONS_DATA):
+            return Value(kind="string", text=unquote(iri[len(COMMONS_DATA) :]))
+        return Value(kind="string", text=iri)
+    if isinstance(obj, Literal):
+        lex = str(obj)
+        if obj.datatype == XSD.dateTime or info is not None:
+            prec = info[2] if info else None
+            cal = info[3] if info else None
+            try:
+                tv = time_from_rdf(
+                    lex, is_xsd_datetime=obj.datatype == XSD.dateTime, precision=prec, calendar=cal
+                )
+            except ValueError:
+                return Value(kind="time", text=lex)
+            return Value(kind="time", text=tv.time, time=tv)
+        if obj.language:
+            return Value(kind="monolingualtext", text=lex)
+        if obj.datatype is not None and str(obj.datatype) in _NUMERIC:
+            return Value(kind="quantity", text=lex)
+        if obj.datatype is not None and str(obj.datatype) == GEO_WKT:
+            return Value(kind="globecoordinate", text=lex)
+        return Value(kind="string", text=lex)
+    return Value(kind="string", text=str(obj))
+
+
+class _RdfReader:
+    def __init__(self, path: Path, fmt: str, filters: Filters, ns: Namespaces, source: str):
+        self.path = path
+        self.fmt = fmt
+        self.filters = filters
+        self.ns = ns
+        self.source = source
+        self.values: OrderedDict[str, TimeInfo] = OrderedDict()
+        self.items = 0
+
+    # -- parsing ---------------------------------------------------------------------------
+
+    def _parse(self, text: str, header: str) -> Graph:
+        g = Graph()
+        with _lexical_literals():
+            g.parse(data=header + text, format="nt" if self.fmt == "nt" else "turtle")
+        return g
+
+    def parse_group(self, group: _Group, header: str) -> tuple[Graph, list[ErrorRecord]]:
+        text = (
+            "\n".join(b.text for b in group.blocks)
+            if self.fmt == "nt"
+            else "".join(b.text for b in group.blocks)
+        )
+        try:
+            return self._parse(text, header), []
+        except Exception:  # noqa: BLE001 - rdflib raises many types; find the bad block below
+            pass
+        g = Graph()
+        errors: list[ErrorRecord] = []
+        for b in group.blocks:
+            try:
+                g += self._parse(b.text + ("\n" if self.fmt == "nt" else ""), header)
+            except Exception as exc:  # noqa: BLE001
+                errors.append(
+                    ErrorRecord(location=f"{self.path}:{b.line}", message=_short_error(exc))
+                )
+        return g, errors
+
+    # -- values ----------------------------------------------------------------------------
+
+    def remember_values(self, g: Graph) -> None:
+        tv = URIRef(WIKIBASE + "timeValue")
+        for node, lit in g.subject_objects(tv):
+            if not isinstance(lit, Literal):
+                continue
+            prec = g.value(node, URIRef(WIKIBASE + "timePrecision"))
+            cal = g.value(node, URIRef(WIKIBASE + "timeCalendarModel"))
+            self.values[str(node)] = (
+                str(lit),
+                lit.datatype == XSD.dateTime,
+                int(str(prec)) if prec is not None else None,
+                str(cal) if cal is not None else None,
+            )
+            self.values.move_to_end(str(node))
+        while len(self.values) > VALUE_CACHE_SIZE:
+            self.values.popitem(last=False)
+
+    def value_of(self, g: Graph, obj: object, value_node: object | None = None) -> Value:
+        info = self.values.get(str(value_node)) if value_node is not None else None
+        return term_value(obj, self.ns, info)
+
+    def _value_with_node(
+        self, g: Graph, subj: URIRef, pid: str, obj: object, value_kind: str
+    ) -> Value:
+        """Resolve a ps:/pq: literal with its psv:/pqv: value node (for time precision)."""
+        node = None
+        if isinstance(obj, Literal):
+            lex = str(obj)
+            for vn in g.objects(subj, URIRef(f"{self.ns.prop}{value_kind}/value/{pid}")):
+                info = self.values.get(str(vn))
+                if info is not None and info[0] == lex:
+                    node = vn
+                    break
+        return self.value_of(g, obj, node)
+
+    # -- entities --------------------------------------------------------------------------
+
+    def _term(self, g: Graph, subj: URIRef, preds: list[URIRef]) -> str | None:
+        lang = self.filters.language
+        for pred in preds:
+            vals = sorted(
+                str(o)
+                for o in g.objects(subj, pred)
+                if isinstance(o, Literal) and (o.language or "").lower() == lang
+            )
+            if vals:
+                return vals[0]
+        return None
+
+    def entity(self, g: Graph, subj: URIRef, eid: str) -> EntityData:
+        ns = self.ns
+        lang = self.filters.language
+        kind = {"Q": "item", "P": "property", "L": "lexeme", "M": "mediainfo"}[eid[0]]
+        ent = EntityData(
+            id=eid,
+            kind=kind,
+            label=self._term(g, subj, [RDFS.label, SKOS.prefLabel, URIRef(SCHEMA + "name")]),
+            description=self._term(g, subj, [URIRef(SCHEMA + "description")]),
+            aliases=sorted(
+                str(o)
+                for o in g.objects(subj, SKOS.altLabel)
+                if isinstance(o, Literal) and (o.language or "").lower() == lang
+            ),
+        )
+        for pred, obj in g.predicate_objects(subj):
+            if pred == RDF.type and isinstance(obj, URIRef):
+                pk = ns.prop_kind(str(obj))
+                if pk and pk[0] == "novalue":
+                    ent.truthy.append((pk[1], Value(kind="novalue")))
+                continue
+            pk = ns.prop_kind(str(pred))
+            if pk is None:
+                continue
+            pkind, pid = pk
+            if pkind == "direct":
+                ent.truthy.append((pid, self.value_of(g, obj)))
+            elif pkind == "p" and isinstance(obj, URIRef | BNode):
+                ent.statements.append(self.statement(g, obj, pid))
+        ent.statements.sort(key=lambda st: (st.pid, st.statement_id or ""))
+        return ent
+
+    def statement(self, g: Graph, node: URIRef | BNode, pid: str) -> Statement:
+        ns = self.ns
+        rank_iri = g.value(node, URIRef(WIKIBASE + "rank"))
+        rank = RANK_IRIS.get(str(rank_iri), "normal") if rank_iri is not None else "normal"
+        main = g.value(node, URIRef(f"{ns.prop}statement/{pid}"))
+        value = (
+            Value(kind="novalue")
+            if main is None
+            else self._value_with_node(g, node, pid, main, "statement")  # type: ignore[arg-type]
+        )
+        qualifiers: list[tuple[str, Value]] = []
+        for pred, obj in g.predicate_objects(node):
+            if pred == RDF.type and isinstance(obj, URIRef):
+                pk = ns.prop_kind(str(obj))
+                if pk and pk[0] == "novalue" and pk[1] != pid:
+                    qualifiers.append((pk[1], Value(kind="novalue")))
+                continue
+            pk = ns.prop_kind(str(pred))
+            if pk and pk[0] == "qualifier":
+                qualifiers.append((pk[1], self._value_with_node(g, node, pk[1], obj, "qualifier")))  # type: ignore[arg-type]
+        iri = str(node)
+        sid = iri[len(ns.statement) :] if iri.startswith(ns.statement) else iri.rsplit("/", 1)[-1]
+        qualifiers.sort(key=lambda q: (q[0], q[1].kind, q[1].text))
+        return Statement(pid=pid, value=value, rank=rank, statement_id=sid, qualifiers=qualifiers)
+
+    def entities(self, group: _Group, header: str) -> Iterator[EntityData | Record]:
+        """Parse one group; yield its errors, redirects, skipped entities and EntityData."""
+        g, errors = self.parse_group(group, header)
+        yield from errors
+        self.remember_values(g)
+        location = f"{self.path}:{group.blocks[0].line}"
+        subjects = sorted({s for s in g.subjects() if isinstance(s, URIRef)}, key=str)
+        for subj in subjects:
+            eid = self.ns.entity_id(str(subj))
+            if eid is None:
+                continue
+            targets = sorted(
+                t for o in g.objects(subj, OWL.sameAs) if (t := self.ns.entity_id(str(o)))
+            )
+            if targets:
+                yield RedirectRecord(source=eid, target=targets[0])
+                continue
+            ent = self.entity(g, subj, eid)
+            if ent.kind not in ("item", "property"):
+                yield SkipRecord(reason=f"entity:{ent.kind}", location=location)
+                continue
+            yield ent
+
+    def records(self, group: _Group, header: str) -> Iterator[Record]:
+        location = f"{self.path}:{group.blocks[0].line}"
+        for item in self.entities(group, header):
+            if not isinstance(item, EntityData):
+                yield item
+                continue
+            if item.kind == "item":
+                if self.filters.limit is not None and self.items >= self.filters.limit:
+                    return
+                self.items += 1
+            yield from entity_records(item, self.filters, location, self.source)
+
+
+RDF_FORMATS = {".nt": "nt", ".ttl": "turtle", ".turtle": "turtle", ".ntriples": "nt"}
+
+
+def _reader_groups(
+    path: str | Path, fmt: str | None, filters: Filters, ns: Namespaces, source: str
+) -> Iterator[tuple[_RdfReader, _Group, str]]:
+    p = Path(path)
+    kind = fmt or RDF_FORMATS.get(base_suffix(p))
+    if kind not in ("nt", "turtle"):
+        raise InputError(f"{p}: not an RDF file this loader reads (use .nt or .ttl)")
+    reader = _RdfReader(p, kind, filters, ns, source)
+    with open_text(p) as fh:
+        try:
+            if kind == "nt":
+                for group in _nt_groups(fh, ns):
+                    yield reader, group, ""
+            else:
+                prefixes: dict[str, str] = {}
+                header: list[str] = []
+                for group in _turtle_groups(fh, ns, prefixes, header):
+                    yield reader, group, "".join(header)
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from exc
+
+
+def load_rdf(
+    path: str | Path,
+    filters: Filters | None = None,
+    *,
+    fmt: str | None = None,
+    namespaces: Namespaces | None = None,
+    source: str = SOURCE,
+) -> Iterator[Record]:
+    """Stream records from Wikidata N-Triples or Turtle (plain, .gz or .bz2).
+
+    ``fmt`` is ``"nt"`` or ``"turtle"``; by default taken from the extension.
+    """
+    f = filters or Filters()
+    for reader, group, header in _reader_groups(path, fmt, f, namespaces or Namespaces(), source):
+        yield from reader.records(group, header)
+        if f.limit is not None and reader.items >= f.limit:
+            return
+
+
+def rdf_entities(
+    path: str | Path,
+    *,
+    fmt: str | None = None,
+    namespaces: Namespaces | None = None,
+    language: str = "en",
+) -> Iterator[EntityData | Record]:
+    """Unfiltered :class:`EntityData` (all statements, any value type) — for comparisons."""
+    f = Filters(language=language)
+    for reader, group, header in _reader_groups(path, fmt, f, namespaces or Namespaces(), SOURCE):
+        yield from reader.entities(group, header)
+
+
+__all__ = ["Namespaces", "SOURCE", "TimeInfo", "load_rdf", "rdf_entities", "term_value"]

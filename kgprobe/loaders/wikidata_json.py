@@ -1,0 +1,270 @@
+"""Wikidata JSON: the entity dump (``[`` / one entity per line / ``]``) and entity documents.
+
+Dumps (``.json``, ``.json.gz``, ``.json.bz2``) are read line by line, so memory does not grow
+with the file. Entity documents — ``Special:EntityData`` (``{"entities": {...}}``),
+``wbgetentities`` responses (also the older flavour whose item values carry only a
+``numeric-id``), and a bare entity object — are small by nature and parsed whole.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kgprobe.errors import InputError
+from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
+from kgprobe.loaders.common import (
+    Filters,
+    canonical_time,
+    open_text,
+    skip_entity,
+    time_from_json,
+)
+from kgprobe.records import (
+    EntityRecord,
+    ErrorRecord,
+    Record,
+    RedirectRecord,
+    SkipRecord,
+    is_pid,
+    is_qid,
+)
+
+SOURCE = "wikidata-json"
+
+
+# --------------------------------------------------------------------------- snaks → values
+
+
+def _entity_value(v: dict[str, Any]) -> Value:
+    etype = str(v.get("entity-type", "item"))
+    eid = v.get("id")
+    if eid is None:  # older flavour: only the numeric id
+        prefix = {"item": "Q", "property": "P", "lexeme": "L"}.get(etype)
+        if prefix is None or "numeric-id" not in v:
+            return Value(kind=etype)
+        eid = f"{prefix}{int(v['numeric-id'])}"
+    eid = str(eid)
+    if etype == "item" and is_qid(eid):
+        return Value(kind="item", text=eid)
+    return Value(kind=etype, text=eid)
+
+
+def snak_value(snak: dict[str, Any]) -> Value:
+    """One JSON snak → :class:`Value`; raises KeyError/TypeError/ValueError on malformed input."""
+    snaktype = snak.get("snaktype", "value")
+    if snaktype in ("somevalue", "novalue"):
+        return Value(kind=snaktype)
+    dv = snak["datavalue"]
+    dtype = dv["type"]
+    val = dv["value"]
+    if dtype == "wikibase-entityid":
+        return _entity_value(val)
+    if dtype == "string":
+        return Value(kind="string", text=str(val))
+    if dtype == "time":
+        tv = time_from_json(val)
+        return Value(kind="time", text=tv.time, time=tv)
+    if dtype == "quantity":
+        return Value(kind="quantity", text=str(val["amount"]))
+    if dtype == "globecoordinate":
+        return Value(kind="globecoordinate", text=f"Point({val['longitude']} {val['latitude']})")
+    if dtype == "monolingualtext":
+        return Value(kind="monolingualtext", text=str(val["text"]))
+    return Value(kind=str(dtype), text=json.dumps(val, sort_keys=True))
+
+
+def _term(terms: Any, language: str) -> str | None:
+    if not isinstance(terms, dict):
+        return None  # empty terms serialise as [] in the dump
+    t = terms.get(language)
+    return str(t["value"]) if isinstance(t, dict) and "value" in t else None
+
+
+def _aliases(terms: Any, language: str) -> list[str]:
+    if not isinstance(terms, dict):
+        return []
+    return [str(a["value"]) for a in terms.get(language, []) or []]
+
+
+def entity_from_json(obj: dict[str, Any], language: str = "en") -> EntityData:
+    """Parse one entity object (any flavour) into the format-neutral :class:`EntityData`."""
+    eid = str(obj["id"])
+    kind = str(obj.get("type", "item"))
+    ent = EntityData(
+        id=eid,
+        kind=kind,
+        label=_term(obj.get("labels"), language),
+        aliases=_aliases(obj.get("aliases"), language),
+        description=_term(obj.get("descriptions"), language),
+    )
+    if kind not in ("item", "property"):
+        return ent
+    claims = obj.get("claims", obj.get("statements")) or {}
+    if not isinstance(claims, dict):
+        raise TypeError("claims is not an object")
+    for pid, statements in claims.items():
+        if not is_pid(pid):
+            raise ValueError(f"bad property id in claims: {pid!r}")
+        for st in statements:
+            qualifiers: list[tuple[str, Value]] = []
+            for qpid, snaks in (st.get("qualifiers") or {}).items():
+                for snak in snaks:
+                    qualifiers.append((qpid, snak_value(snak)))
+            ent.statements.append(
+                Statement(
+                    pid=pid,
+                    value=snak_value(st["mainsnak"]),
+                    rank=str(st.get("rank", "normal")),
+                    statement_id=st.get("id"),
+                    qualifiers=qualifiers,
+                )
+            )
+    return ent
+
+
+def records_from_entity(
+    obj: dict[str, Any], filters: Filters, location: str, source: str = SOURCE
+) -> Iterator[Record]:
+    """Records for one entity object; non-items/properties become a counted skip."""
+    kind = str(obj.get("type", "item"))
+    if "missing" in obj:
+        yield SkipRecord(reason=skip_entity("missing"), location=location)
+        return
+    if kind not in ("item", "property"):
+        yield SkipRecord(reason=skip_entity(kind), location=location)
+        return
+    ent = entity_from_json(obj, filters.language)
+    yield from entity_records(ent, filters, location, source)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _entity_stream(
+    entities: Iterator[tuple[str, Any]], filters: Filters, source: str
+) -> Iterator[Record]:
+    """Apply the entity limit and turn per-entity parse failures into ErrorRecords."""
+    items = 0
+    for location, obj in entities:
+        if filters.limit is not None and items >= filters.limit:
+            return
+        if isinstance(obj, (ErrorRecord, RedirectRecord, SkipRecord)):
+            yield obj
+            continue
+        if not isinstance(obj, dict) or "id" not in obj and "missing" not in obj:
+            yield ErrorRecord(location=location, message="not a Wikidata entity object")
+            continue
+        try:
+            recs = list(records_from_entity(obj, filters, location, source))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            yield ErrorRecord(location=location, message=f"malformed entity: {exc!r}")
+            continue
+        if any(isinstance(r, EntityRecord) for r in recs):
+            items += 1
+        yield from recs
+
+
+def _dump_lines(path: Path, fh: Any, first_lineno: int) -> Iterator[tuple[str, Any]]:
+    """Entities of a dump file, one per line; trailing commas and the closing ``]`` handled."""
+    for lineno, line in enumerate(fh, start=first_lineno):
+        s = line.strip()
+        if not s or s in ("[", "]"):
+            continue
+        if s.endswith(","):
+            s = s[:-1]
+        loc = f"{path}:{lineno}"
+        try:
+            yield loc, json.loads(s)
+        except json.JSONDecodeError as exc:
+            yield (
+                loc,
+                ErrorRecord(location=loc, message=f"invalid JSON: {exc.msg} at column {exc.colno}"),
+            )
+
+
+def _document_entities(path: Path, doc: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(doc, dict) and "error" in doc and "entities" not in doc:
+        err = doc["error"]
+        info = err.get("info", err) if isinstance(err, dict) else err
+        raise InputError(f"{path}: API error response: {info}")
+    if isinstance(doc, dict) and isinstance(doc.get("entities"), dict):
+        for key, obj in doc["entities"].items():
+            loc = f"{path}#{key}"
+            if isinstance(obj, dict):
+                target = obj.get("id")
+                redirect = obj.get("redirects")
+                if isinstance(redirect, dict) and "from" in redirect and "to" in redirect:
+                    yield (
+                        loc,
+                        RedirectRecord(source=str(redirect["from"]), target=str(redirect["to"])),
+                    )
+                elif target and key != target and is_qid(key) and is_qid(str(target)):
+                    yield loc, RedirectRecord(source=key, target=str(target))
+            yield loc, obj
+        return
+    if isinstance(doc, dict) and "id" in doc:
+        yield f"{path}#{doc['id']}", doc
+        return
+    if isinstance(doc, list):
+        for i, obj in enumerate(doc):
+            yield f"{path}#{i}", obj
+        return
+    raise InputError(f"{path}: JSON but not Wikidata entity JSON (no 'entities' or 'id')")
+
+
+def load_json(
+    path: str | Path, filters: Filters | None = None, *, source: str = SOURCE
+) -> Iterator[Record]:
+    """Stream records from a Wikidata JSON dump or entity document (plain, .gz or .bz2).
+
+    The layout is detected from the first line: ``[`` alone (the dump), a complete entity
+    object (JSON lines), or anything else (one document, parsed whole).
+    """
+    p = Path(path)
+    f = filters or Filters()
+    with open_text(p) as fh:
+        try:
+            first = fh.readline()
+            lineno = 1
+            while first and not first.strip():
+                first = fh.readline()
+                lineno += 1
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from exc
+        head = first.strip()
+        if head == "[":
+            yield from _entity_stream(_dump_lines(p, fh, lineno + 1), f, source)
+            return
+        if head.startswith("{"):
+            try:
+                obj = json.loads(head.rstrip(","))
+            except json.JSONDecodeError:
+                obj = None
+            if isinstance(obj, dict) and "id" in obj and "type" in obj and "entities" not in obj:
+                # JSON lines: one entity per line, no enclosing brackets
+                def lines() -> Iterator[tuple[str, Any]]:
+                    yield f"{p}:{lineno}", obj
+                    yield from _dump_lines(p, fh, lineno + 1)
+
+                yield from _entity_stream(lines(), f, source)
+                return
+        try:
+            doc = json.loads(first + fh.read())
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{p}:{exc.lineno + lineno - 1}: not valid JSON ({exc.msg})") from exc
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from exc
+    yield from _entity_stream(_document_entities(p, doc), f, source)
+
+
+__all__ = [
+    "SOURCE",
+    "canonical_time",
+    "entity_from_json",
+    "load_json",
+    "records_from_entity",
+    "snak_value",
+]
