@@ -122,6 +122,7 @@ class Entity:
     description: str | None = None
     popularity: float | None = None
     declared_types: list[str] = field(default_factory=list)
+    declared_source: dict[str, str] = field(default_factory=dict)  # P31 class -> source
 
     def add_label(self, label: str | None) -> None:
         """First label wins; a different label from another dump becomes an alias."""
@@ -285,9 +286,10 @@ class Builder:
         for line in (self.data / "lpaqa" / "TREx_train" / "P31.jsonl").read_text().splitlines():
             r = json.loads(line)
             rows.append((r["sub_uri"], r["obj_uri"], r["obj_label"], "lpaqa-trex"))
-        for subj, cls, cls_label, _source in rows:
+        for subj, cls, cls_label, source in rows:
             if subj in self.entities and cls not in self.entities[subj].declared_types:
                 self.entities[subj].declared_types.append(cls)
+                self.entities[subj].declared_source[cls] = source
                 self.entity(cls).add_label(cls_label)
                 self.counts["declared P31 statements"] += 1
 
@@ -317,7 +319,7 @@ class Builder:
             claims[fact.subject][fact.pid].append(_statement(fact))
         for e in self.entities.values():
             for cls in e.declared_types:
-                claims[e.qid]["P31"].append(_statement(Fact(e.qid, "P31", cls, "declared")))
+                claims[e.qid]["P31"].append(_statement(Fact(e.qid, "P31", cls, e.declared_source[cls])))
         out: list[dict[str, Any]] = []
         for pid in sorted(RELATIONS, key=lambda p: int(p[1:])):
             out.append({

@@ -113,7 +113,8 @@ def _json(path: Path) -> Any:
 
 
 def _file_pid(path: Path, relation: str | None) -> str:
-    pid = relation or _pid_from_name(path)
+    """The PID in the file name; ``relation`` only names a file whose name carries none."""
+    pid = _pid_from_name(path) or relation
     if pid is None:
         raise InputError(f"{path}: cannot tell the relation from the file name; pass --relation")
     return pid
