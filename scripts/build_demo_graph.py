@@ -296,17 +296,25 @@ class Builder:
     # -- output ----------------------------------------------------------------------------
 
     def inferred_types(self) -> dict[str, list[dict[str, str]]]:
-        """Fallback types for objects without a declared P31: the class of each relation's objects."""
-        out: dict[str, list[dict[str, str]]] = collections.defaultdict(list)
+        """Fallback types for objects without a declared P31: the class of each relation's objects.
+
+        One entry per class; ``basis`` lists every relation that implies it
+        (``"range of P19, P27"``).
+        """
+        bases: dict[str, dict[str, list[str]]] = collections.defaultdict(dict)
         for fact in self.facts.values():
-            obj = self.entities[fact.object]
-            if obj.declared_types:
+            if self.entities[fact.object].declared_types:
                 continue
-            cls = RELATIONS[fact.pid][1]
-            entry = {"type": cls, "basis": f"range of {fact.pid}"}
-            if entry not in out[fact.object]:
-                out[fact.object].append(entry)
-        return out
+            pids = bases[fact.object].setdefault(RELATIONS[fact.pid][1], [])
+            if fact.pid not in pids:
+                pids.append(fact.pid)
+        return {
+            qid: [
+                {"type": cls, "basis": "range of " + ", ".join(sorted(pids, key=lambda p: int(p[1:])))}
+                for cls, pids in sorted(by_cls.items(), key=lambda kv: int(kv[0][1:]))
+            ]
+            for qid, by_cls in bases.items()
+        }
 
     def entity_json(self) -> list[dict[str, Any]]:
         for cls, label in CLASS_LABELS.items():
