@@ -277,30 +277,41 @@ class Engine:
         ctx = self._context_ids(r.context)
         trie = None
         max_new = r.max_new_tokens
+        names: dict[tuple[int, ...], str] = {}
         if r.allowed is not None:
-            seqs = [self.tok.causal_pair(r.context, a, r.add_eos).continuation_ids
-                    for a in r.allowed]
-            trie = TrieNode.build(seqs)
-            max_new = max(len(s) for s in seqs)  # the trie's depth bounds the search
+            for a in r.allowed:
+                names.setdefault(self.tok.causal_pair(r.context, a, r.add_eos).continuation_ids, a)
+            trie = TrieNode.build(list(names))
+            max_new = max(len(s) for s in names)  # the trie's depth bounds the search
         found = backend.beam_search(ctx, r.num_beams, max_new, trie)
         return BeamSearchResult(tuple(
-            Hypothesis(self.lm.tokenizer.decode(ids, skip_special_tokens=True), tuple(ids), lp)
+            Hypothesis(names.get(tuple(ids)) or self._continuation_text(ctx, ids), tuple(ids), lp)
             for ids, lp in found
         ))
 
+    def _continuation_text(self, ctx: Sequence[int], ids: Sequence[int]) -> str:
+        """Decode new tokens in their context so a leading space survives (SentencePiece
+        drops it when the tokens are decoded alone)."""
+        tk = self.lm.tokenizer
+        before = tk.decode(list(ctx), skip_special_tokens=True)
+        after = tk.decode(list(ctx) + list(ids), skip_special_tokens=True)
+        if after.startswith(before):
+            return after[len(before):]
+        return tk.decode(list(ids), skip_special_tokens=True)
+
     def _generate(self, r: GenerateRequest) -> GenerateResult:
         backend = self._need_causal("generation")
-        tk = self.lm.tokenizer
+        ctx = self._context_ids(r.context)
 
         def stop_check(ids: list[int]) -> bool:
             if not r.stop:
                 return False
-            text = tk.decode(ids, skip_special_tokens=True)
+            text = self._continuation_text(ctx, ids)
             return any(s in text for s in r.stop)
 
-        ids, lp = backend.generate(self._context_ids(r.context), r.max_new_tokens,
-                                   r.temperature, r.top_p, r.seed, stop_check)
-        text = tk.decode(ids, skip_special_tokens=True)
+        ids, lp = backend.generate(ctx, r.max_new_tokens, r.temperature, r.top_p, r.seed,
+                                   stop_check)
+        text = self._continuation_text(ctx, ids)
         for s in r.stop:
             if s in text:
                 text = text[: text.index(s)]

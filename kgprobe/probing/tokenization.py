@@ -99,8 +99,16 @@ class Tokenization:
             return self.encode(text), None
 
     def decode_tokens(self, ids: tuple[int, ...] | list[int]) -> tuple[str, ...]:
-        """Each id decoded on its own (for per-token displays)."""
-        return tuple(self.tokenizer.decode([i]) for i in ids)
+        """Each id decoded on its own (for per-token displays), keeping a SentencePiece
+        word-start marker as the leading space it stands for."""
+        out = []
+        for i in ids:
+            text = self.tokenizer.decode([i])
+            piece = self.tokenizer.convert_ids_to_tokens(i)
+            if isinstance(piece, str) and piece.startswith("\u2581") and not text.startswith(" "):
+                text = " " + text
+            out.append(text)
+        return tuple(out)
 
     def _prefix(self) -> list[int]:
         return [self.bos_id] if self.add_bos and self.bos_id is not None else []

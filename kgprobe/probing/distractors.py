@@ -1,0 +1,397 @@
+"""Distractor retrieval strategies (distractors paper §3.3): random, sem, temp+sem, appropt.
+
+Each returns up to ``n`` ranked distractors of a fact f = (s, r, o) with the reason each one
+qualified, drawn from Ω(f) (see :mod:`kgprobe.graph.distractors`) — except the temporal ones of
+temp+sem, which are by definition past objects of (s, r). When fewer than ``n`` are found the
+result says why (no type, no alternative, object not indexed, …): an empty list is an answer,
+not an error.
+
+The Cypher lives in ``kgprobe.graph.distractors``, the vectors in ``kgprobe.graph.semantic``,
+the model calls in the scoring engine (ApprOpt sends it one constrained beam search request).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kgprobe.errors import ConfigError
+from kgprobe.graph import distractors as gd
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kgprobe.graph.client import Graph
+    from kgprobe.graph.semantic import IndexSettings, SemanticIndex
+    from kgprobe.probing.engine import Engine
+
+STRATEGIES = ("random", "sem", "temp+sem", "appropt")
+
+REASON_TYPE = "shared type"
+REASON_TEMPORAL = "temporal"
+REASON_SIMILARITY = "similarity"
+REASON_MODEL = "model probability"
+
+#: Ω(f) up to this size is read whole and the semantic search is exact over it; a larger one
+#: is checked batch by batch against the index's nearest neighbours (one round trip a batch).
+OMEGA_READ_LIMIT = 50_000
+#: ApprOpt builds its token trie over at most this many candidate entities (QID order).
+APPROPT_MAX_CANDIDATES = 5_000
+
+
+@dataclass
+class Distractor:
+    """One distractor, its rank (1 = hardest according to the strategy) and why it qualified."""
+
+    rank: int
+    qid: str
+    label: str | None
+    reason: str
+    score: float | None = None  # cosine similarity (sem) or log-probability (appropt)
+    shared_types: list[str] = field(default_factory=list)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class DistractorList:
+    subject: str
+    relation: str
+    object: str
+    object_label: str | None
+    strategy: str
+    n: int
+    seed: int
+    reference_date: int
+    distractors: list[Distractor] = field(default_factory=list)
+    #: why the list is shorter than n (None when it is full)
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- strategies ---------------------------------------------------------------------------------
+
+
+def _short_reason(ctx: gd.FactContext, what: str) -> str:
+    if not ctx.object_types:
+        return f"object {ctx.object} has no type (no INSTANCE_OF or INFERRED_TYPE edge)"
+    return (
+        f"only these {what}: no other labelled entity shares a type ({', '.join(ctx.object_types)}) "
+        f"with {ctx.object}, differs from its labels and is not an object of ({ctx.subject}, {ctx.pid})"
+    )
+
+
+def random_distractors(
+    graph: Graph, ctx: gd.FactContext, n: int, seed: int
+) -> tuple[list[Distractor], str | None]:
+    """Random: a seeded sample of Ω(f) — the paper's lower bound on distractor quality."""
+    if not ctx.object_types:
+        return [], _short_reason(ctx, "random distractors")
+    cands = gd.random_same_type(graph, ctx, n, seed)
+    out = [
+        Distractor(i + 1, c.qid, c.label, REASON_TYPE, None, list(c.shared_types), {"seed": seed})
+        for i, c in enumerate(cands)
+    ]
+    return out, None if len(out) >= n else _short_reason(ctx, f"{len(out)} random distractors")
+
+
+def semantic_distractors(
+    graph: Graph,
+    ctx: gd.FactContext,
+    n: int,
+    index: SemanticIndex,
+    *,
+    skip: Sequence[str] = (),
+) -> tuple[list[Distractor], str | None]:
+    """Sem: the members of Ω(f) whose vectors are closest (cosine) to o's."""
+    if not ctx.object_types:
+        return [], _short_reason(ctx, "semantic distractors")
+    if ctx.object not in index:
+        return (
+            [],
+            f"object {ctx.object} is not in the semantic index (rebuild it: the graph changed?)",
+        )
+    skip_set = set(skip)
+    cands = gd.typed_candidates(graph, ctx, limit=OMEGA_READ_LIMIT + 1)
+    info: dict[str, gd.Candidate] = {}
+    if len(cands) <= OMEGA_READ_LIMIT:
+        info = {c.qid: c for c in cands if c.qid not in skip_set}
+        hits = index.neighbours(ctx.object, n, allowed=list(info))
+    else:
+
+        def check(batch: list[str]) -> list[str]:
+            ok = gd.omega_filter(graph, ctx, [q for q in batch if q not in skip_set])
+            info.update((c.qid, c) for c in ok)
+            return [c.qid for c in ok]
+
+        hits = index.neighbours(ctx.object, n, predicate=check)
+    out = [
+        Distractor(
+            i + 1,
+            h.qid,
+            info[h.qid].label,
+            REASON_SIMILARITY,
+            round(h.similarity, 6),
+            list(info[h.qid].shared_types),
+        )
+        for i, h in enumerate(hits)
+    ]
+    if len(out) < n:
+        missing = [q for q in info if q not in index]
+        note = f"; {len(missing)} candidates are not in the index (stale?)" if missing else ""
+        return out, _short_reason(ctx, f"{len(out)} semantic distractors") + note
+    return out, None
+
+
+def temporal_semantic_distractors(
+    graph: Graph,
+    ctx: gd.FactContext,
+    n: int,
+    index: SemanticIndex,
+    at: dt.date | str | int | None = None,
+) -> tuple[list[Distractor], str | None]:
+    """Temp+Sem: past objects of (s, r) (most recently valid first), then semantic ones."""
+    temporal = gd.temporal_candidates(graph, ctx, at)[:n]
+    out = [
+        Distractor(
+            i + 1,
+            c.qid,
+            c.label,
+            REASON_TEMPORAL,
+            None,
+            list(c.shared_types),
+            {
+                "last_valid_sort": c.detail.get("last_sort"),
+                "statements": c.detail.get("statements", []),
+            },
+        )
+        for i, c in enumerate(temporal)
+    ]
+    if len(out) >= n:
+        return out, None
+    sem, why = semantic_distractors(graph, ctx, n - len(out), index, skip=[d.qid for d in out])
+    for d in sem:
+        d.rank = len(out) + 1
+        out.append(d)
+    if why and temporal:
+        why = f"{len(temporal)} temporal distractors, then: {why}"
+    return out, why
+
+
+def appropt_distractors(
+    graph: Graph,
+    ctx: gd.FactContext,
+    n: int,
+    engine: Engine,
+    template: str,
+    *,
+    max_candidates: int = APPROPT_MAX_CANDIDATES,
+) -> tuple[list[Distractor], str | None]:
+    """ApprOpt: beam search of width n constrained to the labels of o and of Ω(f), + EOS.
+
+    Every label and alias of each candidate goes into the trie, so an entity reachable through
+    several surface forms (and so several token sequences) is found through any of them and
+    reported once, with its best form. Hypotheses that are o's own labels are dropped; when that
+    or duplicate forms leave fewer than n entities the beam is widened (×2) up to the number of
+    strings in the trie.
+    """
+    from kgprobe.probing.requests import BeamSearchRequest, BeamSearchResult
+    from kgprobe.probing.verbalize import cloze
+
+    if not ctx.object_types:
+        return [], _short_reason(ctx, "ApprOpt distractors")
+    cands = gd.typed_candidates(graph, ctx, limit=max_candidates)
+    if not cands:
+        return [], _short_reason(ctx, "ApprOpt distractors")
+    subject_label = ctx.subject_label or ctx.subject
+    cz = cloze(template, subject_label)
+    forms: dict[str, set[str]] = {}  # normalized form -> qids
+    strings: list[str] = []
+    by_qid = {c.qid: c for c in cands}
+    for c in cands:
+        for name in dict.fromkeys([c.label or "", *c.aliases]):
+            if name:
+                forms.setdefault(gd.normalize_label(name), set()).add(c.qid)
+                strings.append(cz.continuation(name))
+    o_terms = gd.entity_terms(graph, [ctx.object]).get(ctx.object, {})
+    for name in dict.fromkeys([o_terms.get("label") or "", *(o_terms.get("aliases") or [])]):
+        if name:
+            strings.append(cz.continuation(name))
+    strings = list(dict.fromkeys(strings))
+    width = n
+    out: list[Distractor] = []
+    while True:
+        req = BeamSearchRequest(
+            cz.context, num_beams=min(width, len(strings)), allowed=tuple(strings), add_eos=True
+        )
+        res = engine.run([req])[0]
+        assert isinstance(res, BeamSearchResult)
+        out = []
+        seen: set[str] = set()
+        for hyp in res.hypotheses:
+            norm = gd.normalize_label(hyp.text)
+            if norm in ctx.object_labels:
+                continue
+            for q in sorted(forms.get(norm, ()), key=lambda x: (len(x), x)):
+                if q not in seen:
+                    seen.add(q)
+                    c = by_qid[q]
+                    out.append(
+                        Distractor(
+                            len(out) + 1,
+                            q,
+                            c.label,
+                            REASON_MODEL,
+                            round(hyp.logprob, 6),
+                            list(c.shared_types),
+                            {
+                                "form": hyp.text.strip(),
+                                "context": cz.context,
+                                "beam_width": req.num_beams,
+                            },
+                        )
+                    )
+        if len(out) >= n or req.num_beams >= len(strings):
+            break
+        width *= 2
+    out = out[:n]
+    why = None
+    if len(out) < n:
+        why = f"the constrained beam search found {len(out)} distractors among {len(cands)} candidates"
+    return out, why
+
+
+# --- entry points -------------------------------------------------------------------------------
+
+
+def pick_object(graph: Graph, subject: str, pid: str, at: dt.date | str | int | None = None) -> str:
+    """The object of (s, r) a user means when giving none: valid at ``at``, preferred first."""
+    rows = gd.true_objects(graph, subject, pid)
+    if not rows:
+        raise ConfigError(f"no fact ({subject}, {pid}, ?) in the graph; give --object")
+    ref = gd.date_sort_key(at)
+
+    def valid_now(r: dict[str, Any]) -> bool:
+        s, e, p = r.get("start_sort"), r.get("end_sort"), r.get("pit_sort")
+        if s is None and e is None:
+            return p is None or p == ref
+        return (s is None or s <= ref) and (e is None or e > ref)
+
+    rows.sort(
+        key=lambda r: (not valid_now(r), r.get("rank") != "preferred", gd.qid_order(r["qid"]))
+    )
+    return str(rows[0]["qid"])
+
+
+def default_template(graph: Graph, pid: str) -> str:
+    """The relation's first object-last template in the store, else ``[X] <label> [Y].``."""
+    from kgprobe.graph.templates import list_templates
+    from kgprobe.records import STYLE_OBJECT_LAST
+
+    for t in list_templates(graph, pid):
+        if t.style == STYLE_OBJECT_LAST:
+            return t.text
+    rows = graph.read(gd.RELATION_BY_PID, pid=pid)
+    label = (rows[0].get("label") if rows else None) or pid
+    return f"[X] {label} [Y]."
+
+
+def find_distractors(
+    graph: Graph,
+    subject: str,
+    pid: str,
+    obj: str | None = None,
+    *,
+    strategy: str = "temp+sem",
+    n: int = 10,
+    seed: int = 0,
+    at: dt.date | str | int | None = None,
+    index: SemanticIndex | None = None,
+    index_dir: str | Path | None = None,
+    index_settings: IndexSettings | None = None,
+    engine: Engine | None = None,
+    template: str | None = None,
+) -> DistractorList:
+    """Distractors of (subject, pid, obj) by ``strategy``; ids must already be QIDs/PIDs.
+
+    ``index`` (or ``index_dir``, loaded and rebuilt if stale) serves sem and temp+sem;
+    ``engine`` serves appropt, with ``template`` (default: from the template store).
+    """
+    if strategy not in STRATEGIES:
+        raise ConfigError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
+    if n < 1:
+        raise ConfigError("n must be at least 1")
+    gd.check_ids(qids=[subject] + ([obj] if obj else []), pids=[pid])
+    ref = gd.date_sort_key(at)
+    obj = obj or pick_object(graph, subject, pid, ref)
+    ctx = gd.fact_context(graph, subject, pid, obj)
+    result = DistractorList(subject, pid, obj, ctx.object_label, strategy, n, seed, ref)
+    if strategy == "random":
+        found, why = random_distractors(graph, ctx, n, seed)
+    elif strategy in ("sem", "temp+sem"):
+        if index is None:
+            from kgprobe.graph.semantic import ensure_index
+
+            index = ensure_index(graph, index_dir or default_index_dir(), index_settings)
+        if strategy == "sem":
+            found, why = semantic_distractors(graph, ctx, n, index)
+        else:
+            found, why = temporal_semantic_distractors(graph, ctx, n, index, ref)
+    else:
+        if engine is None:
+            raise ConfigError("appropt needs a language model (--model)")
+        found, why = appropt_distractors(
+            graph, ctx, n, engine, template or default_template(graph, pid)
+        )
+    result.distractors = found
+    result.reason = why
+    return result
+
+
+def default_index_dir() -> Path:
+    from kgprobe.config import Settings
+
+    return Path(Settings.load().home) / "indexes" / "semantic"
+
+
+def distractors_command(
+    subject: str,
+    relation: str,
+    obj: str | None = None,
+    *,
+    strategy: str = "temp+sem",
+    n: int = 10,
+    seed: int = 0,
+    at: str | None = None,
+    model: str | None = None,
+    template: str | None = None,
+    index_dir: str | None = None,
+) -> DistractorList:
+    """What ``kgprobe distractors`` runs: connect, resolve labels, find, close."""
+    from kgprobe.graph.client import connect
+
+    with connect() as graph:
+        s = gd.resolve_entity(graph, subject)
+        p = gd.resolve_relation(graph, relation)
+        o = gd.resolve_entity(graph, obj) if obj else None
+        engine = None
+        if strategy == "appropt":
+            from kgprobe.probing.engine import Engine
+            from kgprobe.probing.models import DEFAULT_MODEL, load_model
+
+            engine = Engine(load_model(model or DEFAULT_MODEL))
+        return find_distractors(
+            graph,
+            s,
+            p,
+            o,
+            strategy=strategy,
+            n=n,
+            seed=seed,
+            at=at,
+            engine=engine,
+            template=template,
+            index_dir=index_dir,
+        )
