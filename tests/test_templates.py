@@ -218,3 +218,14 @@ def test_templates_cli_import_and_list(graph, kgprobe_env) -> None:  # type: ign
     assert len(rows) == 14 and {r["pid"] for r in rows} == {"P36"} and {r["source"] for r in rows} == {"pararel"}
     bad = run("import", str(T / "pararel"), "--format", "nonsense")
     assert bad.returncode != 0 and "unknown template format" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_own_templates_import_into_the_graph(graph) -> None:  # type: ignore[no-untyped-def]
+    from kgprobe.graph.templates import demo_paths, import_own_templates, list_templates
+
+    expected = list(read_templates(demo_paths()[1], "kgprobe"))
+    assert import_own_templates(graph) == len(expected) == import_own_templates(graph)
+    stored = list_templates(graph)
+    assert sorted(t.id or "" for t in stored) == sorted(t.id or "" for t in expected)
+    p19 = list_templates(graph, "P19")
+    assert len(p19) >= 3 and any(t.style == STYLE_QUESTION for t in p19)
