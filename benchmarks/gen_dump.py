@@ -1,0 +1,185 @@
+"""Generate a synthetic Wikidata JSON dump of N statements (the real dump's layout and shapes).
+
+Why synthetic: the ingest benchmark needs >= 1M statements and the real dump is ~100 GB; what
+matters for throughput is the shape — ``[``, one entity per line with a trailing comma, ``]``;
+English and German terms; P31 types; item-valued claims, some with P580/P582 qualifiers, some
+preferred or deprecated; a share of non-item values (dates, strings) that loaders must skip.
+Written line by line (memory independent of N); ``.gz`` / ``.bz2`` compress by extension.
+
+    python benchmarks/gen_dump.py /tmp/dump.json.gz --statements 1000000 --seed 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import bz2
+import gzip
+import json
+import random
+import uuid
+from pathlib import Path
+from typing import IO, Any
+
+#: item-valued relations (P31 handled apart) with their share of statements
+RELATIONS = [
+    "P19",
+    "P27",
+    "P69",
+    "P108",
+    "P39",
+    "P102",
+    "P26",
+    "P166",
+    "P106",
+    "P463",
+    "P54",
+    "P17",
+]
+#: relations that get start/end qualifiers now and then
+TEMPORAL = {"P39", "P102", "P26", "P108", "P54", "P463", "P69"}
+CLASSES = ["Q5", "Q515", "Q6256", "Q43229", "Q3918", "Q4830453", "Q11424", "Q7725634"]
+GREGORIAN = "http://www.wikidata.org/entity/Q1985727"
+
+
+def _open(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "wt", encoding="utf-8", compresslevel=1)
+    if path.suffix == ".bz2":
+        return bz2.open(path, "wt", encoding="utf-8")
+    return open(path, "w", encoding="utf-8")
+
+
+def _snak(pid: str, value: dict[str, Any], vtype: str, datatype: str) -> dict[str, Any]:
+    return {
+        "snaktype": "value",
+        "property": pid,
+        "datavalue": {"value": value, "type": vtype},
+        "datatype": datatype,
+    }
+
+
+def _item(pid: str, qid: str) -> dict[str, Any]:
+    return _snak(
+        pid,
+        {"entity-type": "item", "numeric-id": int(qid[1:]), "id": qid},
+        "wikibase-entityid",
+        "wikibase-item",
+    )
+
+
+def _time(pid: str, rng: random.Random) -> dict[str, Any]:
+    year = rng.randint(-300, 2024)
+    year = year if year != 0 else 1
+    precision = rng.choice((9, 11, 11))
+    month, day = (rng.randint(1, 12), rng.randint(1, 28)) if precision == 11 else (0, 0)
+    sign = "-" if year < 0 else "+"
+    value = {
+        "time": f"{sign}{abs(year):04d}-{month:02d}-{day:02d}T00:00:00Z",
+        "timezone": 0,
+        "before": 0,
+        "after": 0,
+        "precision": precision,
+        "calendarmodel": GREGORIAN,
+    }
+    return _snak(pid, value, "time", "time")
+
+
+def _statement(qid: str, mainsnak: dict[str, Any], rng: random.Random, rank: str) -> dict[str, Any]:
+    sid = uuid.UUID(int=rng.getrandbits(128), version=4)
+    return {
+        "mainsnak": mainsnak,
+        "type": "statement",
+        "id": f"{qid}${str(sid).upper()}",
+        "rank": rank,
+    }
+
+
+def _entity(n: int, n_items: int, budget: int, rng: random.Random) -> tuple[dict[str, Any], int]:
+    qid = f"Q{n}"
+    claims: dict[str, list[dict[str, Any]]] = {}
+    used = 0
+
+    def add(pid: str, st: dict[str, Any]) -> None:
+        nonlocal used
+        claims.setdefault(pid, []).append(st)
+        used += 1
+
+    add("P31", _statement(qid, _item("P31", rng.choice(CLASSES)), rng, "normal"))
+    while used < budget:
+        r = rng.random()
+        if r < 0.12:  # a non-item value the loader must skip and count
+            if rng.random() < 0.5:
+                add("P569", _statement(qid, _time("P569", rng), rng, "normal"))
+            else:
+                snak = _snak("P214", str(rng.randint(10**6, 10**9)), "string", "external-id")
+                add("P214", _statement(qid, snak, rng, "normal"))
+            continue
+        pid = rng.choice(RELATIONS)
+        rank = "normal"
+        if r > 0.97:
+            rank = "deprecated"
+        elif r > 0.92:
+            rank = "preferred"
+        st = _statement(qid, _item(pid, f"Q{rng.randint(1, n_items)}"), rng, rank)
+        if pid in TEMPORAL and rng.random() < 0.4:
+            quals: dict[str, list[dict[str, Any]]] = {"P580": [_time("P580", rng)]}
+            if rng.random() < 0.6:
+                quals["P582"] = [_time("P582", rng)]
+            st["qualifiers"] = quals
+            st["qualifiers-order"] = list(quals)
+        add(pid, st)
+    label = f"Entity {n}"
+    ent = {
+        "type": "item",
+        "id": qid,
+        "labels": {
+            "en": {"language": "en", "value": label},
+            "de": {"language": "de", "value": f"Objekt {n}"},
+        },
+        "descriptions": {"en": {"language": "en", "value": f"synthetic item number {n}"}},
+        "aliases": {"en": [{"language": "en", "value": f"E{n}"}]} if rng.random() < 0.5 else {},
+        "claims": claims,
+        "sitelinks": {},
+        "lastrevid": rng.randint(1, 2**31),
+    }
+    return ent, used
+
+
+def write_dump(path: str | Path, n_statements: int, seed: int = 0) -> dict[str, int]:
+    """Write a dump with exactly ``n_statements`` statements; return what was written.
+
+    About 10 statements per entity (between 2 and 18); objects point at other entities of the
+    same dump so the graph is connected. Deterministic for a given seed.
+    """
+    if n_statements < 1:
+        raise ValueError("n_statements must be >= 1")
+    p = Path(path)
+    rng = random.Random(seed)
+    n_items = max(1, n_statements // 10)
+    written = entities = 0
+    with _open(p) as fh:
+        fh.write("[\n")
+        first = True
+        while written < n_statements:
+            entities += 1
+            budget = min(rng.randint(2, 18), n_statements - written)
+            ent, used = _entity(entities, n_items, budget, rng)
+            written += used
+            fh.write(("" if first else ",\n") + json.dumps(ent, separators=(",", ":")))
+            first = False
+        fh.write("\n]\n")
+    return {"entities": entities, "statements": written}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--statements", type=int, default=1_000_000)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    stats = write_dump(args.out, args.statements, args.seed)
+    print(f"wrote {args.out}: {stats['entities']:,} entities, {stats['statements']:,} statements")
+
+
+if __name__ == "__main__":
+    main()
