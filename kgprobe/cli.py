@@ -240,6 +240,34 @@ def demo(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
     )
 
 
+@app.command()
+def score(
+    context: str = typer.Argument(..., help="The context, e.g. \"The capital of France is\"."),
+    candidates: list[str] = typer.Argument(..., help="Continuations to score, e.g. \" Paris\"."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m",
+                              help="Registry name, GGUF file, local HF directory or hub id."),
+    dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (faster on CPU)."),
+    threads: int = typer.Option(1, help="CPU threads for torch."),
+    add_eos: bool = typer.Option(False, "--eos", help="Also score end-of-sequence after each candidate."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Log-probability of each candidate after CONTEXT, per token, and its rank."""
+    import dataclasses
+    import json
+
+    from kgprobe.probing.score import default_score_cache, score_candidates
+
+    rows = score_candidates(context, candidates, model=model, dtype=dtype, threads=threads,
+                            add_eos=add_eos, cache_path=None if no_cache else default_score_cache())
+    if as_json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], ensure_ascii=False))
+        return
+    for r in rows:
+        per_token = " ".join(f"{t!r}:{v:.3f}" for t, v in zip(r.tokens, r.token_logprobs, strict=True))
+        console.print(f"{r.rank:>3}  {r.logprob:9.4f}  {r.candidate!r}  [{per_token}]", highlight=False)
+
+
 def main() -> None:
     """Entry point: run the app, turning expected errors into one line and an exit code."""
     try:

@@ -230,6 +230,22 @@ def _dir_fingerprint(path: Path) -> str:
     return _file_digest(weights)
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """One quick TCP probe, so an offline machine fails in seconds, not after minutes of
+    retries; hub models already in the local HF cache load either way."""
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE") in ("1", "true", "TRUE", "yes"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout):
+            return True
+    except OSError:
+        return False
+
+
 def load_model(
     name: str = DEFAULT_MODEL,
     *,
@@ -282,11 +298,14 @@ def load_model(
         AutoModelForSeq2SeqLM,
         AutoTokenizer,
     )
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     where = str(directory) if directory is not None else name
+    local_only = directory is not None or not _hub_reachable()
     try:
-        config = AutoConfig.from_pretrained(where)
-        tokenizer = AutoTokenizer.from_pretrained(where)
+        config = AutoConfig.from_pretrained(where, local_files_only=local_only)
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
     except (OSError, ValueError) as exc:
         known = ", ".join(REGISTRY)
         raise ConfigError(
@@ -296,7 +315,7 @@ def load_model(
     kind = _model_kind(config)
     auto = {"causal": AutoModelForCausalLM, "masked": AutoModelForMaskedLM,
             "seq2seq": AutoModelForSeq2SeqLM}[kind]
-    model = auto.from_pretrained(where, dtype=tdtype)
+    model = auto.from_pretrained(where, dtype=tdtype, local_files_only=local_only)
     model.to(dev)
     model.eval()
 
