@@ -121,7 +121,7 @@ def bench(n: int, args: argparse.Namespace) -> None:
     lat_f: list[float] = []
     for r in probes[: max(1, len(probes) // 4)]:
         t = time.perf_counter()
-        idx.neighbours(qids[r], args.n, allowed=allowed, brute_force_limit=args.brute_force_limit)
+        idx.neighbours(qids[r], args.n, allowed=allowed)
         lat_f.append(time.perf_counter() - t)
     recall = ""
     if not isinstance(index, faiss.IndexFlat):
@@ -150,17 +150,18 @@ def bench(n: int, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
+    from kgprobe.graph.semantic import IndexSettings
+
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--faiss-only", type=int, nargs="*", default=[])
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--exact-threshold", type=int, default=200_000)
-    ap.add_argument("--nprobe", type=int, default=32)
+    ap.add_argument("--exact-threshold", type=int, default=IndexSettings().exact_threshold)
+    ap.add_argument("--nprobe", type=int, default=IndexSettings().nprobe)
     ap.add_argument("--n", type=int, default=10, help="distractors per query")
     ap.add_argument("--queries", type=int, default=1000)
-    ap.add_argument("--brute-force-limit", type=int, default=100_000)
     ap.add_argument("--threads", type=int, default=1, help="FAISS/BLAS threads for the queries")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()

@@ -92,10 +92,22 @@ def test_filtered_query_is_brute_force_over_the_allowed_set() -> None:
     allowed_rows = list(range(0, 400, 3))
     allowed = [qids[r] for r in allowed_rows]
     want = brute_force(vecs, 10, 8, allowed_rows)
-    for limit in (100_000, 0):  # exact over the set, then ANN-with-filter path
-        got = idx.neighbours(qids[10], 8, allowed=allowed, brute_force_limit=limit)
-        assert all(g.qid in set(allowed) for g in got)
-        assert [g.similarity for g in got] == pytest.approx([w[1] for w in want], abs=1e-5)
+    got = idx.neighbours(qids[10], 8, allowed=allowed)
+    assert [g.similarity for g in got] == pytest.approx([w[1] for w in want], abs=1e-5)
+    assert {g.qid for g in got} <= set(allowed)
+    # IVF whose one probed list holds fewer than 8 allowed entities: nprobe is widened, so the
+    # filter never starves it; similarities are exact for what it returns
+    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    for nprobe in (1, 32):
+        s = IndexSettings(dim=24, exact_threshold=10, nlist=32, nprobe=nprobe)
+        got = SemanticIndex.from_bags(bags, s).neighbours(qids[10], 8, allowed=allowed)
+        assert len(got) == 8 and {g.qid for g in got} <= set(allowed)
+        for g in got:
+            assert g.similarity == pytest.approx(
+                float(unit[10] @ unit[qids.index(g.qid)]), abs=1e-5
+            )
+        if nprobe == 32:  # every list probed: exact
+            assert [g.similarity for g in got] == pytest.approx([w[1] for w in want], abs=1e-5)
     # a predicate (one "round trip" per batch) keeps only what it returns
     odd = idx.neighbours(qids[10], 8, predicate=lambda batch: [q for q in batch if int(q[1:]) % 2])
     assert len(odd) == 8 and all(int(g.qid[1:]) % 2 for g in odd)

@@ -328,7 +328,7 @@ def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int) -> list[
     in batches, so the same graph and seed give the same sample on any server.
     """
     rows = graph.read(TYPED_IDS, o=ctx.object, exclude=ctx.true_objects)
-    ids = sorted({r["qid"] for r in rows}, key=_qid_order)
+    ids = sorted({r["qid"] for r in rows}, key=qid_order)
     random.Random(seed).shuffle(ids)
     out: list[Candidate] = []
     step = max(2 * n, 16)
@@ -339,7 +339,7 @@ def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int) -> list[
     return out[:n]
 
 
-def _qid_order(q: str) -> tuple[int, str]:
+def qid_order(q: str) -> tuple[int, str]:
     return (int(q[1:]), q) if is_qid(q) else (2**62, q)
 
 
@@ -366,7 +366,7 @@ def feature_bags(graph: Graph) -> Iterator[tuple[str, list[str]]]:
     for pid, q in (("P31", BAG_INSTANCE_OF), ("P279", BAG_SUBCLASS_OF)):
         for r in graph.read(q):
             pairs.setdefault(r["s"], []).append((pid, r["o"]))
-    for qid in sorted(pairs, key=_qid_order):
+    for qid in sorted(pairs, key=qid_order):
         yield qid, bag_tokens(qid, sorted(pairs[qid]))
 
 

@@ -329,82 +329,76 @@ class SemanticIndex:
         allowed: Collection[str] | None = None,
         predicate: Callable[[list[str]], Collection[str]] | None = None,
         exclude_self: bool = True,
-        brute_force_limit: int = 100_000,
     ) -> list[Neighbour]:
         """The ``n`` entities most similar to ``qid`` among those the caller allows.
 
-        ``allowed`` is an explicit set (e.g. Ω(f) read from the graph): when it is no larger than
-        ``brute_force_limit`` the similarities are computed exactly over it, so a narrow filter
-        never starves an approximate index. ``predicate`` takes a batch of candidate QIDs and
-        returns the subset that qualifies (e.g. one Cypher round trip per batch): candidates are
-        drawn from the index in growing batches until ``n`` qualify or the index is exhausted.
-        Both may be given; ties are broken by index row, so the order is deterministic.
+        ``allowed`` is an explicit set (e.g. Ω(f) read from the graph): FAISS searches only its
+        members (an ``IDSelectorBatch``), exactly on the flat index; on the IVF index ``nprobe``
+        is widened (×4, up to every list) whenever the probed lists hold fewer than ``k`` allowed
+        entities, so a narrow filter is never starved. ``predicate`` takes a batch of candidate
+        QIDs and returns the subset that qualifies (e.g. one Cypher round trip per batch):
+        candidates are drawn in growing batches until ``n`` qualify or none are left. Both may be
+        given. Ties are broken by index row, so the order is deterministic.
         """
-        if qid not in self.row:
-            return []
-        q = self.vector(qid)
-        if allowed is not None:
-            allowed_rows = [
-                self.row[a] for a in allowed if a in self.row and not (exclude_self and a == qid)
-            ]
-            if len(allowed_rows) <= brute_force_limit:
-                return self._exact_over(q, allowed_rows, n, predicate)
-        allowed_set = set(allowed) if allowed is not None else None
-        out: list[Neighbour] = []
-        seen: set[str] = set()
-        k = max(4 * n + 1, 32)
-        while True:
-            k = min(k, len(self.qids))
-            hits = self.search_vector(q, k)
-            batch = [
-                h
-                for h in hits
-                if h.qid not in seen
-                and not (exclude_self and h.qid == qid)
-                and (allowed_set is None or h.qid in allowed_set)
-            ]
-            seen.update(h.qid for h in hits)
-            if predicate is not None and batch:
-                ok = set(predicate([h.qid for h in batch]))
-                batch = [h for h in batch if h.qid in ok]
-            out.extend(batch)
-            if len(out) >= n or k >= len(self.qids) or len(hits) < k:
-                break
-            k *= 4
-        out.sort(key=lambda h: (-h.similarity, self.row[h.qid]))
-        return out[:n]
+        import faiss as _faiss
 
-    def _exact_over(
-        self,
-        q: np.ndarray,
-        rows: list[int],
-        n: int,
-        predicate: Callable[[list[str]], Collection[str]] | None,
-    ) -> list[Neighbour]:
-        if not rows:
+        faiss: Any = _faiss  # the stubs lack SearchParameters' keyword arguments
+        if qid not in self.row or n <= 0:
             return []
-        row_arr = np.asarray(rows, dtype=np.int64)
-        sims = self.vectors(row_arr) @ q
-        out: list[Neighbour] = []
-        done = 0
-        want = max(4 * n, 32) if predicate is not None else n
-        while done < len(rows) and len(out) < n:
-            # the best `want` not yet examined, ordered by similarity then row (deterministic)
-            take = min(len(rows), done + want)
-            part = (
-                np.argpartition(-sims, take - 1)[:take]
-                if take < len(rows)
-                else np.arange(len(rows))
+        self_row = self.row[qid] if exclude_self else -1
+        q = self.vector(qid).reshape(1, -1)
+        sel = None
+        pool = len(self.qids)
+        if allowed is not None:
+            rows = np.unique(
+                np.fromiter((self.row[a] for a in allowed if a in self.row), dtype=np.int64)
             )
-            order = part[np.lexsort((row_arr[part], -sims[part]))][done:take]
-            chunk = [Neighbour(self.qids[int(row_arr[j])], float(sims[j])) for j in order]
-            if predicate is not None:
-                ok = set(predicate([h.qid for h in chunk]))
-                chunk = [h for h in chunk if h.qid in ok]
-            out.extend(chunk)
-            done = take
-            want *= 4
-        return out[:n]
+            rows = rows[rows != self_row]
+            if rows.size == 0:
+                return []
+            sel = faiss.IDSelectorBatch(rows)
+            pool = int(rows.size)
+        ivf = isinstance(self.index, faiss.IndexIVF)
+        nlist = int(self.index.nlist) if ivf else 0
+        nprobe = min(int(self.settings.nprobe), nlist) if ivf else 0
+        k = min(pool, (max(4 * n, 32) if predicate is not None else n) + (1 if sel is None else 0))
+        found: dict[int, float] = {}
+        checked: set[int] = set()
+        while True:
+            params: Any = None
+            if ivf:
+                params = (
+                    faiss.SearchParametersIVF(sel=sel, nprobe=nprobe)
+                    if sel
+                    else faiss.SearchParametersIVF(nprobe=nprobe)
+                )
+            elif sel is not None:
+                params = faiss.SearchParameters(sel=sel)
+            sims, ids = self.index.search(q, k, params=params)
+            got = int((ids[0] >= 0).sum())
+            fresh = [
+                (int(i), float(d))
+                for d, i in zip(sims[0], ids[0], strict=True)
+                if i >= 0 and i != self_row and int(i) not in checked
+            ]
+            checked.update(i for i, _ in fresh)
+            if predicate is not None and fresh:
+                ok = set(predicate([self.qids[i] for i, _ in fresh]))
+                fresh = [(i, d) for i, d in fresh if self.qids[i] in ok]
+            found.update(fresh)
+            if len(found) >= n:
+                break
+            exhaustive = not ivf or nprobe >= nlist
+            if got < k and not exhaustive:
+                nprobe = min(nlist, nprobe * 4)  # the probed lists ran out of allowed entities
+            elif k >= pool:
+                if exhaustive:
+                    break
+                nprobe = min(nlist, nprobe * 4)
+            else:
+                k = min(pool, k * 4)
+        best = sorted(found.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+        return [Neighbour(self.qids[i], d) for i, d in best]
 
     # persistence -------------------------------------------------------------------------------
 
