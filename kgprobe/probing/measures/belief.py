@@ -1,0 +1,547 @@
+"""BELIEF and BELIEF-ICL (Zhao et al., "BELIEFs: Bias-resilient, Multifaceted Evaluation of
+Language Models in Factual Knowledge Understanding", MyriadLAMA).
+
+For each subject–relation pair t there are many prompts P_t (templates × subject aliases) and
+a set of correct objects C_t. Per prompt the *golden object* a_t is the correct answer the
+model ranks highest; its rank gives
+
+    Acc@K = 1/|P| Σ_t 1[rank(a_t) ≤ K]            MRR = 1/|P| Σ_t 1/rank(a_t)      (1, 2)
+
+over P = one randomly chosen prompt per pair, repeated N times with seeds: mean, range
+(max − min) and population stdev of the N values (3, 4);
+
+    Consist@1 = 1/|T| Σ_t Σ_{i≠j} 1[ŵ_i = ŵ_j] / (½|P_t|(|P_t|−1))                  (5)
+
+(unordered pairs of prompts of t; pairs with a single prompt are left out); and
+
+    Overconf@K = Σ_i (|P^(i)|/|P|) (mean conf^(i) − mean Acc@K^(i))                  (6)
+
+with the prompts sorted by confidence into M equal-size bins (M = 10). The paper prints the
+weight as |P^(i)|/M, which for equal-size bins only makes sense as 1/M = |P^(i)|/|P|; that
+is what is computed.
+
+**Ranks.** ``mode="vocab"``: over the whole vocabulary, for answers that are a single token
+(the BELIEF setting): rank = 1 + #{tokens with a higher log-probability}, prediction ŵ the
+arg-max token, confidence its probability. ``mode="candidates"``: over the candidate set
+(all correct objects + distractors) for multi-token answers: each candidate scored by
+log Pl (Σ over its labels of P(λ + EOS | c)); rank = 1 + #{candidates scored higher};
+prediction the arg-max candidate; confidence its share of the candidate set's plausibility.
+``mode="auto"`` takes ``vocab`` for a prompt whose correct labels include a single-token one,
+else ``candidates``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import re
+import statistics
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from kgprobe.errors import ConfigError, InputError
+from kgprobe.probing.measures.common import (
+    EndMarker,
+    Entity,
+    Runner,
+    logsumexp,
+    make_cloze,
+)
+from kgprobe.probing.requests import (
+    GenerateRequest,
+    GenerateResult,
+    LogProbRequest,
+    LogProbResult,
+    NextTokenRequest,
+    NextTokenResult,
+    Request,
+)
+from kgprobe.probing.verbalize import OBJECT, SUBJECT
+
+RankMode = Literal["vocab", "candidates", "auto"]
+
+# --- inputs and per-prompt outcomes --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BeliefPair:
+    """A subject–relation pair t: its subject, its correct objects C_t, the templates its
+    prompts P_t are built from (× subject labels), and distractors for candidate ranking."""
+
+    subject: Entity
+    relation: str
+    objects: tuple[Entity, ...]
+    templates: tuple[str, ...]
+    distractors: tuple[Entity, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.subject.key}|{self.relation}"
+
+
+@dataclass(frozen=True)
+class PromptOutcome:
+    """One prompt p_t^i: the rank of its golden object, its prediction and confidence."""
+
+    pair: str
+    relation: str
+    template: str
+    prompt: str
+    rank: int
+    prediction: str
+    confidence: float
+    correct_at_1: bool
+
+
+def acc_at_k(ranks: Sequence[int], k: int) -> float:
+    """Eq. 1."""
+    if not ranks:
+        raise ConfigError("Acc@K of no prompt")
+    return sum(1 for r in ranks if r <= k) / len(ranks)
+
+
+def mrr(ranks: Sequence[int]) -> float:
+    """Eq. 2."""
+    if not ranks:
+        raise ConfigError("MRR of no prompt")
+    return sum(1.0 / r for r in ranks) / len(ranks)
+
+
+@dataclass(frozen=True)
+class Fluctuation:
+    """Mean, range (eq. 3) and population stdev (eq. 4) of N repeated values."""
+
+    mean: float
+    range: float
+    stdev: float
+    values: tuple[float, ...]
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Fluctuation:
+        if not values:
+            raise ConfigError("no values")
+        return cls(statistics.fmean(values), max(values) - min(values),
+                   statistics.pstdev(values), tuple(values))
+
+
+def sample_prompt_sets(
+    outcomes: Sequence[PromptOutcome], runs: int, seed: int = 0, share_template: bool = True
+) -> list[list[PromptOutcome]]:
+    """N samples P = one prompt per pair. With ``share_template`` (the paper's §4.1 setting:
+    "in each of the N trials, we share the same template for facts with the same relation")
+    each run first draws one template per relation, then a prompt of that template (a random
+    subject alias) for each pair, falling back to any prompt of the pair when the pair has
+    none with that template. Run i uses ``random.Random(seed + i)``."""
+    if runs < 1:
+        raise ConfigError("runs must be >= 1")
+    by_pair: dict[str, list[PromptOutcome]] = {}
+    for o in outcomes:
+        by_pair.setdefault(o.pair, []).append(o)
+    templates: dict[str, list[str]] = {}
+    for o in outcomes:
+        ts = templates.setdefault(o.relation, [])
+        if o.template not in ts:
+            ts.append(o.template)
+    out = []
+    for i in range(runs):
+        rng = random.Random(seed + i)
+        chosen_t = {r: rng.choice(ts) for r, ts in sorted(templates.items())} if share_template else {}
+        picks = []
+        for key in sorted(by_pair):
+            ps = by_pair[key]
+            pool = [p for p in ps if p.template == chosen_t.get(p.relation)] or ps
+            picks.append(rng.choice(pool))
+        out.append(picks)
+    return out
+
+
+@dataclass
+class BeliefReport:
+    """BELIEF metrics of one model."""
+
+    acc: dict[int, Fluctuation]
+    mrr: Fluctuation
+    consist_at_1: float | None
+    overconf: dict[int, float]
+    prompts: int
+    pairs: int
+
+    def as_dict(self) -> dict[str, object]:
+        d: dict[str, object] = {"prompts": self.prompts, "pairs": self.pairs,
+                                "consist@1": self.consist_at_1}
+        for k, f in self.acc.items():
+            d[f"acc@{k}"] = {"mean": f.mean, "range": f.range, "stdev": f.stdev}
+        d["mrr"] = {"mean": self.mrr.mean, "range": self.mrr.range, "stdev": self.mrr.stdev}
+        for k, v in self.overconf.items():
+            d[f"overconf@{k}"] = v
+        return d
+
+
+def consist_at_1(outcomes: Sequence[PromptOutcome], same: object = None) -> float | None:
+    """Eq. 5. ``same(a, b) -> bool`` compares predictions (exact equality by default)."""
+    eq = same if callable(same) else (lambda a, b: a == b)
+    by_pair: dict[str, list[str]] = {}
+    for o in outcomes:
+        by_pair.setdefault(o.pair, []).append(o.prediction)
+    vals = []
+    for preds in by_pair.values():
+        if len(preds) < 2:
+            continue
+        agree = sum(1 for a, b in itertools.combinations(preds, 2) if eq(a, b))
+        vals.append(agree / (len(preds) * (len(preds) - 1) / 2))
+    return sum(vals) / len(vals) if vals else None
+
+
+def overconfidence(confidences: Sequence[float], hits: Sequence[bool], bins: int = 10) -> float:
+    """Eq. 6 with M = ``bins`` equal-size bins of the prompts sorted by descending confidence
+    (``numpy.array_split``: sizes differ by at most one when M does not divide |P|)."""
+    if len(confidences) != len(hits) or not confidences:
+        raise ConfigError("overconfidence needs as many hits as confidences, at least one")
+    if bins < 1:
+        raise ConfigError("bins must be >= 1")
+    order = np.argsort(-np.asarray(confidences, dtype=np.float64), kind="stable")
+    conf = np.asarray(confidences, dtype=np.float64)[order]
+    acc = np.asarray(hits, dtype=np.float64)[order]
+    n = len(conf)
+    total = 0.0
+    for idx in np.array_split(np.arange(n), min(bins, n)):
+        total += (len(idx) / n) * (conf[idx].mean() - acc[idx].mean())
+    return float(total)
+
+
+def belief_report(
+    outcomes: Sequence[PromptOutcome],
+    *,
+    ks: Sequence[int] = (1, 10),
+    runs: int = 50,
+    seed: int = 0,
+    bins: int = 10,
+    share_template: bool = True,
+) -> BeliefReport:
+    """All BELIEF metrics from per-prompt outcomes. Overconf@K uses every prompt."""
+    if not outcomes:
+        raise ConfigError("BELIEF needs at least one prompt outcome")
+    samples = sample_prompt_sets(outcomes, runs, seed, share_template)
+    acc = {k: Fluctuation.of([acc_at_k([p.rank for p in s], k) for s in samples]) for k in ks}
+    m = Fluctuation.of([mrr([p.rank for p in s]) for s in samples])
+    over = {k: overconfidence([o.confidence for o in outcomes], [o.rank <= k for o in outcomes],
+                              bins) for k in ks}
+    return BeliefReport(acc, m, consist_at_1(outcomes), over, len(outcomes),
+                        len({o.pair for o in outcomes}))
+
+
+# --- ranking prompts with the engine -------------------------------------------------------------
+
+
+@dataclass
+class _PromptPlan:
+    pair: BeliefPair
+    template: str
+    context: str
+    mode: Literal["vocab", "candidates"]
+    next_req: NextTokenRequest | None = None
+    top_req: NextTokenRequest | None = None
+    cand_reqs: list[tuple[Entity, bool, list[LogProbRequest]]] = field(default_factory=list)
+    true_single: list[LogProbRequest] = field(default_factory=list)
+
+
+def rank_prompts(
+    runner: Runner,
+    pairs: Sequence[BeliefPair],
+    *,
+    mode: RankMode = "auto",
+    end: EndMarker | None = None,
+    max_subject_labels: int | None = None,
+) -> list[PromptOutcome]:
+    """Per-prompt outcomes for every prompt of every pair (see the module doc for ranks)."""
+    if mode not in ("vocab", "candidates", "auto"):
+        raise ConfigError(f"unknown rank mode {mode!r}")
+    end = end or EndMarker()
+    # pass 1: which true labels are single tokens (the engine tokenizes, we only ask)
+    probes: list[Request] = []
+    plans: list[_PromptPlan] = []
+    for pair in pairs:
+        for t in pair.templates:
+            for s in pair.subject.labels(max_subject_labels):
+                try:
+                    c = make_cloze(t, s)
+                except InputError:  # object-inside templates have no cloze
+                    break
+                plan = _PromptPlan(pair, t, c.context, "vocab")
+                plan.true_single = [LogProbRequest(c.context, c.continuation(lab))
+                                    for o in pair.objects for lab in o.labels()]
+                for o, is_true in [(o, True) for o in pair.objects] + [
+                    (d, False) for d in pair.distractors
+                ]:
+                    reqs = []
+                    for lab in o.labels():
+                        cont, eos = end.continuation(c, lab)
+                        reqs.append(LogProbRequest(c.context, cont, eos))
+                    plan.cand_reqs.append((o, is_true, reqs))
+                plans.append(plan)
+    for p in plans:
+        probes.extend(p.true_single)
+    res = dict(zip(probes, runner.run(probes), strict=True)) if probes else {}
+    second: list[Request] = []
+    for p in plans:
+        single = [r for r in p.true_single if _lp(res[r]).num_tokens == 1]
+        p.mode = ("vocab" if single else "candidates") if mode == "auto" else mode
+        if p.mode == "vocab":
+            if not single:
+                raise ConfigError(f"no correct label of {p.pair.key} is a single token; "
+                                  "use mode='candidates'")
+            p.true_single = single
+            p.next_req = NextTokenRequest(p.context, None)
+            p.top_req = NextTokenRequest(p.context, 1)  # the full vector comes without texts
+            second.extend([p.next_req, p.top_req])
+        else:
+            for _, _, reqs in p.cand_reqs:
+                second.extend(reqs)
+    res.update(zip(second, runner.run(second), strict=True) if second else [])
+    out = []
+    for p in plans:
+        if p.mode == "vocab":
+            assert p.next_req is not None
+            nt = res[p.next_req]
+            if not isinstance(nt, NextTokenResult) or nt.full_logprobs is None:
+                raise ConfigError("expected a full next-token distribution")
+            full = nt.full_logprobs
+            gold = max(_lp(res[r]).logprob for r in p.true_single)
+            rank = 1 + int((full > gold).sum())
+            top = res[p.top_req] if p.top_req is not None else None
+            pred = top.tokens[0] if isinstance(top, NextTokenResult) and top.tokens else ""
+            conf = float(np.exp(full.max()))
+            out.append(PromptOutcome(p.pair.key, p.pair.relation, p.template, p.context, rank,
+                                     pred.strip(), conf, rank == 1))
+        else:
+            scores = [(o, is_true, logsumexp(_lp(res[r]).logprob for r in reqs))
+                      for o, is_true, reqs in p.cand_reqs]
+            gold = max(s for _, t, s in scores if t)
+            rank = 1 + sum(1 for _, _, s in scores if s > gold)
+            best = max(scores, key=lambda x: x[2])
+            norm = logsumexp(s for _, _, s in scores)
+            conf = math.exp(best[2] - norm) if norm != -math.inf else 0.0
+            out.append(PromptOutcome(p.pair.key, p.pair.relation, p.template, p.context, rank,
+                                     best[0].label, conf, rank == 1))
+    return out
+
+
+def _lp(r: object) -> LogProbResult:
+    if not isinstance(r, LogProbResult):
+        raise ConfigError("expected a log-prob result")
+    return r
+
+
+# --- BELIEF-ICL ----------------------------------------------------------------------------------
+
+IclSetting = Literal["zero-shot", "4-random", "4-relation", "4-template"]
+IclStyle = Literal["qa", "mp"]
+ICL_SETTINGS: tuple[str, ...] = ("zero-shot", "4-random", "4-relation", "4-template")
+INSTRUCTION = {
+    "qa": "Answer each question in one word.",
+    "mp": "Predict the [MASK] in each sentence in one word.",
+}
+MASK = "[MASK]"
+
+
+@dataclass(frozen=True)
+class IclFact:
+    """A fact available as a probe or a demonstration, with its relation's templates."""
+
+    subject: Entity
+    relation: str
+    object: Entity
+    templates: tuple[str, ...]
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        return (self.subject.key, self.relation)
+
+
+def icl_query(template: str, subject: str, style: IclStyle) -> str:
+    """The text after "Q: ". MP: the template with the object slot as [MASK] (any template).
+    QA: a question template ("Who developed [X]?"), its [Y] part dropped."""
+    if style == "mp":
+        if OBJECT not in template:
+            raise ConfigError(f"an MP prompt needs an object slot: {template!r}")
+        return template.replace(SUBJECT, subject).replace(OBJECT, MASK).strip()
+    if style == "qa":
+        head = template.split(OBJECT)[0].strip()
+        if not head.endswith("?"):
+            raise ConfigError(f"a QA prompt needs a question template: {template!r}")
+        return head.replace(SUBJECT, subject)
+    raise ConfigError(f"unknown ICL style {style!r}; use qa or mp")
+
+
+def usable_templates(templates: Sequence[str], style: IclStyle) -> list[str]:
+    """Templates that can make an ICL query in ``style``."""
+    out = []
+    for t in templates:
+        try:
+            icl_query(t, "x", style)
+        except ConfigError:
+            continue
+        out.append(t)
+    return out
+
+
+def select_demonstrations(
+    target: IclFact,
+    template: str,
+    pool: Sequence[IclFact],
+    setting: IclSetting,
+    style: IclStyle,
+    rng: random.Random,
+    k: int = 4,
+) -> list[tuple[IclFact, str]]:
+    """Demonstrations (fact, template) for one probe; the probed subject–relation pair is never
+    among them. zero-shot: none; 4-random: k facts of any relation, random templates;
+    4-relation: k facts of the same relation, random templates; 4-template: k facts of the
+    same relation with the probe's own template."""
+    if setting == "zero-shot":
+        return []
+    if setting not in ICL_SETTINGS:
+        raise ConfigError(f"unknown ICL setting {setting!r}")
+    cands = [f for f in pool if f.pair != target.pair]
+    if setting in ("4-relation", "4-template"):
+        cands = [f for f in cands if f.relation == target.relation]
+    cands = [f for f in cands if usable_templates(f.templates, style)]
+    picked = rng.sample(cands, min(k, len(cands)))
+    out = []
+    for f in picked:
+        if setting == "4-template" and template in f.templates:
+            out.append((f, template))
+        else:
+            out.append((f, rng.choice(usable_templates(f.templates, style))))
+    return out
+
+
+def icl_prompt(
+    target: IclFact, template: str, demos: Sequence[tuple[IclFact, str]], style: IclStyle
+) -> str:
+    """The instruction, the demonstrations ("Q: … / A: object.") and the probe ("Q: … / A:"),
+    as in the paper's Appendix A.4."""
+    lines = [INSTRUCTION[style]]
+    for f, t in demos:
+        lines.append(f"Q: {icl_query(t, f.subject.label, style)}")
+        lines.append(f"A: {f.object.label}.")
+    lines.append(f"Q: {icl_query(template, target.subject.label, style)}")
+    lines.append("A:")
+    return "\n".join(lines)
+
+
+_PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
+_ARTICLES = {"a", "an", "the"}
+
+
+def normalize_answer(text: str) -> list[str]:
+    """Tokenize and normalize for matching: NFKC, case-fold, punctuation to spaces, articles
+    dropped, and a light lemmatizer (plural -ies→y, -es/-s dropped on words longer than three
+    letters, not after s/u/i) standing in for the paper's lemmatization."""
+    words = _PUNCT.sub(" ", unicodedata.normalize("NFKC", text).casefold()).split()
+    out = []
+    for w in words:
+        if w in _ARTICLES:
+            continue
+        if len(w) > 4 and w.endswith("ies"):
+            w = w[:-3] + "y"
+        elif len(w) > 4 and w.endswith(("ches", "shes", "xes", "sses")):
+            w = w[:-2]
+        elif len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
+            w = w[:-1]
+        out.append(w)
+    return out
+
+
+def contains(haystack: Sequence[str], needle: Sequence[str]) -> bool:
+    """True when ``needle`` occurs as a contiguous run of ``haystack`` (and is not empty)."""
+    n = len(needle)
+    if n == 0:
+        return False
+    return any(list(haystack[i : i + n]) == list(needle) for i in range(len(haystack) - n + 1))
+
+
+def answer_matches(generated: str, objects: Sequence[Entity]) -> bool:
+    """Normalized containment: the generation contains a label of a correct object."""
+    g = normalize_answer(generated)
+    return any(contains(g, normalize_answer(lab)) for o in objects for lab in o.labels())
+
+
+def same_answer(a: str, b: str) -> bool:
+    """Bidirectional containment of two generations (consistency and sampling confidence)."""
+    na, nb = normalize_answer(a), normalize_answer(b)
+    return contains(na, nb) or contains(nb, na)
+
+
+@dataclass(frozen=True)
+class IclConfig:
+    """Generation settings of BELIEF-ICL. Greedy answer up to ``max_new_tokens`` (cut at a
+    newline); confidence = share of ``samples`` multinomial samples (temperature 1, seeds
+    ``seed``…) that match the greedy answer (the paper uses 100 samples)."""
+
+    max_new_tokens: int = 8
+    samples: int = 100
+    temperature: float = 1.0
+    seed: int = 0
+    stop: tuple[str, ...] = ("\n",)
+
+
+def belief_icl(
+    runner: Runner,
+    probes: Sequence[IclFact],
+    pool: Sequence[IclFact],
+    *,
+    setting: IclSetting = "zero-shot",
+    style: IclStyle = "mp",
+    config: IclConfig | None = None,
+    max_templates: int | None = None,
+) -> list[PromptOutcome]:
+    """BELIEF-ICL outcomes: for every probe fact and usable template of its relation, build
+    the prompt, generate greedily, match by normalized containment, and estimate confidence
+    by sampling. Rank is 1 for a correct greedy answer and 2 otherwise (only K = 1 metrics
+    are meaningful here, as in the paper)."""
+    cfg = config or IclConfig()
+    plans = []
+    reqs: list[Request] = []
+    for i, f in enumerate(probes):
+        templates = usable_templates(f.templates, style)[:max_templates]
+        for j, t in enumerate(templates):
+            rng = random.Random(cfg.seed * 1_000_003 + i * 1009 + j)
+            demos = select_demonstrations(f, t, pool, setting, style, rng)
+            prompt = icl_prompt(f, t, demos, style)
+            greedy = GenerateRequest(prompt, cfg.max_new_tokens, 0.0, 1.0, cfg.seed, cfg.stop)
+            samples = [GenerateRequest(prompt, cfg.max_new_tokens, cfg.temperature, 1.0,
+                                       cfg.seed + s, cfg.stop) for s in range(cfg.samples)]
+            reqs.append(greedy)
+            reqs.extend(samples)
+            plans.append((f, t, prompt, greedy, samples))
+    res = dict(zip(reqs, runner.run(reqs), strict=True)) if reqs else {}
+    out = []
+    for f, t, prompt, greedy, samples in plans:
+        g = _gen(res[greedy])
+        ok = answer_matches(g, [f.object])
+        conf = (sum(1 for s in samples if same_answer(_gen(res[s]), g)) / len(samples)
+                if samples else 1.0)
+        out.append(PromptOutcome(f"{f.subject.key}|{f.relation}", f.relation, t, prompt,
+                                 1 if ok else 2, g.strip(), conf, ok))
+    return out
+
+
+def icl_report(outcomes: Sequence[PromptOutcome], *, runs: int = 50, seed: int = 0,
+               bins: int = 10) -> BeliefReport:
+    """BELIEF metrics for ICL outcomes: Acc@1, MRR (of ranks 1/2: not meaningful), Consist@1
+    by bidirectional containment, Overconf@1."""
+    rep = belief_report(outcomes, ks=(1,), runs=runs, seed=seed, bins=bins)
+    rep.consist_at_1 = consist_at_1(outcomes, same_answer)
+    return rep
+
+
+def _gen(r: object) -> str:
+    if not isinstance(r, GenerateResult):
+        raise ConfigError("expected a generation result")
+    return r.text

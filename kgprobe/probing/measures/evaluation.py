@@ -1,0 +1,164 @@
+"""Evaluating measures (distractor paper §4.2–4.3): Kendall's τ-b against human scores per
+fact, robustness τ between two verbalizations of the same facts, and k-fold grid search of a
+measure's hyperparameters (best configuration on the training folds, τ on the held-out fold,
+mean and stdev over folds).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+import random
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kgprobe.errors import ConfigError, InputError
+
+
+def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
+    """Kendall's τ-b = (n_c − n_d) / sqrt((n_0 − n_1)(n_0 − n_2)), with n_0 = n(n−1)/2 and
+    n_1, n_2 the pairs tied in x and in y. NaN when either side is constant."""
+    if len(x) != len(y):
+        raise ConfigError("Kendall's tau needs two sequences of the same length")
+    n = len(x)
+    if n < 2:
+        return math.nan
+    conc = disc = tx = ty = 0
+    for i, j in itertools.combinations(range(n), 2):
+        dx = (x[i] > x[j]) - (x[i] < x[j])
+        dy = (y[i] > y[j]) - (y[i] < y[j])
+        if dx == 0:
+            tx += 1
+        if dy == 0:
+            ty += 1
+        if dx and dy:
+            if dx == dy:
+                conc += 1
+            else:
+                disc += 1
+    n0 = n * (n - 1) // 2
+    denom = math.sqrt((n0 - tx) * (n0 - ty))
+    return math.nan if denom == 0 else (conc - disc) / denom
+
+
+def read_scores(path: str | Path, id_column: str = "fact", score_column: str = "score") -> dict[str, float]:
+    """Scores per fact from a CSV/TSV (header with ``id_column`` and ``score_column``) or a
+    JSONL file (one object per line with those keys) or a JSON object {id: score}."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"score file {p} does not exist")
+    out: dict[str, float] = {}
+    try:
+        if p.suffix == ".json":
+            data = json.loads(p.read_text(encoding="utf-8"))
+            if not isinstance(data, dict):
+                raise InputError(f"{p.name}: expected a JSON object {{fact id: score}}")
+            return {str(k): float(v) for k, v in data.items()}
+        if p.suffix == ".jsonl":
+            for line in p.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    row = json.loads(line)
+                    out[str(row[id_column])] = float(row[score_column])
+            return out
+        with p.open(encoding="utf-8", newline="") as fh:
+            dialect = "excel-tab" if p.suffix in (".tsv", ".tab") else "excel"
+            for row in csv.DictReader(fh, dialect=dialect):
+                out[str(row[id_column])] = float(row[score_column])
+    except KeyError as exc:
+        raise InputError(f"{p.name}: missing column {exc}") from None
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{p.name}: a score is not a number ({exc})") from None
+    return out
+
+
+def _paired(a: Mapping[str, float | None], b: Mapping[str, float | None],
+            ids: Sequence[str] | None = None) -> tuple[list[float], list[float]]:
+    keys = ids if ids is not None else sorted(set(a) & set(b))
+    xs, ys = [], []
+    for k in keys:
+        va, vb = a.get(k), b.get(k)
+        if va is None or vb is None or (isinstance(va, float) and math.isnan(va)):
+            continue
+        xs.append(float(va))
+        ys.append(float(vb))
+    return xs, ys
+
+
+def tau_with_human(measure: Mapping[str, float | None], human: Mapping[str, float]) -> float:
+    """τ-b over the facts scored by both (facts the measure could not score are left out)."""
+    xs, ys = _paired(measure, human)
+    return kendall_tau_b(xs, ys)
+
+
+def robustness_tau(scores_a: Mapping[str, float | None], scores_b: Mapping[str, float | None]) -> float:
+    """§4.3: τ-b between a measure's scores of the same facts under two verbalizations."""
+    xs, ys = _paired(scores_a, scores_b)
+    return kendall_tau_b(xs, ys)
+
+
+@dataclass
+class FoldResult:
+    fold: int
+    best: dict[str, Any]
+    train_tau: float
+    test_tau: float
+
+
+@dataclass
+class GridSearchResult:
+    folds: list[FoldResult]
+
+    @property
+    def mean_tau(self) -> float:
+        return statistics.fmean(f.test_tau for f in self.folds)
+
+    @property
+    def std_tau(self) -> float:
+        return statistics.pstdev([f.test_tau for f in self.folds])
+
+
+def grid(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+    """Every combination of the hyperparameter values (in key order)."""
+    keys = list(space)
+    return [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*(space[k] for k in keys))]
+
+
+def kfold_grid_search(
+    human: Mapping[str, float],
+    scorer: Callable[[dict[str, Any]], Mapping[str, float | None]],
+    space: Mapping[str, Sequence[Any]],
+    *,
+    k: int = 3,
+    seed: int = 0,
+) -> GridSearchResult:
+    """§4.2: facts split into ``k`` folds (shuffled with ``seed``); for each fold the
+    configuration with the highest τ on the other folds is kept and its τ on the fold
+    reported. ``scorer(config)`` returns the measure's scores of all facts for a config
+    (called once per config; cheap when the plausibilities are already computed)."""
+    ids = sorted(human)
+    if k < 2 or len(ids) < k:
+        raise ConfigError(f"k-fold needs k >= 2 and at least k facts (have {len(ids)})")
+    random.Random(seed).shuffle(ids)
+    folds = [ids[i::k] for i in range(k)]
+    configs = grid(space)
+    if not configs:
+        raise ConfigError("empty hyperparameter grid")
+    scored = [(c, scorer(c)) for c in configs]
+    out = []
+    for i, test in enumerate(folds):
+        train = [x for j, f in enumerate(folds) if j != i for x in f]
+        best_c, best_tau, best_scores = None, -math.inf, None
+        for c, s in scored:
+            t = kendall_tau_b(*_paired(s, human, train))
+            if not math.isnan(t) and t > best_tau:
+                best_c, best_tau, best_scores = c, t, s
+        if best_c is None or best_scores is None:
+            raise ConfigError("no configuration gives a defined tau on the training folds")
+        test_tau = kendall_tau_b(*_paired(best_scores, human, test))
+        out.append(FoldResult(i, best_c, best_tau, test_tau))
+    return GridSearchResult(out)

@@ -1,0 +1,191 @@
+"""FACTOR (Muhlgay et al., "Generating Benchmarks for Factuality Evaluation of Language
+Models"): a prefix t, one factual completion c⁺ and non-factual ones C⁻; the model is right on
+an item when
+
+    c⁺ = argmax_{c ∈ {c⁺} ∪ C⁻}  log p(c | t) / |c|                                     (1)
+
+(|c| in tokens); FACTOR accuracy is the share of items it is right on.
+
+CSV files follow the official release (AI21Labs/factor): columns ``turncated_prefixes`` (sic,
+what the official script scores with; ``full_prefix`` on request), ``completion``,
+``contradiction_0..2``, ``doc_id``. Joining follows the official ``format_data``: completions
+are left-stripped; a prefix ending in a space loses it and the completion gets one; otherwise
+(a newline) prefix and completion are concatenated. The engine moves a context's trailing
+newline into the continuation; that newline's token is the same for every candidate and is
+not part of c in the official scoring, so leading whitespace-only tokens are left out of
+log p(c|t) and |c|. Ties go to c⁺ (the official ``argmin`` takes the first, c⁺ is first).
+
+Items can also be generated from facts: the verbalized fact is c⁺ and the same sentence with
+the object replaced by typed distractors are C⁻, so any relation becomes a multiple-choice
+benchmark.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kgprobe.errors import ConfigError, InputError
+from kgprobe.probing.measures.common import Entity, Fact, Runner
+from kgprobe.probing.requests import LogProbRequest, LogProbResult, Request
+from kgprobe.probing.verbalize import fill
+
+PREFIX_COLUMNS = ("turncated_prefixes", "full_prefix")
+
+
+@dataclass(frozen=True)
+class FactorItem:
+    """One FACTOR example; ``completions[0]`` is the factual one."""
+
+    prefix: str
+    completions: tuple[str, ...]
+    item_id: str = ""
+    doc_id: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.completions) < 2:
+            raise InputError(f"FACTOR item {self.item_id!r} needs a completion and >= 1 contradiction")
+
+
+def read_factor_csv(path: str | Path, prefix_column: str = "turncated_prefixes",
+                    limit: int | None = None) -> list[FactorItem]:
+    """Read a FACTOR CSV (header row, multi-line quoted fields)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"FACTOR file {p} does not exist")
+    if prefix_column not in PREFIX_COLUMNS:
+        raise ConfigError(f"prefix column must be one of {', '.join(PREFIX_COLUMNS)}")
+    csv.field_size_limit(min(sys.maxsize, 1 << 30))
+    out = []
+    with p.open(encoding="utf-8", newline="") as fh:
+        reader = csv.DictReader(fh)
+        cols = reader.fieldnames or []
+        contra = sorted(c for c in cols if c.startswith("contradiction_"))
+        need = [prefix_column, "completion"]
+        missing = [c for c in need if c not in cols]
+        if missing or not contra:
+            raise InputError(
+                f"{p.name} is not a FACTOR CSV: missing column(s) "
+                f"{', '.join(missing + ([] if contra else ['contradiction_0']))}"
+            )
+        for i, row in enumerate(reader):
+            if limit is not None and i >= limit:
+                break
+            comps = [row["completion"] or ""] + [row[c] or "" for c in contra]
+            if any(not c.strip() for c in comps):
+                raise InputError(f"{p.name} row {i + 2}: an empty completion")
+            rid = row.get("") or str(i)
+            out.append(FactorItem(row[prefix_column] or "", tuple(comps), rid,
+                                  row.get("doc_id", "") or ""))
+    return out
+
+
+def factor_pair(prefix: str, completion: str) -> tuple[str, str]:
+    """(context, continuation) as the official script joins them."""
+    completion = completion.lstrip(" ")
+    if prefix.endswith(" "):
+        return prefix[:-1], " " + completion
+    return prefix, completion
+
+
+@dataclass(frozen=True)
+class FactorOutcome:
+    item_id: str
+    scores: tuple[float, ...]  # mean log-prob per token of each completion (c⁺ first)
+    correct: bool
+
+
+def mean_logprob(result: object, moved_newline: bool) -> float:
+    """Mean per-token log-prob of the completion, leading whitespace-only tokens left out
+    when the context's newline was moved into the continuation."""
+    if not isinstance(result, LogProbResult):
+        raise ConfigError("expected a log-prob result")
+    lps = list(result.token_logprobs)
+    toks = list(result.tokens)
+    if moved_newline:
+        while len(lps) > 1 and toks and not toks[0].strip():
+            lps.pop(0)
+            toks.pop(0)
+    return sum(lps) / len(lps)
+
+
+def factor_scores(runner: Runner, items: Sequence[FactorItem]) -> list[FactorOutcome]:
+    """Eq. 1 for each item."""
+    reqs: list[Request] = []
+    moved: list[bool] = []
+    for it in items:
+        for c in it.completions:
+            ctx, cont = factor_pair(it.prefix, c)
+            reqs.append(LogProbRequest(ctx, cont))
+            moved.append(ctx != ctx.rstrip() and "\n" in ctx[len(ctx.rstrip()):])
+    res = runner.run(reqs)
+    out = []
+    i = 0
+    for it in items:
+        n = len(it.completions)
+        scores = tuple(mean_logprob(res[i + j], moved[i + j]) for j in range(n))
+        i += n
+        out.append(FactorOutcome(it.item_id, scores, scores[0] >= max(scores[1:])))
+    return out
+
+
+def factor_accuracy(outcomes: Sequence[FactorOutcome]) -> float:
+    if not outcomes:
+        raise ConfigError("FACTOR accuracy of no item")
+    return sum(o.correct for o in outcomes) / len(outcomes)
+
+
+def factor_items_from_fact(
+    fact: Fact,
+    template: str,
+    distractors: Sequence[Entity | str],
+    *,
+    prefix: str = "",
+    n_false: int = 3,
+) -> FactorItem:
+    """A FACTOR item from a fact: c⁺ = the template filled with s and o, C⁻ = the same with
+    o replaced by the first ``n_false`` distractors (typed distractors from any strategy)."""
+    ds = [Entity.of(d).label for d in distractors][:n_false]
+    if not ds:
+        raise InputError(f"fact {fact.key}: no distractor to build a FACTOR item")
+    subj = fact.subject.label
+    true = fill(template, subj, fact.object.label)
+    false = [fill(template, subj, d) for d in ds]
+    return FactorItem(prefix, (true, *false), fact.key)
+
+
+def run_factor_file(
+    path: str | Path,
+    model: str,
+    *,
+    limit: int | None = None,
+    prefix_column: str = "turncated_prefixes",
+    batch_size: int = 16,
+    dtype: str = "float32",
+    threads: int = 1,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """FACTOR accuracy of a model on a CSV file (what ``kgprobe factor`` prints)."""
+    from kgprobe.probing.engine import Engine
+    from kgprobe.probing.models import load_model
+
+    items = read_factor_csv(path, prefix_column, limit)
+    if not items:
+        raise InputError(f"{path}: no FACTOR item")
+    lm = load_model(model, dtype=dtype, threads=threads)
+    engine = Engine(lm, batch_size=batch_size, progress=progress, chunk_size=64)
+    outcomes = factor_scores(engine, items)
+    return {
+        "file": str(path),
+        "model": model,
+        "items": len(items),
+        "prefix_column": prefix_column,
+        "accuracy": factor_accuracy(outcomes),
+        "correct": sum(o.correct for o in outcomes),
+        "per_item": [{"id": o.item_id, "correct": o.correct, "scores": list(o.scores)}
+                     for o in outcomes],
+    }

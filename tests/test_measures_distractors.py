@@ -1,0 +1,115 @@
+"""Distractor-based measure: Pl, K(f|c), Min@n / Avg@n, K(f) — hand-computed on fixed values
+and checked against direct engine scores on a tiny random GPT-2."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from _scoring_models import build
+
+from kgprobe.errors import ConfigError
+from kgprobe.probing.engine import Engine
+from kgprobe.probing.measures.common import (
+    EndMarker,
+    Entity,
+    Fact,
+    cloze_sentences,
+    end_marker_for,
+    logsumexp,
+)
+from kgprobe.probing.measures.distractors import (
+    DistractorItem,
+    distractor_measure,
+    knowledge_given_cloze,
+)
+from kgprobe.probing.models import LoadedModel, load_model
+from kgprobe.probing.requests import LogProbRequest, LogProbResult
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
+    return load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu")
+
+
+def test_k_given_cloze_by_hand() -> None:
+    t = math.log(0.3)
+    ds = [math.log(0.2), math.log(0.5), math.log(0.1)]
+    assert knowledge_given_cloze(t, ds, 1, "min") == 1.0
+    assert knowledge_given_cloze(t, ds, 2, "min") == 0.0
+    assert knowledge_given_cloze(t, ds, 2, "avg") == 0.5
+    assert knowledge_given_cloze(t, ds, None, "avg") == pytest.approx(2 / 3)
+    assert knowledge_given_cloze(t, ds, 10, "avg") == pytest.approx(2 / 3)  # n > |list|: all
+    assert knowledge_given_cloze(t, [t], 1, "min") == 0.0  # a tie is not a preference
+    assert knowledge_given_cloze(t, [], 5, "min") is None
+    with pytest.raises(ConfigError):
+        knowledge_given_cloze(t, ds, 0, "min")
+    with pytest.raises(ConfigError):
+        knowledge_given_cloze(t, ds, 1, "max")  # type: ignore[arg-type]
+
+
+def test_plausibility_sums_label_probabilities() -> None:
+    # Pl = 0.1 + 0.25 = 0.35 for two labels; a distractor with one label at 0.3 loses
+    assert math.exp(logsumexp([math.log(0.1), math.log(0.25)])) == pytest.approx(0.35)
+    assert logsumexp([]) == -math.inf
+
+
+def test_end_markers() -> None:
+    c = cloze_sentences(["The capital of [X] is [Y]."], Entity("France"))[0].cloze
+    assert EndMarker("tail").continuation(c, "Paris") == (" Paris.", False)
+    assert EndMarker("eos").continuation(c, "Paris") == (" Paris", True)
+    assert EndMarker("none").continuation(c, "Paris") == (" Paris", False)
+    assert EndMarker("text", "\n").continuation(c, "Paris") == (" Paris\n", False)
+    q = cloze_sentences(["What is the capital of [X]?"], Entity("France"))[0].cloze
+    assert q.context == "What is the capital of France?"
+    assert EndMarker("tail", ".").continuation(q, "Paris") == (" Paris.", False)
+    assert end_marker_for("smollm2-135m").kind == "tail"
+    with pytest.raises(ConfigError):
+        EndMarker("period")  # type: ignore[arg-type]
+
+
+def test_cloze_set_is_templates_times_subject_labels() -> None:
+    skipped: list[str] = []
+    cs = cloze_sentences(
+        ["The capital of [X] is [Y].", "[Y] is the capital of [X].", "[X] has its capital in [Y]."],
+        Entity("France", ("the French Republic",)), skipped=skipped)
+    assert [c.context for c in cs] == [
+        "The capital of France is", "The capital of the French Republic is",
+        "France has its capital in", "the French Republic has its capital in"]
+    assert skipped == ["[Y] is the capital of [X]."]
+
+
+def test_measure_matches_direct_engine_scores(gpt2: LoadedModel) -> None:
+    engine = Engine(gpt2, batch_size=4)
+    fact = Fact(Entity("France", ("the French Republic",)), "P36", Entity("Paris", ("Paris city",)))
+    templates = ("The capital of [X] is [Y].", "[X] has its capital in [Y].")
+    distractors = (Entity("London"), "Rome", Entity("Berlin", ("Berlin city",)))
+    for end in (EndMarker("tail"), EndMarker("eos")):
+        [fp] = distractor_measure(engine, [DistractorItem(fact, templates, distractors)], end=end)
+        assert len(fp.clozes) == 4
+        expected_min, expected_avg = [], []
+        for c in fp.clozes:
+            def pl(labels: list[str], ctx: str = c.sentence.context) -> float:
+                tail = "" if end.kind == "eos" else "."
+                rs = engine.run([LogProbRequest(ctx, f" {lab}{tail}", end.kind == "eos")
+                                 for lab in labels])
+                return sum(math.exp(r.logprob) for r in rs if isinstance(r, LogProbResult))
+            p_true = pl(["Paris", "Paris city"])
+            p_ds = [pl(["London"]), pl(["Rome"]), pl(["Berlin", "Berlin city"])]
+            assert math.exp(c.log_pl_true) == pytest.approx(p_true, rel=1e-6)
+            assert [math.exp(x) for x in c.log_pl_distractors] == pytest.approx(p_ds, rel=1e-6)
+            wins = [1.0 if p_true > d else 0.0 for d in p_ds[:2]]
+            expected_min.append(min(wins))
+            expected_avg.append(sum(wins) / 2)
+        assert fp.k(2, "min") == pytest.approx(sum(expected_min) / 4)
+        assert fp.k(2, "avg") == pytest.approx(sum(expected_avg) / 4)
+
+
+def test_no_distractor_gives_none(gpt2: LoadedModel) -> None:
+    fact = Fact(Entity("France"), "P36", Entity("Paris"))
+    [fp] = distractor_measure(Engine(gpt2), [DistractorItem(fact, ("The capital of [X] is [Y].",), ())])
+    assert fp.k(5, "min") is None
+    assert fp.plausibility() is not None
