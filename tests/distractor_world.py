@@ -95,3 +95,67 @@ def load(graph: object) -> None:
     from kgprobe.graph.ingest import ingest
 
     ingest(graph, world())  # type: ignore[arg-type]
+
+
+class Oracle:
+    """Ω(f) and temporal distractors computed from records alone, straight from the paper's
+    definition — no Cypher — to check what the graph queries return."""
+
+    def __init__(self, records: list[Record]) -> None:
+        from collections import defaultdict
+
+        self.entities = {r.qid: r for r in records if isinstance(r, EntityRecord)}
+        self.facts = [r for r in records if isinstance(r, FactRecord)]
+        self.by_sr: dict[tuple[str, str], list[FactRecord]] = defaultdict(list)
+        for f in self.facts:
+            if f.rank != "deprecated":
+                self.by_sr[(f.subject, f.pid)].append(f)
+        self.by_type: dict[str, set[str]] = defaultdict(set)
+        for e in self.entities.values():
+            for t in e.types:
+                self.by_type[t].add(e.qid)
+
+    def omega(self, s: str, pid: str, o: str) -> set[str]:
+        from kgprobe.graph.distractors import label_set
+
+        o_rec = self.entities.get(o) or EntityRecord(o)  # a stub object: no label, no type
+        o_labels = label_set(o_rec.label, o_rec.aliases)
+        trues = {f.object for f in self.by_sr[(s, pid)]}
+        same_type = set().union(*(self.by_type[t] for t in o_rec.types)) if o_rec.types else set()
+        return {
+            q
+            for q in same_type
+            if q != o
+            and q not in trues
+            and self.entities[q].label
+            and not (label_set(self.entities[q].label, self.entities[q].aliases) & o_labels)
+        }
+
+    def temporal(self, s: str, pid: str, o: str, ref: int) -> set[str]:
+        def end_eff(tv: TimeValue | None) -> int | None:
+            if tv is None:
+                return None
+            k = tv.sort_key
+            return k if tv.precision >= 11 or k < 0 else k + (99 if tv.precision == 10 else 9999)
+
+        def state(f: FactRecord) -> str:
+            st, en = (f.start.sort_key if f.start else None), end_eff(f.end)
+            if st is None and en is None:
+                if f.point_in_time is None:
+                    return "always"
+                p = f.point_in_time
+                pe = end_eff(p) if p.precision < 11 else p.sort_key + 1
+                return (
+                    "past"
+                    if pe is not None and pe <= ref
+                    else ("now" if p.sort_key <= ref else "future")
+                )
+            if (st is None or st <= ref) and (en is None or en > ref):
+                return "now"
+            return "past" if en is not None and en <= ref else "future"
+
+        states: dict[str, set[str]] = {}
+        for f in self.by_sr[(s, pid)]:
+            if f.object != o:
+                states.setdefault(f.object, set()).add(state(f))
+        return {q for q, ss in states.items() if "past" in ss and not ss & {"now", "always"}}

@@ -21,6 +21,7 @@ from distractor_world import (
     TRUMP,
     UNTYPED,
     USA,
+    Oracle,
     load,
     world,
 )
@@ -40,38 +41,15 @@ FACTS = [r for r in RECORDS if isinstance(r, FactRecord)]
 REF = "2026-01-01"
 
 
+ORACLE = Oracle(RECORDS)
+
+
 def oracle_omega(s: str, pid: str, o: str) -> set[str]:
-    """Ω(f) straight from the paper's definition over the records (no Cypher)."""
-    o_rec = ENTITIES.get(o) or EntityRecord(o)  # a stub object: no label, no type
-    o_labels = gd.label_set(o_rec.label, o_rec.aliases)
-    trues = {f.object for f in FACTS if f.subject == s and f.pid == pid and f.rank != "deprecated"}
-    return {
-        e.qid
-        for e in ENTITIES.values()
-        if e.label
-        and set(e.types) & set(o_rec.types)
-        and e.qid != o
-        and e.qid not in trues
-        and not (gd.label_set(e.label, e.aliases) & o_labels)
-    }
+    return ORACLE.omega(s, pid, o)
 
 
 def oracle_temporal(s: str, pid: str, o: str, ref: int) -> set[str]:
-    def state(f: FactRecord) -> str:
-        st_, en = f.start.sort_key if f.start else None, f.end.sort_key if f.end else None
-        if st_ is None and en is None:
-            return "always"
-        if (st_ is None or st_ <= ref) and (en is None or en > ref):
-            return "now"
-        return "past" if en is not None and en <= ref else "future"
-
-    by_obj: dict[str, set[str]] = {}
-    for f in FACTS:
-        if f.subject == s and f.pid == pid and f.object != o:
-            by_obj.setdefault(f.object, set()).add(state(f))
-    return {
-        q for q, states in by_obj.items() if "past" in states and not states & {"now", "always"}
-    }
+    return ORACLE.temporal(s, pid, o, ref)
 
 
 @pytest.fixture(scope="module")

@@ -84,18 +84,31 @@ RETURN c.qid AS qid, c.label AS label, c.aliases AS aliases, shared AS shared_ty
 #: Objects of (s, r) other than $o that were valid before $ref and are not valid at $ref.
 #: Per statement: no temporal qualifier → 'always'; point in time only → past/now/future by
 #: pit; otherwise the interval [start, end) decides. An object with any 'always' or 'now'
-#: statement is still true at $ref and so is no temporal distractor.
+#: statement is still true at $ref and so is no temporal distractor. A coarse end or point in
+#: time covers its whole month (precision 10) or year (precision ≤ 9): a stint "until 2013"
+#: is still valid on 2013-06-01. (CE dates only; a BCE one is taken at its sort key.)
 TEMPORAL_CANDIDATES = """
 MATCH (s:Entity {qid: $s})-[f:FACT]->(c:Entity)
 WHERE f.pid = $pid AND (f.rank IS NULL OR f.rank <> 'deprecated') AND c.qid <> $o
 WITH c, f,
      CASE
+       WHEN f.end_sort IS NULL OR f.end_sort < 0 OR coalesce(f.end_precision, 11) >= 11 THEN f.end_sort
+       WHEN f.end_precision = 10 THEN f.end_sort + 99
+       ELSE f.end_sort + 9999
+     END AS end_eff,
+     CASE
+       WHEN f.pit_sort IS NULL OR f.pit_sort < 0 OR coalesce(f.pit_precision, 11) >= 11 THEN f.pit_sort + 1
+       WHEN f.pit_precision = 10 THEN f.pit_sort + 99
+       ELSE f.pit_sort + 9999
+     END AS pit_eff
+WITH c, f, end_eff,
+     CASE
        WHEN f.start_sort IS NULL AND f.end_sort IS NULL AND f.pit_sort IS NULL THEN 'always'
        WHEN f.start_sort IS NULL AND f.end_sort IS NULL THEN
-         CASE WHEN f.pit_sort < $ref THEN 'past' WHEN f.pit_sort = $ref THEN 'now' ELSE 'future' END
-       WHEN (f.start_sort IS NULL OR f.start_sort <= $ref) AND (f.end_sort IS NULL OR f.end_sort > $ref)
+         CASE WHEN pit_eff <= $ref THEN 'past' WHEN f.pit_sort <= $ref THEN 'now' ELSE 'future' END
+       WHEN (f.start_sort IS NULL OR f.start_sort <= $ref) AND (end_eff IS NULL OR end_eff > $ref)
          THEN 'now'
-       WHEN f.end_sort IS NOT NULL AND f.end_sort <= $ref THEN 'past'
+       WHEN end_eff IS NOT NULL AND end_eff <= $ref THEN 'past'
        ELSE 'future'
      END AS state
 WITH c, collect(state) AS states,
