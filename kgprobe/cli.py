@@ -306,6 +306,33 @@ def score(
         console.print(f"{r.rank:>3}  {r.logprob:9.4f}  {r.candidate!r}  [{per_token}]", highlight=False)
 
 
+@app.command()
+def factor(
+    file: str = typer.Argument(..., help="A FACTOR CSV (news_factor.csv, expert_factor.csv, ...)."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m",
+                              help="Registry name, GGUF file, local HF directory or hub id."),
+    limit: int | None = typer.Option(None, help="Score only the first N rows."),
+    prefix_column: str = typer.Option("turncated_prefixes",
+                                      help="turncated_prefixes (official) or full_prefix."),
+    dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (faster on CPU)."),
+    threads: int = typer.Option(1, help="CPU threads for torch."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """FACTOR accuracy: the share of rows whose true completion has the highest mean
+    per-token log-probability given the prefix."""
+    import json
+
+    from kgprobe.probing.measures.factor import run_factor_file
+
+    result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
+                             threads=threads, progress=not as_json)
+    if as_json:
+        print(json.dumps(result, ensure_ascii=False))
+        return
+    console.print(f"FACTOR accuracy {result['accuracy']:.4f} ({result['correct']}/{result['items']}) "
+                  f"— {result['model']} on {result['file']}", highlight=False)
+
+
 def main() -> None:
     """Entry point: run the app, turning expected errors into one line and an exit code."""
     try:

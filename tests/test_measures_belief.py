@@ -1,0 +1,199 @@
+"""BELIEF metrics on a constructed case with known answers, rank computation on a tiny random
+GPT-2 against direct engine scores, and BELIEF-ICL prompts, matching and generation."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+
+import numpy as np
+import pytest
+import torch
+from _scoring_models import build
+
+from kgprobe.errors import ConfigError
+from kgprobe.probing.engine import Engine
+from kgprobe.probing.measures.belief import (
+    BeliefPair,
+    IclConfig,
+    IclFact,
+    PromptOutcome,
+    acc_at_k,
+    answer_matches,
+    belief_icl,
+    belief_report,
+    consist_at_1,
+    icl_prompt,
+    icl_report,
+    mrr,
+    normalize_answer,
+    overconfidence,
+    rank_prompts,
+    same_answer,
+    sample_prompt_sets,
+    select_demonstrations,
+)
+from kgprobe.probing.measures.common import Entity
+from kgprobe.probing.models import LoadedModel, load_model
+from kgprobe.probing.requests import LogProbRequest, NextTokenRequest, NextTokenResult
+
+torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
+    return load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu")
+
+
+def _o(pair: str, template: str, rank: int, pred: str, conf: float, rel: str = "P1") -> PromptOutcome:
+    return PromptOutcome(pair, rel, template, f"{pair}/{template}", rank, pred, conf, rank == 1)
+
+
+def test_acc_and_mrr_by_hand() -> None:
+    ranks = [1, 3, 2, 10, 1]
+    assert acc_at_k(ranks, 1) == pytest.approx(2 / 5)
+    assert acc_at_k(ranks, 3) == pytest.approx(4 / 5)
+    assert mrr(ranks) == pytest.approx((1 + 1 / 3 + 1 / 2 + 1 / 10 + 1) / 5)
+
+
+def test_consistency_by_hand() -> None:
+    outs = [
+        # pair a: predictions x, x, y -> agreeing pairs 1 of 3
+        _o("a", "t1", 1, "x", 0.9), _o("a", "t2", 1, "x", 0.8), _o("a", "t3", 2, "y", 0.7),
+        # pair b: z, z -> 1 of 1
+        _o("b", "t1", 1, "z", 0.6), _o("b", "t2", 1, "z", 0.5),
+        # pair c: a single prompt: left out
+        _o("c", "t1", 1, "q", 0.4),
+    ]
+    assert consist_at_1(outs) == pytest.approx((1 / 3 + 1) / 2)
+
+
+def test_overconfidence_by_hand() -> None:
+    conf = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+    hits = [True, False, True, False, False, False]
+    # 3 bins of 2 after sorting by confidence: (0.85 - 0.5), (0.65 - 0.5), (0.45 - 0)
+    expected = (1 / 3) * (0.35 + 0.15 + 0.45)
+    assert overconfidence(conf, hits, bins=3) == pytest.approx(expected)
+    # order of input does not matter
+    idx = [5, 2, 0, 4, 1, 3]
+    assert overconfidence([conf[i] for i in idx], [hits[i] for i in idx], 3) == pytest.approx(expected)
+    # more bins than prompts: one prompt per bin
+    assert overconfidence([0.5], [True], 10) == pytest.approx(-0.5)
+    with pytest.raises(ConfigError):
+        overconfidence([0.5], [True, False])
+
+
+def test_sampling_one_prompt_per_pair_and_fluctuation() -> None:
+    outs = []
+    for p in range(6):
+        for t, rank in (("t1", 1), ("t2", 2)):
+            outs.append(_o(f"p{p}", t, rank, "x", 0.5))
+    runs = sample_prompt_sets(outs, runs=20, seed=3)
+    assert all(len(r) == 6 and len({o.pair for o in r}) == 6 for r in runs)
+    # shared template per relation: within a run every pair uses the same template
+    assert all(len({o.template for o in r}) == 1 for r in runs)
+    accs = [acc_at_k([o.rank for o in r], 1) for r in runs]
+    assert set(accs) <= {0.0, 1.0}
+    rep = belief_report(outs, ks=(1,), runs=20, seed=3, bins=2)
+    assert rep.acc[1].mean == pytest.approx(statistics.fmean(accs))
+    assert rep.acc[1].range == max(accs) - min(accs)
+    assert rep.acc[1].stdev == pytest.approx(statistics.pstdev(accs))
+    assert rep.pairs == 6 and rep.prompts == 12
+    assert rep.consist_at_1 == 1.0
+    # reproducible with the same seed, different with another
+    again = sample_prompt_sets(outs, runs=20, seed=3)
+    assert [[o.prompt for o in r] for r in again] == [[o.prompt for o in r] for r in runs]
+    free = sample_prompt_sets(outs, runs=20, seed=3, share_template=False)
+    assert any(len({o.template for o in r}) == 2 for r in free)
+
+
+def test_rank_prompts_vocab_and_candidates(gpt2: LoadedModel) -> None:
+    engine = Engine(gpt2)
+    pair = BeliefPair(Entity("France"), "P36", (Entity("Paris"),), ("The capital of [X] is [Y].",),
+                      distractors=(Entity("London"), Entity("Rome")))
+    ctx = "The capital of France is"
+    [single] = engine.run([LogProbRequest(ctx, " Paris")])
+    assert single.num_tokens == 1  # type: ignore[union-attr]
+    [v] = rank_prompts(engine, [pair], mode="vocab")
+    [dist] = engine.run([NextTokenRequest(ctx, None)])
+    assert isinstance(dist, NextTokenResult) and dist.full_logprobs is not None
+    gold = single.logprob  # type: ignore[union-attr]
+    assert v.rank == 1 + int((dist.full_logprobs > gold).sum())
+    assert v.confidence == pytest.approx(math.exp(float(dist.full_logprobs.max())), rel=1e-5)
+    [top] = engine.run([NextTokenRequest(ctx, 1)])
+    assert v.prediction == top.tokens[0].strip()  # type: ignore[union-attr]
+
+    [c] = rank_prompts(engine, [pair], mode="candidates")
+    scores = {lab: engine.run([LogProbRequest(ctx, f" {lab}.")])[0].logprob  # type: ignore[union-attr]
+              for lab in ("Paris", "London", "Rome")}
+    assert c.rank == 1 + sum(1 for k, s in scores.items() if k != "Paris" and s > scores["Paris"])
+    best = max(scores, key=scores.__getitem__)
+    assert c.prediction == best
+    z = sum(math.exp(s) for s in scores.values())
+    assert c.confidence == pytest.approx(math.exp(scores[best]) / z, rel=1e-6)
+
+
+ICL_POOL = [
+    IclFact(Entity("France"), "P36", Entity("Paris"),
+            ("The capital of [X] is [Y].", "What is the capital of [X]? [Y].")),
+    IclFact(Entity("England"), "P36", Entity("London"),
+            ("The capital of [X] is [Y].", "What is the capital of [X]? [Y].")),
+    IclFact(Entity("Italy"), "P36", Entity("Rome"),
+            ("The capital of [X] is [Y].", "What is the capital of [X]? [Y].")),
+    IclFact(Entity("Lyon"), "P17", Entity("France"), ("[X] is a city in [Y].",)),
+]
+
+
+def test_icl_prompts_match_the_paper_format() -> None:
+    target = ICL_POOL[0]
+    assert icl_prompt(target, "The capital of [X] is [Y].", [], "mp") == (
+        "Predict the [MASK] in each sentence in one word.\n"
+        "Q: The capital of France is [MASK].\nA:")
+    demos = [(ICL_POOL[1], "What is the capital of [X]? [Y].")]
+    assert icl_prompt(target, "What is the capital of [X]? [Y].", demos, "qa") == (
+        "Answer each question in one word.\n"
+        "Q: What is the capital of England?\nA: London.\n"
+        "Q: What is the capital of France?\nA:")
+
+
+@pytest.mark.parametrize("setting", ["4-random", "4-relation", "4-template"])
+def test_demonstrations_never_hold_the_probed_fact(setting: str) -> None:
+    for seed in range(20):
+        t = "The capital of [X] is [Y]."
+        demos = select_demonstrations(ICL_POOL[0], t, ICL_POOL, setting, "mp",  # type: ignore[arg-type]
+                                      random.Random(seed))
+        assert demos and all(f.pair != ICL_POOL[0].pair for f, _ in demos)
+        if setting != "4-random":
+            assert all(f.relation == "P36" for f, _ in demos)
+        if setting == "4-template":
+            assert all(tt == t for _, tt in demos)
+    assert select_demonstrations(ICL_POOL[0], "t", ICL_POOL, "zero-shot", "mp", random.Random(0)) == []
+
+
+def test_normalized_containment() -> None:
+    assert normalize_answer("The United States!") == ["united", "state"]
+    assert answer_matches(" paris, of course", [Entity("Paris")])
+    assert answer_matches("It is the United States.", [Entity("USA", ("United States",))])
+    assert not answer_matches("Parisian", [Entity("Paris")])
+    assert same_answer("London.", "london city") and same_answer("london city", "London")
+    assert not same_answer("Rome", "London")
+
+
+def test_belief_icl_on_tiny_model(gpt2: LoadedModel) -> None:
+    engine = Engine(gpt2)
+    cfg = IclConfig(max_new_tokens=3, samples=4, seed=1)
+    # zero-shot: the tiny model has 64 positions, too few for demonstrations + generation
+    outs = belief_icl(engine, ICL_POOL[:2], ICL_POOL, setting="zero-shot", style="mp", config=cfg,
+                      max_templates=1)
+    assert len(outs) == 2
+    for o in outs:
+        assert o.rank in (1, 2) and 0.0 <= o.confidence <= 1.0
+        assert "Predict the [MASK]" in o.prompt and o.prompt.endswith("A:")
+    again = belief_icl(engine, ICL_POOL[:2], ICL_POOL, setting="zero-shot", style="mp", config=cfg,
+                      max_templates=1)
+    assert [(o.prediction, o.confidence) for o in again] == [(o.prediction, o.confidence) for o in outs]
+    rep = icl_report(outs, runs=3)
+    assert 0.0 <= rep.acc[1].mean <= 1.0 and rep.overconf[1] == pytest.approx(
+        overconfidence([o.confidence for o in outs], [o.correct_at_1 for o in outs]))
+    assert np.isfinite(rep.mrr.mean)

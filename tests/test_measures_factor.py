@@ -1,0 +1,126 @@
+"""FACTOR on rows of the real CSV format (News- and Expert-FACTOR), with a tiny random GPT-2;
+joining rules of the official script; items generated from facts; the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from _measures_models import build_long_gpt2
+
+from kgprobe.errors import InputError
+from kgprobe.probing.engine import Engine
+from kgprobe.probing.measures.common import Entity, Fact
+from kgprobe.probing.measures.factor import (
+    FactorItem,
+    factor_accuracy,
+    factor_items_from_fact,
+    factor_pair,
+    factor_scores,
+    read_factor_csv,
+)
+from kgprobe.probing.models import LoadedModel, load_model
+from kgprobe.probing.requests import LogProbRequest, LogProbResult
+
+torch.set_num_threads(1)
+FIX = Path(__file__).parent / "fixtures" / "factor"
+
+
+@pytest.fixture(scope="module")
+def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_long_gpt2(tmp_path_factory.mktemp("gpt2long"))
+
+
+@pytest.fixture(scope="module")
+def gpt2(gpt2_dir: Path) -> LoadedModel:
+    return load_model(str(gpt2_dir), device="cpu")
+
+
+def test_read_real_csvs() -> None:
+    news = read_factor_csv(FIX / "news_factor_sample.csv")
+    expert = read_factor_csv(FIX / "expert_factor_sample.csv")
+    assert len(news) == 3 and len(expert) == 3
+    assert all(len(i.completions) == 4 for i in news + expert)
+    assert news[0].completions[0].startswith("Whether or not it gets a second season")
+    assert news[1].prefix.endswith("\n")  # multi-line quoted field kept whole
+    full = read_factor_csv(FIX / "news_factor_sample.csv", prefix_column="full_prefix")
+    assert len(full[0].prefix) >= len(news[0].prefix)
+    with pytest.raises(InputError):
+        read_factor_csv(FIX / "missing.csv")
+
+
+def test_official_joining() -> None:
+    assert factor_pair("Prefix ends. ", " Completion.") == ("Prefix ends.", " Completion.")
+    assert factor_pair("Prefix line\n", "Completion.") == ("Prefix line\n", "Completion.")
+
+
+def test_accuracy_matches_direct_mean_logprobs(gpt2: LoadedModel) -> None:
+    engine = Engine(gpt2, batch_size=4)
+    items = read_factor_csv(FIX / "news_factor_sample.csv") + read_factor_csv(
+        FIX / "expert_factor_sample.csv")
+    outcomes = factor_scores(engine, items)
+    correct = 0
+    for it, out in zip(items, outcomes, strict=True):
+        means = []
+        for c in it.completions:
+            ctx, cont = factor_pair(it.prefix, c)
+            if ctx.endswith("\n"):
+                # the newline is context, not completion: score the completion after it by
+                # joining the newline to the context's last word (same tokens, same position)
+                [whole] = engine.run([LogProbRequest(ctx, cont)])
+                assert isinstance(whole, LogProbResult)
+                lps = list(whole.token_logprobs)
+                toks = list(whole.tokens)
+                assert not toks[0].strip()  # the moved newline token
+                while toks and not toks[0].strip():
+                    toks.pop(0)
+                    lps.pop(0)
+                means.append(sum(lps) / len(lps))
+            else:
+                [r] = engine.run([LogProbRequest(ctx, cont)])
+                assert isinstance(r, LogProbResult)
+                means.append(r.logprob / r.num_tokens)
+        assert list(out.scores) == pytest.approx(means)
+        ok = means[0] >= max(means[1:])
+        assert out.correct == ok
+        correct += ok
+    assert factor_accuracy(outcomes) == pytest.approx(correct / len(items))
+
+
+def test_items_from_facts() -> None:
+    fact = Fact(Entity("France"), "P36", Entity("Paris"))
+    item = factor_items_from_fact(fact, "The capital of [X] is [Y].",
+                                  [Entity("Lyon"), "Marseille", "Nice", "Lille"])
+    assert item.completions == ("The capital of France is Paris.", "The capital of France is Lyon.",
+                                "The capital of France is Marseille.", "The capital of France is Nice.")
+    with pytest.raises(InputError):
+        factor_items_from_fact(fact, "The capital of [X] is [Y].", [])
+    with pytest.raises(InputError):
+        FactorItem("p", ("only one",))
+
+
+def test_generated_items_score_on_tiny_model(gpt2: LoadedModel) -> None:
+    fact = Fact(Entity("France"), "P36", Entity("Paris"))
+    item = factor_items_from_fact(fact, "The capital of [X] is [Y].", ["London", "Rome"])
+    [out] = factor_scores(Engine(gpt2), [item])
+    assert len(out.scores) == 3 and out.correct == (out.scores[0] >= max(out.scores[1:]))
+
+
+def test_cli_json(gpt2_dir: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kgprobe.cli", "factor", str(FIX / "expert_factor_sample.csv"),
+         "--model", str(gpt2_dir), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["items"] == 3 and 0.0 <= data["accuracy"] <= 1.0
+    assert data["correct"] == sum(r["correct"] for r in data["per_item"])
+    bad = subprocess.run(
+        [sys.executable, "-m", "kgprobe.cli", "factor", str(FIX / "nope.csv"), "--model",
+         str(gpt2_dir)], capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
