@@ -105,3 +105,5 @@ def test_known_history_in_order(demo) -> None:
         graph, ABREU, "P54", AUDAX, strategy="temp+sem", n=5, at="2015-06-01", index=index
     )
     assert [d.qid for d in mid.distractors if d.reason == REASON_TEMPORAL] == ["Q318307", "Q134916"]
+    # no object given: the club current at the date
+    assert find_distractors(graph, ABREU, "P54", strategy="random", n=1, at=REF).object == AUDAX

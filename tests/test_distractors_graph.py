@@ -112,3 +112,14 @@ def test_resolve(world_graph) -> None:
     with pytest.raises(ConfigError):
         gd.date_sort_key("2024-13-01")
     assert gd.date_sort_key("-0044-03-15") == -440315
+
+
+def test_statement_state_coarse_precision() -> None:
+    ref = gd.date_sort_key("2013-06-01")
+    year = {"start_sort": 20130000, "end_sort": 20130000, "end_precision": 9}
+    assert gd.statement_state(year, ref) == "now"  # "2013 to 2013" covers all of 2013
+    assert gd.statement_state(year, gd.date_sort_key("2014-01-01")) == "past"
+    assert gd.statement_state({"start_sort": 20140000}, ref) == "future"
+    assert gd.statement_state({}, ref) == "always"
+    assert gd.statement_state({"pit_sort": 20130601, "pit_precision": 11}, ref) == "now"
+    assert gd.statement_state({"pit_sort": 20120000, "pit_precision": 9}, ref) == "past"

@@ -49,6 +49,7 @@ MATCH (s:Entity {qid: $s})-[f:FACT]->(o:Entity)
 WHERE f.pid = $pid AND (f.rank IS NULL OR f.rank <> 'deprecated')
 RETURN o.qid AS qid, o.label AS label, f.rank AS rank,
        f.start_sort AS start_sort, f.end_sort AS end_sort, f.pit_sort AS pit_sort,
+       f.end_precision AS end_precision, f.pit_precision AS pit_precision,
        f.start_time AS start_time, f.end_time AS end_time, f.pit_time AS pit_time
 ORDER BY qid
 """
@@ -309,6 +310,30 @@ def date_sort_key(at: dt.date | str | int | None = None) -> int:
     if not (1 <= m <= 12 and 1 <= d <= 31):
         raise ConfigError(f"not a date (YYYY-MM-DD): {at!r}")
     return sign * (y * 10000 + m * 100 + d)
+
+
+def _widen(sort: int | None, precision: int | None, day: int) -> int | None:
+    if sort is None:
+        return None
+    if sort < 0 or (precision or 11) >= 11:
+        return sort + day
+    return sort + (99 if precision == 10 else 9999)
+
+
+def statement_state(row: dict[str, Any], ref: int) -> str:
+    """'always', 'now', 'past' or 'future' of one statement at ``ref`` — the rule of
+    :data:`TEMPORAL_CANDIDATES`, for rows of :data:`TRUE_OBJECTS`."""
+    start, end, pit = row.get("start_sort"), row.get("end_sort"), row.get("pit_sort")
+    if start is None and end is None:
+        if pit is None:
+            return "always"
+        pit_eff = _widen(pit, row.get("pit_precision"), 1)
+        assert pit_eff is not None
+        return "past" if pit_eff <= ref else ("now" if pit <= ref else "future")
+    end_eff = _widen(end, row.get("end_precision"), 0)
+    if (start is None or start <= ref) and (end_eff is None or end_eff > ref):
+        return "now"
+    return "past" if end_eff is not None and end_eff <= ref else "future"
 
 
 def temporal_candidates(

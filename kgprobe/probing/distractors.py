@@ -274,10 +274,7 @@ def pick_object(graph: Graph, subject: str, pid: str, at: dt.date | str | int | 
     ref = gd.date_sort_key(at)
 
     def valid_now(r: dict[str, Any]) -> bool:
-        s, e, p = r.get("start_sort"), r.get("end_sort"), r.get("pit_sort")
-        if s is None and e is None:
-            return p is None or p == ref
-        return (s is None or s <= ref) and (e is None or e > ref)
+        return gd.statement_state(r, ref) in ("now", "always")
 
     rows.sort(
         key=lambda r: (not valid_now(r), r.get("rank") != "preferred", gd.qid_order(r["qid"]))
