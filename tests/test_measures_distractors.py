@@ -92,10 +92,10 @@ def test_measure_matches_direct_engine_scores(gpt2: LoadedModel) -> None:
         assert len(fp.clozes) == 4
         expected_min, expected_avg = [], []
         for c in fp.clozes:
-            def pl(labels: list[str], ctx: str = c.sentence.context) -> float:
-                tail = "" if end.kind == "eos" else "."
-                rs = engine.run([LogProbRequest(ctx, f" {lab}{tail}", end.kind == "eos")
-                                 for lab in labels])
+            def pl(labels: list[str], ctx: str = c.sentence.context,
+                   eos: bool = end.kind == "eos") -> float:
+                tail = "" if eos else "."
+                rs = engine.run([LogProbRequest(ctx, f" {lab}{tail}", eos) for lab in labels])
                 return sum(math.exp(r.logprob) for r in rs if isinstance(r, LogProbResult))
             p_true = pl(["Paris", "Paris city"])
             p_ds = [pl(["London"]), pl(["Rome"]), pl(["Berlin", "Berlin city"])]

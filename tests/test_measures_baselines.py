@@ -1,0 +1,149 @@
+"""Baselines of the distractor paper: Probability, Precision@n, ROUGE-L, BERTScore-style (with
+the packaged MiniLM), LLM-as-judge (prompt, verdicts, the unavailable message) and KaRR —
+hand-computed values and direct engine scores on a tiny random GPT-2."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from _scoring_models import build
+
+from kgprobe.errors import ConfigError
+from kgprobe.probing.engine import Engine
+from kgprobe.probing.measures.baselines import (
+    KarrItem,
+    ProbeItem,
+    beam_outputs,
+    bertscore_f1,
+    embedding_measure,
+    judge_measure,
+    judge_prompt,
+    karr,
+    parse_verdict,
+    precision_at_n,
+    probability,
+    rouge_l,
+    rouge_measure,
+)
+from kgprobe.probing.measures.common import Entity, Fact
+from kgprobe.probing.models import LoadedModel, load_model
+from kgprobe.probing.requests import (
+    BeamSearchRequest,
+    LogProbRequest,
+    NextTokenRequest,
+    SpanScoreRequest,
+)
+
+torch.set_num_threads(1)
+FACT = Fact(Entity("France"), "P36", Entity("Paris", ("Paris city",)))
+ITEM = ProbeItem(FACT, ("The capital of [X] is [Y].", "[X] has its capital in [Y]."))
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
+    return load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu")
+
+
+def test_rouge_l_by_hand() -> None:
+    assert rouge_l("William Shakespeare", "W Shakespeare") == pytest.approx(0.5)
+    # LCS("the city of paris", "paris is a city") = 1 ("city" or "paris"): R = 1/4, P = 1/4
+    assert rouge_l("the city of Paris", "Paris is a city") == pytest.approx(0.25)
+    assert rouge_l("Paris", "") == 0.0
+    # beta = 2 weighs recall: R = 1, P = 1/3 -> 5 * 1/3 / (4/3 + 1) = 5/7
+    assert rouge_l("Paris", "Paris is nice", beta=2.0) == pytest.approx(5 / 7)
+
+
+def test_bertscore_f1_by_hand() -> None:
+    e1, e2 = np.array([1.0, 0.0]), np.array([0.0, 1.0])
+    diag = np.array([math.sqrt(0.5), math.sqrt(0.5)])
+    ref = np.stack([e1, e2])
+    cand = np.stack([e1, diag])
+    # R = mean(max(1, .707), max(0, .707)) = (1 + .707)/2 ; P = mean(1, .707) = same
+    r = (1 + math.sqrt(0.5)) / 2
+    assert bertscore_f1(ref, cand) == pytest.approx(r)
+    assert bertscore_f1(ref, np.zeros((0, 2))) == 0.0
+
+
+def test_probability_matches_direct(gpt2: LoadedModel) -> None:
+    engine = Engine(gpt2)
+    [s] = probability(engine, [ITEM])
+    per = []
+    for ctx in ("The capital of France is", "France has its capital in"):
+        rs = engine.run([LogProbRequest(ctx, " Paris"), LogProbRequest(ctx, " Paris city")])
+        per.append(sum(math.exp(r.logprob) for r in rs))  # type: ignore[union-attr]
+    assert s.per_cloze == pytest.approx(per) and s.score == pytest.approx(sum(per) / 2)
+
+
+def test_precision_at_n(gpt2: LoadedModel) -> None:
+    engine = Engine(gpt2)
+    ctx = "The capital of France is"
+    [top] = engine.run([NextTokenRequest(ctx, 3)])
+    second = top.tokens[1].strip()  # type: ignore[union-attr]
+    item = ProbeItem(Fact(Entity("France"), "P36", Entity(second)), ("The capital of [X] is [Y].",))
+    res = precision_at_n(engine, [item], [1, 2, 3])
+    first = top.tokens[0].strip()  # type: ignore[union-attr]
+    assert res[1][0].score == (1.0 if first == second else 0.0)
+    assert res[2][0].score == 1.0 and res[3][0].score == 1.0
+    with pytest.raises(ConfigError):
+        precision_at_n(engine, [item], [0])
+
+
+def test_beam_rouge_and_embedding_measures(gpt2: LoadedModel) -> None:
+    engine = Engine(gpt2)
+    beams = beam_outputs(engine, [ITEM], beam_width=3, max_new_tokens=4)
+    assert len(beams[0]) == 2
+    [b] = engine.run([BeamSearchRequest("The capital of France is", 3, 4)])
+    assert beams[0][0][1] == [h.text.strip() for h in b.hypotheses]  # type: ignore[union-attr]
+    [r] = rouge_measure([ITEM], beams)
+    expected = [max((rouge_l(lab, h) for lab in ("Paris", "Paris city") for h in hyps), default=0.0)
+                for _, hyps in beams[0]]
+    assert r.per_cloze == pytest.approx(expected)
+    # a beam that says the label gets ROUGE-L 1 and BERTScore 1 (packaged MiniLM)
+    fixed = [[(c, ["Paris", "London"]) for c, _ in beams[0]]]
+    assert rouge_measure([ITEM], fixed)[0].score == 1.0
+    [e] = embedding_measure([ITEM], fixed)
+    assert e.score == pytest.approx(1.0, abs=1e-6)
+    [e2] = embedding_measure([ITEM], [[(c, ["Rome"]) for c, _ in beams[0]]])
+    assert e2.score is not None and e2.score < 1.0
+
+
+def test_llm_judge_prompt_verdicts_and_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = judge_prompt("The capital of France is", ["Paris", "Paris city"], "Paris, of course")
+    assert p.startswith("You need to check whether the prediction")
+    assert p.endswith('Query: The capital of France is\nGround truth: ["Paris", "Paris city"]\n'
+                      "Prediction: Paris, of course\nCorrectness:")
+    assert parse_verdict(" correct") == 1.0 and parse_verdict("Incorrect.") == 0.0
+    assert parse_verdict("unsure") == 0.0
+    monkeypatch.delenv("KGPROBE_JUDGE_URL", raising=False)
+    with pytest.raises(ConfigError, match="KGPROBE_JUDGE_URL"):
+        judge_measure([ITEM], [[]])
+
+
+def test_karr_matches_hand_formula(gpt2: LoadedModel) -> None:
+    engine = Engine(gpt2)
+    item = KarrItem(
+        Fact(Entity("France"), "P36", Entity("Paris")),
+        ("The capital of [X] is [Y].",),
+        other_subjects=(Entity("England"),),
+        other_relation_templates=(("[X] is a city in [Y].",),),
+    )
+    [k] = karr(engine, [item], sample_k=4)
+
+    def p_sent(text: str) -> float:
+        return math.exp(engine.run([SpanScoreRequest(text, 0, len(text))])[0].mean_logprob)  # type: ignore[union-attr]
+
+    def p_cont(ctx: str, cont: str) -> float:
+        return math.exp(engine.run([LogProbRequest(ctx, cont)])[0].mean_logprob)  # type: ignore[union-attr]
+
+    n = p_sent("The capital of France is") * p_cont("The capital of France is", " Paris")
+    d_s = p_sent("The capital of England is") * p_cont("The capital of England is", " Paris")
+    d_r = p_sent("France") * p_cont("France", " is a city in Paris.")
+    assert k.karr_subject == pytest.approx(max(n / d_s, 1e-6))
+    assert k.karr_relation == pytest.approx(max(n / d_r, 1e-6))
+    assert k.karr == pytest.approx(math.sqrt(k.karr_subject * k.karr_relation))  # type: ignore[operator]
+    assert k.knows == (k.karr > 22)  # type: ignore[operator]
+    [none] = karr(engine, [KarrItem(item.fact, item.templates)])
+    assert none.karr is None and none.knows is None
