@@ -147,7 +147,7 @@ def main() -> None:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"\n| relation | n | kgprobe acc | lm-pub-quiz acc | diff (pp) |\n|---|---|---|---|---|")
+    print("\n| relation | n | kgprobe acc | lm-pub-quiz acc | diff (pp) |\n|---|---|---|---|---|")
     rows = []
     for pid in facts:
         a, n = ours[pid]

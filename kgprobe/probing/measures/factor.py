@@ -189,3 +189,41 @@ def run_factor_file(
         "per_item": [{"id": o.item_id, "correct": o.correct, "scores": list(o.scores)}
                      for o in outcomes],
     }
+
+
+def factor_items_from_graph(
+    graph: Any,
+    facts: Sequence[tuple[str, str, str]],
+    *,
+    strategy: str = "random",
+    n_false: int = 3,
+    seed: int = 0,
+    template: str | None = None,
+    **distractor_kw: Any,
+) -> tuple[list[FactorItem], dict[str, str]]:
+    """FACTOR items for (subject QID, PID, object QID) facts of the graph: typed distractors
+    from :func:`kgprobe.probing.distractors.find_distractors` (``strategy``, ``seed``, further
+    keywords passed on), the relation's first object-last template from the template store
+    unless ``template`` is given. Returns the items and, per fact key, why one was skipped."""
+    from kgprobe.graph import distractors as gd
+    from kgprobe.probing.distractors import default_template, find_distractors
+
+    items: list[FactorItem] = []
+    skipped: dict[str, str] = {}
+    templates: dict[str, str] = {}
+    for s, pid, o in facts:
+        key = f"{s}|{pid}|{o}"
+        dl = find_distractors(graph, s, pid, o, strategy=strategy, n=n_false, seed=seed,
+                              **distractor_kw)
+        ds = [Entity(d.label, (), d.qid) for d in dl.distractors if d.label]
+        terms = gd.entity_terms(graph, [s, o])
+        if not ds or s not in terms or o not in terms:
+            skipped[key] = dl.reason or "subject or object has no label"
+            continue
+        if pid not in templates:
+            templates[pid] = template or default_template(graph, pid)
+        subj = Entity(terms[s]["label"], tuple(terms[s].get("aliases") or ()), s)
+        obj = Entity(terms[o]["label"], tuple(terms[o].get("aliases") or ()), o)
+        items.append(factor_items_from_fact(Fact(subj, pid, obj, key), templates[pid], ds,
+                                            n_false=n_false))
+    return items, skipped
