@@ -147,3 +147,55 @@ def test_karr_matches_hand_formula(gpt2: LoadedModel) -> None:
     assert k.knows == (k.karr > 22)  # type: ignore[operator]
     [none] = karr(engine, [KarrItem(item.fact, item.templates)])
     assert none.karr is None and none.knows is None
+
+
+def test_llm_judge_through_a_real_local_endpoint(gpt2: LoadedModel,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real OpenAI-compatible HTTP endpoint on loopback, answered by the tiny GPT-2 through
+    the engine (greedy); the measure's verdicts must be those of the endpoint's texts."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from kgprobe.probing.requests import GenerateRequest
+
+    engine = Engine(gpt2)
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompt = body["messages"][0]["content"]
+            seen.append(prompt)
+            [g] = engine.run([GenerateRequest(prompt[-40:], max_new_tokens=2)])
+            text = g.text  # type: ignore[union-attr]
+            out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(out.encode())
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("KGPROBE_JUDGE_URL", f"http://127.0.0.1:{server.server_address[1]}/v1")
+        monkeypatch.setenv("KGPROBE_JUDGE_MODEL", "tiny")
+        beams = [[(c, ["Paris", "London"]) for c, _ in
+                  beam_outputs(engine, [ITEM], beam_width=1, max_new_tokens=1)[0]]]
+        [j] = judge_measure([ITEM], beams)
+    finally:
+        server.shutdown()
+    assert len(seen) == 4  # 2 clozes x 2 beam outputs
+    expected = []
+    for c, hyps in beams[0]:
+        verdicts = []
+        for h in hyps:
+            [g] = engine.run([GenerateRequest(judge_prompt(c.context, ["Paris", "Paris city"], h)[-40:],
+                                              max_new_tokens=2)])
+            verdicts.append(parse_verdict(g.text))  # type: ignore[union-attr]
+        expected.append(max(verdicts))
+    assert j.per_cloze == expected
