@@ -85,6 +85,8 @@ def world() -> list[Record]:
         FactRecord(BUSH, "P27", USA, statement_id="Q207$P27"),
         FactRecord(CLINTON, "P27", USA, statement_id="Q1124$P27"),
         FactRecord(BACH, "P27", GERMANY, statement_id="Q1339$P27"),
+        # a deprecated claim is no true fact: Adams stays a distractor of (USA, P35, ·)
+        FactRecord(USA, "P35", ADAMS, statement_id="Q30$P35-x", rank="deprecated"),
         FactRecord(USA, "P999", UNTYPED, statement_id="Q30$P999a"),
         FactRecord(USA, "P999", LONELY, statement_id="Q30$P999b"),
     ]

@@ -99,7 +99,7 @@ def test_feature_bags_and_counts(world_graph) -> None:
     assert bags[OBAMA][0] == OBAMA
     assert {"P27", USA, f"P27={USA}", "P31", "Q5", "P31=Q5"} <= set(bags[OBAMA])
     counts = gd.graph_counts(world_graph)
-    assert counts["facts"] == 20 and counts["entities"] == len(bags)
+    assert counts["facts"] == 21 and counts["entities"] == len(bags)
 
 
 def test_resolve(world_graph) -> None:

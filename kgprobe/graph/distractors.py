@@ -54,6 +54,19 @@ RETURN o.qid AS qid, o.label AS label, f.rank AS rank,
 ORDER BY qid
 """
 
+#: Everything Ω(f) needs about f in one round trip: o's terms and types, s's label, and every
+#: non-deprecated object of (s, r).
+FACT_CONTEXT = f"""
+MATCH (o:Entity {{qid: $o}})
+OPTIONAL MATCH (o)-[:{TYPE_EDGES}]->(t:Entity)
+WITH o, collect(DISTINCT t.qid) AS types
+OPTIONAL MATCH (s:Entity {{qid: $s}})
+OPTIONAL MATCH (s)-[f:FACT {{pid: $pid}}]->(x:Entity)
+WHERE f.rank IS NULL OR f.rank <> 'deprecated'
+WITH o, types, s, collect(DISTINCT x.qid) AS trues
+RETURN o.label AS label, o.aliases AS aliases, types, s.label AS subject_label, trues
+"""
+
 #: Entities sharing a type with $o, minus $o and the $exclude list (the true objects of (s, r)).
 TYPED_CANDIDATES = f"""
 MATCH (o:Entity {{qid: $o}})-[:{TYPE_EDGES}]->(t:Entity)<-[:{TYPE_EDGES}]-(c:Entity)
@@ -230,13 +243,12 @@ def true_objects(graph: Graph, subject: str, pid: str) -> list[dict[str, Any]]:
 
 
 def fact_context(graph: Graph, subject: str, pid: str, obj: str) -> FactContext:
-    """Read o's labels and types and every true object of (s, r) in two round trips."""
+    """Read o's labels and types and every true object of (s, r) in one round trip."""
     check_ids(qids=[subject, obj], pids=[pid])
-    terms = entity_terms(graph, [obj, subject])
-    if obj not in terms:
+    rows = graph.read(FACT_CONTEXT, s=subject, pid=pid, o=obj)
+    if not rows:
         raise ConfigError(f"object {obj} is not in the graph")
-    o = terms[obj]
-    trues = sorted({r["qid"] for r in true_objects(graph, subject, pid)} | {obj})
+    o = rows[0]
     return FactContext(
         subject=subject,
         pid=pid,
@@ -244,8 +256,8 @@ def fact_context(graph: Graph, subject: str, pid: str, obj: str) -> FactContext:
         object_label=o.get("label"),
         object_labels=label_set(o.get("label"), o.get("aliases")),
         object_types=sorted(t for t in (o.get("types") or []) if t),
-        true_objects=trues,
-        subject_label=(terms.get(subject) or {}).get("label"),
+        true_objects=sorted({q for q in (o.get("trues") or []) if q} | {obj}),
+        subject_label=o.get("subject_label"),
     )
 
 

@@ -329,6 +329,7 @@ class SemanticIndex:
         allowed: Collection[str] | None = None,
         predicate: Callable[[list[str]], Collection[str]] | None = None,
         exclude_self: bool = True,
+        max_checked: int | None = None,
     ) -> list[Neighbour]:
         """The ``n`` entities most similar to ``qid`` among those the caller allows.
 
@@ -338,7 +339,9 @@ class SemanticIndex:
         entities, so a narrow filter is never starved. ``predicate`` takes a batch of candidate
         QIDs and returns the subset that qualifies (e.g. one Cypher round trip per batch):
         candidates are drawn in growing batches until ``n`` qualify or none are left. Both may be
-        given. Ties are broken by index row, so the order is deterministic.
+        given. ``max_checked`` stops the search once that many candidates went through the
+        filters (the caller then has a cheaper plan B). Ties are broken by index row, so the
+        order is deterministic.
         """
         import faiss as _faiss
 
@@ -386,7 +389,7 @@ class SemanticIndex:
                 ok = set(predicate([self.qids[i] for i, _ in fresh]))
                 fresh = [(i, d) for i, d in fresh if self.qids[i] in ok]
             found.update(fresh)
-            if len(found) >= n:
+            if len(found) >= n or (max_checked is not None and len(checked) >= max_checked):
                 break
             exhaustive = not ivf or nprobe >= nlist
             if got < k and not exhaustive:

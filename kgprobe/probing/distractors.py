@@ -36,6 +36,8 @@ REASON_MODEL = "model probability"
 #: Ω(f) up to this size is read whole and the semantic search is exact over it; a larger one
 #: is checked batch by batch against the index's nearest neighbours (one round trip a batch).
 OMEGA_READ_LIMIT = 50_000
+#: Sem first checks this many nearest neighbours per wanted distractor against Ω(f).
+SEM_FIRST_BATCH = 4
 #: ApprOpt builds its token trie over at most this many candidate entities (QID order).
 APPROPT_MAX_CANDIDATES = 5_000
 
@@ -114,19 +116,24 @@ def semantic_distractors(
             f"object {ctx.object} is not in the semantic index (rebuild it: the graph changed?)",
         )
     skip_set = set(skip)
-    cands = gd.typed_candidates(graph, ctx, limit=OMEGA_READ_LIMIT + 1)
     info: dict[str, gd.Candidate] = {}
-    if len(cands) <= OMEGA_READ_LIMIT:
-        info = {c.qid: c for c in cands if c.qid not in skip_set}
-        hits = index.neighbours(ctx.object, n, allowed=list(info))
-    else:
 
-        def check(batch: list[str]) -> list[str]:
-            ok = gd.omega_filter(graph, ctx, [q for q in batch if q not in skip_set])
-            info.update((c.qid, c) for c in ok)
-            return [c.qid for c in ok]
+    def check(batch: list[str]) -> list[str]:
+        ok = gd.omega_filter(graph, ctx, [q for q in batch if q not in skip_set])
+        info.update((c.qid, c) for c in ok)
+        return [c.qid for c in ok]
 
-        hits = index.neighbours(ctx.object, n, predicate=check)
+    # Plan A: o's nearest neighbours, checked against Ω(f) in one round trip (usually enough:
+    # entities with o's relations and objects mostly share its type).
+    hits = index.neighbours(ctx.object, n, predicate=check, max_checked=SEM_FIRST_BATCH * n)
+    if len(hits) < n:
+        # Plan B: read Ω(f) whole and search only inside it (exact on the flat index).
+        cands = gd.typed_candidates(graph, ctx, limit=OMEGA_READ_LIMIT + 1)
+        if len(cands) <= OMEGA_READ_LIMIT:
+            info = {c.qid: c for c in cands if c.qid not in skip_set}
+            hits = index.neighbours(ctx.object, n, allowed=list(info))
+        else:
+            hits = index.neighbours(ctx.object, n, predicate=check)
     out = [
         Distractor(
             i + 1,
