@@ -31,9 +31,6 @@ def _records_for(
     from kgprobe.loaders.common import Filters
 
     filters = Filters.make(relations=relations or None, language=language, ranks=ranks or None, limit=limit)
-    missing = [str(s) for s in sources if not Path(s).exists()]
-    if missing:
-        raise InputError(f"no such file: {', '.join(missing)}")
     for source in sources:
         yield from open_source(source, filters)
     if sparql:
@@ -55,8 +52,12 @@ def ingest_sources(
     settings: Settings | None = None,
 ) -> IngestSummary:
     """Load files and/or a SPARQL endpoint into the graph, with a progress display."""
+    from kgprobe.loaders import detect_format
+
     if not sources and not sparql:
         raise InputError("nothing to ingest: give files or --sparql URL")
+    for source in sources:  # fail on a bad file before touching the graph
+        detect_format(source)
     records = _records_for(
         sources, sparql=sparql, relations=relations, subjects=subjects, language=language,
         ranks=ranks, limit=limit,
@@ -110,3 +111,49 @@ def demo(*, quiet: bool = False, settings: Settings | None = None) -> dict[str, 
         "graph": stats,
         "seconds": round(time.monotonic() - started, 1),
     }
+
+
+# --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reporting ---
+
+
+def probe(model: str = "smollm2-135m", **kwargs: Any) -> Any:
+    """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
+    FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. Keyword arguments: see
+    :func:`kgprobe.probing.run.probe` (relations, sample, measures, strategy, n, seed, threshold, at,
+    max_object_labels, max_templates, dtype, threads, cache, index_dir, progress, settings, graph)."""
+    from kgprobe.probing.run import probe as run
+
+    return run(model, **kwargs)
+
+
+def unknown(
+    model: str, *, relation: str | None = None, below: float | None = None, measure: str | None = None,
+    settings: Settings | None = None,
+) -> list[Any]:
+    """The facts ``model`` does not know (score below ``below``), as ``ScoredFact`` dataclasses."""
+    from kgprobe.probing.run import unknown_in
+
+    with connect(settings) as graph:
+        return unknown_in(graph, model, relation=relation, below=below, measure=measure)[1]
+
+
+def compare(
+    a: str, b: str, *, measure: str | None = None, threshold: float | None = None,
+    settings: Settings | None = None,
+) -> Any:
+    """What ``a`` knows and ``b`` does not, and the reverse (a ``kgprobe.probing.run.Comparison``)."""
+    from kgprobe.probing.run import compare_in
+
+    with connect(settings) as graph:
+        return compare_in(graph, a, b, measure=measure, threshold=threshold)
+
+
+def report(
+    model: str, *, vs: str | None = None, out: str | Path | None = None, measure: str | None = None,
+    threshold: float | None = None, seed: int = 0, settings: Settings | None = None,
+) -> tuple[Any, dict[str, Path]]:
+    """The per-relation knowledge-gap report (``kgprobe.reporting.Report``) and, with ``out``, the
+    paths of the CSV, JSON and HTML files written there."""
+    from kgprobe.reporting import report as build
+
+    return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, settings=settings)
