@@ -167,6 +167,7 @@ def test_llm_judge_through_a_real_local_endpoint(gpt2: LoadedModel,
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             prompt = body["messages"][0]["content"]
             seen.append(prompt)
+            # the tiny model has 64 positions: it reads only the end of the judge prompt
             [g] = engine.run([GenerateRequest(prompt[-40:], max_new_tokens=2)])
             text = g.text  # type: ignore[union-attr]
             out = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]})

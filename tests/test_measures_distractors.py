@@ -113,3 +113,22 @@ def test_no_distractor_gives_none(gpt2: LoadedModel) -> None:
     [fp] = distractor_measure(Engine(gpt2), [DistractorItem(fact, ("The capital of [X] is [Y].",), ())])
     assert fp.k(5, "min") is None
     assert fp.plausibility() is not None
+
+
+def test_grid_search_over_n_and_aggregation_reuses_plausibilities(gpt2: LoadedModel) -> None:
+    from kgprobe.probing.measures.distractors import k_scores
+    from kgprobe.probing.measures.evaluation import kfold_grid_search
+
+    engine = Engine(gpt2)
+    subjects = ["France", "England", "Italy", "Germany", "Spain", "Lyon"]
+    objects = ["Paris", "London", "Rome", "Berlin", "Madrid", "France"]
+    items = [DistractorItem(Fact(Entity(s), "P36", Entity(o)), ("The capital of [X] is [Y].",),
+                            tuple(x for x in objects if x != o)) for s, o in zip(subjects, objects, strict=True)]
+    fps = distractor_measure(engine, items)
+    calls = engine.stats.forward_calls
+    human = {fp.fact.key: float(i % 3) for i, fp in enumerate(fps)}
+    res = kfold_grid_search(human, lambda cfg: k_scores(fps, cfg["n"], cfg["agg"]),
+                            {"n": [1, 3, 5], "agg": ["min", "avg"]}, k=2, seed=0)
+    assert engine.stats.forward_calls == calls  # the grid search made no model call
+    assert len(res.folds) == 2 and all(f.best["n"] in (1, 3, 5) for f in res.folds)
+    assert k_scores(fps, 5, "avg") == {fp.fact.key: fp.k(5, "avg") for fp in fps}

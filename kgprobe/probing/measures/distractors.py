@@ -144,6 +144,14 @@ def distractor_measure(
     return out
 
 
+def k_scores(
+    facts: Sequence[FactPlausibilities], n: int | None, agg: Aggregation
+) -> dict[str, float | None]:
+    """K(f) per fact key for one (n, Agg): what a grid search's scorer returns, read off the
+    stored plausibilities without any new model call."""
+    return {fp.fact.key: fp.k(n, agg) for fp in facts}
+
+
 def _lp(result: object) -> float:
     if not isinstance(result, LogProbResult):
         raise ConfigError("the engine returned a non log-prob result for a LogProbRequest")
