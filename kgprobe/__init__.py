@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+#: Functions of the Python API, imported on first use so that ``import kgprobe`` stays light.
+_API = ("probe", "unknown", "compare", "report", "ingest_sources", "demo")
+
+__all__ = ["__version__", *_API]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from kgprobe import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'kgprobe' has no attribute {name!r}")

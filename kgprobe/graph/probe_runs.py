@@ -1,0 +1,387 @@
+"""Cypher for probe runs: choosing facts, ProbeRun provenance, score write-back, and the
+questions asked of the scores afterwards (unknown facts, model comparison, report rows).
+
+Scores live on the FACT edges as properties named per model and measure (docs/probing.md):
+
+    score__<model_key>__<measure_key>   the measure's value (float)
+    known__<model_key>__<measure_key>   score >= the run's threshold (bool)
+    stale__<model_key>__<measure_key>   share of cloze sentences where a past value of (s, r)
+                                        beats the current object (only facts with a history)
+    run__<model_key>__<measure_key>     id of the ProbeRun that wrote them
+    cfg__<model_key>__<measure_key>     hash of the configuration that produced them
+
+Property keys cannot be query parameters in a write, so the two dynamic parts are validated
+against ``[a-z0-9_]`` without ``__`` (the separator) before a key is built; reads use
+``f[$key]`` with the key as a parameter.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kgprobe.errors import ConfigError
+from kgprobe.graph.client import Graph
+from kgprobe.records import is_pid
+
+_PART = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
+MAX_PART = 64
+
+# --- queries ------------------------------------------------------------------------------------
+
+#: Relations that have at least one fact, with their label and fact count.
+RELATIONS_WITH_FACTS = """
+MATCH ()-[f:FACT]->()
+WITH f.pid AS pid, count(f) AS facts
+OPTIONAL MATCH (r:Relation {pid: pid})
+RETURN pid, r.label AS label, facts
+ORDER BY pid
+"""
+
+#: Keys of the facts of one relation that can be probed now: both ends labelled, not
+#: deprecated, valid at $ref (started, not ended).
+CANDIDATE_KEYS = """
+MATCH (s:Entity)-[f:FACT]->(o:Entity)
+WHERE f.pid = $pid AND s.label IS NOT NULL AND o.label IS NOT NULL
+  AND (f.rank IS NULL OR f.rank <> 'deprecated')
+  AND (f.end_sort IS NULL OR f.end_sort > $ref)
+  AND (f.start_sort IS NULL OR f.start_sort <= $ref)
+RETURN f.key AS key
+"""
+
+#: What a probe needs of some facts, and the configuration hashes already stored on each
+#: (one per ``cfg__`` property in $cfgs, in that order).
+FACT_DETAILS = """
+UNWIND $keys AS k
+MATCH (s:Entity)-[f:FACT {key: k}]->(o:Entity)
+RETURN f.key AS key, f.pid AS pid, s.qid AS s, s.label AS s_label, s.aliases AS s_aliases,
+       o.qid AS o, o.label AS o_label, o.aliases AS o_aliases, [c IN $cfgs | f[c]] AS cfgs
+"""
+
+#: Labels and aliases of some entities (distractors need their aliases too).
+ENTITY_LABELS = """
+UNWIND $qids AS q
+MATCH (e:Entity {qid: q})
+RETURN e.qid AS qid, e.label AS label, e.aliases AS aliases
+"""
+
+#: One batch of scores: each row is {key, props}; a null in props removes that property.
+WRITE_SCORES = """
+UNWIND $rows AS row
+MATCH ()-[f:FACT {key: row.key}]->()
+SET f += row.props
+RETURN count(f) AS n
+"""
+
+CREATE_RUN = """
+CREATE (r:ProbeRun {id: $id})
+SET r += $props
+"""
+
+UPDATE_RUN = """
+MATCH (r:ProbeRun {id: $id})
+SET r += $props
+"""
+
+#: Progress counters, written in the same transaction as the batch of scores they count.
+COUNT_RUN = """
+MATCH (r:ProbeRun {id: $id})
+SET r.facts_scored = coalesce(r.facts_scored, 0) + $scored,
+    r.facts_unscorable = coalesce(r.facts_unscorable, 0) + $unscorable,
+    r.heartbeat = $now
+"""
+
+#: Earlier runs of the same configuration that never finished (killed, graph lost).
+MARK_INTERRUPTED = """
+MATCH (r:ProbeRun)
+WHERE r.config_hash = $config_hash AND r.status = 'running' AND r.id <> $id
+SET r.status = 'interrupted'
+RETURN r.id AS id
+"""
+
+LIST_RUNS = """
+MATCH (r:ProbeRun)
+RETURN r {.*} AS run
+ORDER BY run.started, run.id
+"""
+
+GET_RUN = "MATCH (r:ProbeRun {id: $id}) RETURN r {.*} AS run"
+
+GRAPH_COUNTS = {
+    "entities": "MATCH (e:Entity) RETURN count(e) AS n",
+    "facts": "MATCH ()-[f:FACT]->() RETURN count(f) AS n",
+    "relations": "MATCH (r:Relation) RETURN count(r) AS n",
+    "templates": "MATCH (t:Template) RETURN count(t) AS n",
+}
+
+_UNKNOWN_RETURN = """
+OPTIONAL MATCH (r:Relation {pid: f.pid})
+RETURN f.key AS key, f.pid AS pid, r.label AS relation, s.qid AS subject, s.label AS subject_label,
+       o.qid AS object, o.label AS object_label, f[$score] AS score, f[$run] AS run
+ORDER BY score, pid, subject, object
+"""
+
+#: Facts scored below $below for one score property (all relations / one relation).
+UNKNOWN_ALL = (
+    "MATCH (s:Entity)-[f:FACT]->(o:Entity)\n"
+    "WHERE f[$score] IS NOT NULL AND f[$score] < $below\n" + _UNKNOWN_RETURN
+)
+UNKNOWN_ONE = (
+    "MATCH (s:Entity)-[f:FACT]->(o:Entity)\n"
+    "WHERE f.pid = $pid AND f[$score] IS NOT NULL AND f[$score] < $below\n" + _UNKNOWN_RETURN
+)
+
+#: Facts scored under both score properties where exactly one is at or above $threshold.
+COMPARE = """
+MATCH (s:Entity)-[f:FACT]->(o:Entity)
+WHERE f[$a] IS NOT NULL AND f[$b] IS NOT NULL
+  AND ((f[$a] >= $threshold AND f[$b] < $threshold) OR (f[$a] < $threshold AND f[$b] >= $threshold))
+OPTIONAL MATCH (r:Relation {pid: f.pid})
+RETURN f.key AS key, f.pid AS pid, r.label AS relation, s.qid AS subject, s.label AS subject_label,
+       o.qid AS object, o.label AS object_label, f[$a] AS score_a, f[$b] AS score_b
+ORDER BY pid, subject, object
+"""
+
+#: How many facts both score properties cover, and how many each calls known.
+COMPARE_COUNTS = """
+MATCH ()-[f:FACT]->()
+WHERE f[$a] IS NOT NULL AND f[$b] IS NOT NULL
+RETURN count(f) AS both_probed,
+       sum(CASE WHEN f[$a] >= $threshold THEN 1 ELSE 0 END) AS a_known,
+       sum(CASE WHEN f[$b] >= $threshold THEN 1 ELSE 0 END) AS b_known,
+       sum(CASE WHEN f[$a] >= $threshold AND f[$b] >= $threshold THEN 1 ELSE 0 END) AS both_known
+"""
+
+#: Per-fact rows of a report: score, staleness, the subject's popularity.
+REPORT_ROWS = """
+MATCH (s:Entity)-[f:FACT]->(o:Entity)
+WHERE f[$score] IS NOT NULL
+RETURN f.key AS key, f.pid AS pid, f[$score] AS score, f[$stale] AS stale,
+       s.popularity AS popularity
+ORDER BY key
+"""
+
+#: Per-relation aggregates computed by the server (a quick summary; reports add CIs in Python).
+RELATION_AGGREGATES = """
+MATCH ()-[f:FACT]->()
+WHERE f[$score] IS NOT NULL
+RETURN f.pid AS pid, count(f) AS facts, avg(f[$score]) AS mean,
+       sum(CASE WHEN f[$score] >= $threshold THEN 1 ELSE 0 END) AS known
+ORDER BY pid
+"""
+
+RELATION_LABELS = """
+UNWIND $pids AS p
+MATCH (r:Relation {pid: p})
+RETURN r.pid AS pid, r.label AS label
+"""
+
+# --- property names ------------------------------------------------------------------------------
+
+
+def key_part(text: str) -> str:
+    """``text`` as a property-key part: lower case, runs of anything but ``[a-z0-9]`` → ``_``."""
+    part = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")[:MAX_PART].strip("_")
+    if not part:
+        raise ConfigError(f"{text!r} gives an empty property-key part")
+    return part
+
+
+def check_part(part: str) -> str:
+    """Refuse anything that is not already a clean key part (the guard before string building)."""
+    if not isinstance(part, str) or len(part) > MAX_PART or not _PART.match(part):
+        raise ConfigError(f"not a valid score key part (want [a-z0-9_], no '__'): {part!r}")
+    return part
+
+
+@dataclass(frozen=True)
+class ScoreProps:
+    """The FACT property names of one (model, measure) pair."""
+
+    model_key: str
+    measure_key: str
+
+    def __post_init__(self) -> None:
+        check_part(self.model_key)
+        check_part(self.measure_key)
+
+    def _name(self, kind: str) -> str:
+        return f"{kind}__{self.model_key}__{self.measure_key}"
+
+    @property
+    def score(self) -> str:
+        return self._name("score")
+
+    @property
+    def known(self) -> str:
+        return self._name("known")
+
+    @property
+    def stale(self) -> str:
+        return self._name("stale")
+
+    @property
+    def run(self) -> str:
+        return self._name("run")
+
+    @property
+    def cfg(self) -> str:
+        return self._name("cfg")
+
+    @classmethod
+    def parse(cls, name: str) -> ScoreProps:
+        """The pair behind a ``score__m__k`` property name."""
+        parts = name.split("__")
+        if len(parts) != 3 or parts[0] != "score":
+            raise ConfigError(f"not a score property: {name!r}")
+        return cls(parts[1], parts[2])
+
+
+# --- choosing facts -----------------------------------------------------------------------------
+
+
+def relations_with_facts(graph: Graph) -> list[dict[str, Any]]:
+    return graph.read(RELATIONS_WITH_FACTS)
+
+
+def candidate_keys(graph: Graph, pid: str, ref: int) -> list[str]:
+    """Keys of the probe-able facts of ``pid`` at reference date ``ref`` (a ``*_sort`` int)."""
+    if not is_pid(pid):
+        raise ConfigError(f"not a Wikidata property id: {pid!r}")
+    return sorted({r["key"] for r in graph.read(CANDIDATE_KEYS, pid=pid, ref=ref)})
+
+
+def allocate(available: dict[str, int], total: int | None, seed: int) -> dict[str, int]:
+    """How many facts each relation gets: an even split of ``total``, what a small relation
+    cannot use going to the others; the remainder of the split goes to relations in a seeded
+    order. ``None`` takes everything."""
+    if total is None:
+        return dict(available)
+    if total < 0:
+        raise ConfigError("--sample must be >= 0")
+    order = sorted(available)
+    random.Random(f"{seed}|allocate").shuffle(order)
+    share = {p: 0 for p in order}
+    left = min(total, sum(available.values()))
+    while left > 0:
+        open_ = [p for p in order if share[p] < available[p]]
+        each, extra = divmod(left, len(open_))
+        for i, p in enumerate(open_):
+            take = min(each + (1 if i < extra else 0), available[p] - share[p])
+            share[p] += take
+            left -= take
+    return share
+
+
+def sample_keys(keys_by_pid: dict[str, list[str]], total: int | None, seed: int) -> list[str]:
+    """Stratified, seeded sample: each relation's sorted keys sampled with its own
+    ``random.Random`` (so adding a relation does not change another's sample)."""
+    share = allocate({p: len(k) for p, k in keys_by_pid.items()}, total, seed)
+    out: list[str] = []
+    for pid in sorted(keys_by_pid, key=lambda p: int(p[1:])):
+        keys = sorted(keys_by_pid[pid])
+        k = share.get(pid, 0)
+        out.extend(keys if k >= len(keys) else random.Random(f"{seed}|{pid}").sample(keys, k))
+    return out
+
+
+def fact_details(graph: Graph, keys: Sequence[str], cfg_props: Sequence[str]) -> list[dict[str, Any]]:
+    """Subject, object, labels and the stored configuration hashes of each key, in key order."""
+    rows = graph.read(FACT_DETAILS, keys=list(keys), cfgs=list(cfg_props))
+    by_key = {r["key"]: r for r in rows}
+    return [by_key[k] for k in keys if k in by_key]
+
+
+def entity_labels(graph: Graph, qids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    wanted = sorted(set(qids))
+    if not wanted:
+        return {}
+    return {r["qid"]: r for r in graph.read(ENTITY_LABELS, qids=wanted)}
+
+
+def graph_counts(graph: Graph) -> dict[str, int]:
+    return {k: int(graph.read(q)[0]["n"]) for k, q in GRAPH_COUNTS.items()}
+
+
+# --- runs and write-back -------------------------------------------------------------------------
+
+
+def create_run(graph: Graph, run_id: str, props: dict[str, Any]) -> list[str]:
+    """Record a new ProbeRun; earlier unfinished runs of the same configuration are marked
+    ``interrupted`` (returns their ids)."""
+    rows = graph.write_many([
+        (CREATE_RUN, {"id": run_id, "props": props}),
+        (MARK_INTERRUPTED, {"id": run_id, "config_hash": props.get("config_hash")}),
+    ])
+    return [r["id"] for r in rows[1]]
+
+
+def update_run(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
+    graph.write(UPDATE_RUN, id=run_id, props=props)
+
+
+def write_scores(
+    graph: Graph, run_id: str, rows: list[dict[str, Any]], *, scored: int, unscorable: int, now: str
+) -> None:
+    """One batch of ``{key, props}`` rows and the run's counters, in ONE transaction: a batch is
+    either written with its count or not at all."""
+    for row in rows:
+        for name in row["props"]:
+            kind, _, rest = name.partition("__")
+            if kind not in ("score", "known", "stale", "run", "cfg") or "__" not in rest:
+                raise ConfigError(f"refusing to write FACT property {name!r}")
+            m, _, k = rest.partition("__")
+            check_part(m)
+            check_part(k)
+    graph.write_many([
+        (WRITE_SCORES, {"rows": rows}),
+        (COUNT_RUN, {"id": run_id, "scored": scored, "unscorable": unscorable, "now": now}),
+    ])
+
+
+def list_runs(graph: Graph) -> list[dict[str, Any]]:
+    return [r["run"] for r in graph.read(LIST_RUNS)]
+
+
+def get_run(graph: Graph, run_id: str) -> dict[str, Any] | None:
+    rows = graph.read(GET_RUN, id=run_id)
+    return rows[0]["run"] if rows else None
+
+
+# --- questions ------------------------------------------------------------------------------------
+
+
+def unknown_facts(
+    graph: Graph, props: ScoreProps, below: float, pid: str | None = None
+) -> list[dict[str, Any]]:
+    """Facts whose score is below ``below``, lowest first."""
+    if pid is None:
+        return graph.read(UNKNOWN_ALL, score=props.score, run=props.run, below=below)
+    if not is_pid(pid):
+        raise ConfigError(f"not a Wikidata property id: {pid!r}")
+    return graph.read(UNKNOWN_ONE, score=props.score, run=props.run, below=below, pid=pid)
+
+
+def compare_facts(
+    graph: Graph, a: ScoreProps, b: ScoreProps, threshold: float
+) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Facts one model knows and the other does not, and the overall counts."""
+    rows = graph.read(COMPARE, a=a.score, b=b.score, threshold=threshold)
+    counts = graph.read(COMPARE_COUNTS, a=a.score, b=b.score, threshold=threshold)[0]
+    return rows, {k: int(v or 0) for k, v in counts.items()}
+
+
+def report_rows(graph: Graph, props: ScoreProps) -> list[dict[str, Any]]:
+    return graph.read(REPORT_ROWS, score=props.score, stale=props.stale)
+
+
+def relation_aggregates(graph: Graph, props: ScoreProps, threshold: float) -> list[dict[str, Any]]:
+    return graph.read(RELATION_AGGREGATES, score=props.score, threshold=threshold)
+
+
+def relation_labels(graph: Graph, pids: Iterable[str]) -> dict[str, str | None]:
+    wanted = sorted(set(pids))
+    return {r["pid"]: r["label"] for r in graph.read(RELATION_LABELS, pids=wanted)} if wanted else {}
