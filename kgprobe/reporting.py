@@ -372,7 +372,7 @@ def render_html(rep: Report) -> str:
     b_by = {r.pid: r for r in b.relations} if b is not None else {}
 
     def rel_name(r: RelationStats) -> str:
-        return f"{r.pid} {r.label or ''}".strip()
+        return "all relations" if r.pid == "all" else f"{r.pid} {r.label or ''}".strip()
 
     def vals(r: RelationStats, attr: str, ci: bool) -> list[tuple[float | None, float | None, float | None]]:
         out = [(getattr(r, attr), r.ci_low if ci else None, r.ci_high if ci else None)]

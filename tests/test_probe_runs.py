@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import torch
 from _scoring_models import build
-from distractor_world import BIDEN, BUSH, CLINTON, OBAMA, TRUMP, USA
+from distractor_world import BUSH, CLINTON, OBAMA, TRUMP
 from probe_world import REF, load
 
 from kgprobe.errors import ConfigError
