@@ -2,19 +2,21 @@
 
 Streaming: the file is cut *textually* into groups, one per entity — ``wd:Q42`` together with
 its statement nodes (``wds:Q42-…``) and whatever follows them (value nodes, references,
-sitelinks) up to the next entity — and each group is parsed by rdflib on its own. Memory is
-bounded by one entity, not the file. Turtle keeps its ``@prefix`` header, which is prepended to
-every group. This relies on the layout of Wikidata's dumps (an entity's triples are contiguous);
-the one thing shared across entities in those dumps, time value nodes (``wdv:``), is kept in a
-bounded cache.
+sitelinks) up to the next entity. Whole groups are handed to rdflib a few at a time (about
+``CHUNK_CHARS`` of text; rdflib's fixed cost per parse dominates otherwise), so memory is
+bounded by one chunk or one entity, whichever is larger — never by the file. Turtle keeps its
+``@prefix`` header, which is prepended to every chunk. This relies on the layout of Wikidata's
+dumps (an entity's triples are contiguous); the one thing shared across entities there, time
+value nodes (``wdv:``), is kept in a bounded cache.
 
-A group that rdflib rejects is re-parsed block by block (line by line for N-Triples): the bad
-blocks become ErrorRecords with ``file:line``, the rest of the entity still loads.
+A chunk that rdflib rejects is re-parsed block by block (line by line for N-Triples): the bad
+blocks become ErrorRecords with ``file:line``, the rest still loads.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import re
 from collections import OrderedDict
@@ -58,6 +60,11 @@ _STRIP_TOKENS = re.compile(
 TimeInfo = tuple[str, bool, int | None, str | None]
 #: how many time value nodes to remember across entities (Wikidata dumps emit each only once)
 VALUE_CACHE_SIZE = 20_000
+#: parses between two cyclic garbage collections
+GC_EVERY = 50
+#: text parsed by rdflib at once: whole entities, at least this many characters (one entity
+#: larger than this is parsed alone, so memory is bounded by max(chunk, largest entity))
+CHUNK_CHARS = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -302,12 +309,15 @@ class _RdfReader:
         self.ns = ns
         self.source = source
         self.values: OrderedDict[str, TimeInfo] = OrderedDict()
+        self.groups = 0
+        self.locations: dict[str, str] = {}
         self.items = 0
 
     # -- parsing ---------------------------------------------------------------------------
 
-    def _parse(self, text: str, header: str) -> Graph:
-        g = Graph()
+    def _parse(self, text: str, header: str, g: Graph | None = None) -> Graph:
+        if g is None:
+            g = Graph()
         with _lexical_literals():
             g.parse(data=header + text, format="nt" if self.fmt == "nt" else "turtle")
         return g
@@ -318,6 +328,11 @@ class _RdfReader:
             if self.fmt == "nt"
             else "".join(b.text for b in group.blocks)
         )
+        # an rdflib Graph is a reference cycle (graph <-> namespace manager) that only the cyclic
+        # GC frees; collecting every few hundred entities keeps the peak flat whatever the size
+        self.groups += 1
+        if self.groups % GC_EVERY == 0:
+            gc.collect()
         try:
             return self._parse(text, header), []
         except Exception:  # noqa: BLE001 - rdflib raises many types; find the bad block below
@@ -441,17 +456,33 @@ class _RdfReader:
         qualifiers.sort(key=lambda q: (q[0], q[1].kind, q[1].text))
         return Statement(pid=pid, value=value, rank=rank, statement_id=sid, qualifiers=qualifiers)
 
-    def entities(self, group: _Group, header: str) -> Iterator[EntityData | Record]:
-        """Parse one group; yield its errors, redirects, skipped entities and EntityData."""
-        g, errors = self.parse_group(group, header)
+    def entities(self, chunk: list[_Group], header: str) -> Iterator[EntityData | Record]:
+        """Parse a chunk of whole entity groups; yield errors, redirects, skips, EntityData.
+
+        Entities come out in file order; any entity subject no group announced (a file not
+        laid out entity by entity) follows, in IRI order.
+        """
+        merged = _Group(owner=None, blocks=[b for grp in chunk for b in grp.blocks])
+        g, errors = self.parse_group(merged, header)
         yield from errors
         self.remember_values(g)
-        location = f"{self.path}:{group.blocks[0].line}"
-        subjects = sorted({s for s in g.subjects() if isinstance(s, URIRef)}, key=str)
-        for subj in subjects:
+        first = f"{self.path}:{chunk[0].blocks[0].line}"
+        where = {
+            grp.owner: f"{self.path}:{grp.blocks[0].line}" for grp in reversed(chunk) if grp.owner
+        }
+        announced = [
+            URIRef(self.ns.entity + o) for o in where if self.ns.entity_id(self.ns.entity + o)
+        ]
+        order = list(dict.fromkeys(reversed(announced)))
+        present = {s for s in g.subjects() if isinstance(s, URIRef)}
+        rest = sorted(
+            (s for s in present if s not in set(order) and self.ns.entity_id(str(s))), key=str
+        )
+        for subj in [s for s in order if s in present] + rest:
             eid = self.ns.entity_id(str(subj))
             if eid is None:
                 continue
+            location = where.get(eid, first)
             targets = sorted(
                 t for o in g.objects(subj, OWL.sameAs) if (t := self.ns.entity_id(str(o)))
             )
@@ -462,11 +493,11 @@ class _RdfReader:
             if ent.kind not in ("item", "property"):
                 yield SkipRecord(reason=f"entity:{ent.kind}", location=location)
                 continue
+            self.locations[eid] = location
             yield ent
 
-    def records(self, group: _Group, header: str) -> Iterator[Record]:
-        location = f"{self.path}:{group.blocks[0].line}"
-        for item in self.entities(group, header):
+    def records(self, chunk: list[_Group], header: str) -> Iterator[Record]:
+        for item in self.entities(chunk, header):
             if not isinstance(item, EntityData):
                 yield item
                 continue
@@ -474,15 +505,30 @@ class _RdfReader:
                 if self.filters.limit is not None and self.items >= self.filters.limit:
                     return
                 self.items += 1
+            location = self.locations.pop(item.id, str(self.path))
             yield from entity_records(item, self.filters, location, self.source)
 
 
 RDF_FORMATS = {".nt": "nt", ".ttl": "turtle", ".turtle": "turtle", ".ntriples": "nt"}
 
 
-def _reader_groups(
+def _chunked(groups: Iterator[_Group], max_chars: int) -> Iterator[list[_Group]]:
+    """Whole entity groups, several to a parse: rdflib's per-parse cost dominates otherwise."""
+    chunk: list[_Group] = []
+    size = 0
+    for grp in groups:
+        chunk.append(grp)
+        size += sum(len(b.text) for b in grp.blocks)
+        if size >= max_chars:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _reader_chunks(
     path: str | Path, fmt: str | None, filters: Filters, ns: Namespaces, source: str
-) -> Iterator[tuple[_RdfReader, _Group, str]]:
+) -> Iterator[tuple[_RdfReader, list[_Group], str]]:
     p = Path(path)
     kind = fmt or RDF_FORMATS.get(base_suffix(p))
     if kind not in ("nt", "turtle"):
@@ -491,13 +537,13 @@ def _reader_groups(
     with open_text(p) as fh:
         try:
             if kind == "nt":
-                for group in _nt_groups(fh, ns):
-                    yield reader, group, ""
+                for chunk in _chunked(_nt_groups(fh, ns), CHUNK_CHARS):
+                    yield reader, chunk, ""
             else:
                 prefixes: dict[str, str] = {}
                 header: list[str] = []
-                for group in _turtle_groups(fh, ns, prefixes, header):
-                    yield reader, group, "".join(header)
+                for chunk in _chunked(_turtle_groups(fh, ns, prefixes, header), CHUNK_CHARS):
+                    yield reader, chunk, "".join(header)
         except UnicodeDecodeError as exc:
             raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from exc
 
@@ -515,8 +561,8 @@ def load_rdf(
     ``fmt`` is ``"nt"`` or ``"turtle"``; by default taken from the extension.
     """
     f = filters or Filters()
-    for reader, group, header in _reader_groups(path, fmt, f, namespaces or Namespaces(), source):
-        yield from reader.records(group, header)
+    for reader, chunk, header in _reader_chunks(path, fmt, f, namespaces or Namespaces(), source):
+        yield from reader.records(chunk, header)
         if f.limit is not None and reader.items >= f.limit:
             return
 
@@ -530,8 +576,8 @@ def rdf_entities(
 ) -> Iterator[EntityData | Record]:
     """Unfiltered :class:`EntityData` (all statements, any value type) — for comparisons."""
     f = Filters(language=language)
-    for reader, group, header in _reader_groups(path, fmt, f, namespaces or Namespaces(), SOURCE):
-        yield from reader.entities(group, header)
+    for reader, chunk, header in _reader_chunks(path, fmt, f, namespaces or Namespaces(), SOURCE):
+        yield from reader.entities(chunk, header)
 
 
 __all__ = ["Namespaces", "SOURCE", "TimeInfo", "load_rdf", "rdf_entities", "term_value"]
