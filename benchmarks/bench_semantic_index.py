@@ -90,12 +90,21 @@ def bench(n: int, args: argparse.Namespace) -> None:
         t_gen = time.perf_counter() - t0
         stats.seconds = {"tfidf": float("nan"), "svd": float("nan")}
         gen_note = f"random unit vectors ({t_gen:.1f}s), TF-IDF/SVD skipped"
+    elif args.vectors_cache and os.path.exists(
+        cache := f"{args.vectors_cache}/vecs_{n}_{args.dim}_{args.seed}.npy"
+    ):
+        vecs = np.load(cache)
+        stats.seconds = {"tfidf": float("nan"), "svd": float("nan")}
+        gen_note = f"TF-IDF/SVD vectors reused from {cache}"
     else:
         counts = synthetic_counts(n, args.seed)
         t_gen = time.perf_counter() - t0
         gen_note = f"counts {counts.shape[0]}x{counts.shape[1]} nnz={counts.nnz} ({t_gen:.1f}s)"
         vecs = embed(counts, settings, stats)
         del counts
+        if args.vectors_cache:
+            os.makedirs(args.vectors_cache, exist_ok=True)
+            np.save(f"{args.vectors_cache}/vecs_{n}_{args.dim}_{args.seed}.npy", vecs)
     t1 = time.perf_counter()
     index = make_faiss_index(vecs, settings)
     t_faiss = time.perf_counter() - t1
@@ -112,10 +121,12 @@ def bench(n: int, args: argparse.Namespace) -> None:
     probes = rng.choice(n, size=min(args.queries, n), replace=False)
     # unfiltered top-n by an entity's own vector (what Sem does before the Ω filter)
     lat: list[float] = []
+    cpu0 = time.process_time()
     for r in probes:
         t = time.perf_counter()
         idx.neighbours(qids[r], args.n)
         lat.append(time.perf_counter() - t)
+    cpu_ms = (time.process_time() - cpu0) / len(probes) * 1000
     # filtered to an allowed set of 5% of entities (a type), exact over the set when small
     allowed = set(qids[i] for i in rng.choice(n, size=max(1, n // 20), replace=False))
     lat_f: list[float] = []
@@ -142,6 +153,7 @@ def bench(n: int, args: argparse.Namespace) -> None:
         + f" | gen {gen_note} | tfidf {s.get('tfidf', 0):.1f}s svd {s.get('svd', 0):.1f}s faiss {t_faiss:.1f}s"
         + f" | query n={args.n} p50 {percentile_ms(lat, 50):.2f} ms p95 {percentile_ms(lat, 95):.2f} ms"
         + f" | filtered(5%) p50 {percentile_ms(lat_f, 50):.2f} ms p95 {percentile_ms(lat_f, 95):.2f} ms"
+        + f" (CPU {cpu_ms:.2f} ms/query, load avg {os.getloadavg()[0]:.1f})"
         + f" | index file {file_mb:.0f} MiB"
         + (f" vectors {index_mb:.0f} MiB" if index_mb else "")
         + f" RSS +{rss1 - rss0:.0f} MiB{recall}",
@@ -164,6 +176,9 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1, help="FAISS/BLAS threads for the queries")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--vectors-cache", default=None, help="directory to keep/reuse the SVD vectors between runs"
+    )
     args = ap.parse_args()
     for n in args.sizes:
         bench(n, args)

@@ -19,6 +19,7 @@ come through :mod:`kgprobe.graph.distractors`.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import time
@@ -353,10 +354,11 @@ class SemanticIndex:
         sel = None
         pool = len(self.qids)
         if allowed is not None:
+            get = self.row.get
             rows = np.unique(
-                np.fromiter((self.row[a] for a in allowed if a in self.row), dtype=np.int64)
+                np.fromiter((get(a, -1) for a in allowed), dtype=np.int64, count=len(allowed))
             )
-            rows = rows[rows != self_row]
+            rows = rows[(rows >= 0) & (rows != self_row)]
             if rows.size == 0:
                 return []
             sel = faiss.IDSelectorBatch(rows)
@@ -512,6 +514,7 @@ def ensure_index(
     *,
     rebuild: bool = True,
     deep: bool = True,
+    progress: bool = False,
 ) -> SemanticIndex:
     """Load the index in ``directory`` if it matches the graph, else rebuild it (or raise).
 
@@ -531,8 +534,18 @@ def ensure_index(
     except StaleIndexError:
         if not rebuild:
             raise
-    if bags is None:
-        bags = list(feature_bags(graph))
-    idx = SemanticIndex.from_bags(bags, settings, counts)
-    idx.save(directory)
+    from rich.console import Console
+
+    with (
+        Console(stderr=True).status(
+            f"building the semantic index of {counts.get('entities', 0):,} entities in {directory}",
+            spinner="dots",
+        )
+        if progress
+        else contextlib.nullcontext()
+    ):
+        if bags is None:
+            bags = list(feature_bags(graph))
+        idx = SemanticIndex.from_bags(bags, settings, counts)
+        idx.save(directory)
     return idx

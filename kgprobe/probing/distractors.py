@@ -317,6 +317,7 @@ def find_distractors(
     index_settings: IndexSettings | None = None,
     engine: Engine | None = None,
     template: str | None = None,
+    progress: bool = False,
 ) -> DistractorList:
     """Distractors of (subject, pid, obj) by ``strategy``; ids must already be QIDs/PIDs.
 
@@ -338,7 +339,9 @@ def find_distractors(
         if index is None:
             from kgprobe.graph.semantic import ensure_index
 
-            index = ensure_index(graph, index_dir or default_index_dir(), index_settings)
+            index = ensure_index(
+                graph, index_dir or default_index_dir(), index_settings, progress=progress
+            )
         if strategy == "sem":
             found, why = semantic_distractors(graph, ctx, n, index)
         else:
@@ -398,4 +401,5 @@ def distractors_command(
             engine=engine,
             template=template,
             index_dir=index_dir,
+            progress=True,
         )
