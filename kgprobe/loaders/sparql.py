@@ -322,7 +322,8 @@ def load_sparql(
         if subjects is not None:
             yield from _check_ids(subjects, is_qid, "item")
             return
-        for row in client.paged(lambda lim, off: qb.subjects(pids, lim, off), page_size):
+        wanted = sorted(f.relations) if f.relations is not None else None
+        for row in client.paged(lambda lim, off: qb.subjects(wanted, lim, off), page_size):
             qid = ns.entity_id(row["item"]["value"])
             if qid:
                 yield qid
