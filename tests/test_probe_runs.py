@@ -303,3 +303,48 @@ def test_cli_errors_are_one_line(world: tuple[Any, Any], kgprobe_env: dict[str, 
     r = run("unknown", "--model", "nobody")
     assert r.returncode == 2 and "no probe run in the graph yet" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_graph_lost_mid_run_stops_with_a_clear_message_and_resumes(
+    tmp_path: Path, engines: dict[str, Any], tiny_models: dict[str, Path]
+) -> None:
+    """A server of its own, stopped for real between two batches: the run stops with one clear
+    line, and after a restart the same configuration scores only what is missing."""
+    if os.environ.get("NEO4J_URI"):
+        pytest.skip("needs the managed server, which the test can stop and start")
+    from kgprobe.config import Settings
+    from kgprobe.errors import GraphUnavailable
+    from kgprobe.graph.client import connect
+    from kgprobe.graph.server import ManagedServer, free_port
+
+    settings = Settings(home=tmp_path / "home", bolt_port=free_port(), http_port=free_port(), heap="512m")
+    server = ManagedServer(settings)
+    server.start()
+    eng = engines["gpt2"]
+    cfg = _config(tiny_models["gpt2"], strategy="random", batch_facts=3)
+
+    class StopsTheServer:
+        calls = 0
+
+        def run(self, requests: Any) -> Any:
+            self.calls += 1
+            if self.calls == 2:
+                server.stop()
+            return eng.run(requests)
+
+    try:
+        g = connect(settings)
+        load(g)
+        with pytest.raises(GraphUnavailable, match="run the same command again to score the rest"):
+            run_probe(g, StopsTheServer(), cfg, fingerprint=eng.fingerprint, progress=False)
+        g.close()
+        server.start()
+        g = connect(settings)
+        done = _scores(g, "score__gpt2__kmin_random_n2")
+        assert len(done) == 3  # the first batch, written before the server went away
+        rest = run_probe(g, eng, cfg, fingerprint=eng.fingerprint, progress=False)
+        assert (rest.skipped, rest.scored) == (3, 8)
+        assert len(rest.interrupted_runs) == 1
+        g.close()
+    finally:
+        server.stop()
