@@ -75,6 +75,7 @@ class ProbeConfig:
     max_past_values: int = 5
     batch_facts: int = 16
     dtype: str = "float32"
+    force: bool = False  # rescore facts already scored with this configuration
 
     def validate(self) -> None:
         from kgprobe.probing.distractors import STRATEGIES
@@ -372,7 +373,7 @@ def run_probe(
     details = []
     for batch in _chunks(chosen, 500):
         details.extend(pr.fact_details(graph, batch, cfg_props))
-    todo = [d for d in details if any(c != cfg_by_pid[d["pid"]] for c in d["cfgs"])]
+    todo = [d for d in details if config.force or any(c != cfg_by_pid[d["pid"]] for c in d["cfgs"])]
 
     run_id = uuid.uuid4().hex
     summary = ProbeSummary(
@@ -522,6 +523,7 @@ def probe(
     dtype: str = "float32",
     threads: int = 1,
     batch_facts: int = 16,
+    force: bool = False,
     cache: bool = True,
     index_dir: str | Path | None = None,
     progress: bool = True,
@@ -535,7 +537,7 @@ def probe(
     config = ProbeConfig(
         model=model, relations=tuple(relations), sample=sample, measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
-        dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates,
+        dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
     )
     config.validate()
     check_model_name(model)
