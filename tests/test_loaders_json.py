@@ -293,3 +293,16 @@ def test_generated_dump_is_deterministic_and_exact(tmp_path: Path) -> None:
     total = len(facts(recs)) + sum(len(e.types) for e in entities(recs)) + sum(skips(recs).values())
     assert sa["statements"] == 5_000 and total == 5_000
     assert any(f.start is not None for f in facts(recs))
+
+
+def test_truncated_compressed_dump_is_one_clear_input_error(tmp_path: Path) -> None:
+    gen = gen_dump_module()
+    whole = tmp_path / "dump.json.gz"
+    gen.write_dump(whole, 3_000, seed=3)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    seen = 0
+    with pytest.raises(InputError, match="truncated or corrupt") as exc:
+        for _ in load_json(cut):
+            seen += 1
+    assert seen > 0 and str(cut) in str(exc.value)  # what was readable came through first

@@ -11,6 +11,7 @@ import bz2
 import gzip
 import io
 import re
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -162,6 +163,18 @@ def open_text(path: str | Path) -> IO[str]:
         return open(p, encoding="utf-8", errors="strict", newline="")
     except OSError as exc:
         raise InputError(f"{p}: cannot open ({exc})") from exc
+
+
+def guarded(path: Path, records: Iterator[Record]) -> Iterator[Record]:
+    """Turn read failures mid-stream (truncated download, bad bytes) into one InputError line."""
+    try:
+        yield from records
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    except (EOFError, zlib.error) as exc:
+        raise InputError(f"{path}: truncated or corrupt compressed file ({exc})") from exc
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc})") from exc
 
 
 # --------------------------------------------------------------------------- time values

@@ -31,7 +31,7 @@ from rdflib.namespace import OWL, RDF, RDFS, SKOS, XSD
 
 from kgprobe.errors import InputError
 from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
-from kgprobe.loaders.common import Filters, base_suffix, open_text, time_from_rdf
+from kgprobe.loaders.common import Filters, base_suffix, guarded, open_text, time_from_rdf
 from kgprobe.records import ErrorRecord, Record, RedirectRecord, SkipRecord
 
 SOURCE = "rdf"
@@ -51,7 +51,7 @@ COMMONS_DATA = "http://commons.wikimedia.org/data/main/"
 _ENTITY_LOCAL = re.compile(r"^(Q[1-9]\d*|P[1-9]\d*|L[1-9]\d*(?:-[FS][1-9]\d*)?|M[1-9]\d*)$")
 _STATEMENT_OWNER = re.compile(r"^([QPLMqplm][1-9]\d*)[-$]")
 _PID = re.compile(r"^P[1-9]\d*$")
-_PREFIX_LINE = re.compile(r"^\s*(@prefix|@base|prefix|base)\b", re.IGNORECASE)
+_PREFIX_LINE = re.compile(r"^\s*(?:@prefix\b|@base\b|prefix\s|base\s)", re.IGNORECASE)
 _PREFIX_DECL = re.compile(r"^\s*@?prefix\s+([A-Za-z][\w.-]*)?:\s*<([^>]*)>", re.IGNORECASE)
 _STRIP_TOKENS = re.compile(
     r'<[^>\s]*>|"""(?:[^"\\]|\\.|"(?!""))*"""|"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\''
@@ -561,7 +561,13 @@ def load_rdf(
     ``fmt`` is ``"nt"`` or ``"turtle"``; by default taken from the extension.
     """
     f = filters or Filters()
-    for reader, chunk, header in _reader_chunks(path, fmt, f, namespaces or Namespaces(), source):
+    return guarded(Path(path), _load_rdf(path, f, fmt, namespaces or Namespaces(), source))
+
+
+def _load_rdf(
+    path: str | Path, f: Filters, fmt: str | None, ns: Namespaces, source: str
+) -> Iterator[Record]:
+    for reader, chunk, header in _reader_chunks(path, fmt, f, ns, source):
         yield from reader.records(chunk, header)
         if f.limit is not None and reader.items >= f.limit:
             return

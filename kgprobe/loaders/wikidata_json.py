@@ -18,6 +18,7 @@ from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
 from kgprobe.loaders.common import (
     Filters,
     canonical_time,
+    guarded,
     open_text,
     skip_entity,
     time_from_json,
@@ -221,10 +222,13 @@ def load_json(
     """Stream records from a Wikidata JSON dump or entity document (plain, .gz or .bz2).
 
     The layout is detected from the first line: ``[`` alone (the dump), a complete entity
-    object (JSON lines), or anything else (one document, parsed whole).
+    object (JSON lines), or anything else (one document, parsed whole). A truncated or corrupt
+    file ends the stream with an InputError naming the file.
     """
-    p = Path(path)
-    f = filters or Filters()
+    return guarded(Path(path), _load_json(Path(path), filters or Filters(), source))
+
+
+def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
     with open_text(p) as fh:
         try:
             first = fh.readline()
