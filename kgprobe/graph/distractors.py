@@ -67,23 +67,30 @@ WITH o, types, s, collect(DISTINCT x.qid) AS trues
 RETURN o.label AS label, o.aliases AS aliases, types, s.label AS subject_label, trues
 """
 
-#: Entities sharing a type with $o, minus $o and the $exclude list (the true objects of (s, r)).
-TYPED_CANDIDATES = f"""
-MATCH (o:Entity {{qid: $o}})-[:{TYPE_EDGES}]->(t:Entity)<-[:{TYPE_EDGES}]-(c:Entity)
-WHERE c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
-WITH c, collect(DISTINCT t.qid) AS shared
-RETURN c.qid AS qid, c.label AS label, c.aliases AS aliases, shared AS shared_types
-ORDER BY qid
-"""
-#: The same, first $limit rows. (A huge $limit cannot stand for "no limit": ArcadeDB 26.10
-#: returns no rows for LIMIT 2**62 and fails for 2**31-1.)
-TYPED_CANDIDATES_LIMITED = TYPED_CANDIDATES + "LIMIT $limit\n"
+# Candidate sets come back as ONE record of parallel lists (collect per column): ArcadeDB's
+# Bolt costs about 0.1 ms per record, so 400 same-type entities as 400 records took 3-4x
+# longer than one record holding 400-element lists (benchmarks/bench_distractor_queries.py).
+# Labels are never null there (WHERE) and aliases are coalesced, so the lists stay aligned.
+# One (entity, type) pair per position; `_rows()` regroups them by entity in Python.
 
-#: How many entities share a type with $o (upper bound of |Ω(f)|, before label checks).
-TYPED_COUNT = f"""
-MATCH (o:Entity {{qid: $o}})-[:{TYPE_EDGES}]->(t:Entity)<-[:{TYPE_EDGES}]-(c:Entity)
-WHERE c.qid <> $o AND c.label IS NOT NULL
-RETURN count(DISTINCT c) AS n
+#: Entities having one of $types (o's types), minus $o and the $exclude list (the true objects
+#: of (s, r)).
+TYPED_CANDIDATES = f"""
+UNWIND $types AS tq
+MATCH (t:Entity {{qid: tq}})<-[:{TYPE_EDGES}]-(c:Entity)
+WHERE c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
+RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
+       collect(coalesce(c.aliases, [])) AS aliases, collect(tq) AS types
+"""
+#: The same, the first $limit (entity, type) pairs in QID order. (A huge $limit cannot stand
+#: for "no limit": ArcadeDB 26.10 returns no rows for LIMIT 2**62 and fails for 2**31-1.)
+TYPED_CANDIDATES_LIMITED = f"""
+UNWIND $types AS tq
+MATCH (t:Entity {{qid: tq}})<-[:{TYPE_EDGES}]-(c:Entity)
+WHERE c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
+WITH c, tq ORDER BY c.qid LIMIT $limit
+RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
+       collect(coalesce(c.aliases, [])) AS aliases, collect(tq) AS types
 """
 
 #: Which of $candidates share one of $types and are not in $exclude (one batch of a filter).
@@ -91,8 +98,8 @@ OMEGA_CHECK = f"""
 UNWIND $candidates AS q
 MATCH (c:Entity {{qid: q}})-[:{TYPE_EDGES}]->(t:Entity)
 WHERE t.qid IN $types AND c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
-WITH c, collect(DISTINCT t.qid) AS shared
-RETURN c.qid AS qid, c.label AS label, c.aliases AS aliases, shared AS shared_types
+RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
+       collect(coalesce(c.aliases, [])) AS aliases, collect(t.qid) AS types
 """
 
 #: Objects of (s, r) other than $o that were valid before $ref and are not valid at $ref.
@@ -135,9 +142,10 @@ ORDER BY last_sort DESC, qid
 
 #: Same-type entity ids only (the random strategy samples them in Python, seeded).
 TYPED_IDS = f"""
-MATCH (o:Entity {{qid: $o}})-[:{TYPE_EDGES}]->(t:Entity)<-[:{TYPE_EDGES}]-(c:Entity)
+UNWIND $types AS tq
+MATCH (t:Entity {{qid: tq}})<-[:{TYPE_EDGES}]-(c:Entity)
 WHERE c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
-RETURN DISTINCT c.qid AS qid
+RETURN collect(c.qid) AS qids
 """
 
 #: Feature bags: every entity, its facts, its declared types and superclasses.
@@ -271,35 +279,57 @@ def _candidate(row: dict[str, Any], **detail: Any) -> Candidate:
     )
 
 
-def typed_candidates(graph: Graph, ctx: FactContext, limit: int | None = None) -> list[Candidate]:
-    """Ω(f) in QID order (up to ``limit`` rows read, before the label check)."""
-    if limit is None:
-        rows = graph.read(TYPED_CANDIDATES, o=ctx.object, exclude=ctx.true_objects)
-    else:
-        rows = graph.read(
-            TYPED_CANDIDATES_LIMITED, o=ctx.object, exclude=ctx.true_objects, limit=limit
+def _rows(result: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One record of parallel lists → one dict per entity, its types merged, QID order."""
+    if not result:
+        return []
+    r = result[0]
+    by_qid: dict[str, dict[str, Any]] = {}
+    for q, label, aliases, t in zip(
+        r["qids"] or [], r["labels"] or [], r["aliases"] or [], r["types"] or [], strict=True
+    ):
+        row = by_qid.setdefault(
+            q, {"qid": q, "label": label, "aliases": aliases, "shared_types": set()}
         )
-    return [_candidate(r) for r in rows if not ctx.label_clash(r.get("label"), r.get("aliases"))]
+        row["shared_types"].add(t)
+    return [by_qid[q] for q in sorted(by_qid, key=qid_order)]
 
 
-def typed_count(graph: Graph, ctx: FactContext) -> int:
-    rows = graph.read(TYPED_COUNT, o=ctx.object)
-    return int(rows[0]["n"]) if rows else 0
+def typed_candidates(graph: Graph, ctx: FactContext, limit: int | None = None) -> list[Candidate]:
+    """Ω(f) in QID order (up to ``limit`` (entity, type) pairs read, before the label check)."""
+    if not ctx.object_types:
+        return []
+    params: dict[str, Any] = {
+        "types": ctx.object_types,
+        "o": ctx.object,
+        "exclude": ctx.true_objects,
+    }
+    if limit is None:
+        result = graph.read(TYPED_CANDIDATES, **params)
+    else:
+        result = graph.read(TYPED_CANDIDATES_LIMITED, limit=limit, **params)
+    return [
+        _candidate(r)
+        for r in _rows(result)
+        if not ctx.label_clash(r.get("label"), r.get("aliases"))
+    ]
 
 
 def omega_filter(graph: Graph, ctx: FactContext, candidates: Sequence[str]) -> list[Candidate]:
     """The members of Ω(f) among ``candidates`` (one round trip), in the order given."""
     if not candidates or not ctx.object_types:
         return []
-    rows = graph.read(
+    result = graph.read(
         OMEGA_CHECK,
         candidates=list(candidates),
         types=ctx.object_types,
         o=ctx.object,
         exclude=ctx.true_objects,
     )
-    ok = {r["qid"]: r for r in rows if not ctx.label_clash(r.get("label"), r.get("aliases"))}
-    return [_candidate(ok[q]) for q in candidates if q in ok]
+    ok = {
+        r["qid"]: r for r in _rows(result) if not ctx.label_clash(r.get("label"), r.get("aliases"))
+    }
+    return [_candidate(ok[q]) for q in dict.fromkeys(candidates) if q in ok]
 
 
 def date_sort_key(at: dt.date | str | int | None = None) -> int:
@@ -377,8 +407,10 @@ def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int) -> list[
     The ids are read without the label check (cheap), sorted, shuffled by the seed, then checked
     in batches, so the same graph and seed give the same sample on any server.
     """
-    rows = graph.read(TYPED_IDS, o=ctx.object, exclude=ctx.true_objects)
-    ids = sorted({r["qid"] for r in rows}, key=qid_order)
+    if not ctx.object_types:
+        return []
+    rows = graph.read(TYPED_IDS, types=ctx.object_types, o=ctx.object, exclude=ctx.true_objects)
+    ids = sorted(set(rows[0]["qids"] or []) if rows else set(), key=qid_order)
     random.Random(seed).shuffle(ids)
     out: list[Candidate] = []
     step = max(2 * n, 16)
