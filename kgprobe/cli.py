@@ -350,6 +350,7 @@ def probe(
     threads: int = typer.Option(1, help="CPU threads for torch."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
     force: bool = typer.Option(False, "--force", help="Rescore facts already scored with this configuration."),
+    history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Probe a model on facts of the graph and write each fact's scores onto its FACT edge
@@ -360,7 +361,7 @@ def probe(
         model, relations=relations or (), sample=sample or None, measures=measure or ("kmin",),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
-        force=force, progress=not as_json,
+        force=force, history_first=history_first, progress=not as_json,
     )
     data = summary.to_dict()
     data["relations"] = len(data["relations"])

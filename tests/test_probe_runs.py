@@ -95,6 +95,19 @@ def test_stratified_seeded_sample() -> None:
     # adding a relation leaves another relation's own draw as it was (same share)
     b = pr.sample_keys({**keys, "P4": ["P4-0"]}, 8, seed=3)
     assert [k for k in a if k.startswith("P2")] == [k for k in b if k.startswith("P2")]
+    # preferred keys (facts with a history) come first within their relation's share
+    c = pr.sample_keys(keys, 7, seed=3, first={"P1": ["P1-7", "P1-8"], "P3": ["P3-1"]})
+    assert {"P1-7", "P1-8", "P3-1"} <= set(c) and len(c) == 7
+    assert pr.sample_keys(keys, 7, seed=3, first={"P1": ["P1-7", "P1-8"], "P3": ["P3-1"]}) == c
+
+
+def test_history_keys(graph: Any) -> None:
+    load(graph)
+    p35 = pr.candidate_keys(graph, "P35", 20240601)
+    assert len(p35) == 1  # Biden's term; Trump's second term starts later
+    assert pr.history_keys(graph, "P35", 20240601) == p35
+    assert pr.history_keys(graph, "P36", 20240601) == []
+    assert pr.history_keys(graph, "P35", 19990101) == []  # Clinton, with nothing before him
 
 
 def _pl(engine: Any, context: str, labels: list[str]) -> float:

@@ -52,6 +52,22 @@ WHERE f.pid = $pid AND s.label IS NOT NULL AND o.label IS NOT NULL
 RETURN f.key AS key
 """
 
+#: The subset of CANDIDATE_KEYS whose (subject, relation) had another object that ended
+#: by $ref: the facts with a history, on which staleness can be measured.
+HISTORY_KEYS = """
+MATCH (s:Entity)-[f:FACT]->(o:Entity)
+WHERE f.pid = $pid AND s.label IS NOT NULL AND o.label IS NOT NULL
+  AND (f.rank IS NULL OR f.rank <> 'deprecated')
+  AND (f.end_sort IS NULL OR f.end_sort > $ref)
+  AND (f.start_sort IS NULL OR f.start_sort <= $ref)
+  AND EXISTS {
+    MATCH (s)-[g:FACT]->(p:Entity)
+    WHERE g.pid = $pid AND p <> o AND g.end_sort IS NOT NULL AND g.end_sort <= $ref
+      AND (g.rank IS NULL OR g.rank <> 'deprecated')
+  }
+RETURN DISTINCT f.key AS key
+"""
+
 #: What a probe needs of some facts, and the configuration hashes already stored on each
 #: (one per ``cfg__`` property in $cfgs, in that order).
 FACT_DETAILS = """
@@ -254,6 +270,13 @@ def candidate_keys(graph: Graph, pid: str, ref: int) -> list[str]:
     return sorted({r["key"] for r in graph.read(CANDIDATE_KEYS, pid=pid, ref=ref)})
 
 
+def history_keys(graph: Graph, pid: str, ref: int) -> list[str]:
+    """Keys of the probe-able facts of ``pid`` whose (subject, relation) has a past object."""
+    if not is_pid(pid):
+        raise ConfigError(f"not a Wikidata property id: {pid!r}")
+    return sorted({r["key"] for r in graph.read(HISTORY_KEYS, pid=pid, ref=ref)})
+
+
 def allocate(available: dict[str, int], total: int | None, seed: int) -> dict[str, int]:
     """How many facts each relation gets: an even split of ``total``, what a small relation
     cannot use going to the others; the remainder of the split goes to relations in a seeded
@@ -276,15 +299,27 @@ def allocate(available: dict[str, int], total: int | None, seed: int) -> dict[st
     return share
 
 
-def sample_keys(keys_by_pid: dict[str, list[str]], total: int | None, seed: int) -> list[str]:
+def sample_keys(
+    keys_by_pid: dict[str, list[str]], total: int | None, seed: int,
+    first: dict[str, list[str]] | None = None,
+) -> list[str]:
     """Stratified, seeded sample: each relation's sorted keys sampled with its own
-    ``random.Random`` (so adding a relation does not change another's sample)."""
+    ``random.Random`` (so adding a relation does not change another's sample). Keys in
+    ``first[pid]`` (e.g. facts with a history) are drawn before the others of their relation."""
     share = allocate({p: len(k) for p, k in keys_by_pid.items()}, total, seed)
     out: list[str] = []
     for pid in sorted(keys_by_pid, key=lambda p: int(p[1:])):
         keys = sorted(keys_by_pid[pid])
         k = share.get(pid, 0)
-        out.extend(keys if k >= len(keys) else random.Random(f"{seed}|{pid}").sample(keys, k))
+        rng = random.Random(f"{seed}|{pid}")
+        preferred = sorted(set((first or {}).get(pid, ())) & set(keys))
+        if not preferred:
+            out.extend(keys if k >= len(keys) else rng.sample(keys, k))
+            continue
+        rest = sorted(set(keys) - set(preferred))
+        head = preferred if k >= len(preferred) else rng.sample(preferred, k)
+        left = k - len(head)
+        out.extend(head + (rest if left >= len(rest) else rng.sample(rest, left)))
     return out
 
 

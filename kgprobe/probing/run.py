@@ -76,6 +76,7 @@ class ProbeConfig:
     batch_facts: int = 16
     dtype: str = "float32"
     force: bool = False  # rescore facts already scored with this configuration
+    history_first: bool = False  # sample facts with a past value (staleness) first
 
     def validate(self) -> None:
         from kgprobe.probing.distractors import STRATEGIES
@@ -368,7 +369,8 @@ def run_probe(
     run_cfg = _hash({"settings": settings, "relations": cfg_by_pid, "measures": sorted(mkeys.values())})
 
     keys_by_pid = {p: pr.candidate_keys(graph, p, ref) for p in relations}
-    chosen = pr.sample_keys(keys_by_pid, config.sample, config.seed)
+    first = {p: pr.history_keys(graph, p, ref) for p in relations} if config.history_first else None
+    chosen = pr.sample_keys(keys_by_pid, config.sample, config.seed, first)
     cfg_props = [props[m].cfg for m in config.measures]
     details = []
     for batch in _chunks(chosen, 500):
@@ -392,6 +394,7 @@ def run_probe(
                                       "end_marker": info.get("end_marker")}),
         "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "threshold": config.threshold, "sample": config.sample, "relations": relations,
+        "history_first": config.history_first,
         "reference_date": ref,
         "templates": json.dumps({p: [i for i, _ in available[p]] for p in relations}),
         "config_hash": run_cfg, "relation_config_hashes": json.dumps(cfg_by_pid),
@@ -524,6 +527,7 @@ def probe(
     threads: int = 1,
     batch_facts: int = 16,
     force: bool = False,
+    history_first: bool = False,
     cache: bool = True,
     index_dir: str | Path | None = None,
     progress: bool = True,
@@ -538,6 +542,7 @@ def probe(
         model=model, relations=tuple(relations), sample=sample, measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
         dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
+        history_first=history_first,
     )
     config.validate()
     check_model_name(model)
