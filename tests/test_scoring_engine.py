@@ -90,9 +90,12 @@ def test_scores_do_not_depend_on_batching_or_padding(
     causal: LoadedModel, batch_size: int, padding_side: str, share_prefix: bool
 ) -> None:
     reqs = _requests()
-    reference = _lp(Engine(causal, batch_size=1, share_prefix=False).run(reqs))
+    reference = _lp(Engine(causal, batch_size=1, batch_tokens=None, share_prefix=False).run(reqs))
     got = _lp(Engine(causal, batch_size=batch_size, padding_side=padding_side,  # type: ignore[arg-type]
-                     share_prefix=share_prefix).run(reqs))
+                     share_prefix=share_prefix, batch_tokens=None).run(reqs))
+    budget = _lp(Engine(causal, batch_size=batch_size, share_prefix=share_prefix,
+                        batch_tokens=7).run(reqs))
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(got, budget, strict=True)) <= 1e-5
     diff = max(abs(a.logprob - b.logprob) for a, b in zip(reference, got, strict=True))
     assert diff <= 1e-5
     assert [a.is_greedy for a in reference] == [b.is_greedy for b in got]

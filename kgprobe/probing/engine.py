@@ -46,7 +46,8 @@ from kgprobe.probing.tokenization import SpanEncoding, split_trailing_whitespace
 class Engine:
     """Runs scoring requests against one loaded model.
 
-    ``batch_size`` rows per forward; ``share_prefix`` (causal models) reuses each context's
+    ``batch_size`` rows per forward, more for short continuation rows up to ``batch_tokens``
+    tokens (None: exactly ``batch_size``); ``share_prefix`` (causal models) reuses each context's
     key/value cache for all its continuations — off, every pair runs as one full sequence
     (the reference path, padded on ``padding_side``). ``cache`` makes results persistent."""
 
@@ -58,6 +59,7 @@ class Engine:
         cache: ScoreCache | None = None,
         share_prefix: bool = True,
         padding_side: Literal["left", "right"] = "right",
+        batch_tokens: int | None = 1024,
         chunk_size: int = 2048,
         progress: bool = False,
     ) -> None:
@@ -68,7 +70,8 @@ class Engine:
         self.chunk_size = chunk_size
         self.progress = progress
         self.stats = EngineStats()
-        kw = {"batch_size": batch_size, "padding_side": padding_side, "stats": self.stats}
+        kw = {"batch_size": batch_size, "padding_side": padding_side,
+              "batch_tokens": batch_tokens, "stats": self.stats}
         self.causal = self.masked = self.seq2seq = None
         if model.kind == "causal":
             self.causal = CausalBackend(model.model, model.tokenizer, **kw)  # type: ignore[arg-type]

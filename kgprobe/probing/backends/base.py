@@ -59,13 +59,22 @@ class Backend:
         *,
         batch_size: int,
         padding_side: Literal["left", "right"] = "right",
+        batch_tokens: int | None = None,
         stats: EngineStats,
     ) -> None:
         self.model = model
         self.device = next(model.parameters()).device
         self.batch_size = max(1, batch_size)
         self.padding_side = padding_side
+        self.batch_tokens = batch_tokens
         self.stats = stats
         self.eos_id: int | None = tokenizer.eos_token_id
         pad = tokenizer.pad_token_id
         self.pad_id: int = pad if pad is not None else (self.eos_id or 0)
+
+    def rows_per_batch(self, width: int) -> int:
+        """``batch_size`` rows, or more when rows are short and a token budget is set (many
+        small rows per forward: a distractor's continuation is only a few tokens)."""
+        if self.batch_tokens is None:
+            return self.batch_size
+        return max(self.batch_size, self.batch_tokens // max(1, width))

@@ -32,6 +32,11 @@ class _ContextState:
 class CausalBackend(Backend):
     """All model calls for decoder-only models."""
 
+    _head_ok: bool | None = None
+    _packing_ok: bool | None = None
+    #: pack continuations as one trie row with a 4D mask (else padded rows)
+    pack: bool = True
+
     def _forward(self, **kwargs: Any) -> Any:
         self.stats.forward_calls += 1
         with torch.inference_mode():
@@ -43,7 +48,7 @@ class CausalBackend(Backend):
         from transformers import DynamicCache
 
         ids = torch.tensor([list(ctx)], device=self.device)
-        out = self._forward(input_ids=ids, use_cache=keep_cache,
+        out = self._forward(input_ids=ids, use_cache=keep_cache, logits_to_keep=1,
                             past_key_values=DynamicCache() if keep_cache else None)
         last = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
         kv = None
@@ -53,16 +58,16 @@ class CausalBackend(Backend):
         return _ContextState(len(ctx), kv, last)
 
     def _rows_after_context(
-        self, state: _ContextState, rows: Sequence[Sequence[int]]
+        self, state: _ContextState, rows: Sequence[Sequence[int]], hidden: bool = False
     ) -> torch.Tensor:
-        """Feed ``rows`` (right-padded) after the cached context: fp32 logits (B, T, V)."""
+        """Feed ``rows`` (right-padded) after the cached context: logits (B, T, V), or the
+        final hidden states (B, T, H) when ``hidden`` and the head can be split off."""
         from transformers import DynamicCache
 
         assert state.kv is not None
         b = len(rows)
         width = max(len(r) for r in rows)
-        pad = self.pad_id
-        ids = torch.full((b, width), pad, dtype=torch.long, device=self.device)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=self.device)
         mask = torch.zeros((b, state.length + width), dtype=torch.long, device=self.device)
         mask[:, : state.length] = 1
         for i, r in enumerate(rows):
@@ -72,9 +77,145 @@ class CausalBackend(Backend):
         cache = DynamicCache(
             [(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in state.kv]
         )
-        out = self._forward(input_ids=ids, attention_mask=mask, position_ids=pos,
-                            past_key_values=cache, use_cache=True)
-        return out.logits
+        kwargs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos,
+                  "past_key_values": cache, "use_cache": True}
+        if hidden and self.head_splits():
+            self.stats.forward_calls += 1
+            with torch.inference_mode():
+                return self.model.base_model(**kwargs).last_hidden_state
+        return self._forward(**kwargs).logits
+
+    def head_splits(self) -> bool:
+        """Whether base model + output embedding reproduce the model's logits (checked once
+        on a few tokens). Then only real (unpadded) positions go through the LM head, in
+        chunks: a 262k vocabulary times every padded position would not fit in memory."""
+        if self._head_ok is None:
+            ids = torch.tensor([[self.pad_id, self.eos_id or 0, 1, 2]], device=self.device)
+            try:
+                with torch.inference_mode():
+                    full = self.model(input_ids=ids).logits.float()
+                    h = self.model.base_model(input_ids=ids).last_hidden_state
+                    mine = self._head(h)
+                self._head_ok = bool(torch.allclose(full, mine, atol=1e-4, rtol=1e-4))
+            except (AttributeError, TypeError, RuntimeError):
+                self._head_ok = False
+        return self._head_ok
+
+    def _head(self, h: torch.Tensor) -> torch.Tensor:
+        """LM head (+ Gemma-style final soft-capping) in fp32."""
+        with torch.inference_mode():
+            logits = self.model.get_output_embeddings()(h).float()
+        cap = getattr(self.model.config, "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    def _gather(
+        self, sel: torch.Tensor, targets: torch.Tensor, is_hidden: bool, chunk: int = 64
+    ) -> tuple[list[float], list[bool]]:
+        """log p(target) and argmax==target for N selected positions, log_softmax in fp32."""
+        vals: list[float] = []
+        hits: list[bool] = []
+        for s in range(0, sel.shape[0], chunk):
+            part = sel[s : s + chunk]
+            logits = self._head(part) if is_hidden else part.float()
+            lp = torch.log_softmax(logits, dim=-1)
+            t = targets[s : s + chunk]
+            vals.extend(lp.gather(1, t[:, None])[:, 0].tolist())
+            hits.extend((lp.argmax(-1) == t).tolist())
+        return vals, hits
+
+    # -- packed continuations -------------------------------------------------------------
+
+    def _packed_hidden(
+        self, state: _ContextState, tokens: list[int], parents: list[int], depth: list[int]
+    ) -> torch.Tensor:
+        """Feed a token trie as ONE row after the cached context: node i sees the context,
+        its ancestors and itself (a 4D mask), at position context+depth-1. No padding, no
+        copy of the context cache per continuation, shared prefixes fed once.
+        Returns hidden states (N, H) (or logits (N, V) when the head does not split)."""
+        from transformers import DynamicCache
+
+        assert state.kv is not None
+        n = len(tokens)
+        allowed = torch.zeros((n, state.length + n), dtype=torch.bool)
+        allowed[:, : state.length] = True
+        for i in range(n):
+            allowed[i, state.length + i] = True
+            p = parents[i]
+            if p >= 0:
+                allowed[i, state.length:] |= allowed[p, state.length:]
+        mask: torch.Tensor = allowed[None, None].to(self.device)
+        if self.model.config._attn_implementation != "sdpa":
+            neg = torch.finfo(next(self.model.parameters()).dtype).min
+            mask = torch.zeros(mask.shape, device=self.device).masked_fill(~mask, neg)
+        ids = torch.tensor([tokens], device=self.device)
+        pos = torch.tensor([[state.length + d - 1 for d in depth]], device=self.device)
+        cache = DynamicCache([(k, v) for k, v in state.kv])
+        kwargs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos,
+                  "past_key_values": cache, "use_cache": True}
+        self.stats.forward_calls += 1
+        with torch.inference_mode():
+            if self.head_splits():
+                return self.model.base_model(**kwargs).last_hidden_state[0]
+            return self.model(**kwargs).logits[0]
+
+    def packing_works(self) -> bool:
+        """Whether this architecture honours a custom 4D mask (checked once against the
+        padded path on a few tokens); if not, continuations are padded rows."""
+        if self._packing_ok is None:
+            calls = self.stats.forward_calls
+            try:
+                ctx = [self.eos_id or 0, 1, 2]
+                conts = [[3, 4, 5], [3, 6], [7, 8]]
+                state = self._run_context(ctx, keep_cache=True)
+                rows = self._rows_after_context(state, conts, hidden=False)
+                tokens, parents, depth = [3, 4, 5, 6, 7, 8], [-1, 0, 1, 0, -1, 4], [1, 2, 3, 2, 1, 2]
+                packed = self._packed_hidden(state, tokens, parents, depth)
+                if self.head_splits():
+                    packed = self._head(packed)
+                ref = torch.stack([rows[0, 0], rows[0, 1], rows[0, 2], rows[1, 1], rows[2, 0],
+                                   rows[2, 1]]).float()
+                diff = (torch.log_softmax(packed.float(), -1) - torch.log_softmax(ref, -1)).abs()
+                # fp32 sums in another order differ by ~1e-4 on a 135M model; a wrong mask
+                # moves log-probs by whole nats
+                self._packing_ok = bool(diff.max() < 1e-2)
+            except (TypeError, RuntimeError, ValueError, IndexError):
+                self._packing_ok = False
+            self.stats.forward_calls = calls  # a self-check, not work done for a request
+        return self._packing_ok
+
+    def _score_packed(
+        self, state: _ContextState, conts: list[Sequence[int]]
+    ) -> list[tuple[list[float], list[bool]]]:
+        """Per continuation: log p and argmax hits of tokens 2..n, from packed trie rows."""
+        index: dict[tuple[int, ...], int] = {}
+        tokens: list[int] = []
+        parents: list[int] = []
+        depth: list[int] = []
+        for c in conts:
+            parent = -1
+            for k in range(1, len(c)):
+                key = tuple(c[:k])
+                if key not in index:
+                    index[key] = len(tokens)
+                    tokens.append(c[k - 1])
+                    parents.append(parent)
+                    depth.append(k)
+                parent = index[key]
+        hidden = self._packed_hidden(state, tokens, parents, depth)
+        nodes = [index[tuple(c[:k])] for c in conts for k in range(1, len(c))]
+        targets = [c[k] for c in conts for k in range(1, len(c))]
+        sel = hidden[torch.tensor(nodes, device=hidden.device)]
+        vals, hits = self._gather(sel, torch.tensor(targets, device=hidden.device),
+                                  self.head_splits())
+        out = []
+        k = 0
+        for c in conts:
+            n = len(c) - 1
+            out.append((vals[k : k + n], hits[k : k + n]))
+            k += n
+        return out
 
     # -- continuation scoring -------------------------------------------------------------
 
@@ -97,18 +238,49 @@ class CausalBackend(Backend):
                 if len(cont) == 1:  # the single-token shortcut
                     results[i] = ScoredTokens([float(last[cont[0]])], top == cont[0])
             multi.sort(key=lambda i: -len(pairs[i][1]))
-            for start in range(0, len(multi), self.batch_size):
-                chunk = multi[start : start + self.batch_size]
+            if multi and self.pack and self.packing_works():
+                budget = self.batch_tokens or 1024
+                group: list[int] = []
+                fed = 0
+                for i in [*multi, -1]:
+                    n = len(pairs[i][1]) - 1 if i >= 0 else 0
+                    if group and (i < 0 or fed + n > budget):
+                        scored = self._score_packed(state, [pairs[j][1] for j in group])
+                        for j, (vals, hits) in zip(group, scored, strict=True):
+                            cont = pairs[j][1]
+                            results[j] = ScoredTokens([float(last[cont[0]])] + vals,
+                                                      top == cont[0] and all(hits))
+                        group, fed = [], 0
+                    if i >= 0:
+                        group.append(i)
+                        fed += n
+                multi = []
+            start = 0
+            while start < len(multi):
+                chunk = multi[start : start + self.rows_per_batch(len(pairs[multi[start]][1]) - 1)]
+                start += len(chunk)
                 feeds = [list(pairs[i][1][:-1]) for i in chunk]
-                logits = self._rows_after_context(state, feeds)
+                use_hidden = self.head_splits()
+                out = self._rows_after_context(state, feeds, hidden=use_hidden)
+                rows_idx: list[int] = []
+                cols_idx: list[int] = []
+                targets: list[int] = []
                 for row, i in enumerate(chunk):
-                    cont = list(pairs[i][1])
-                    n = len(cont)
-                    lp = torch.log_softmax(logits[row, : n - 1].float(), dim=-1)
-                    targets = torch.tensor(cont[1:], device=lp.device)
-                    vals = [float(last[cont[0]])] + lp.gather(1, targets[:, None])[:, 0].tolist()
-                    greedy = top == cont[0] and bool((lp.argmax(-1) == targets).all())
-                    results[i] = ScoredTokens(vals, greedy)
+                    cont = pairs[i][1]
+                    rows_idx.extend([row] * (len(cont) - 1))
+                    cols_idx.extend(range(len(cont) - 1))
+                    targets.extend(cont[1:])
+                sel = out[torch.tensor(rows_idx, device=out.device),
+                          torch.tensor(cols_idx, device=out.device)]
+                vals, hits = self._gather(sel, torch.tensor(targets, device=out.device),
+                                          use_hidden)
+                k = 0
+                for i in chunk:
+                    cont = pairs[i][1]
+                    n = len(cont) - 1
+                    greedy = top == cont[0] and all(hits[k : k + n])
+                    results[i] = ScoredTokens([float(last[cont[0]])] + vals[k : k + n], greedy)
+                    k += n
             del state
         return [r for r in results if r is not None]
 

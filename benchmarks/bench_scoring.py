@@ -1,0 +1,196 @@
+"""Benchmark of the scoring engine: kgprobe vs naive vs lm-evaluation-harness (HFLM).
+
+Workload: cloze distractor scoring on real BEAR facts (Wikidata; lm-pub-quiz): each prompt
+"<subject> was born in" is scored against the same candidate set of multi-token city labels
+(the distractor workload of DESIGN §3), zero-shot and after a 4-shot prompt of other facts.
+Every system gets identical (context, continuation) pairs in the same process, with the same
+model object and the same torch thread setting:
+
+- kgprobe: ``Engine.run`` (shared-prefix KV reuse, single-token shortcut, batching);
+- naive: one forward per candidate over the full sequence (``Engine`` with
+  ``share_prefix=False, batch_size=1``);
+- harness: ``lm_eval.models.huggingface.HFLM(pretrained=<model object>)`` ``.loglikelihood``.
+
+Figures: requests/s, speed-ups, max |Δ log p| against the harness, and achieved FLOP/s
+(2 × parameters × tokens actually fed) against a single-thread matmul peak measured here.
+
+Needs the ``bench`` extra (``pip install -e .[bench]``) for the harness; ``--systems`` can
+leave it out. Example (the run recorded in docs/benchmarks.md)::
+
+    .venv/bin/python benchmarks/bench_scoring.py --prompts 50 --candidates 100 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kgprobe.probing.engine import Engine
+from kgprobe.probing.models import LoadedModel, load_model
+from kgprobe.probing.requests import LogProbRequest, LogProbResult
+
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bear" / "BEAR" / "P19.jsonl"
+
+
+def workload(lm: LoadedModel, data: Path, prompts: int, candidates: int, shots: int,
+             seed: int) -> tuple[list[LogProbRequest], list[LogProbRequest]]:
+    """(zero-shot requests, k-shot requests) over the same prompts and candidates."""
+    rows = [json.loads(line) for line in data.read_text(encoding="utf-8").splitlines() if line]
+    rng = random.Random(seed)
+    rng.shuffle(rows)
+    # candidate (distractor) set: distinct multi-token object labels of all BEAR relations,
+    # the relation's own answer space first
+    pool: list[str] = []
+    for f in [data, *sorted(data.parent.glob("*.jsonl"))]:
+        for line in f.read_text(encoding="utf-8").splitlines():
+            lab = " " + json.loads(line)["obj_label"]
+            if lab not in pool and len(lm.tokenization.encode(lab)) >= 2:
+                pool.append(lab)
+        if len(pool) >= candidates:
+            break
+    labels = pool[:candidates]
+    facts = rows[: prompts + shots]
+    demos = "".join(f"{f['sub_label']} was born in {f['obj_label']}.\n" for f in facts[:shots])
+    subjects = [f["sub_label"] for f in facts[shots:]]
+    zero = [LogProbRequest(f"{s} was born in", c) for s in subjects for c in labels]
+    few = [LogProbRequest(f"{demos}{s} was born in", c) for s in subjects for c in labels]
+    return zero, few
+
+
+def matmul_peak(seconds: float = 3.0, n: int = 1024) -> float:
+    """FLOP/s of an fp32 n×n matmul on this machine with the current thread setting."""
+    a = torch.randn(n, n)
+    b = torch.randn(n, n)
+    torch.mm(a, b)
+    reps = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        torch.mm(a, b)
+        reps += 1
+    return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def fed_tokens(lm: LoadedModel, reqs: list[LogProbRequest], shared: bool) -> int:
+    """Tokens each system feeds through the model (the harness feeds like naive, minus its
+    last token, which we ignore: the difference is < 1 token per request)."""
+    encs = [lm.tokenization.causal_pair(r.context, r.continuation) for r in reqs]
+    if not shared:
+        return sum(len(e.context_ids) + len(e.continuation_ids) - 1 for e in encs)
+    contexts = {e.context_ids for e in encs}
+    return sum(len(c) for c in contexts) + sum(len(e.continuation_ids) - 1 for e in encs)
+
+
+def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int) -> tuple[float, list[float]]:
+    t0 = time.perf_counter()
+    res = Engine(lm, batch_size=batch).run(reqs)
+    dt = time.perf_counter() - t0
+    return dt, [r.logprob for r in res if isinstance(r, LogProbResult)]
+
+
+def run_naive(lm: LoadedModel, reqs: list[LogProbRequest]) -> tuple[float, list[float]]:
+    t0 = time.perf_counter()
+    res = Engine(lm, batch_size=1, share_prefix=False).run(reqs)
+    dt = time.perf_counter() - t0
+    return dt, [r.logprob for r in res if isinstance(r, LogProbResult)]
+
+
+def run_harness(hflm: Any, reqs: list[LogProbRequest]) -> tuple[float, list[float]]:
+    from lm_eval.api.instance import Instance
+
+    inst = [Instance(request_type="loglikelihood", doc={}, arguments=(r.context, r.continuation),
+                     idx=i) for i, r in enumerate(reqs)]
+    t0 = time.perf_counter()
+    out = hflm.loglikelihood(inst, disable_tqdm=True)
+    dt = time.perf_counter() - t0
+    return dt, [float(lp) for lp, _ in out]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="BEAR relation file (jsonl)")
+    ap.add_argument("--prompts", type=int, default=50)
+    ap.add_argument("--candidates", type=int, default=100)
+    ap.add_argument("--shots", type=int, default=4)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--naive-prompts", type=int, default=None,
+                    help="run naive on only this many prompts (its req/s is per request)")
+    ap.add_argument("--systems", default="kgprobe,naive,harness")
+    ap.add_argument("--workloads", default="zero,few")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args()
+
+    lm = load_model(args.model, threads=args.threads)
+    systems = args.systems.split(",")
+    n_params = sum(p.numel() for p in lm.model.parameters())
+    # the tied input embedding is a lookup, not a matmul; the LM head is a matmul per token
+    embed = lm.model.get_input_embeddings().weight.numel()
+    flops_per_token = 2 * (n_params - embed + lm.model.get_output_embeddings().weight.numel())
+    peak = matmul_peak()
+    zero, few = workload(lm, args.data, args.prompts, args.candidates, args.shots, args.seed)
+    hflm = None
+    if "harness" in systems:
+        from lm_eval.models.huggingface import HFLM
+
+        hflm = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=args.batch_size,
+                    max_length=lm.max_length)
+    report: dict[str, Any] = {
+        "model": args.model, "threads": args.threads, "batch_size": args.batch_size,
+        "prompts": args.prompts, "candidates": args.candidates, "shots": args.shots,
+        "matmul_peak_gflops": peak / 1e9, "flops_per_token": flops_per_token, "workloads": {},
+    }
+    print(f"model {args.model}: {n_params / 1e6:.1f}M params, {flops_per_token / 1e6:.0f} MFLOP/token; "
+          f"matmul peak {peak / 1e9:.1f} GFLOP/s ({args.threads} thread)")
+    for name, reqs in (("zero", zero), ("few", few)):
+        if name not in args.workloads.split(","):
+            continue
+        label = "zero-shot" if name == "zero" else f"{args.shots}-shot"
+        row: dict[str, Any] = {"requests": len(reqs)}
+        scores: dict[str, list[float]] = {}
+        for system in systems:
+            sub = reqs
+            if system == "naive" and args.naive_prompts is not None:
+                sub = reqs[: args.naive_prompts * args.candidates]
+            if system == "kgprobe":
+                dt, vals = run_kgprobe(lm, sub, args.batch_size)
+            elif system == "naive":
+                dt, vals = run_naive(lm, sub)
+            else:
+                dt, vals = run_harness(hflm, sub)
+            scores[system] = vals
+            tokens = fed_tokens(lm, sub, shared=system == "kgprobe")
+            row[system] = {
+                "requests": len(sub), "seconds": dt, "req_per_s": len(sub) / dt,
+                "tokens_fed": tokens, "gflops": tokens * flops_per_token / dt / 1e9,
+            }
+            row[system]["peak_fraction"] = row[system]["gflops"] * 1e9 / peak
+            print(f"[{label}] {system:8} {len(sub):6d} req  {dt:8.2f} s  {len(sub) / dt:9.1f} req/s  "
+                  f"{row[system]['gflops']:6.2f} GFLOP/s ({100 * row[system]['peak_fraction']:.0f}% of peak)")
+        if "kgprobe" in scores:
+            for other in ("naive", "harness"):
+                if other in scores:
+                    row[f"speedup_vs_{other}"] = row["kgprobe"]["req_per_s"] / row[other]["req_per_s"]
+                    print(f"[{label}] kgprobe / {other}: {row[f'speedup_vs_{other}']:.1f}x")
+            if "harness" in scores:
+                d = max(abs(a - b) for a, b in zip(scores["kgprobe"], scores["harness"], strict=True))
+                row["max_abs_delta_vs_harness"] = d
+                print(f"[{label}] max |Δ log p| kgprobe vs harness: {d:.2e}")
+            if "naive" in scores:
+                n = len(scores["naive"])
+                d = max(abs(a - b) for a, b in zip(scores["kgprobe"][:n], scores["naive"], strict=True))
+                row["max_abs_delta_vs_naive"] = d
+        report["workloads"][label] = row
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()
