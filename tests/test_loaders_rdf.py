@@ -312,7 +312,7 @@ def test_turtle_memory_is_bounded_by_a_chunk_not_the_file(
     monkeypatch.setattr(rdf_loader, "CHUNK_CHARS", 4096)
     monkeypatch.setattr(rdf_loader, "GC_EVERY", 4)
     peaks = []
-    for n in (60, 600):
+    for n in (40, 400):
         path = tmp_path / f"{n}.ttl"
         _synthetic_turtle(path, n)
         tracemalloc.start()
