@@ -148,15 +148,27 @@ WHERE c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
 RETURN collect(c.qid) AS qids
 """
 
-#: Feature bags: every entity, its facts, its declared types and superclasses.
-ALL_ENTITY_IDS = "MATCH (e:Entity) RETURN e.qid AS qid"
+#: Feature bags: every entity id (one record), then per batch of subjects their facts, declared
+#: types and superclasses, each as one record of parallel lists.
+ALL_ENTITY_IDS = "MATCH (e:Entity) RETURN collect(e.qid) AS qids"
 BAG_FACTS = """
-MATCH (e:Entity)-[f:FACT]->(o:Entity)
+UNWIND $qids AS q
+MATCH (e:Entity {qid: q})-[f:FACT]->(o:Entity)
 WHERE f.rank IS NULL OR f.rank <> 'deprecated'
-RETURN e.qid AS s, f.pid AS pid, o.qid AS o
+RETURN collect(q) AS s, collect(f.pid) AS pid, collect(o.qid) AS o
 """
-BAG_INSTANCE_OF = "MATCH (e:Entity)-[:INSTANCE_OF]->(o:Entity) RETURN e.qid AS s, o.qid AS o"
-BAG_SUBCLASS_OF = "MATCH (e:Entity)-[:SUBCLASS_OF]->(o:Entity) RETURN e.qid AS s, o.qid AS o"
+BAG_INSTANCE_OF = """
+UNWIND $qids AS q
+MATCH (e:Entity {qid: q})-[:INSTANCE_OF]->(o:Entity)
+RETURN collect(q) AS s, collect(o.qid) AS o
+"""
+BAG_SUBCLASS_OF = """
+UNWIND $qids AS q
+MATCH (e:Entity {qid: q})-[:SUBCLASS_OF]->(o:Entity)
+RETURN collect(q) AS s, collect(o.qid) AS o
+"""
+#: Subjects per feature-bag batch.
+BAG_BATCH = 5000
 
 #: The counts a semantic index manifest records.
 COUNT_QUERIES = {
@@ -442,12 +454,20 @@ def feature_bags(graph: Graph) -> Iterator[tuple[str, list[str]]]:
     """
     from kgprobe.graph.semantic import bag_tokens
 
-    pairs: dict[str, list[tuple[str, str]]] = {r["qid"]: [] for r in graph.read(ALL_ENTITY_IDS)}
-    for r in graph.read(BAG_FACTS):
-        pairs.setdefault(r["s"], []).append((r["pid"], r["o"]))
-    for pid, q in (("P31", BAG_INSTANCE_OF), ("P279", BAG_SUBCLASS_OF)):
-        for r in graph.read(q):
-            pairs.setdefault(r["s"], []).append((pid, r["o"]))
+    rows = graph.read(ALL_ENTITY_IDS)
+    ids = sorted(set(rows[0]["qids"] or []) if rows else set(), key=qid_order)
+    pairs: dict[str, list[tuple[str, str]]] = {q: [] for q in ids}
+    for start in range(0, len(ids), BAG_BATCH):
+        batch = ids[start : start + BAG_BATCH]
+        r = graph.read(BAG_FACTS, qids=batch)
+        if r:
+            for s_, p_, o_ in zip(r[0]["s"] or [], r[0]["pid"] or [], r[0]["o"] or [], strict=True):
+                pairs[s_].append((p_, o_))
+        for pid, q in (("P31", BAG_INSTANCE_OF), ("P279", BAG_SUBCLASS_OF)):
+            r = graph.read(q, qids=batch)
+            if r:
+                for s_, o_ in zip(r[0]["s"] or [], r[0]["o"] or [], strict=True):
+                    pairs[s_].append((pid, o_))
     for qid in sorted(pairs, key=qid_order):
         yield qid, bag_tokens(qid, sorted(pairs[qid]))
 
