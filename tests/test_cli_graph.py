@@ -25,14 +25,19 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def test_db_lifecycle_on_a_fresh_home(tmp_path: Path) -> None:
-    env = clean_env(
+def fresh_home_env(tmp_path: Path) -> dict[str, str]:
+    """A managed server of its own: a fresh data directory and free ports."""
+    return clean_env(
         KGPROBE_HOME=str(tmp_path / "home"),
         KGPROBE_BOLT_PORT=str(free_port()),
         KGPROBE_HTTP_PORT=str(free_port()),
         KGPROBE_CONFIG=str(tmp_path / "none.json"),
         KGPROBE_DB_HEAP="512m",
     )
+
+
+def test_db_lifecycle_on_a_fresh_home(tmp_path: Path) -> None:
+    env = fresh_home_env(tmp_path)
     try:
         status = json.loads(kgprobe("db", "status", "--json", env=env).stdout)
         assert status["managed"] is True and status["running"] is False
@@ -59,13 +64,7 @@ def test_db_lifecycle_on_a_fresh_home(tmp_path: Path) -> None:
 
 
 def test_commands_start_the_server_when_needed(tmp_path: Path) -> None:
-    env = clean_env(
-        KGPROBE_HOME=str(tmp_path / "home"),
-        KGPROBE_BOLT_PORT=str(free_port()),
-        KGPROBE_HTTP_PORT=str(free_port()),
-        KGPROBE_CONFIG=str(tmp_path / "none.json"),
-        KGPROBE_DB_HEAP="512m",
-    )
+    env = fresh_home_env(tmp_path)
     try:
         result = kgprobe("stats", "--json", env=env)
         assert result.returncode == 0, result.stderr
