@@ -67,7 +67,7 @@ def world_graph(graph, tmp_path):
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(
     fact=st.sampled_from(FACTS),
