@@ -37,7 +37,7 @@ from kgprobe.records import (
 TEMPORAL = (START_TIME, END_TIME, POINT_IN_TIME)
 
 
-@dataclass
+@dataclass(slots=True)
 class Value:
     """A snak value: ``kind`` is ``item`` for items, else the value type that names the skip.
 
@@ -50,7 +50,7 @@ class Value:
     time: TimeValue | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Statement:
     pid: str
     value: Value
@@ -88,6 +88,15 @@ def _temporal(values: list[Value]) -> tuple[TimeValue | None, list[Value]]:
 
 
 def statement_fact(subject: str, st: Statement, skips: SkipCounter, source: str) -> FactRecord:
+    if not st.qualifiers:  # most statements: no qualifier work at all
+        return FactRecord(
+            subject=subject,
+            pid=st.pid,
+            object=st.value.text,
+            statement_id=normalize_statement_id(st.statement_id) if st.statement_id else None,
+            rank=st.rank,
+            source=source,
+        )
     by_pid: dict[str, list[Value]] = {}
     for qpid, qv in st.qualifiers:
         by_pid.setdefault(qpid, []).append(qv)

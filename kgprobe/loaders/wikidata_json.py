@@ -62,6 +62,9 @@ def snak_value(snak: dict[str, Any]) -> Value:
     dtype = dv["type"]
     val = dv["value"]
     if dtype == "wikibase-entityid":
+        eid = val.get("id")
+        if eid is not None and val.get("entity-type", "item") == "item" and is_qid(eid):
+            return Value("item", eid)  # the common case, without the general path
         return _entity_value(val)
     if dtype == "string":
         return Value(kind="string", text=str(val))
