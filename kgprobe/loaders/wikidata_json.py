@@ -17,7 +17,6 @@ from kgprobe.errors import InputError
 from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
 from kgprobe.loaders.common import (
     Filters,
-    canonical_time,
     guarded,
     open_text,
     skip_entity,
@@ -269,7 +268,6 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
 
 __all__ = [
     "SOURCE",
-    "canonical_time",
     "entity_from_json",
     "load_json",
     "records_from_entity",
