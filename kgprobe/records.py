@@ -97,9 +97,9 @@ class EntityRecord:
     description: str | None = None
     types: list[str] = field(default_factory=list)  # P31 objects (declared)
     superclasses: list[str] = field(default_factory=list)  # P279 objects
-    #: provenance of ``types``: "P31" for declared types; loaders of datasets without P31 may
-    #: set a documented fallback such as "range:P19" — never written as a Wikidata fact.
-    type_source: str = "P31"
+    #: fallback types where the source declares none, as (type QID, basis) pairs, e.g.
+    #: ("Q6256", "range of P19"): stored as INFERRED_TYPE edges, never as a P31 fact.
+    inferred_types: list[tuple[str, str]] = field(default_factory=list)
     #: extra scalar properties stored on the node (e.g. ``popularity``); keys must be
     #: identifiers ([a-z_][a-z0-9_]*), values str/int/float/bool.
     extra: dict[str, str | int | float | bool] = field(default_factory=dict)

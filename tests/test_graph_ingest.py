@@ -57,7 +57,7 @@ def test_ingest_writes_entities_facts_and_temporal_values(graph: Any) -> None:
     far = TimeValue("+20000-01-01T00:00:00Z", 9)
     records = [
         EntityRecord("Q1", "Alpha", ["A", "Alf"], "first", types=["Q5"], extra={"popularity": 42}),
-        EntityRecord("Q2", "Beta", types=["Q515"], type_source="range of P19"),
+        EntityRecord("Q2", "Beta", inferred_types=[("Q515", "range of P19")]),
         FactRecord("Q1", "P19", "Q2", statement_id="Q1$AAA", start=bce, end=far, rank="preferred"),
         SkipRecord("value type: quantity", "x", count=3),
     ]
@@ -184,3 +184,22 @@ def test_ingest_killed_midway_then_rerun_matches(graph: Any, graph_settings: Any
     ingest(graph, synthetic_records(120))
     assert resumed == counts(graph)
     assert resumed["facts"] == 360
+
+
+def test_demo_graph_in_the_graph_every_object_typed(graph: Any) -> None:
+    """The packaged demo graph through the real loader and writer: every object has a type
+    (declared or fallback), fallbacks are INFERRED_TYPE edges, popularity is on the nodes."""
+    from kgprobe.graph.templates import demo_paths
+    from kgprobe.loaders.wikidata_json import load_json
+
+    summary = ingest(graph, load_json(demo_paths()[0]))
+    assert summary.facts >= 3000 and summary.error_count == 0
+    untyped = graph.read(
+        "MATCH ()-[:FACT]->(o:Entity) WHERE NOT (o)-[:INSTANCE_OF|INFERRED_TYPE]->() "
+        "RETURN count(DISTINCT o) AS n"
+    )
+    assert untyped == [{"n": 0}]
+    stats = graph_stats(graph)
+    assert stats["inferred_types"] > 1000 and stats["instance_of"] < 50
+    popular = graph.read("MATCH (e:Entity) WHERE e.popularity IS NOT NULL RETURN count(e) AS n")
+    assert popular[0]["n"] > 1000

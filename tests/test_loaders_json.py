@@ -306,3 +306,45 @@ def test_truncated_compressed_dump_is_one_clear_input_error(tmp_path: Path) -> N
         for _ in load_json(cut):
             seen += 1
     assert seen > 0 and str(cut) in str(exc.value)  # what was readable came through first
+
+
+def test_kgprobe_keys_of_the_demo_graph_are_read(tmp_path: Path) -> None:
+    """Fallback types stay apart from P31; popularity and statement source are kept."""
+    from kgprobe.loaders.wikidata_json import load_json
+    from kgprobe.records import EntityRecord, FactRecord
+
+    entity = {
+        "type": "item",
+        "id": "Q16",
+        "labels": {"en": {"language": "en", "value": "Canada"}},
+        "claims": {
+            "P35": [
+                {
+                    "mainsnak": {
+                        "snaktype": "value",
+                        "property": "P35",
+                        "datavalue": {"value": {"entity-type": "item", "id": "Q9682"}, "type": "wikibase-entityid"},
+                    },
+                    "type": "statement",
+                    "id": "Q16$DA4773E7-48E8-5FC9-BA6D-4C06DD88C18C",
+                    "rank": "normal",
+                    "kgprobe_source": "distfactassesslm",
+                }
+            ]
+        },
+        "kgprobe_inferred_types": [{"type": "Q6256", "basis": "range of P19, P27"}],
+        "kgprobe_popularity": 27.203,
+    }
+    path = tmp_path / "demo.json"
+    path.write_text("[\n" + json.dumps(entity) + "\n]\n")
+    records = list(load_json(path))
+    (ent,) = [r for r in records if isinstance(r, EntityRecord)]
+    assert ent.types == [] and ent.inferred_types == [("Q6256", "range of P19, P27")]
+    assert ent.extra == {"popularity": 27.203}
+    (fact,) = [r for r in records if isinstance(r, FactRecord)]
+    assert fact.source == "distfactassesslm" and fact.object == "Q9682"
+
+    entity["kgprobe_inferred_types"] = [{"type": "not-a-qid", "basis": "x"}]
+    path.write_text("[\n" + json.dumps(entity) + "\n]\n")
+    errors = [r for r in load_json(path) if type(r).__name__ == "ErrorRecord"]
+    assert len(errors) == 1 and "kgprobe_inferred_types" in errors[0].message

@@ -255,18 +255,17 @@ class Ingestor:
                 raise InputError(f"entity {rec.qid}: invalid extra property name {key!r}")
             props[key] = value
         self._entities.setdefault(rec.qid, {}).update(props)
-        declared = rec.type_source == "P31"
         for t in rec.types:
             self._stubs.add(t)
-            if declared:
-                self._instance_of.append({"s": rec.qid, "o": t})
-            else:
-                self._inferred.append({"s": rec.qid, "o": t, "basis": rec.type_source})
+            self._instance_of.append({"s": rec.qid, "o": t})
+        for t, basis in rec.inferred_types:
+            self._stubs.add(t)
+            self._inferred.append({"s": rec.qid, "o": t, "basis": basis})
         for t in rec.superclasses:
             self._stubs.add(t)
             self._subclass_of.append({"s": rec.qid, "o": t})
         self.summary.entities += 1
-        self.summary.type_edges += len(rec.types) + len(rec.superclasses)
+        self.summary.type_edges += len(rec.types) + len(rec.superclasses) + len(rec.inferred_types)
 
     def _add_fact(self, fact: FactRecord) -> None:
         self._stubs.update((fact.subject, fact.object))

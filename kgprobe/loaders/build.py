@@ -57,6 +57,8 @@ class Statement:
     rank: str = "normal"
     statement_id: str | None = None
     qualifiers: list[tuple[str, Value]] = field(default_factory=list)
+    #: the dataset a statement came from when the file says so (kgprobe's demo graph does)
+    source: str | None = None
 
 
 @dataclass
@@ -88,6 +90,7 @@ def _temporal(values: list[Value]) -> tuple[TimeValue | None, list[Value]]:
 
 
 def statement_fact(subject: str, st: Statement, skips: SkipCounter, source: str) -> FactRecord:
+    source = st.source or source
     if not st.qualifiers:  # most statements: no qualifier work at all
         return FactRecord(
             subject=subject,

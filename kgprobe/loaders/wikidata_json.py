@@ -123,6 +123,7 @@ def entity_from_json(obj: dict[str, Any], language: str = "en") -> EntityData:
                     rank=str(st.get("rank", "normal")),
                     statement_id=st.get("id"),
                     qualifiers=qualifiers,
+                    source=str(st["kgprobe_source"]) if st.get("kgprobe_source") else None,
                 )
             )
     return ent
@@ -140,7 +141,28 @@ def records_from_entity(
         yield SkipRecord(reason=skip_entity(kind), location=location)
         return
     ent = entity_from_json(obj, filters.language)
-    yield from entity_records(ent, filters, location, source)
+    for rec in entity_records(ent, filters, location, source):
+        if isinstance(rec, EntityRecord):
+            yield _with_kgprobe_fields(rec, obj)
+        else:
+            yield rec
+
+
+def _with_kgprobe_fields(rec: EntityRecord, obj: dict[str, Any]) -> EntityRecord:
+    """kgprobe's own entity keys (the bundled demo graph writes them; Wikidata never does).
+
+    ``kgprobe_popularity`` becomes a node property; each ``kgprobe_inferred_types`` entry
+    ``{"type": QID, "basis": text}`` joins ``inferred_types``, kept apart from the P31 types.
+    """
+    popularity = obj.get("kgprobe_popularity")
+    if isinstance(popularity, (int, float)) and not isinstance(popularity, bool):
+        rec.extra["popularity"] = float(popularity)
+    for entry in obj.get("kgprobe_inferred_types") or []:
+        qid, basis = entry.get("type"), entry.get("basis")
+        if not (isinstance(qid, str) and is_qid(qid) and isinstance(basis, str) and basis):
+            raise ValueError(f"bad kgprobe_inferred_types entry: {entry!r}")
+        rec.inferred_types.append((qid, basis))
+    return rec
 
 
 # --------------------------------------------------------------------------- files
