@@ -608,13 +608,17 @@ def resolve_scores(
     runs_by_model = probed(graph)
     if not runs_by_model:
         raise ConfigError("no probe run in the graph yet; run `kgprobe probe --model M` first")
-    key = next((k for k, rs in runs_by_model.items() if model in (k, *(r.get("model") for r in rs))), None)
+    # an exact model key, else the key the name gives at float32, else a run under that name
+    key: str | None = model if model in runs_by_model else None
     if key is None:
         try:
             key = model_key(model)
         except ConfigError:
             key = None
     if key not in runs_by_model:
+        named = [r for rs in runs_by_model.values() for r in rs if r.get("model") == model]
+        key = str(max(named, key=lambda r: str(r.get("started")))["model_key"]) if named else None
+    if key is None or key not in runs_by_model:
         raise ConfigError(f"no scores for model {model!r}; probed models: {', '.join(sorted(runs_by_model))}")
     runs = runs_by_model[key]
     keys_in_order: list[str] = []
