@@ -95,6 +95,7 @@ def test_filtered_query_is_brute_force_over_the_allowed_set() -> None:
     got = idx.neighbours(qids[10], 8, allowed=allowed)
     assert [g.similarity for g in got] == pytest.approx([w[1] for w in want], abs=1e-5)
     assert {g.qid for g in got} <= set(allowed)
+    assert idx.neighbours(qids[10], 8, allowed_rows=idx.rows(allowed)) == got
     # IVF whose one probed list holds fewer than 8 allowed entities: nprobe is widened, so the
     # filter never starves it; similarities are exact for what it returns
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
