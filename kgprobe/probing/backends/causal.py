@@ -57,6 +57,43 @@ class CausalBackend(Backend):
             kv = [(layer.keys, layer.values) for layer in cache.layers]
         return _ContextState(len(ctx), kv, last)
 
+    def _run_contexts(
+        self, ctxs: Sequence[Sequence[int]], keep_cache: bool
+    ) -> list[_ContextState]:
+        """Several contexts in one right-padded forward (a short context alone is a tiny,
+        inefficient matmul); each gets its own slice of the key/value cache. Padding sits
+        after every real token, so no real position sees it."""
+        if len(ctxs) == 1 or not self.head_splits():
+            return [self._run_context(c, keep_cache) for c in ctxs]
+        from transformers import DynamicCache
+
+        b = len(ctxs)
+        width = max(len(c) for c in ctxs)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((b, width), dtype=torch.long, device=self.device)
+        for i, c in enumerate(ctxs):
+            ids[i, : len(c)] = torch.tensor(list(c), device=self.device)
+            mask[i, : len(c)] = 1
+        pos = torch.arange(width, device=self.device).expand(b, -1)
+        self.stats.forward_calls += 1
+        with torch.inference_mode():
+            out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                        past_key_values=DynamicCache() if keep_cache else None,
+                                        use_cache=keep_cache)
+            last_h = out.last_hidden_state[
+                torch.arange(b, device=self.device),
+                torch.tensor([len(c) - 1 for c in ctxs], device=self.device)]
+            last = torch.log_softmax(self._head(last_h), dim=-1)
+        states = []
+        for i, c in enumerate(ctxs):
+            kv = None
+            if keep_cache:
+                n = len(c)
+                kv = [(layer.keys[i : i + 1, :, :n], layer.values[i : i + 1, :, :n])
+                      for layer in out.past_key_values.layers]
+            states.append(_ContextState(len(c), kv, last[i]))
+        return states
+
     def _rows_after_context(
         self, state: _ContextState, rows: Sequence[Sequence[int]], hidden: bool = False
     ) -> torch.Tensor:
@@ -228,60 +265,67 @@ class CausalBackend(Backend):
         groups: dict[tuple[int, ...], list[int]] = {}
         for i, (ctx, _) in enumerate(pairs):
             groups.setdefault(tuple(ctx), []).append(i)
-        for ctx, members in sorted(groups.items(), key=lambda kv: -len(kv[0])):
-            multi = [i for i in members if len(pairs[i][1]) > 1]
-            state = self._run_context(ctx, keep_cache=bool(multi))
-            last = state.last_logprobs
-            top = int(last.argmax())
-            for i in members:
-                cont = pairs[i][1]
-                if len(cont) == 1:  # the single-token shortcut
-                    results[i] = ScoredTokens([float(last[cont[0]])], top == cont[0])
-            multi.sort(key=lambda i: -len(pairs[i][1]))
-            if multi and self.pack and self.packing_works():
-                budget = self.batch_tokens or 1024
-                group: list[int] = []
-                fed = 0
-                for i in [*multi, -1]:
-                    n = len(pairs[i][1]) - 1 if i >= 0 else 0
-                    if group and (i < 0 or fed + n > budget):
-                        scored = self._score_packed(state, [pairs[j][1] for j in group])
-                        for j, (vals, hits) in zip(group, scored, strict=True):
-                            cont = pairs[j][1]
-                            results[j] = ScoredTokens([float(last[cont[0]])] + vals,
-                                                      top == cont[0] and all(hits))
-                        group, fed = [], 0
-                    if i >= 0:
-                        group.append(i)
-                        fed += n
-                multi = []
-            start = 0
-            while start < len(multi):
-                chunk = multi[start : start + self.rows_per_batch(len(pairs[multi[start]][1]) - 1)]
-                start += len(chunk)
-                feeds = [list(pairs[i][1][:-1]) for i in chunk]
-                use_hidden = self.head_splits()
-                out = self._rows_after_context(state, feeds, hidden=use_hidden)
-                rows_idx: list[int] = []
-                cols_idx: list[int] = []
-                targets: list[int] = []
-                for row, i in enumerate(chunk):
+        ordered = sorted(groups.items(), key=lambda kv: -len(kv[0]))
+        b0 = 0
+        while b0 < len(ordered):
+            n_ctx = self.rows_per_batch(len(ordered[b0][0])) if self.batch_tokens else 1
+            batch = ordered[b0 : b0 + n_ctx]
+            b0 += len(batch)
+            states = self._run_contexts([c for c, _ in batch], keep_cache=any(
+                len(pairs[i][1]) > 1 for _, members in batch for i in members))
+            for (_ctx, members), state in zip(batch, states, strict=True):
+                multi = [i for i in members if len(pairs[i][1]) > 1]
+                last = state.last_logprobs
+                top = int(last.argmax())
+                for i in members:
                     cont = pairs[i][1]
-                    rows_idx.extend([row] * (len(cont) - 1))
-                    cols_idx.extend(range(len(cont) - 1))
-                    targets.extend(cont[1:])
-                sel = out[torch.tensor(rows_idx, device=out.device),
-                          torch.tensor(cols_idx, device=out.device)]
-                vals, hits = self._gather(sel, torch.tensor(targets, device=out.device),
-                                          use_hidden)
-                k = 0
-                for i in chunk:
-                    cont = pairs[i][1]
-                    n = len(cont) - 1
-                    greedy = top == cont[0] and all(hits[k : k + n])
-                    results[i] = ScoredTokens([float(last[cont[0]])] + vals[k : k + n], greedy)
-                    k += n
-            del state
+                    if len(cont) == 1:  # the single-token shortcut
+                        results[i] = ScoredTokens([float(last[cont[0]])], top == cont[0])
+                multi.sort(key=lambda i: -len(pairs[i][1]))
+                if multi and self.pack and self.packing_works():
+                    budget = self.batch_tokens or 1024
+                    group: list[int] = []
+                    fed = 0
+                    for i in [*multi, -1]:
+                        n = len(pairs[i][1]) - 1 if i >= 0 else 0
+                        if group and (i < 0 or fed + n > budget):
+                            scored = self._score_packed(state, [pairs[j][1] for j in group])
+                            for j, (vals, hits) in zip(group, scored, strict=True):
+                                cont = pairs[j][1]
+                                results[j] = ScoredTokens([float(last[cont[0]])] + vals,
+                                                          top == cont[0] and all(hits))
+                            group, fed = [], 0
+                        if i >= 0:
+                            group.append(i)
+                            fed += n
+                    multi = []
+                start = 0
+                while start < len(multi):
+                    chunk = multi[start : start + self.rows_per_batch(len(pairs[multi[start]][1]) - 1)]
+                    start += len(chunk)
+                    feeds = [list(pairs[i][1][:-1]) for i in chunk]
+                    use_hidden = self.head_splits()
+                    out = self._rows_after_context(state, feeds, hidden=use_hidden)
+                    rows_idx: list[int] = []
+                    cols_idx: list[int] = []
+                    targets: list[int] = []
+                    for row, i in enumerate(chunk):
+                        cont = pairs[i][1]
+                        rows_idx.extend([row] * (len(cont) - 1))
+                        cols_idx.extend(range(len(cont) - 1))
+                        targets.extend(cont[1:])
+                    sel = out[torch.tensor(rows_idx, device=out.device),
+                              torch.tensor(cols_idx, device=out.device)]
+                    vals, hits = self._gather(sel, torch.tensor(targets, device=out.device),
+                                              use_hidden)
+                    k = 0
+                    for i in chunk:
+                        cont = pairs[i][1]
+                        n = len(cont) - 1
+                        greedy = top == cont[0] and all(hits[k : k + n])
+                        results[i] = ScoredTokens([float(last[cont[0]])] + vals[k : k + n], greedy)
+                        k += n
+                del state
         return [r for r in results if r is not None]
 
     def score_sequences(
@@ -321,7 +365,19 @@ class CausalBackend(Backend):
 
     def next_token(self, contexts: Sequence[Sequence[int]]) -> list[torch.Tensor]:
         """fp32 log-probability vectors of the token after each context."""
-        return [self._run_context(c, keep_cache=False).last_logprobs for c in contexts]
+        out: list[torch.Tensor] = []
+        ordered = sorted(range(len(contexts)), key=lambda i: -len(contexts[i]))
+        found: dict[int, torch.Tensor] = {}
+        start = 0
+        while start < len(ordered):
+            n = self.rows_per_batch(len(contexts[ordered[start]])) if self.batch_tokens else 1
+            chunk = ordered[start : start + n]
+            start += len(chunk)
+            for i, st in zip(chunk, self._run_contexts([contexts[i] for i in chunk], False),
+                             strict=True):
+                found[i] = st.last_logprobs
+        out.extend(found[i] for i in range(len(contexts)))
+        return out
 
     # -- search ---------------------------------------------------------------------------
 
