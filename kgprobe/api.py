@@ -92,24 +92,57 @@ def write_records(
         return ingestor.finish()
 
 
-def demo(*, quiet: bool = False, settings: Settings | None = None) -> dict[str, Any]:
+def demo(
+    *,
+    model: str = "smollm2-135m",
+    sample: int = 60,
+    strategy: str = "temp+sem",
+    n: int = 5,
+    dtype: str = "float32",
+    max_object_labels: int = 1,
+    out: str | Path | None = None,
+    quiet: bool = False,
+    settings: Settings | None = None,
+) -> dict[str, Any]:
     """The main job on a fresh install: start the graph, ingest the bundled demo graph and
-    kgprobe's own templates, and return what the graph holds."""
+    kgprobe's own templates, probe the default model on a seeded sample across all demo
+    relations, write the scores back onto the FACT edges and write the per-relation report.
+
+    Everything is idempotent: a second demo re-ingests nothing new and re-scores nothing.
+    """
     from kgprobe.graph.stats import graph_stats
     from kgprobe.graph.templates import demo_paths, import_own_templates
     from kgprobe.loaders.wikidata_json import load_json
+    from kgprobe.probing.run import probe as run_probe
+    from kgprobe.reporting import report as build_report
 
+    settings = settings or Settings.load()
     graph_file, _ = demo_paths()
     started = time.monotonic()
     with connect(settings) as graph:
         summary = write_records(graph, load_json(graph_file), quiet=quiet)
         templates = import_own_templates(graph)
         stats = graph_stats(graph)
+        loaded = time.monotonic()
+        probe_summary = run_probe(
+            model, sample=sample, strategy=strategy, n=n, dtype=dtype, seed=0,
+            max_object_labels=max_object_labels, history_first=True, progress=not quiet, graph=graph,
+        )
+        probed = time.monotonic()
+        out_dir = Path(out) if out else settings.home / "demo-report"
+        rep, paths = build_report(probe_summary.model_key, out=out_dir, graph=graph)
     return {
         "ingested": summary.to_dict(),
         "templates_imported": templates,
         "graph": stats,
-        "seconds": round(time.monotonic() - started, 1),
+        "probe": probe_summary.to_dict(),
+        "report": rep,
+        "report_files": {k: str(v) for k, v in paths.items()},
+        "seconds": {
+            "load": round(loaded - started, 1),
+            "probe": round(probed - loaded, 1),
+            "total": round(time.monotonic() - started, 1),
+        },
     }
 
 
