@@ -84,7 +84,9 @@ def test_without_svd_similarity_is_tfidf_cosine() -> None:
         assert nb.similarity == pytest.approx(float(tfidf[5] @ tfidf[j]), abs=1e-5)
 
 
-def test_filtered_query_is_brute_force_over_the_allowed_set() -> None:
+def test_filtered_query_is_brute_force_over_the_allowed_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     bags = random_bags(400, seed=4)
     idx = SemanticIndex.from_bags(bags, IndexSettings(dim=24))
     qids, counts = bags_to_matrix(bags)
@@ -96,6 +98,8 @@ def test_filtered_query_is_brute_force_over_the_allowed_set() -> None:
     assert [g.similarity for g in got] == pytest.approx([w[1] for w in want], abs=1e-5)
     assert {g.qid for g in got} <= set(allowed)
     assert idx.neighbours(qids[10], 8, allowed_rows=idx.rows(allowed)) == got
+    monkeypatch.setattr("kgprobe.graph.semantic.BITMAP_FROM", 10)  # the bitmap selector agrees
+    assert idx.neighbours(qids[10], 8, allowed=allowed) == got
     # IVF whose one probed list holds fewer than 8 allowed entities: nprobe is widened, so the
     # filter never starves it; similarities are exact for what it returns
     unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)

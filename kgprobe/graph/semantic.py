@@ -41,6 +41,8 @@ MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
 QIDS_FILE = "qids.json"
 FORMAT_VERSION = 1
+#: Filter sets larger than this become an IDSelectorBitmap, smaller ones an IDSelectorBatch.
+BITMAP_FROM = 2048
 
 
 class StaleIndexError(KgprobeError):
@@ -342,7 +344,7 @@ class SemanticIndex:
         """The ``n`` entities most similar to ``qid`` among those the caller allows.
 
         ``allowed`` is an explicit set (e.g. Ω(f) read from the graph): FAISS searches only its
-        members (an ``IDSelectorBatch``), exactly on the flat index; on the IVF index ``nprobe``
+        members (an ``IDSelectorBatch``, or a bitmap for large sets), exactly on the flat index; on the IVF index ``nprobe``
         is widened (×4, up to every list) whenever the probed lists hold fewer than ``k`` allowed
         entities, so a narrow filter is never starved. ``predicate`` takes a batch of candidate
         QIDs and returns the subset that qualifies (e.g. one Cypher round trip per batch):
@@ -373,7 +375,14 @@ class SemanticIndex:
             rows = rows[(rows >= 0) & (rows != self_row)]
             if rows.size == 0:
                 return []
-            sel = faiss.IDSelectorBatch(rows)
+            if rows.size > BITMAP_FROM:
+                # a bitmap over all rows: O(1) membership and cheap to build for large sets
+                bits = np.zeros(len(self.qids), dtype=bool)
+                bits[rows] = True
+                packed = np.packbits(bits, bitorder="little")  # must outlive the search
+                sel = faiss.IDSelectorBitmap(len(self.qids), faiss.swig_ptr(packed))
+            else:
+                sel = faiss.IDSelectorBatch(rows)
             pool = int(rows.size)
         ivf = isinstance(self.index, faiss.IndexIVF)
         nlist = int(self.index.nlist) if ivf else 0
