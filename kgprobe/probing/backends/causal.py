@@ -243,9 +243,7 @@ class CausalBackend(Backend):
         hidden = self._packed_hidden(state, tokens, parents, depth)
         nodes = [index[tuple(c[:k])] for c in conts for k in range(1, len(c))]
         targets = [c[k] for c in conts for k in range(1, len(c))]
-        sel = hidden[torch.tensor(nodes, device=hidden.device)]
-        vals, hits = self._gather(sel, torch.tensor(targets, device=hidden.device),
-                                  self.head_splits())
+        vals, hits = self._gather_nodes(hidden, nodes, targets, self.head_splits())
         out = []
         k = 0
         for c in conts:
@@ -253,6 +251,39 @@ class CausalBackend(Backend):
             out.append((vals[k : k + n], hits[k : k + n]))
             k += n
         return out
+
+    def _gather_nodes(
+        self, out: torch.Tensor, nodes: list[int], targets: list[int], is_hidden: bool,
+        chunk: int = 64,
+    ) -> tuple[list[float], list[bool]]:
+        """Like ``_gather`` but each trie node goes through the LM head once, however many
+        continuations read it (" University of" → " Oxford", " Vienna", ...)."""
+        uniq = sorted(set(nodes))
+        where = {n: i for i, n in enumerate(uniq)}
+        vals = [0.0] * len(nodes)
+        hits = [False] * len(nodes)
+        by_row: dict[int, list[int]] = {}
+        for k, n in enumerate(nodes):
+            by_row.setdefault(where[n], []).append(k)
+        for s in range(0, len(uniq), chunk):
+            rows = uniq[s : s + chunk]
+            part = out[torch.tensor(rows, device=out.device)]
+            logits = self._head(part) if is_hidden else part.float()
+            lp = torch.log_softmax(logits, dim=-1)
+            best = lp.argmax(-1).tolist()
+            r_idx: list[int] = []
+            t_idx: list[int] = []
+            ks: list[int] = []
+            for r in range(len(rows)):
+                for k in by_row[s + r]:
+                    r_idx.append(r)
+                    t_idx.append(targets[k])
+                    ks.append(k)
+            got = lp[torch.tensor(r_idx), torch.tensor(t_idx)].tolist()
+            for k, r, t, v in zip(ks, r_idx, t_idx, got, strict=True):
+                vals[k] = v
+                hits[k] = best[r] == t
+        return vals, hits
 
     # -- continuation scoring -------------------------------------------------------------
 
