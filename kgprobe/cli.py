@@ -255,6 +255,44 @@ def demo(
     )
 
 
+@app.command()
+def distractors(
+    subject: str = typer.Argument(..., help="Subject: QID or exact label/alias."),
+    relation: str = typer.Argument(..., help="Relation: PID or label/alias."),
+    obj: str | None = typer.Option(None, "--object", "-o", help="Object (QID or label); default: the one valid at --at."),
+    strategy: str = typer.Option("temp+sem", "--strategy", "-s", help="random, sem, temp+sem or appropt."),
+    n: int = typer.Option(10, "-n", help="How many distractors."),
+    seed: int = typer.Option(0, help="Seed of the random strategy."),
+    at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD for temporal distractors (default today)."),
+    model: str | None = typer.Option(None, "--model", help="appropt: model name, GGUF or HF directory."),
+    template: str | None = typer.Option(None, "--template", help="appropt: object-last template with [X] and [Y]."),
+    index_dir: str | None = typer.Option(None, "--index-dir", help="Semantic index directory (built or rebuilt when stale)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Distractors of a fact (subject, relation, object): ranked, each with why it qualified."""
+    import json
+
+    from kgprobe.probing.distractors import distractors_command
+
+    res = distractors_command(
+        subject, relation, obj, strategy=strategy, n=n, seed=seed, at=at, model=model,
+        template=template, index_dir=index_dir,
+    )
+    if as_json:
+        print(json.dumps(res.to_dict(), ensure_ascii=False))
+        return
+    from rich.table import Table
+
+    title = f"{res.strategy} distractors of ({res.subject}, {res.relation}, {res.object} {res.object_label or ''})"
+    table = Table("#", "qid", "label", "reason", "score", "shared types", title=title)
+    for d in res.distractors:
+        table.add_row(str(d.rank), d.qid, d.label or "", d.reason,
+                      "" if d.score is None else f"{d.score:.4f}", ", ".join(d.shared_types))
+    console.print(table)
+    if res.reason:
+        console.print(f"[yellow]{res.reason}[/]", highlight=False)
+
+
 def main() -> None:
     """Entry point: run the app, turning expected errors into one line and an exit code."""
     import logging
