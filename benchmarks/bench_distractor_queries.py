@@ -30,22 +30,6 @@ def timed(fn: Callable[[], Any], out: list[float]) -> Any:
     return r
 
 
-def apply_fallback_types(records: list[Any], path: Path) -> None:
-    """Give entities the demo's documented fallback types (``kgprobe_inferred_types``) where
-    the loader yielded none, so typed queries see the classes they will see in use."""
-    import gzip
-    import json
-
-    from kgprobe.records import EntityRecord
-
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        inferred = {e["id"]: e["kgprobe_inferred_types"] for e in json.load(fh) if e.get("kgprobe_inferred_types")}
-    for r in records:
-        if isinstance(r, EntityRecord) and not r.types and r.qid in inferred:
-            r.types = [t["type"] for t in inferred[r.qid]]
-            r.type_source = inferred[r.qid][0]["basis"]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--facts", type=int, default=300)
@@ -77,7 +61,6 @@ def main() -> None:
         with connect(settings) as g:
             g.write("MATCH (n) DETACH DELETE n")
             records = list(load_json(demo_paths()[0]))
-            apply_fallback_types(records, demo_paths()[0])
             t0 = time.perf_counter()
             ingest(g, records)
             t_ingest = time.perf_counter() - t0

@@ -114,8 +114,13 @@ class Oracle:
                 self.by_sr[(f.subject, f.pid)].append(f)
         self.by_type: dict[str, set[str]] = defaultdict(set)
         for e in self.entities.values():
-            for t in e.types:
+            for t in self.types(e):
                 self.by_type[t].add(e.qid)
+
+    @staticmethod
+    def types(e: EntityRecord) -> list[str]:
+        """Declared P31 types and the documented fallback types (INFERRED_TYPE)."""
+        return list(e.types) + [t for t, _ in e.inferred_types]
 
     def omega(self, s: str, pid: str, o: str) -> set[str]:
         from kgprobe.graph.distractors import label_set
@@ -123,7 +128,8 @@ class Oracle:
         o_rec = self.entities.get(o) or EntityRecord(o)  # a stub object: no label, no type
         o_labels = label_set(o_rec.label, o_rec.aliases)
         trues = {f.object for f in self.by_sr[(s, pid)]}
-        same_type = set().union(*(self.by_type[t] for t in o_rec.types)) if o_rec.types else set()
+        o_types = self.types(o_rec)
+        same_type = set().union(*(self.by_type[t] for t in o_types)) if o_types else set()
         return {
             q
             for q in same_type

@@ -24,33 +24,7 @@ from kgprobe.records import FactRecord
 torch.set_num_threads(1)
 
 
-def demo_records() -> list[Any]:
-    """The demo graph's records, with its documented fallback types applied.
-
-    The demo file carries them under ``kgprobe_inferred_types`` (DEMO_PROVENANCE.md); when the
-    JSON loader does not turn them into ``EntityRecord.types`` (type_source = the basis), this
-    does, so that Ω(f) is not trivially empty for the ~1,600 objects that have only those.
-    """
-    import gzip
-    import json
-
-    from kgprobe.records import EntityRecord
-
-    path = demo_paths()[0]
-    records = list(load_json(path))
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        raw = json.load(fh)
-    inferred = {
-        e["id"]: e["kgprobe_inferred_types"] for e in raw if e.get("kgprobe_inferred_types")
-    }
-    for r in records:
-        if isinstance(r, EntityRecord) and not r.types and r.qid in inferred:
-            r.types = [t["type"] for t in inferred[r.qid]]
-            r.type_source = inferred[r.qid][0]["basis"]
-    return records
-
-
-RECORDS = demo_records()
+RECORDS = list(load_json(demo_paths()[0]))
 ORACLE = Oracle(RECORDS)
 #: a seeded sample of demo facts, plus every fact with an end date (the temporal ones)
 _FACTS = [r for r in RECORDS if isinstance(r, FactRecord)]
