@@ -34,6 +34,17 @@ ABREU, AUDAX = "Q132056", "Q758689"
 
 
 @pytest.fixture(scope="module")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A tiny random GPT-2 (built in the session) behind the real scoring engine: appropt."""
+    from _scoring_models import build
+
+    from kgprobe.probing.engine import Engine
+    from kgprobe.probing.models import load_model
+
+    return Engine(load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu"))
+
+
+@pytest.fixture(scope="module")
 def demo(
     _session_graph: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Any, SemanticIndex]]:
@@ -52,11 +63,11 @@ def demo(
 )
 @given(
     fact=st.sampled_from(SAMPLE),
-    strategy=st.sampled_from(["random", "sem", "temp+sem"]),
+    strategy=st.sampled_from(["random", "sem", "temp+sem", "appropt"]),
     n=st.integers(1, 30),
     seed=st.integers(0, 2**31),
 )
-def test_demo_distractors_stay_in_omega(demo, fact, strategy, n, seed) -> None:
+def test_demo_distractors_stay_in_omega(demo, engine, fact, strategy, n, seed) -> None:
     graph, index = demo
     res = find_distractors(
         graph,
@@ -68,6 +79,7 @@ def test_demo_distractors_stay_in_omega(demo, fact, strategy, n, seed) -> None:
         seed=seed,
         at=REF,
         index=index,
+        engine=engine,
     )
     omega = ORACLE.omega(fact.subject, fact.pid, fact.object)
     temporal = ORACLE.temporal(fact.subject, fact.pid, fact.object, gd.date_sort_key(REF))
