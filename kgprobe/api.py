@@ -13,7 +13,7 @@ from typing import Any
 from kgprobe.config import Settings
 from kgprobe.errors import InputError
 from kgprobe.graph.client import connect
-from kgprobe.graph.ingest import Ingestor, IngestSummary
+from kgprobe.graph.ingest import IngestSummary, ingest
 from kgprobe.records import Record
 
 
@@ -86,10 +86,7 @@ def write_records(
                 f"{sum(s.skipped.values()):,} skipped, {s.error_count} errors ({rate:,.0f} records/s)",
             )
 
-        ingestor = Ingestor(graph, batch_size=batch_size, error_budget=max_errors, on_flush=on_flush)
-        for record in records:
-            ingestor.add(record)
-        return ingestor.finish()
+        return ingest(graph, records, batch_size=batch_size, error_budget=max_errors, on_flush=on_flush)
 
 
 def demo(

@@ -293,6 +293,181 @@ def distractors(
         console.print(f"[yellow]{res.reason}[/]", highlight=False)
 
 
+@app.command()
+def score(
+    context: str = typer.Argument(..., help="The context, e.g. \"The capital of France is\"."),
+    candidates: list[str] = typer.Argument(..., help="Continuations to score, e.g. \" Paris\"."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m",
+                              help="Registry name, GGUF file, local HF directory or hub id."),
+    dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (faster on CPU)."),
+    threads: int = typer.Option(1, help="CPU threads for torch."),
+    add_eos: bool = typer.Option(False, "--eos", help="Also score end-of-sequence after each candidate."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Log-probability of each candidate after CONTEXT, per token, and its rank."""
+    import dataclasses
+    import json
+
+    from kgprobe.probing.score import default_score_cache, score_candidates
+
+    rows = score_candidates(context, candidates, model=model, dtype=dtype, threads=threads,
+                            add_eos=add_eos, cache_path=None if no_cache else default_score_cache())
+    if as_json:
+        print(json.dumps([dataclasses.asdict(r) for r in rows], ensure_ascii=False))
+        return
+    for r in rows:
+        per_token = " ".join(f"{t!r}:{v:.3f}" for t, v in zip(r.tokens, r.token_logprobs, strict=True))
+        console.print(f"{r.rank:>3}  {r.logprob:9.4f}  {r.candidate!r}  [{per_token}]", highlight=False)
+
+
+@app.command()
+def factor(
+    file: str = typer.Argument(..., help="A FACTOR CSV (news_factor.csv, expert_factor.csv, ...)."),
+    model: str = typer.Option("smollm2-135m", "--model", "-m",
+                              help="Registry name, GGUF file, local HF directory or hub id."),
+    limit: int | None = typer.Option(None, help="Score only the first N rows."),
+    prefix_column: str = typer.Option("turncated_prefixes",
+                                      help="turncated_prefixes (official) or full_prefix."),
+    dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (faster on CPU)."),
+    threads: int = typer.Option(1, help="CPU threads for torch."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """FACTOR accuracy: the share of rows whose true completion has the highest mean
+    per-token log-probability given the prefix."""
+    import json
+
+    from kgprobe.probing.measures.factor import run_factor_file
+
+    result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
+                             threads=threads, progress=not as_json)
+    if as_json:
+        print(json.dumps(result, ensure_ascii=False))
+        return
+    console.print(f"FACTOR accuracy {result['accuracy']:.4f} ({result['correct']}/{result['items']}) "
+                  f"— {result['model']} on {result['file']}", highlight=False)
+
+
+@app.command()
+def probe(
+    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Registry name, GGUF file or local HF directory."),
+    relations: list[str] = typer.Option(None, "--relations", "-r", help="Only these relations (PIDs); repeatable."),
+    sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
+    measure: list[str] = typer.Option(None, "--measure", help="kmin (Min@n, default) or kavg (Avg@n); repeatable."),
+    strategy: str = typer.Option("temp+sem", "--strategy", "-s", help="Distractors: random, sem, temp+sem or appropt."),
+    n: int = typer.Option(5, "-n", help="Distractors per fact."),
+    seed: int = typer.Option(0, help="Seed of the fact sample and the random strategy."),
+    threshold: float = typer.Option(0.5, help="A fact is known when its score is at least this."),
+    at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today)."),
+    max_labels: int = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases)."),
+    max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
+    dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (faster on CPU)."),
+    threads: int = typer.Option(1, help="CPU threads for torch."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
+    force: bool = typer.Option(False, "--force", help="Rescore facts already scored with this configuration."),
+    history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Probe a model on facts of the graph and write each fact's scores onto its FACT edge
+    (idempotent: facts already scored with the same configuration are skipped)."""
+    from kgprobe.probing.run import probe as run
+
+    summary = run(
+        model, relations=relations or (), sample=sample or None, measures=measure or ("kmin",),
+        strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
+        max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
+        force=force, history_first=history_first, progress=not as_json,
+    )
+    data = summary.to_dict()
+    data["relations"] = len(data["relations"])
+    _print_summary(data, as_json)
+
+
+@app.command()
+def unknown(
+    model: str = typer.Option(..., "--model", "-m", help="A probed model (its name or model key)."),
+    relation: str | None = typer.Option(None, "--relation", "-r", help="Only this relation (PID)."),
+    below: float | None = typer.Option(None, "--below", help="Score threshold (default: the run's, 0.5)."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: the latest probed)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines."),
+) -> None:
+    """List the facts a model does not know, read from the scores on the FACT edges."""
+    import json
+    from dataclasses import asdict
+
+    from kgprobe.api import unknown as find
+
+    facts = find(model, relation=relation, below=below, measure=measure)
+    if as_json:
+        for f in facts:
+            print(json.dumps(asdict(f), ensure_ascii=False))
+        return
+    from rich.table import Table
+
+    table = Table("relation", "subject", "object", "score", title=f"{len(facts)} facts {model} does not know")
+    for f in facts:
+        table.add_row(f"{f.pid} {f.relation or ''}", f"{f.subject_label} ({f.subject})",
+                      f"{f.object_label} ({f.object})", f"{f.score:.3f}")
+    console.print(table)
+
+
+@app.command()
+def compare(
+    a: str = typer.Argument(..., help="First probed model."),
+    b: str = typer.Argument(..., help="Second probed model."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name."),
+    threshold: float | None = typer.Option(None, help="Known threshold (default: the run's)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """What one model knows and the other does not (facts probed for both)."""
+    import json
+
+    from kgprobe.api import compare as run
+
+    res = run(a, b, measure=measure, threshold=threshold)
+    if as_json:
+        print(json.dumps(res.to_dict(), ensure_ascii=False))
+        return
+    from rich.table import Table
+
+    for title, rows in ((f"{res.a} knows, {res.b} does not", res.a_not_b),
+                        (f"{res.b} knows, {res.a} does not", res.b_not_a)):
+        table = Table("relation", "subject", "object", res.a, res.b, title=f"{title}: {len(rows)}")
+        for f in rows:
+            table.add_row(f"{f.pid} {f.relation or ''}", f"{f.subject_label} ({f.subject})",
+                          f"{f.object_label} ({f.object})", f"{f.score_a:.3f}", f"{f.score_b:.3f}")
+        console.print(table)
+    c = res.counts
+    console.print(f"{c['both_probed']} facts probed for both; {res.a} knows {c['a_known']}, "
+                  f"{res.b} knows {c['b_known']}, both {c['both_known']} ({res.measure}, known >= {res.threshold:g})",
+                  highlight=False)
+
+
+@app.command()
+def report(
+    model: str = typer.Option(..., "--model", "-m", help="A probed model."),
+    vs: str | None = typer.Option(None, "--vs", help="A second probed model to compare with."),
+    out: str | None = typer.Option(None, "--out", help="Write report.json, relations.csv, popularity.csv, report.html here."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name."),
+    seed: int = typer.Option(0, help="Seed of the bootstrap."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Knowledge gaps per relation: facts, mean score with a bootstrap CI, share known,
+    popularity buckets and temporal staleness."""
+    import json
+
+    from kgprobe.api import report as build
+    from kgprobe.reporting import print_report
+
+    rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed)
+    if as_json:
+        print(json.dumps(rep.to_dict(), ensure_ascii=False))
+        return
+    print_report(rep, console)
+    for kind, path in paths.items():
+        console.print(f"{kind}: {path}", highlight=False)
+
+
 def main() -> None:
     """Entry point: run the app, turning expected errors into one line and an exit code."""
     import logging

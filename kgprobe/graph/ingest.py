@@ -9,9 +9,11 @@ on ArcadeDB), but inside the same transaction, so a failed batch leaves nothing 
 from __future__ import annotations
 
 import json
+import queue
 import re
+import threading
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -324,6 +326,54 @@ def resolve_redirects(graph: Graph) -> int:
     return len(rows)
 
 
+_DONE = object()
+
+
+def prefetch(records: Iterable[Record], chunk: int = 1000, depth: int = 16) -> Iterator[Record]:
+    """Read ``records`` in a background thread, so that parsing the next batch overlaps with
+    the server writing this one (the Bolt call waits on a socket and releases the GIL).
+
+    Order is kept; an exception in the reader is raised here; closing the iterator early stops
+    the reader at its next chunk.
+    """
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def reader() -> None:
+        try:
+            buf: list[Record] = []
+            for rec in records:
+                buf.append(rec)
+                if len(buf) >= chunk:
+                    q.put(buf)
+                    buf = []
+                    if stop.is_set():
+                        return
+            if buf:
+                q.put(buf)
+            q.put(_DONE)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
+            q.put(exc)
+
+    thread = threading.Thread(target=reader, name="kgprobe-reader", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield from item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a reader waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
+
+
 def ingest(
     graph: Graph,
     records: Iterable[Record],
@@ -334,6 +384,6 @@ def ingest(
 ) -> IngestSummary:
     """Write all ``records``; raises `InputError` once the error budget is exceeded."""
     ingestor = Ingestor(graph, batch_size=batch_size, error_budget=error_budget, on_flush=on_flush)
-    for record in records:
+    for record in prefetch(records):
         ingestor.add(record)
     return ingestor.finish()

@@ -1,0 +1,148 @@
+"""Ingest throughput: kgprobe's full path (JSON dump → loader → records → batched MERGE) next to
+the raw batched-UNWIND write rate of the same server, measured in the same run.
+
+    python benchmarks/bench_ingest.py --statements 1000000
+
+Both sides write the same nodes and edges with the same MERGE statements into a fresh database
+of a fresh managed ArcadeDB server; "raw" gets its rows pre-built in memory (no file, no JSON,
+no records), so the ratio is the cost of everything kgprobe adds on top of the database.
+Prints one table; figures go to docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.gen_dump import write_dump  # noqa: E402
+from kgprobe.config import Settings  # noqa: E402
+from kgprobe.graph import ingest as ing  # noqa: E402
+from kgprobe.graph.client import Graph, connect  # noqa: E402
+from kgprobe.graph.server import ManagedServer, free_port  # noqa: E402
+from kgprobe.loaders.wikidata_json import load_json  # noqa: E402
+from kgprobe.records import EntityRecord, FactRecord  # noqa: E402
+
+
+def jvm_peak_mb(pid: int | None) -> float:
+    if pid is None:
+        return float("nan")
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def fresh_server(root: Path, heap: str) -> tuple[ManagedServer, Graph]:
+    settings = Settings(home=root, bolt_port=free_port(), http_port=free_port(), heap=heap)
+    server = ManagedServer(settings)
+    server.start()
+    return server, connect(settings)
+
+
+def raw_rows(records: list[Any]) -> dict[str, list[Any]]:
+    """The exact rows kgprobe's writer sends, built up front."""
+    ents: dict[str, dict[str, Any]] = {}
+    stubs: set[str] = set()
+    types: list[dict[str, str]] = []
+    facts: list[dict[str, Any]] = []
+    for r in records:
+        if isinstance(r, EntityRecord):
+            props: dict[str, Any] = {"label": r.label} if r.label else {}
+            if r.aliases:
+                props["aliases"] = r.aliases
+            if r.description:
+                props["description"] = r.description
+            ents[r.qid] = props
+            stubs.update(r.types)
+            types += [{"s": r.qid, "o": t} for t in r.types]
+        elif isinstance(r, FactRecord):
+            stubs.update((r.subject, r.object))
+            facts.append({"s": r.subject, "o": r.object, "key": r.key, "props": ing.fact_properties(r)})
+    return {
+        "entities": [{"qid": q, "props": p} for q, p in ents.items()],
+        "stubs": sorted(stubs - ents.keys()),
+        "types": types,
+        "facts": facts,
+    }
+
+
+def write_raw(graph: Graph, rows: dict[str, list[Any]], batch: int) -> None:
+    graph.write_batches(ing.MERGE_ENTITIES, rows["entities"], batch)
+    graph.write_batches(ing.MERGE_STUBS, rows["stubs"], batch)
+    graph.write_batches(ing.MERGE_INSTANCE_OF, rows["types"], batch)
+    graph.write_batches(ing.MERGE_FACTS, rows["facts"], batch)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--statements", type=int, default=1_000_000)
+    ap.add_argument("--batch-size", type=int, default=5000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--heap", default="4g")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="kgprobe-bench-") as tmp:
+        root = Path(tmp)
+        dump = root / "dump.json"
+        t0 = time.perf_counter()
+        write_dump(dump, args.statements, args.seed)
+        gen_s = time.perf_counter() - t0
+
+        # kgprobe: file → loader → records → writer
+        server, graph = fresh_server(root / "a", args.heap)
+        try:
+            t0 = time.perf_counter()
+            summary = ing.ingest(graph, load_json(dump), batch_size=args.batch_size)
+            kg_s = time.perf_counter() - t0
+            kg_jvm = jvm_peak_mb(server.info().pid)
+        finally:
+            graph.close()
+            server.stop()
+        py_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        statements = summary.facts + summary.type_edges
+
+        # raw: the same rows, pre-built, written with the same statements
+        rows = raw_rows(list(load_json(dump)))
+        server, graph = fresh_server(root / "b", args.heap)
+        try:
+            t0 = time.perf_counter()
+            write_raw(graph, rows, args.batch_size)
+            raw_s = time.perf_counter() - t0
+            raw_jvm = jvm_peak_mb(server.info().pid)
+        finally:
+            graph.close()
+            server.stop()
+
+    result = {
+        "statements_in_dump": args.statements,
+        "statements_written": statements,
+        "entities": summary.entities,
+        "skipped": dict(summary.skipped),
+        "dump_generation_s": round(gen_s, 1),
+        "kgprobe_s": round(kg_s, 1),
+        "kgprobe_statements_per_s": round(statements / kg_s),
+        "raw_s": round(raw_s, 1),
+        "raw_statements_per_s": round(statements / raw_s),
+        "ratio_kgprobe_over_raw": round(raw_s / kg_s, 3),
+        "python_peak_rss_mb_during_kgprobe_ingest": round(py_peak),
+        "server_peak_rss_mb": {"kgprobe": round(kg_jvm), "raw": round(raw_jvm)},
+        "batch_size": args.batch_size,
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for k, v in result.items():
+            print(f"{k:45} {v}")
+
+
+if __name__ == "__main__":
+    main()
