@@ -154,13 +154,10 @@ def test_ingest_killed_midway_then_rerun_matches(graph: Any, graph_settings: Any
                          home=Path({str(graph_settings.home)!r}), bolt_port={graph_settings.bolt_port},
                          http_port={graph_settings.http_port})
             g = connect(s)
-            def slow(recs):
-                for i, r in enumerate(recs):
-                    if i and i % 50 == 0:
-                        print("batch", flush=True)
-                        time.sleep(0.3)
-                    yield r
-            ingest(g, slow(synthetic_records(120)), batch_size=50)
+            def written(summary):
+                print("batch", flush=True)
+                time.sleep(0.3)
+            ingest(g, synthetic_records(120), batch_size=50, on_flush=written)
             print("done", flush=True)
             """
         )
