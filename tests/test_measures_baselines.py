@@ -74,7 +74,8 @@ def test_probability_matches_direct(gpt2: LoadedModel) -> None:
     for ctx in ("The capital of France is", "France has its capital in"):
         rs = engine.run([LogProbRequest(ctx, " Paris"), LogProbRequest(ctx, " Paris city")])
         per.append(sum(math.exp(r.logprob) for r in rs))  # type: ignore[union-attr]
-    assert s.per_cloze == pytest.approx(per) and s.score == pytest.approx(sum(per) / 2)
+    assert s.per_cloze == pytest.approx(per, rel=1e-4)
+    assert s.score == pytest.approx(sum(per) / 2, rel=1e-4)
 
 
 def test_precision_at_n(gpt2: LoadedModel) -> None:
@@ -141,8 +142,8 @@ def test_karr_matches_hand_formula(gpt2: LoadedModel) -> None:
     n = p_sent("The capital of France is") * p_cont("The capital of France is", " Paris")
     d_s = p_sent("The capital of England is") * p_cont("The capital of England is", " Paris")
     d_r = p_sent("France") * p_cont("France", " is a city in Paris.")
-    assert k.karr_subject == pytest.approx(max(n / d_s, 1e-6))
-    assert k.karr_relation == pytest.approx(max(n / d_r, 1e-6))
+    assert k.karr_subject == pytest.approx(max(n / d_s, 1e-6), rel=1e-4)
+    assert k.karr_relation == pytest.approx(max(n / d_r, 1e-6), rel=1e-4)
     assert k.karr == pytest.approx(math.sqrt(k.karr_subject * k.karr_relation))  # type: ignore[operator]
     assert k.knows == (k.karr > 22)  # type: ignore[operator]
     [none] = karr(engine, [KarrItem(item.fact, item.templates)])

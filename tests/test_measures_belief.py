@@ -120,7 +120,7 @@ def test_rank_prompts_vocab_and_candidates(gpt2: LoadedModel) -> None:
     assert isinstance(dist, NextTokenResult) and dist.full_logprobs is not None
     gold = single.logprob  # type: ignore[union-attr]
     assert v.rank == 1 + int((dist.full_logprobs > gold).sum())
-    assert v.confidence == pytest.approx(math.exp(float(dist.full_logprobs.max())), rel=1e-5)
+    assert v.confidence == pytest.approx(math.exp(float(dist.full_logprobs.max())), rel=1e-4)
     [top] = engine.run([NextTokenRequest(ctx, 1)])
     assert v.prediction == top.tokens[0].strip()  # type: ignore[union-attr]
 
@@ -131,7 +131,7 @@ def test_rank_prompts_vocab_and_candidates(gpt2: LoadedModel) -> None:
     best = max(scores, key=scores.__getitem__)
     assert c.prediction == best
     z = sum(math.exp(s) for s in scores.values())
-    assert c.confidence == pytest.approx(math.exp(scores[best]) / z, rel=1e-6)
+    assert c.confidence == pytest.approx(math.exp(scores[best]) / z, rel=1e-4)
 
 
 ICL_POOL = [

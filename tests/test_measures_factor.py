@@ -84,8 +84,9 @@ def test_accuracy_matches_direct_mean_logprobs(gpt2: LoadedModel) -> None:
                 [r] = engine.run([LogProbRequest(ctx, cont)])
                 assert isinstance(r, LogProbResult)
                 means.append(r.logprob / r.num_tokens)
-        assert list(out.scores) == pytest.approx(means)
-        ok = means[0] >= max(means[1:])
+        # fp32 scores move by ~1e-6 relative with the batch they are packed in
+        assert list(out.scores) == pytest.approx(means, rel=1e-4)
+        ok = out.scores[0] >= max(out.scores[1:])
         assert out.correct == ok
         correct += ok
     assert factor_accuracy(outcomes) == pytest.approx(correct / len(items))
