@@ -12,7 +12,7 @@ import json
 import queue
 import re
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,6 +174,9 @@ class Ingestor:
     """Buffers records and writes them in batches; call `finish()` at the end."""
 
     ERRORS_KEPT = 20
+    #: QIDs known to have a node, remembered (most recent first out) to skip re-MERGEing stub
+    #: nodes for objects that earlier batches already wrote; bounded, so memory stays flat.
+    KNOWN_NODES = 500_000
 
     def __init__(
         self,
@@ -190,7 +193,16 @@ class Ingestor:
         self.error_budget = error_budget
         self.on_flush = on_flush
         self.summary = IngestSummary()
+        self._known: OrderedDict[str, None] = OrderedDict()
         self._reset()
+
+    def _remember(self, qids: Iterable[str]) -> None:
+        known = self._known
+        for q in qids:
+            known[q] = None
+            known.move_to_end(q)
+        while len(known) > self.KNOWN_NODES:
+            known.popitem(last=False)
 
     def _reset(self) -> None:
         self._relations: dict[str, dict[str, Any]] = {}
@@ -290,7 +302,7 @@ class Ingestor:
         if self._entities:
             ent_rows = [{"qid": q, "props": props} for q, props in self._entities.items()]
             stmts.append((MERGE_ENTITIES, {"rows": ent_rows}))
-        stubs = sorted(self._stubs - self._entities.keys())
+        stubs = sorted(q for q in self._stubs - self._entities.keys() if q not in self._known)
         if stubs:
             stmts.append((MERGE_STUBS, {"rows": stubs}))
         edge_batches: tuple[tuple[str, list[Any]], ...] = (
@@ -305,6 +317,9 @@ class Ingestor:
                 stmts.append((cypher, {"rows": rows}))
         if stmts:
             self.graph.write_many(stmts)
+            # only after the transaction committed: a failed batch leaves no node behind
+            self._remember(self._entities)
+            self._remember(stubs)
         self._reset()
         if self.on_flush:
             self.on_flush(self.summary)
