@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Build kgprobe's bundled demo knowledge graph from Wikidata-derived research data.
 
-    python scripts/build_demo_graph.py [--data /work/shared/data] [--out kgprobe/data] [--seed 13]
+    python scripts/build_demo_graph.py [--data ../shared/data] [--out kgprobe/data] [--seed 13]
 
 Reads the copies described in each folder's README (BEAR, DistFactAssessLM samples, TempLAMA
 sample, KAMEL, LPAQA T-REx) and keeps only Wikidata content (QIDs, PIDs, English labels,
@@ -435,7 +435,7 @@ def write_dump(entities: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=Path("/work/shared/data"))
+    ap.add_argument("--data", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "data")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "kgprobe" / "data")
     ap.add_argument("--seed", type=int, default=13)
     args = ap.parse_args()
