@@ -20,6 +20,14 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
+# Property tests: no per-example deadline (shared 2-core machines, real servers); in CI the
+# examples are derandomized so a run is reproducible, locally they vary and explore.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("kgprobe", deadline=None)
+_hypothesis_settings.register_profile("ci", deadline=None, derandomize=True, print_blob=True)
+_hypothesis_settings.load_profile("ci" if os.environ.get("CI") else "kgprobe")
+
 
 @pytest.fixture(scope="session")
 def graph_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:

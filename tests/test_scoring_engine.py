@@ -10,6 +10,7 @@ import pytest
 import torch
 from _scoring_models import build
 
+from kgprobe.errors import ConfigError
 from kgprobe.probing.backends import TrieNode
 from kgprobe.probing.cache import ScoreCache
 from kgprobe.probing.engine import Engine
@@ -170,6 +171,19 @@ def test_constrained_beam_search_stays_in_the_trie(causal: LoadedModel) -> None:
     assert [h.text for h in wide.hypotheses] == [a for a, _ in expected]
     for h, (_, s) in zip(wide.hypotheses, expected, strict=True):
         assert h.logprob == pytest.approx(s.logprob, abs=1e-5)
+
+
+def test_constrained_beam_search_skips_strings_longer_than_the_context(causal: LoadedModel) -> None:
+    """A label that cannot fit after the context (tiny models: 64 positions) is unreachable:
+    the search leaves it out instead of failing the whole request."""
+    ctx = "The capital of France is"
+    too_long = " " + " ".join(["Paris"] * 80)
+    assert len(causal.tokenizer(too_long)["input_ids"]) > 64
+    res = Engine(causal).run([BeamSearchRequest(ctx, num_beams=4, allowed=(" Paris", too_long, " Lyon"))])[0]
+    assert isinstance(res, BeamSearchResult)
+    assert {h.text for h in res.hypotheses} == {" Paris", " Lyon"}
+    with pytest.raises(ConfigError, match="none of the allowed strings fits"):
+        Engine(causal).run([BeamSearchRequest(ctx, num_beams=2, allowed=(too_long,))])
 
 
 def test_plain_beam_search_and_generation(causal: LoadedModel) -> None:

@@ -282,8 +282,20 @@ class Engine:
         max_new = r.max_new_tokens
         names: dict[tuple[int, ...], str] = {}
         if r.allowed is not None:
+            limit = self.tok.max_length
             for a in r.allowed:
-                names.setdefault(self.tok.causal_pair(r.context, a, r.add_eos).continuation_ids, a)
+                try:
+                    ids = self.tok.causal_pair(r.context, a, r.add_eos).continuation_ids
+                except ConfigError:
+                    continue  # encodes to nothing, or longer than the model's whole context
+                if limit is not None and len(ctx) + len(ids) > limit:
+                    continue  # cannot be generated after this context: not a reachable answer
+                names.setdefault(ids, a)
+            if not names:
+                raise ConfigError(
+                    "beam search: none of the allowed strings fits after the context "
+                    f"(model context length {limit})"
+                )
             trie = TrieNode.build(list(names))
             max_new = max(len(s) for s in names)  # the trie's depth bounds the search
         found = backend.beam_search(ctx, r.num_beams, max_new, trie)
