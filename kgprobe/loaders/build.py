@@ -91,15 +91,6 @@ def _temporal(values: list[Value]) -> tuple[TimeValue | None, list[Value]]:
 
 def statement_fact(subject: str, st: Statement, skips: SkipCounter, source: str) -> FactRecord:
     source = st.source or source
-    if not st.qualifiers:  # most statements: no qualifier work at all
-        return FactRecord(
-            subject=subject,
-            pid=st.pid,
-            object=st.value.text,
-            statement_id=normalize_statement_id(st.statement_id) if st.statement_id else None,
-            rank=st.rank,
-            source=source,
-        )
     by_pid: dict[str, list[Value]] = {}
     for qpid, qv in st.qualifiers:
         by_pid.setdefault(qpid, []).append(qv)

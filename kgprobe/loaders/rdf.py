@@ -20,7 +20,7 @@ import gc
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote
@@ -153,13 +153,21 @@ def _nt_subject(line: str) -> str | None:
     return None
 
 
-def _nt_groups(fh: Iterator[str], ns: Namespaces) -> Iterator[_Group]:
-    group = _Group(owner=None)
+def _nt_blocks(fh: Iterator[str]) -> Iterator[_Block]:
+    """One block per non-empty, non-comment N-Triples line."""
     for lineno, line in enumerate(fh, start=1):
         s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        subj = _nt_subject(s)
+        if s and not s.startswith("#"):
+            yield _Block(s, lineno)
+
+
+def _group_by_entity(
+    blocks: Iterator[_Block], ns: Namespaces, subject_of: Callable[[str], str | None]
+) -> Iterator[_Group]:
+    """Consecutive blocks about one entity (itself and its statement nodes) as one group."""
+    group = _Group(owner=None)
+    for block in blocks:
+        subj = subject_of(block.text)
         owner = ns.owner(subj) if subj else None
         if owner is not None and owner != group.owner:
             if group.owner is None:
@@ -169,7 +177,7 @@ def _nt_groups(fh: Iterator[str], ns: Namespaces) -> Iterator[_Group]:
             else:
                 yield group
                 group = _Group(owner=owner)
-        group.blocks.append(_Block(s, lineno))
+        group.blocks.append(block)
     if group.blocks:
         yield group
 
@@ -230,24 +238,8 @@ def _turtle_subject(text: str, prefixes: dict[str, str]) -> str | None:
 def _turtle_groups(
     fh: Iterator[str], ns: Namespaces, prefixes: dict[str, str], header: list[str]
 ) -> Iterator[_Group]:
-    group = _Group(owner=None)
-    for block in _turtle_blocks(fh, prefixes, header):
-        subj = _turtle_subject(block.text, prefixes)
-        owner = ns.owner(subj) if subj else None
-        if owner is not None and owner != group.owner:
-            if group.owner is None:
-                # what came before the first entity (headers, or statement nodes written
-                # ahead of their entity) belongs with it
-                group.owner = owner
-            else:
-                yield group
-                group = _Group(owner=owner)
-        group.blocks.append(block)
-    if group.blocks:
-        yield group
-
-
-# --------------------------------------------------------------------------- graph → entities
+    blocks = _turtle_blocks(fh, prefixes, header)
+    return _group_by_entity(blocks, ns, lambda text: _turtle_subject(text, prefixes))
 
 
 def _short_error(exc: BaseException) -> str:
@@ -537,7 +529,7 @@ def _reader_chunks(
     with open_text(p) as fh:
         try:
             if kind == "nt":
-                for chunk in _chunked(_nt_groups(fh, ns), CHUNK_CHARS):
+                for chunk in _chunked(_group_by_entity(_nt_blocks(fh), ns, _nt_subject), CHUNK_CHARS):
                     yield reader, chunk, ""
             else:
                 prefixes: dict[str, str] = {}

@@ -116,6 +116,20 @@ def prompt_entropy(runner: Runner, prompts: Sequence[str], base: float = math.e)
     return [entropy(_dist(r), base) for r in runner.run(reqs)]
 
 
+def _before_after(
+    runner: Runner, prompts: Sequence[str], fact_sentences: Sequence[str], top_k: int | None,
+    separator: str,
+) -> tuple[list[object], list[object]]:
+    """Next-token results without and with the fact stated, in one engine call."""
+    if len(prompts) != len(fact_sentences):
+        raise ConfigError("one fact sentence per prompt")
+    before: list[Request] = [NextTokenRequest(p, top_k) for p in prompts]
+    after: list[Request] = [NextTokenRequest(instilled_prompt(f, p, separator), top_k)
+                            for p, f in zip(prompts, fact_sentences, strict=True)]
+    res = runner.run(before + after)
+    return list(res[: len(prompts)]), list(res[len(prompts):])
+
+
 def explicit_instillation(
     runner: Runner,
     prompts: Sequence[str],
@@ -125,15 +139,10 @@ def explicit_instillation(
     base: float = math.e,
 ) -> list[InfoScore]:
     """Entropy and KL before/after stating the fact in the prompt (full vocabulary)."""
-    if len(prompts) != len(fact_sentences):
-        raise ConfigError("one fact sentence per prompt")
-    before: list[Request] = [NextTokenRequest(p, None) for p in prompts]
-    after: list[Request] = [NextTokenRequest(instilled_prompt(f, p, separator), None)
-                            for p, f in zip(prompts, fact_sentences, strict=True)]
-    res = runner.run(before + after)
+    before, after = _before_after(runner, prompts, fact_sentences, None, separator)
     out = []
-    for i, p in enumerate(prompts):
-        pb, pa = _dist(res[i]), _dist(res[len(prompts) + i])
+    for p, rb, ra in zip(prompts, before, after, strict=True):
+        pb, pa = _dist(rb), _dist(ra)
         out.append(InfoScore(p, entropy(pb, base), entropy(pa, base), kl(pb, pa, base)))
     return out
 
@@ -148,16 +157,10 @@ def explicit_instillation_topk(
     base: float = math.e,
 ) -> list[InfoScore]:
     """The same with only the top-k tokens of each distribution (the approximation above)."""
-    if len(prompts) != len(fact_sentences):
-        raise ConfigError("one fact sentence per prompt")
-    before: list[Request] = [NextTokenRequest(p, k) for p in prompts]
-    after: list[Request] = [NextTokenRequest(instilled_prompt(f, p, separator), k)
-                            for p, f in zip(prompts, fact_sentences, strict=True)]
-    res = runner.run(before + after)
+    before, after = _before_after(runner, prompts, fact_sentences, k, separator)
     out = []
-    for i, p in enumerate(prompts):
-        tb, ta = _topk(res[i]), _topk(res[len(prompts) + i])
-        _, pb, pa = topk_approximation(tb, ta)
+    for p, rb, ra in zip(prompts, before, after, strict=True):
+        _, pb, pa = topk_approximation(_topk(rb), _topk(ra))
         out.append(InfoScore(p, entropy(pb, base), entropy(pa, base), kl(pb, pa, base)))
     return out
 
