@@ -1,6 +1,12 @@
 """The command line: thin wrappers that parse, call one library function and print.
 
 Expected failures (`KgprobeError`) become one clear line on stderr and a non-zero exit code.
+
+Conventions every command follows (docs/guarantees.md): the consoles render NO Rich markup, so
+text from data, files or arguments prints literally (style with `rich.text.Text`, never with
+``[red]…[/]`` in a string); `--json` prints one JSON document, `--jsonl` one JSON object per
+line; `--relation/-r` is repeatable; `-s` is always `--strategy`; the known threshold is
+`--threshold`; arguments and files are checked before the graph is contacted.
 """
 
 from __future__ import annotations
@@ -20,12 +26,57 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-console = Console()
-err_console = Console(stderr=True)
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
+
+
+def _print_json(data: Any) -> None:
+    """``--json``: exactly one JSON document on stdout."""
+    import json
+
+    print(json.dumps(data, ensure_ascii=False, default=str))
+
+
+def _print_jsonl(rows: Any) -> None:
+    """``--jsonl``: one JSON object per line, for streams of records."""
+    import json
+
+    for row in rows:
+        print(json.dumps(row, ensure_ascii=False, default=str))
+
+
+def _relations(*options: list[str] | None) -> list[str]:
+    """The union of repeatable ``--relation`` options (and their old aliases), order kept."""
+    seen: dict[str, None] = {}
+    for values in options:
+        for v in values or ():
+            seen.setdefault(v, None)
+    return list(seen)
+
+
+def _require_file(path: str, what: str = "file") -> None:
+    """Fail with one line before any graph work when an input file or folder is missing."""
+    from pathlib import Path
+
+    from kgprobe.errors import InputError
+
+    if not Path(path).exists():
+        raise InputError(f"no such {what}: {path}")
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from kgprobe import __version__
+
+        print(__version__)
+        raise typer.Exit()
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
+                                  help="Print kgprobe's version and exit."),
+) -> None:
     """Measure what language models know, fact by fact, against a knowledge graph."""
 
 
@@ -55,45 +106,60 @@ def _server() -> Any:
 
 
 @db_app.command("start")
-def db_start() -> None:
+def db_start(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Start the managed graph server (no-op when it runs)."""
     info = _server().start()
+    if as_json:
+        _print_json({"running": info.running, "pid": info.pid, "uri": info.uri, "home": str(info.home)})
+        return
     console.print(f"graph server running: {info.uri} (pid {info.pid}, data in {info.home})")
 
 
 @db_app.command("stop")
-def db_stop() -> None:
-    """Stop the managed graph server."""
+def db_stop(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """Stop the managed graph server (only a process that is this home's server is signalled)."""
     stopped = _server().stop()
+    if as_json:
+        _print_json({"stopped": stopped})
+        return
     console.print("graph server stopped" if stopped else "graph server was not running")
 
 
 @db_app.command("status")
 def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Say whether the graph server runs, where, and where its files are."""
-    import json
-
-    from kgprobe.config import Settings, config_path
+    """Say whether the graph server runs, where, and how to connect to it (Neo4j Browser,
+    cypher-shell): URI, user, database and where the password is kept — never the password."""
+    from kgprobe.config import Settings, config_path, redact
 
     settings = Settings.load()
+    status: dict[str, Any]
     if settings.uri:
-        status = {"managed": False, "uri": settings.uri, "user": settings.user, "config": str(config_path())}
+        status = {"managed": False, "uri": redact(settings.uri), "user": settings.user,
+                  "database": settings.database or "(the server's default)",
+                  "password": settings.password_from or "not configured (set NEO4J_PASSWORD)",
+                  "config": str(config_path())}
     else:
-        info = _server().info()
+        from kgprobe.graph.server import USER
+
+        server = _server()
+        info = server.info()
         status = {
             "managed": True,
             "running": info.running,
             "pid": info.pid,
             "uri": info.uri,
+            "user": USER,
+            "database": info.database,
+            "password": f'key "password" of {server.state_file} (mode 0600)',
             "http_port": info.http_port,
             "home": str(info.home),
             "config": str(config_path()),
         }
     if as_json:
-        print(json.dumps(status))
+        _print_json(status)
     else:
         for key, value in status.items():
-            console.print(f"{key:10} {value}")
+            console.print(f"{key:10} {value}", highlight=False)
 
 
 @db_app.command("wipe")
@@ -111,7 +177,7 @@ def ingest(
     sources: list[str] = typer.Argument(None, help="Files: Wikidata JSON dump (.json/.gz/.bz2), entity JSON, N-Triples, Turtle."),
     sparql: str | None = typer.Option(None, "--sparql", help="A SPARQL endpoint URL (Wikidata-shaped)."),
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
-    subject: list[str] = typer.Option(None, "--subject", "-s", help="SPARQL only: only these subjects (QIDs)."),
+    subject: list[str] = typer.Option(None, "--subject", help="SPARQL only: only these subjects (QIDs); repeatable."),
     language: str = typer.Option("en", help="Language of labels, aliases and descriptions."),
     rank: list[str] = typer.Option(None, "--rank", help="Ranks to keep (default: preferred, normal)."),
     limit: int | None = typer.Option(None, help="Stop after this many entities per source."),
@@ -130,10 +196,8 @@ def ingest(
 
 
 def _print_summary(data: dict[str, Any], as_json: bool) -> None:
-    import json
-
     if as_json:
-        print(json.dumps(data, ensure_ascii=False))
+        _print_json(data)
         return
     from rich.table import Table
 
@@ -152,15 +216,13 @@ def _print_summary(data: dict[str, Any], as_json: bool) -> None:
 @app.command()
 def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Report what the graph holds."""
-    import json
-
     from kgprobe.graph.client import connect
     from kgprobe.graph.stats import graph_stats
 
     with connect() as graph:
         data = graph_stats(graph)
     if as_json:
-        print(json.dumps(data, ensure_ascii=False))
+        _print_json(data)
         return
     per_relation = data.pop("per_relation")
     _print_summary(data, False)
@@ -181,35 +243,47 @@ app.add_typer(templates_app, name="templates")
 def templates_import(
     file: str = typer.Argument(..., help="Template file (or a folder of P*.jsonl / P*.txt for pararel, lpaqa)."),
     fmt: str = typer.Option(..., "--format", "-f", help="lama, pararel, lpaqa, wikifactdiff, bear, kamel, templama or kgprobe."),
-    relation: str | None = typer.Option(None, "--relation", "-r", help="Only this relation (PID); names the relation of a single file."),
+    relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable. One names the relation of a single file."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Import relation templates into the graph (idempotent: re-importing adds nothing)."""
+    from kgprobe.errors import ConfigError
     from kgprobe.graph.client import connect
     from kgprobe.graph.templates import import_templates
-    from kgprobe.loaders.templates import read_templates
+    from kgprobe.loaders.templates import FORMATS, read_templates
 
+    if fmt not in FORMATS:  # checked before the graph is contacted
+        raise ConfigError(f"unknown template format {fmt!r}; one of {', '.join(FORMATS)}")
+    _require_file(file, "file or folder")
+    wanted = _relations(relation)
+    records = read_templates(file, fmt, wanted[0] if len(wanted) == 1 else None)
+    if len(wanted) > 1:
+        records = (t for t in records if t.pid in wanted)
     with connect() as graph:
-        n = import_templates(graph, read_templates(file, fmt, relation))
+        n = import_templates(graph, records)
+    if as_json:
+        _print_json({"imported": n})
+        return
     console.print(f"{n} templates imported")
 
 
 @templates_app.command("list")
 def templates_list(
-    relation: str | None = typer.Option(None, "--relation", "-r", help="Only this relation (PID)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON lines."),
+    relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON array."),
+    as_jsonl: bool = typer.Option(False, "--jsonl", help="Print one JSON object per line."),
 ) -> None:
     """List the templates stored in the graph."""
-    import json
     from dataclasses import asdict
 
     from kgprobe.graph.client import connect
     from kgprobe.graph.templates import list_templates
 
+    wanted = _relations(relation)
     with connect() as graph:
-        rows = list_templates(graph, relation)
-    if as_json:
-        for t in rows:
-            print(json.dumps(asdict(t), ensure_ascii=False))
+        rows = [t for pid in wanted for t in list_templates(graph, pid)] if wanted else list_templates(graph, None)
+    if as_json or as_jsonl:
+        (_print_json if as_json else _print_jsonl)([asdict(t) for t in rows])
         return
     from rich.table import Table
 
@@ -290,7 +364,9 @@ def distractors(
                       "" if d.score is None else f"{d.score:.4f}", ", ".join(d.shared_types))
     console.print(table)
     if res.reason:
-        console.print(f"[yellow]{res.reason}[/]", highlight=False)
+        from rich.text import Text
+
+        console.print(Text(res.reason, style="yellow"))
 
 
 @app.command()
@@ -316,6 +392,7 @@ def score(
     if as_json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], ensure_ascii=False))
         return
+    console.print("rank  log P (nats)  candidate  [per-token log P, nats]", highlight=False)
     for r in rows:
         per_token = " ".join(f"{t!r}:{v:.3f}" for t, v in zip(r.tokens, r.token_logprobs, strict=True))
         console.print(f"{r.rank:>3}  {r.logprob:9.4f}  {r.candidate!r}  [{per_token}]", highlight=False)
@@ -351,7 +428,8 @@ def factor(
 @app.command()
 def probe(
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Registry name, GGUF file or local HF directory."),
-    relations: list[str] = typer.Option(None, "--relations", "-r", help="Only these relations (PIDs); repeatable."),
+    relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
+    relations_alias: list[str] = typer.Option(None, "--relations", hidden=True, help="Old name of --relation."),
     sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
     measure: list[str] = typer.Option(None, "--measure", help="kmin (Min@n, default) or kavg (Avg@n); repeatable."),
     strategy: str = typer.Option("temp+sem", "--strategy", "-s", help="Distractors: random, sem, temp+sem or appropt."),
@@ -373,7 +451,7 @@ def probe(
     from kgprobe.probing.run import probe as run
 
     summary = run(
-        model, relations=relations or (), sample=sample or None, measures=measure or ("kmin",),
+        model, relations=_relations(relation, relations_alias), sample=sample or None, measures=measure or ("kmin",),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
         force=force, history_first=history_first, progress=not as_json,
@@ -386,21 +464,24 @@ def probe(
 @app.command()
 def unknown(
     model: str = typer.Option(..., "--model", "-m", help="A probed model (its name or model key)."),
-    relation: str | None = typer.Option(None, "--relation", "-r", help="Only this relation (PID)."),
-    below: float | None = typer.Option(None, "--below", help="Score threshold (default: the run's, 0.5)."),
+    relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
+    threshold: float | None = typer.Option(None, "--threshold", help="Known threshold: facts scored below it are listed (default: the run's, 0.5)."),
+    below: float | None = typer.Option(None, "--below", hidden=True, help="Old name of --threshold."),
     measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: the latest probed)."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON lines."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON array."),
+    as_jsonl: bool = typer.Option(False, "--jsonl", help="Print one JSON object per fact and line."),
 ) -> None:
     """List the facts a model does not know, read from the scores on the FACT edges."""
-    import json
     from dataclasses import asdict
 
     from kgprobe.api import unknown as find
 
-    facts = find(model, relation=relation, below=below, measure=measure)
-    if as_json:
-        for f in facts:
-            print(json.dumps(asdict(f), ensure_ascii=False))
+    limit = threshold if threshold is not None else below
+    wanted = _relations(relation)
+    facts = ([f for pid in wanted for f in find(model, relation=pid, below=limit, measure=measure)]
+             if wanted else find(model, below=limit, measure=measure))
+    if as_json or as_jsonl:
+        (_print_json if as_json else _print_jsonl)([asdict(f) for f in facts])
         return
     from rich.table import Table
 
@@ -474,10 +555,15 @@ def main() -> None:
 
     # The driver logs each retry as a warning; kgprobe reports a lost server in one line itself.
     logging.getLogger("neo4j").setLevel(logging.ERROR)
+    from rich.text import Text
+
+    from kgprobe.config import redact
+
     try:
         app()
     except KgprobeError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        err_console.print(Text("error: ", style="bold red") + Text(redact(str(exc))), highlight=False,
+                          soft_wrap=True)
         sys.exit(exc.exit_code)
 
 

@@ -6,9 +6,12 @@ live in code; the config file must be private (mode 0600) or it is refused, as s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,12 +21,53 @@ from kgprobe.errors import ConfigError
 
 ENV_URI = "NEO4J_URI"
 ENV_USER = "NEO4J_USER"
+ENV_USERNAME = "NEO4J_USERNAME"  # the name Neo4j's own tools (cypher-shell, the drivers' docs) use
 ENV_PASSWORD = "NEO4J_PASSWORD"
 ENV_DATABASE = "NEO4J_DATABASE"
 ENV_HOME = "KGPROBE_HOME"
 ENV_CONFIG = "KGPROBE_CONFIG"
 
 CONFIG_KEYS = ("uri", "user", "password", "database", "home", "bolt_port", "http_port", "heap")
+BOLT_SCHEMES = ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc")
+
+# scheme://user:password@  — the user info of any URI in a piece of text
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]*)@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the user info of every URI in it replaced by ``***`` (never print a password)."""
+    return _USERINFO.sub(lambda m: f"{m['scheme']}***@", text)
+
+
+def split_uri(uri: str) -> tuple[str, str | None, str | None]:
+    """Validate a Bolt URI; return it without user info, and the user and password it carried.
+
+    Raises ConfigError with one line (the URI redacted) for a scheme the driver cannot use over
+    Bolt (http://, https://, none) or a malformed URI.
+    """
+    from urllib.parse import unquote, urlsplit
+
+    shown = redact(uri)
+    try:
+        parts = urlsplit(uri)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"NEO4J_URI {shown!r} is malformed ({exc}); expected bolt://host:7687") from exc
+    scheme = parts.scheme.lower()
+    if scheme not in BOLT_SCHEMES:
+        hint = " (that is the HTTP API; kgprobe speaks Bolt)" if scheme in ("http", "https") else ""
+        raise ConfigError(
+            f"NEO4J_URI {shown!r} has an unsupported scheme {scheme or 'none'!r}{hint}; "
+            f"use one of {', '.join(s + '://' for s in BOLT_SCHEMES)}, e.g. bolt://localhost:7687"
+        )
+    if not parts.hostname:
+        raise ConfigError(f"NEO4J_URI {shown!r} names no host; expected e.g. bolt://localhost:7687")
+    user = unquote(parts.username) if parts.username else None
+    password = unquote(parts.password) if parts.password is not None else None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    netloc = host + (f":{port}" if port is not None else "")
+    clean = parts._replace(netloc=netloc).geturl()
+    return clean, user, password
 
 
 def default_home() -> Path:
@@ -56,11 +100,17 @@ def read_private_json(path: Path) -> dict[str, object]:
 def write_private_json(path: Path, data: dict[str, object]) -> None:
     """Write JSON created with mode 0600 from the start (no window where it is world-readable)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2)
-    os.replace(tmp, path)
+    # A fresh name created with O_EXCL and mode 0600 (mkstemp): a stale or planted temp file,
+    # whatever its mode, is never reused.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @dataclass
@@ -75,6 +125,7 @@ class Settings:
     bolt_port: int = 7687
     http_port: int = 2480
     heap: str = "2g"
+    password_from: str | None = None  # where the password came from, for `kgprobe db status`
 
     @property
     def managed(self) -> bool:
@@ -99,6 +150,19 @@ class Settings:
             return file_values.get(key)
 
         uri = pick(ENV_URI, "uri")
+        user = pick(ENV_USER, "user") or pick(ENV_USERNAME, "user")
+        password = pick(ENV_PASSWORD, "password")
+        password_from = (
+            f"environment variable {ENV_PASSWORD}" if os.environ.get(ENV_PASSWORD)
+            else f"config file {path}" if password else None
+        )
+        if uri:
+            # Credentials in the URI (bolt://user:pw@host) are used when none are configured
+            # otherwise; the URI kept (and ever printed) has no user info.
+            uri, uri_user, uri_password = split_uri(str(uri))
+            user = user or uri_user
+            if not password and uri_password:
+                password, password_from = uri_password, f"the user info of {ENV_URI}"
         home = pick(ENV_HOME, "home")
         try:
             bolt_port = int(str(pick("KGPROBE_BOLT_PORT", "bolt_port") or 7687))
@@ -107,11 +171,12 @@ class Settings:
             raise ConfigError(f"ports must be integers: {exc}") from exc
         return cls(
             uri=str(uri) if uri else None,
-            user=str(pick(ENV_USER, "user") or "neo4j"),
-            password=str(p) if (p := pick(ENV_PASSWORD, "password")) else None,
+            user=str(user or "neo4j"),
+            password=str(password) if password else None,
             database=str(d) if (d := pick(ENV_DATABASE, "database")) else None,
             home=Path(str(home)).expanduser() if home else default_home(),
             bolt_port=bolt_port,
             http_port=http_port,
             heap=str(pick("KGPROBE_DB_HEAP", "heap") or "2g"),
+            password_from=password_from,
         )

@@ -12,10 +12,17 @@ from typing import Any, TypeVar
 
 import neo4j
 from neo4j import GraphDatabase
-from neo4j.exceptions import AuthError, ClientError, Neo4jError, ServiceUnavailable, SessionExpired
+from neo4j.exceptions import (
+    AuthError,
+    ClientError,
+    ConfigurationError,
+    Neo4jError,
+    ServiceUnavailable,
+    SessionExpired,
+)
 
-from kgprobe.config import Settings
-from kgprobe.errors import GraphUnavailable
+from kgprobe.config import Settings, redact
+from kgprobe.errors import ConfigError, GraphUnavailable
 
 T = TypeVar("T")
 
@@ -34,7 +41,7 @@ class Graph:
     """
 
     def __init__(self, uri: str, user: str, password: str, database: str | None) -> None:
-        self.uri = uri
+        self.uri = redact(uri)  # for messages; Settings already strips user info, be sure
         self.database = database
         try:
             self._driver = GraphDatabase.driver(
@@ -43,13 +50,15 @@ class Graph:
             self._driver.verify_connectivity()
         except AuthError as exc:
             raise GraphUnavailable(
-                f"the graph server at {uri} refused the user name or password "
+                f"the graph server at {self.uri} refused the user name or password "
                 "(check NEO4J_USER / NEO4J_PASSWORD)"
             ) from exc
+        except (ConfigurationError, ValueError) as exc:
+            raise ConfigError(f"cannot use NEO4J_URI {self.uri!r}: {_first_line(exc)}") from exc
         except (ServiceUnavailable, SessionExpired, OSError) as exc:
-            raise GraphUnavailable(f"no graph server reachable at {uri}: {_first_line(exc)}") from exc
+            raise GraphUnavailable(f"no graph server reachable at {self.uri}: {_first_line(exc)}") from exc
         except Neo4jError as exc:
-            raise GraphUnavailable(f"graph server at {uri}: {_first_line(exc)}") from exc
+            raise GraphUnavailable(f"graph server at {self.uri}: {_first_line(exc)}") from exc
 
     # --- context management ----------------------------------------------------------------
     def close(self) -> None:
@@ -128,8 +137,8 @@ class Graph:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0]
+    text = str(exc).strip() or "no detail given"
+    return redact(text.splitlines()[0])
 
 
 def connect(settings: Settings | None = None, *, ensure_schema: bool = True, autostart: bool = True) -> Graph:

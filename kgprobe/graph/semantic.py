@@ -556,10 +556,11 @@ def ensure_index(
         if not rebuild:
             raise
     from rich.console import Console
+    from rich.markup import escape  # a path is text, never markup
 
     with (
         Console(stderr=True).status(
-            f"building the semantic index of {counts.get('entities', 0):,} entities in {directory}",
+            f"building the semantic index of {counts.get('entities', 0):,} entities in {escape(str(directory))}",
             spinner="dots",
         )
         if progress

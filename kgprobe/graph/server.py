@@ -3,12 +3,22 @@
 kgprobe starts it by itself when no ``NEO4J_URI`` is configured, bound to 127.0.0.1 only. Its
 password is generated on first start and kept, with the ports, in ``HOME/server.json`` (0600).
 The JVM runs detached from the calling process, so it outlives one CLI command; ``stop`` ends it.
+
+Security and concurrency (docs/guarantees.md):
+- the root password never appears in the JVM's arguments: ArcadeDB reads it at first start from
+  a 0600 file named by ``arcadedb.server.rootPasswordPath`` (removed once the server is up; it
+  keeps a salted hash in ``arcadedb/config/server-users.jsonl``);
+- the server runs under umask 077, so its directories are 0700 and its files 0600;
+- start, stop and wipe hold an exclusive lock on ``HOME/server.lock``: one server per home;
+- a process is signalled only when its command line names ArcadeDB's server class and this
+  home's root path (and its start time matches the one recorded at start).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -19,6 +29,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +38,7 @@ from kgprobe.errors import ConfigError, GraphUnavailable
 
 DATABASE = "kgprobe"
 USER = "root"  # ArcadeDB's server user; the password is generated per installation
+SERVER_CLASS = "com.arcadedb.server.ArcadeDBServer"
 
 
 def _package_dir() -> Path:
@@ -64,6 +76,34 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
+def _cmdline(pid: int) -> list[str] | None:
+    """The process's argv, or None when it is gone (Linux /proc, else `ps`)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            raw = fh.read()
+        return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+    except FileNotFoundError:
+        if Path("/proc/self").exists():
+            return None
+    except OSError:
+        return None
+    try:  # no /proc (macOS): ps prints the arguments joined by spaces
+        out = subprocess.run(["ps", "-ww", "-o", "args=", "-p", str(pid)],  # noqa: S603,S607
+                             capture_output=True, text=True, timeout=10, check=False).stdout.strip()
+    except OSError:
+        return None
+    return out.split(" ") if out else None
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (/proc/PID/stat field 22), if known."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
 @dataclass
 class ServerInfo:
     running: bool
@@ -84,7 +124,10 @@ class ManagedServer:
         self.state_file = self.home / "server.json"
         self.pid_file = self.home / "server.pid"
         self.log_file = self.home / "server.log"
+        self.lock_file = self.home / "server.lock"
         self.root = self.home / "arcadedb"
+        self.password_file = self.home / "root-password"
+        self.users_file = self.root / "config" / "server-users.jsonl"
 
     # --- persisted state -------------------------------------------------------------------
     def _state(self) -> dict[str, object]:
@@ -93,8 +136,17 @@ class ManagedServer:
         return {}
 
     def _ensure_state(self) -> dict[str, object]:
+        """server.json, created with a fresh password on first use (call under the lock)."""
         state = self._state()
         if not state.get("password"):
+            if self._server_pids():
+                raise GraphUnavailable(
+                    f"a graph server for {self.home} runs but {self.state_file} has no password; "
+                    "run `kgprobe db stop`, then start again"
+                )
+            # The users file holds a hash of a password nobody knows any more: ArcadeDB must
+            # create root again with the new one.
+            self.users_file.unlink(missing_ok=True)
             state = {
                 "password": secrets.token_urlsafe(24),
                 "bolt_port": self._choose_port(self.settings.bolt_port),
@@ -111,14 +163,18 @@ class ManagedServer:
 
     @property
     def password(self) -> str:
-        return str(self._ensure_state()["password"])
+        state = self._state()
+        if state.get("password"):
+            return str(state["password"])
+        with self._locked():
+            return str(self._ensure_state()["password"])
 
     def info(self) -> ServerInfo:
         state = self._state()
         bolt = int(str(state.get("bolt_port", self.settings.bolt_port)))
         http = int(str(state.get("http_port", self.settings.http_port)))
         pid = self._pid()
-        running = pid is not None and _pid_alive(pid) and port_open(bolt)
+        running = pid is not None and self._is_ours(pid) and port_open(bolt)
         return ServerInfo(running, pid if running else None, f"bolt://127.0.0.1:{bolt}", http, bolt, self.home)
 
     def _pid(self) -> int | None:
@@ -127,14 +183,61 @@ class ManagedServer:
         except (OSError, ValueError):
             return None
 
+    # --- identity: never signal a process that is not this home's server -------------------
+    def _is_ours(self, pid: int) -> bool:
+        """True when ``pid`` is alive and is the ArcadeDB server of this home."""
+        if pid <= 0 or not _pid_alive(pid):
+            return False
+        argv = _cmdline(pid)
+        if not argv or SERVER_CLASS not in argv or f"-Darcadedb.server.rootPath={self.root}" not in argv:
+            return False
+        recorded = self._state().get("pid_start") if self.state_file.exists() else None
+        if recorded and str(self._state().get("pid")) == str(pid):
+            return _start_time(pid) in (None, str(recorded))
+        return True
+
+    def _server_pids(self) -> list[int]:
+        """Every live ArcadeDB server of this home (normally none or one), found in /proc."""
+        pids = []
+        with contextlib.suppress(OSError):
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and self._is_ours(int(entry)):
+                    pids.append(int(entry))
+        pid = self._pid()
+        if pid is not None and pid not in pids and self._is_ours(pid):
+            pids.append(pid)
+        return pids
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold HOME/server.lock: start, stop and wipe of one home never run at once."""
+        _private_dir(self.home)
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
     # --- lifecycle -------------------------------------------------------------------------
     def start(self, timeout: float = 90.0) -> ServerInfo:
         """Start the server if it is not running; create the database; return how to reach it."""
         info = self.info()
         if info.running:
             return info
+        with self._locked():
+            return self._start_locked(timeout)
+
+    def _start_locked(self, timeout: float) -> ServerInfo:
+        info = self.info()
+        if info.running:  # another process started it while we waited for the lock
+            return info
         state = self._ensure_state()
         bolt, http = int(str(state["bolt_port"])), int(str(state["http_port"]))
+        password = str(state["password"])
+        adopted = self._adopt(state)
+        if adopted is not None:
+            return adopted
         for port in (bolt, http):
             if port_open(port):
                 raise GraphUnavailable(
@@ -143,12 +246,16 @@ class ManagedServer:
                 )
         pkg = _package_dir()
         java = pkg / "jre" / "bin" / "java"
-        self.root.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.root)
+        _tighten(self.root)
+        # ArcadeDB reads the root password from this file at its first start only (afterwards
+        # from its users file): never from argv, where every local user could read it.
+        _write_private_text(self.password_file, password)
         cmd = [
             str(java),
             f"-Xmx{self.settings.heap}",
             f"-Darcadedb.server.rootPath={self.root}",
-            f"-Darcadedb.server.rootPassword={state['password']}",
+            f"-Darcadedb.server.rootPasswordPath={self.password_file}",
             "-Darcadedb.server.httpIncomingHost=127.0.0.1",
             f"-Darcadedb.server.httpIncomingPort={http}",
             "-Darcadedb.server.plugins=Bolt:com.arcadedb.bolt.BoltProtocolPlugin",
@@ -157,34 +264,67 @@ class ManagedServer:
             f"-Darcadedb.bolt.defaultDatabase={DATABASE}",
             "-cp",
             f"{pkg / 'jars'}/*",
-            "com.arcadedb.server.ArcadeDBServer",
+            SERVER_CLASS,
         ]
-        with open(self.log_file, "ab") as log:
-            proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
-                cmd,
-                cwd=self.root,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-        self.pid_file.write_text(str(proc.pid))
-        deadline = time.monotonic() + timeout
-        while not port_open(http):
-            if proc.poll() is not None:
-                raise GraphUnavailable(
-                    f"the graph server exited with code {proc.returncode}; see {self.log_file}"
+        try:
+            log_fd = os.open(self.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(log_fd, "ab") as log:
+                proc = subprocess.Popen(  # noqa: S603 - fixed argv, no shell
+                    cmd,
+                    cwd=self.root,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    umask=0o077,
                 )
-            if time.monotonic() > deadline:
-                self.stop()
-                raise GraphUnavailable(f"the graph server did not start in {timeout:.0f} s; see {self.log_file}")
-            time.sleep(0.2)
-        self._ensure_database(http, str(state["password"]))
+            self._record_pid(proc.pid)
+            deadline = time.monotonic() + timeout
+            while not port_open(http):
+                if proc.poll() is not None:
+                    raise GraphUnavailable(
+                        f"the graph server exited with code {proc.returncode}; see {self.log_file}"
+                    )
+                if time.monotonic() > deadline:
+                    self._stop_locked()
+                    raise GraphUnavailable(f"the graph server did not start in {timeout:.0f} s; see {self.log_file}")
+                time.sleep(0.2)
+        finally:
+            self.password_file.unlink(missing_ok=True)
+        self._ensure_database(http, password)
         while not port_open(bolt):
             if time.monotonic() > deadline:
                 raise GraphUnavailable(f"Bolt port {bolt} did not open; see {self.log_file}")
             time.sleep(0.2)
         return self.info()
+
+    def _record_pid(self, pid: int) -> None:
+        state = self._state()
+        state.update(pid=pid, pid_start=_start_time(pid))
+        write_private_json(self.state_file, state)
+        _write_private_text(self.pid_file, str(pid))
+
+    def _adopt(self, state: dict[str, object]) -> ServerInfo | None:
+        """A server of this home that runs without a valid server.pid (e.g. an earlier command
+        was killed mid-start): use it when it answers with this home's credentials."""
+        pids = self._server_pids()
+        if not pids:
+            return None
+        http, bolt = int(str(state["http_port"])), int(str(state["bolt_port"]))
+        deadline = time.monotonic() + 60
+        while not (port_open(http) and port_open(bolt)) and time.monotonic() < deadline:
+            if not any(_pid_alive(p) for p in pids):
+                return None
+            time.sleep(0.2)
+        answer = self._http(http, str(state["password"]), "list databases") if port_open(http) else {}
+        if len(pids) == 1 and port_open(bolt) and "error" not in answer and answer:
+            _write_private_text(self.pid_file, str(pids[0]))
+            self._ensure_database(http, str(state["password"]))
+            return self.info()
+        raise GraphUnavailable(
+            f"a graph server for {self.home} runs (pid {', '.join(map(str, pids))}) but does not answer "
+            "with this home's credentials; run `kgprobe db stop`, then start again"
+        )
 
     def _http(self, http_port: int, password: str, command: str) -> dict[str, object]:
         token = base64.b64encode(f"{USER}:{password}".encode()).decode()
@@ -200,6 +340,8 @@ class ManagedServer:
         except urllib.error.HTTPError as exc:
             body = exc.read().decode(errors="replace")
             return {"error": body, "status": exc.code}
+        except (OSError, ValueError) as exc:
+            return {"error": str(exc)}
 
     def _ensure_database(self, http_port: int, password: str) -> None:
         if (self.root / "databases" / DATABASE).exists():
@@ -209,36 +351,73 @@ class ManagedServer:
             raise GraphUnavailable(f"could not create the database: {result['error']}")
 
     def stop(self, timeout: float = 30.0) -> bool:
-        """Stop the server (SIGTERM, then SIGKILL after ``timeout``). True if one was running."""
-        pid = self._pid()
-        if pid is None or not _pid_alive(pid):
-            self.pid_file.unlink(missing_ok=True)
-            return False
-        os.killpg(pid, signal.SIGTERM) if _is_group_leader(pid) else os.kill(pid, signal.SIGTERM)
+        """Stop the server (SIGTERM, then SIGKILL after ``timeout``). True if one was running.
+
+        Only processes whose command line names ArcadeDB's server and this home are signalled;
+        a stale server.pid naming any other process is removed, the process left alone.
+        """
+        with self._locked():
+            return self._stop_locked(timeout)
+
+    def _stop_locked(self, timeout: float = 30.0) -> bool:
+        pids = self._server_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
+        while any(_pid_alive(p) for p in pids) and time.monotonic() < deadline:
+            for pid in pids:
+                _reap(pid)
             time.sleep(0.2)
-        if _pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-        _reap(pid)
+        for pid in pids:
+            if self._is_ours(pid):
+                os.kill(pid, signal.SIGKILL)
+            _reap(pid)
         self.pid_file.unlink(missing_ok=True)
-        return True
+        return bool(pids)
 
     def wipe(self) -> None:
         """Delete every node and edge: drop and recreate the database (schema comes back on use)."""
-        was_running = self.info().running
-        self.stop()
-        shutil.rmtree(self.root / "databases" / DATABASE, ignore_errors=True)
-        if was_running:
-            self.start()
+        with self._locked():
+            was_running = self.info().running
+            self._stop_locked()
+            shutil.rmtree(self.root / "databases" / DATABASE, ignore_errors=True)
+            if was_running:
+                self._start_locked(90.0)
 
 
-def _is_group_leader(pid: int) -> bool:
+def _private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) owner-only; tighten it if it exists with a wider mode."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+
+
+def _tighten(root: Path) -> None:
+    """Make an existing data tree owner-only (homes created by older kgprobe were 0755/0644)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames:
+            p = Path(dirpath, name)
+            if not p.is_symlink() and p.stat().st_mode & 0o077:
+                p.chmod(0o700)
+        for name in filenames:
+            p = Path(dirpath, name)
+            if not p.is_symlink() and p.stat().st_mode & 0o077:
+                p.chmod(0o600)
+
+
+def _write_private_text(path: Path, text: str) -> None:
+    """Write a small file created 0600 under a fresh name (O_EXCL), then renamed into place."""
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        return os.getpgid(pid) == pid
-    except ProcessLookupError:
-        return False
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _reap(pid: int) -> None:
