@@ -159,7 +159,7 @@ def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
         _print_json(status)
     else:
         for key, value in status.items():
-            console.print(f"{key:10} {value}", highlight=False)
+            console.print(f"{key:10} {value}", highlight=False, soft_wrap=True)
 
 
 @db_app.command("wipe")
