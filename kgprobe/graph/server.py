@@ -362,7 +362,8 @@ class ManagedServer:
     def _stop_locked(self, timeout: float = 30.0) -> bool:
         pids = self._server_pids()
         for pid in pids:
-            os.kill(pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):  # it may have exited meanwhile
+                os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while any(_pid_alive(p) for p in pids) and time.monotonic() < deadline:
             for pid in pids:
@@ -370,7 +371,8 @@ class ManagedServer:
             time.sleep(0.2)
         for pid in pids:
             if self._is_ours(pid):
-                os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             _reap(pid)
         self.pid_file.unlink(missing_ok=True)
         return bool(pids)
