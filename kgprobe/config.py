@@ -150,7 +150,7 @@ class Settings:
             return file_values.get(key)
 
         uri = pick(ENV_URI, "uri")
-        user = pick(ENV_USER, "user") or pick(ENV_USERNAME, "user")
+        user = os.environ.get(ENV_USER) or os.environ.get(ENV_USERNAME) or file_values.get("user")
         password = pick(ENV_PASSWORD, "password")
         password_from = (
             f"environment variable {ENV_PASSWORD}" if os.environ.get(ENV_PASSWORD)

@@ -120,7 +120,7 @@ class ManagedServer:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.home = settings.home
+        self.home = settings.home.absolute()  # the JVM runs in another cwd; identity checks compare argv
         self.state_file = self.home / "server.json"
         self.pid_file = self.home / "server.pid"
         self.log_file = self.home / "server.log"
