@@ -212,7 +212,7 @@ def test_templates_cli_import_and_list(graph, kgprobe_env) -> None:  # type: ign
     done = run("import", str(T / "pararel"), "--format", "pararel", "--relation", "P36")
     assert done.returncode == 0, done.stderr
     assert "14 templates imported" in done.stdout
-    listed = run("list", "--relation", "P36", "--json")
+    listed = run("list", "--relation", "P36", "--jsonl")  # a stream: one object per line
     assert listed.returncode == 0, listed.stderr
     rows = [json.loads(line) for line in listed.stdout.splitlines()]
     assert len(rows) == 14 and {r["pid"] for r in rows} == {"P36"} and {r["source"] for r in rows} == {"pararel"}
