@@ -81,10 +81,13 @@ def _root(
 
 
 @app.command()
-def version() -> None:
+def version(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Print kgprobe's version."""
     from kgprobe import __version__
 
+    if as_json:
+        _print_json({"version": __version__})
+        return
     console.print(__version__)
 
 
@@ -163,12 +166,18 @@ def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
 
 
 @db_app.command("wipe")
-def db_wipe(yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation.")) -> None:
+def db_wipe(
+    yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
     """Delete every node and edge of the managed graph."""
     server = _server()
     if not yes and not typer.confirm(f"delete the whole graph in {server.home}?"):
         raise typer.Exit(1)
     server.wipe()
+    if as_json:
+        _print_json({"wiped": True})
+        return
     console.print("graph wiped")
 
 

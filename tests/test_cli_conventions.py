@@ -33,6 +33,7 @@ def test_option_names_mean_one_thing_across_commands() -> None:
     root = typer.main.get_command(app)
     seen: dict[str, set[str]] = {}
     relation_options = 0
+    without_json: list[str] = []
 
     def walk(cmd: Any, path: str) -> None:  # click's Group/Command (typer may bundle its own click)
         nonlocal relation_options
@@ -40,6 +41,8 @@ def test_option_names_mean_one_thing_across_commands() -> None:
             for name, sub in cmd.commands.items():
                 walk(sub, f"{path} {name}")
             return
+        if not any("--json" in getattr(p, "opts", ()) for p in cmd.params):
+            without_json.append(path)
         for p in cmd.params:
             if p.param_type_name != "option" or p.hidden:
                 continue
@@ -50,6 +53,7 @@ def test_option_names_mean_one_thing_across_commands() -> None:
                 relation_options += 1
                 assert p.multiple and "-r" in p.opts, f"{path}: --relation/-r must be repeatable"
     walk(root, "kgprobe")
+    assert without_json == []  # every command offers --json
     assert relation_options >= 5
     assert seen["-s"] == {"--strategy"} and seen["-r"] == {"--relation"} and seen["-m"] == {"--model"}
     assert all(len(longs) == 1 for longs in seen.values()), seen

@@ -55,8 +55,9 @@ def test_db_lifecycle_on_a_fresh_home(tmp_path: Path) -> None:
         stats = json.loads(kgprobe("stats", "--json", env=env).stdout)
         assert stats["entities"] == 0 and stats["facts"] == 0
 
-        wiped = kgprobe("db", "wipe", "--yes", env=env)
+        wiped = kgprobe("db", "wipe", "--yes", "--json", env=env)
         assert wiped.returncode == 0, wiped.stderr
+        assert json.loads(wiped.stdout) == {"wiped": True}
     finally:
         stopped = kgprobe("db", "stop", env=env)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
