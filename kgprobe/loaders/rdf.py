@@ -32,6 +32,7 @@ from rdflib.namespace import OWL, RDF, RDFS, SKOS, XSD
 from kgprobe.errors import InputError
 from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
 from kgprobe.loaders.common import Filters, base_suffix, guarded, open_text, time_from_rdf
+from kgprobe.loaders.validate import validated
 from kgprobe.records import ErrorRecord, Record, RedirectRecord, SkipRecord
 
 SOURCE = "rdf"
@@ -479,7 +480,7 @@ class _RdfReader:
                 t for o in g.objects(subj, OWL.sameAs) if (t := self.ns.entity_id(str(o)))
             )
             if targets:
-                yield RedirectRecord(source=eid, target=targets[0])
+                yield RedirectRecord(source=eid, target=targets[0], location=location)
                 continue
             ent = self.entity(g, subj, eid)
             if ent.kind not in ("item", "property"):
@@ -553,7 +554,7 @@ def load_rdf(
     ``fmt`` is ``"nt"`` or ``"turtle"``; by default taken from the extension.
     """
     f = filters or Filters()
-    return guarded(Path(path), _load_rdf(path, f, fmt, namespaces or Namespaces(), source))
+    return validated(guarded(Path(path), _load_rdf(path, f, fmt, namespaces or Namespaces(), source)))
 
 
 def _load_rdf(
