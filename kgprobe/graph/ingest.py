@@ -505,8 +505,8 @@ def prefetch(records: Iterable[Record], chunk: int = 1000, depth: int = 16) -> I
     stop = threading.Event()
 
     def reader() -> None:
+        buf: list[Record] = []
         try:
-            buf: list[Record] = []
             for rec in records:
                 buf.append(rec)
                 if len(buf) >= chunk:
@@ -518,6 +518,8 @@ def prefetch(records: Iterable[Record], chunk: int = 1000, depth: int = 16) -> I
                 q.put(buf)
             q.put(_DONE)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
+            if buf:
+                q.put(buf)  # the records read before the failure come first, never dropped
             q.put(exc)
 
     thread = threading.Thread(target=reader, name="kgprobe-reader", daemon=True)
