@@ -4,6 +4,10 @@ Every write is a MERGE keyed by QID, PID or statement key, so re-running an inge
 one that was killed) creates no duplicate node or edge. Nodes go in their own statements before
 the edges that use them (DESIGN.md §2: ``UNWIND … MERGE … MERGE … ON CREATE SET`` is unreliable
 on ArcadeDB), but inside the same transaction, so a failed batch leaves nothing behind.
+
+A batch refused for a transient reason (a concurrent writer) runs again; one refused for a
+record's sake is split until that record is alone, which becomes an error record — the rest is
+written (docs/loaders.md#guarantees).
 """
 
 from __future__ import annotations
