@@ -13,8 +13,8 @@ from typing import Any
 from kgprobe.config import Settings
 from kgprobe.errors import InputError
 from kgprobe.graph.client import connect
-from kgprobe.graph.ingest import IngestSummary, ingest
-from kgprobe.records import Record
+from kgprobe.graph.ingest import IngestSummary, check_ingest_options, ingest
+from kgprobe.records import ErrorRecord, Record, SkipRecord
 
 
 def _records_for(
@@ -32,9 +32,38 @@ def _records_for(
 
     filters = Filters.make(relations=relations or None, language=language, ranks=ranks or None, limit=limit)
     for source in sources:
-        yield from open_source(source, filters)
+        yield from _loaded_something(source, open_source(source, filters), expect=limit != 0)
     if sparql:
         yield from sparql_records(sparql, filters, subjects=list(subjects or []))
+
+
+def _loaded_something(source: str | Path, records: Iterable[Record], *, expect: bool) -> Iterator[Record]:
+    """Pass a file's records on; fail (after them) when the file gave nothing to write.
+
+    A file whose every block was malformed — or that holds no Wikidata entity at all — must not
+    end in a quiet exit 0 that looks like success; skips alone (e.g. only lexemes) are fine.
+    """
+    from kgprobe.loaders.validate import SKIP_REJECTED_ENTITY
+
+    data = errors = skips = 0
+    first: ErrorRecord | None = None
+    for rec in records:
+        if isinstance(rec, ErrorRecord):
+            errors += 1
+            first = first or rec
+        elif isinstance(rec, SkipRecord):
+            skips += rec.reason != SKIP_REJECTED_ENTITY
+        else:
+            data += 1
+        yield rec
+    if data or skips or not expect:
+        return
+    if first is not None:
+        raise InputError(
+            f"{source}: nothing was loaded — all {errors} records malformed, first at "
+            f"{first.location}: {first.message}"
+        )
+    raise InputError(f"{source}: nothing was loaded — no Wikidata entity in the file")
 
 
 def ingest_sources(
@@ -54,6 +83,7 @@ def ingest_sources(
     """Load files and/or a SPARQL endpoint into the graph, with a progress display."""
     from kgprobe.loaders import detect_format
 
+    check_ingest_options(batch_size, max_errors)
     if not sources and not sparql:
         raise InputError("nothing to ingest: give files or --sparql URL")
     for source in sources:  # fail on a bad file before touching the graph

@@ -190,8 +190,8 @@ def ingest(
     language: str = typer.Option("en", help="Language of labels, aliases and descriptions."),
     rank: list[str] = typer.Option(None, "--rank", help="Ranks to keep (default: preferred, normal)."),
     limit: int | None = typer.Option(None, help="Stop after this many entities per source."),
-    batch_size: int = typer.Option(5000, help="Records per transaction."),
-    max_errors: int = typer.Option(100, help="Malformed records tolerated before stopping."),
+    batch_size: int = typer.Option(5000, help="Records per transaction (at least 1)."),
+    max_errors: int = typer.Option(100, help="Malformed or refused records tolerated before stopping (0 = none)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Load Wikidata facts into the graph (idempotent: re-running creates no duplicates)."""

@@ -10,8 +10,10 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-QID_RE = re.compile(r"^Q[1-9][0-9]*$")
-PID_RE = re.compile(r"^P[1-9][0-9]*$")
+#: Item and property ids: upper case, no leading zero, at most 18 digits (the number fits a
+#: 64-bit integer, and an id stays far below any index key limit of the graph server).
+QID_RE = re.compile(r"^Q[1-9][0-9]{0,17}$")
+PID_RE = re.compile(r"^P[1-9][0-9]{0,17}$")
 
 #: Relations that become type edges instead of FACT edges.
 INSTANCE_OF = "P31"
@@ -103,6 +105,8 @@ class EntityRecord:
     #: extra scalar properties stored on the node (e.g. ``popularity``); keys must be
     #: identifiers ([a-z_][a-z0-9_]*), values str/int/float/bool.
     extra: dict[str, str | int | float | bool] = field(default_factory=dict)
+    #: where the record was read (``file:line``); reported with errors, never compared
+    location: str = field(default="", compare=False, repr=False)
 
 
 @dataclass
@@ -113,6 +117,7 @@ class RelationRecord:
     label: str | None = None
     description: str | None = None
     aliases: list[str] = field(default_factory=list)
+    location: str = field(default="", compare=False, repr=False)
 
 
 @dataclass
@@ -134,6 +139,7 @@ class FactRecord:
     #: other qualifiers: PID -> list of values rendered as strings (QIDs for items).
     qualifiers: dict[str, list[str]] = field(default_factory=dict)
     source: str = ""
+    location: str = field(default="", compare=False, repr=False)
 
     @property
     def key(self) -> str:
@@ -203,6 +209,7 @@ class RedirectRecord:
 
     source: str
     target: str
+    location: str = field(default="", compare=False, repr=False)
 
 
 @dataclass
@@ -226,8 +233,13 @@ Record = EntityRecord | RelationRecord | FactRecord | RedirectRecord | SkipRecor
 
 
 def normalize_statement_id(raw: str) -> str:
-    """``Q42$8e3…`` / ``q42-8E3…`` / RDF ``wds:Q42-8e3…`` → ``Q42$8E3…``."""
-    s = raw.rsplit("/", 1)[-1]
+    """``Q42$8e3…`` / ``q42-8E3…`` / RDF ``wds:Q42-8e3…`` → ``Q42$8E3…``.
+
+    Only a full IRI is cut at its last ``/``: a plain id keeps every character, so that two ids
+    that differ only after a ``/`` (``Q1$a/`` and ``Q1$b/``) cannot collapse into one key; the
+    loaders' validation then rejects such ids (``kgprobe.loaders.validate``).
+    """
+    s = raw.rsplit("/", 1)[-1] if "://" in raw else raw
     if "$" in s:
         head, tail = s.split("$", 1)
     else:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from kgprobe.errors import InputError
-from kgprobe.graph.ingest import Ingestor, ingest
+from kgprobe.graph.ingest import MERGE_REDIRECTS, Ingestor, ingest, write_retrying
 from kgprobe.graph.stats import graph_stats
 from kgprobe.records import (
     EntityRecord,
@@ -112,14 +112,37 @@ def test_error_budget_stops_with_location_and_keeps_good_batches(graph: Any) -> 
 
 def test_failed_batch_leaves_nothing_half_written(graph: Any) -> None:
     ingestor = Ingestor(graph, batch_size=1000)
-    for rec in synthetic_records(3):
-        ingestor.add(rec)
+    stmts, *_ = ingestor._statements(synthetic_records(3))
     # A property value the driver cannot send makes the last statement of the batch fail:
     # the entities and facts MERGEd earlier in the same transaction must roll back with it.
-    ingestor._redirects.append({"source": "Q1", "target": object()})  # type: ignore[dict-item]
-    with pytest.raises(Exception):  # noqa: B017 - the driver's own type error
-        ingestor.flush()
+    stmts.append((MERGE_REDIRECTS, {"rows": [{"source": "Q1", "target": object()}]}))
+    with pytest.raises(Exception):  # noqa: B017 - the driver's own error, wrapped
+        write_retrying(graph, stmts)
     assert counts(graph) == {"entities": 0, "relations": 0, "facts": 0, "temporal_facts": 0, "instance_of": 0}
+
+
+def test_refused_record_is_found_reported_and_the_rest_written(graph: Any) -> None:
+    """The server refuses one record of a batch (a label above its index key limit, ~256 KB on
+    ArcadeDB): the batch is split until that record is alone, it becomes one error with its
+    location, and every other record is written (issue 10, item 7)."""
+    records: list[Any] = synthetic_records(40)
+    people = [r for r in records if isinstance(r, EntityRecord)]
+    huge = people[25]
+    huge.label = "x" * 400_000
+    huge.location = "dump.json:7002"
+    summary = ingest(graph, records, batch_size=5000, error_budget=10)
+    assert summary.error_count == 1
+    err = summary.errors[0]
+    assert err.location == "dump.json:7002" and huge.qid in err.message and "refused" in err.message
+    # expected by hand: 40 people + 17 stub employers + Q5 are nodes; the refused person's facts
+    # still create it as a stub (its subject), so it exists, unlabelled
+    c = counts(graph)
+    assert c["facts"] == 120 and c["relations"] == 2 and c["instance_of"] == 39
+    assert summary.entities == 39 and summary.facts == 120
+    labelled = graph.read("MATCH (e:Entity) WHERE e.label IS NOT NULL RETURN count(e) AS n")[0]["n"]
+    assert labelled == 39
+    with pytest.raises(InputError, match=r"error budget 0.*dump\.json:7002"):
+        ingest(graph, records, error_budget=0)
 
 
 def test_redirects_are_resolved(graph: Any) -> None:

@@ -325,3 +325,47 @@ def test_turtle_memory_is_bounded_by_a_chunk_not_the_file(
         tracemalloc.stop()
         assert count == n
     assert peaks[1] < 1.5 * peaks[0] + 256 * 1024, peaks
+
+
+@pytest.mark.parametrize(
+    ("files", "namespaces"),
+    [
+        ([WD / "wdqs-rdf" / "Q42.ttl"], None),
+        ([Q42_FULL_NT], None),
+        ([Q42_TRUTHY_NT], None),
+        ([SMALL_DUMP], None),
+        ([WD / "wdqs-rdf" / "Q24628793.ttl"], None),
+        ([WB / "Q4_statements.nt", WB / "Q4_values.nt"], ACME),
+        ([WB / "Q6_statements.nt", WB / "Q6_qualifiers.nt"], ACME),
+        ([WB / "Q8_baddates.nt"], ACME),
+    ],
+    ids=lambda v: "+".join(p.name for p in v) if isinstance(v, list) else "",
+)
+def test_oxigraph_and_rdflib_parsers_give_the_same_records(
+    tmp_path: Path, files: list[Path], namespaces: Namespaces | None
+) -> None:
+    """Issue 12 item 7: pyoxigraph replaced rdflib as the parser; rdflib, the former parser,
+    is the reference — every record and every unfiltered statement (any value type, with its
+    time value and precision), including Wikibase's own conformance fixtures."""
+    path = tmp_path / ("in" + files[0].suffix)
+    path.write_text("".join(f.read_text() for f in files))
+    new = list(load_rdf(path, namespaces=namespaces, parser="oxigraph"))
+    old = list(load_rdf(path, namespaces=namespaces, parser="rdflib"))
+    assert new == old and len(new) > 0
+    assert [fact_key(f) for f in facts(new)] == [fact_key(f) for f in facts(old)]
+    new_ents = list(rdf_entities(path, namespaces=namespaces, parser="oxigraph"))
+    old_ents = list(rdf_entities(path, namespaces=namespaces, parser="rdflib"))
+    assert new_ents == old_ents
+    assert sum(len(e.statements) + len(e.truthy) for e in new_ents if isinstance(e, EntityData)) > 0
+
+
+@pytest.mark.parametrize("parser", ["oxigraph", "rdflib"])
+def test_a_bad_turtle_block_is_reported_by_either_parser(tmp_path: Path, parser: str) -> None:
+    text = SMALL_DUMP.read_text()
+    broken = text.replace("wd:Q6825 owl:sameAs wd:Q26709563 .", 'wd:Q6825 owl:sameAs "unterminated .')
+    bad = tmp_path / "bad.ttl"
+    bad.write_text(broken)
+    line = broken.splitlines().index('wd:Q6825 owl:sameAs "unterminated .') + 1
+    recs = list(load_rdf(bad, parser=parser))
+    assert [r.location for r in recs if isinstance(r, ErrorRecord)] == [f"{bad}:{line}"]
+    assert [e.qid for e in entities(recs)] == ["Q54872", "Q31"]

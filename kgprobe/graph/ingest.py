@@ -4,20 +4,28 @@ Every write is a MERGE keyed by QID, PID or statement key, so re-running an inge
 one that was killed) creates no duplicate node or edge. Nodes go in their own statements before
 the edges that use them (DESIGN.md §2: ``UNWIND … MERGE … MERGE … ON CREATE SET`` is unreliable
 on ArcadeDB), but inside the same transaction, so a failed batch leaves nothing behind.
+
+A batch refused for a transient reason (a concurrent writer) runs again; one refused for a
+record's sake is split until that record is alone, which becomes an error record — the rest is
+written (docs/loaders.md#guarantees).
 """
 
 from __future__ import annotations
 
 import json
 import queue
+import random
 import re
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgprobe.errors import InputError
+from neo4j.exceptions import ConstraintError, DriverError, Neo4jError, TransientError
+
+from kgprobe.errors import ConfigError, GraphUnavailable, InputError
 from kgprobe.graph.client import Graph
 from kgprobe.records import (
     EntityRecord,
@@ -31,6 +39,7 @@ from kgprobe.records import (
 )
 
 _PROP_KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
+_RESERVED = frozenset({"qid", "label", "aliases", "description"})
 
 MERGE_RELATIONS = """
 UNWIND $rows AS row
@@ -170,8 +179,73 @@ def fact_properties(fact: FactRecord) -> dict[str, Any]:
     return props
 
 
+#: skip reason for a statement met twice in one batch with identical content
+SKIP_DUPLICATE = "duplicate-statement"
+#: how often a batch is tried again after a transient refusal (a concurrent writer), and the
+#: first and the longest wait between tries (doubling, with jitter)
+RETRIES = 6
+RETRY_FIRST_S = 0.05
+RETRY_MAX_S = 1.0
+
+
+class _Rejected(Exception):
+    """The server refused a batch for a reason that is not the connection (nor transient)."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = getattr(exc, "message", None) or str(exc) or exc.__class__.__name__
+    line = " ".join(str(text).split())
+    return line if len(line) <= 300 else line[:300] + "…"
+
+
+def _transient(exc: BaseException) -> bool:
+    """A refusal that retrying can cure: ArcadeDB raises a duplicate-key ConstraintError where
+    two writers MERGE the same new node at once (Neo4j would lock), or a concurrent-modification
+    error; MERGE is idempotent, so the whole batch can simply run again."""
+    if isinstance(exc, (TransientError, ConstraintError)):
+        return True
+    text = str(exc)
+    return "oncurrent" in text or "Duplicated key" in text
+
+
+def write_retrying(graph: Graph, statements: list[tuple[str, dict[str, Any]]]) -> None:
+    """``graph.write_many`` with bounded retries on transient refusals; `_Rejected` otherwise.
+
+    A lost server (`GraphUnavailable`) is raised as it is: no retry can cure that here.
+    """
+    for attempt in range(RETRIES + 1):
+        try:
+            graph.write_many(statements)
+            return
+        except GraphUnavailable:
+            raise
+        except (Neo4jError, DriverError, OverflowError, TypeError, ValueError) as exc:
+            if attempt < RETRIES and _transient(exc):
+                wait = min(RETRY_MAX_S, RETRY_FIRST_S * 2**attempt)
+                time.sleep(wait * (0.5 + random.random()))  # noqa: S311 - jitter, not data
+                continue
+            raise _Rejected(_first_line(exc)) from exc
+
+
+def _describe(record: Record) -> str:
+    if isinstance(record, FactRecord):
+        return f"statement {record.key}"
+    if isinstance(record, EntityRecord):
+        return f"entity {record.qid}"
+    if isinstance(record, RelationRecord):
+        return f"property {record.pid}"
+    if isinstance(record, RedirectRecord):
+        return f"redirect {record.source} → {record.target}"
+    return type(record).__name__
+
+
 class Ingestor:
-    """Buffers records and writes them in batches; call `finish()` at the end."""
+    """Buffers records and writes them in batches; call `finish()` at the end.
+
+    A batch the server refuses is split in halves until the refused record is alone: that one
+    becomes an error (with its ``file:line``, counted against the budget) and the rest is
+    written, so one bad record costs one record.
+    """
 
     ERRORS_KEPT = 20
     #: QIDs known to have a node, remembered (most recent first out) to skip re-MERGEing stub
@@ -186,15 +260,16 @@ class Ingestor:
         error_budget: int = 100,
         on_flush: Callable[[IngestSummary], None] | None = None,
     ) -> None:
-        if batch_size < 1:
-            raise ValueError("batch_size must be positive")
+        check_ingest_options(batch_size, error_budget)
         self.graph = graph
         self.batch_size = batch_size
         self.error_budget = error_budget
         self.on_flush = on_flush
         self.summary = IngestSummary()
+        self.stopped = False
         self._known: OrderedDict[str, None] = OrderedDict()
-        self._reset()
+        self._batch: list[Record] = []
+        self._keys: dict[str, FactRecord] = {}
 
     def _remember(self, qids: Iterable[str]) -> None:
         known = self._known
@@ -204,125 +279,192 @@ class Ingestor:
         while len(known) > self.KNOWN_NODES:
             known.popitem(last=False)
 
-    def _reset(self) -> None:
-        self._relations: dict[str, dict[str, Any]] = {}
-        self._entities: dict[str, dict[str, Any]] = {}
-        self._stubs: set[str] = set()
-        self._instance_of: list[dict[str, str]] = []
-        self._subclass_of: list[dict[str, str]] = []
-        self._inferred: list[dict[str, str]] = []
-        self._facts: dict[str, dict[str, Any]] = {}
-        self._redirects: list[dict[str, str]] = []
-        self._pending = 0
-
     # --- intake ---------------------------------------------------------------------------
     def add(self, record: Record) -> None:
         s = self.summary
         s.records += 1
-        if isinstance(record, EntityRecord):
-            self._add_entity(record)
-        elif isinstance(record, FactRecord):
-            self._add_fact(record)
-        elif isinstance(record, RelationRecord):
-            props: dict[str, Any] = {
-                k: v for k, v in (("label", record.label), ("description", record.description)) if v
-            }
-            if record.aliases:
-                props["aliases"] = list(record.aliases)
-            self._relations.setdefault(record.pid, {}).update(props)
-            s.relations += 1
-        elif isinstance(record, RedirectRecord):
-            self._redirects.append({"source": record.source, "target": record.target})
-            s.redirects += 1
+        if isinstance(record, FactRecord):
+            key = record.key
+            earlier = self._keys.get(key)
+            if earlier is not None:
+                if earlier == record:  # the same statement twice (location is not compared)
+                    s.skipped[SKIP_DUPLICATE] += 1
+                else:
+                    at = f" at {earlier.location}" if earlier.location else ""
+                    self._error(
+                        ErrorRecord(
+                            location=record.location or key,
+                            message=f"statement key {key} is already used by a different statement{at}",
+                        )
+                    )
+                return
+            self._keys[key] = record
+        elif isinstance(record, EntityRecord):
+            bad = [k for k in record.extra if not _PROP_KEY.match(k) or k in _RESERVED]
+            if bad:
+                self._error(
+                    ErrorRecord(
+                        location=record.location or record.qid,
+                        message=f"entity {record.qid}: invalid property name {bad[0]!r}",
+                    )
+                )
+                return
+        elif isinstance(record, (RelationRecord, RedirectRecord)):
+            pass
         elif isinstance(record, SkipRecord):
             s.skipped[record.reason] += record.count
             return
         elif isinstance(record, ErrorRecord):
-            s.error_count += 1
-            if len(s.errors) < self.ERRORS_KEPT:
-                s.errors.append(record)
-            if s.error_count > self.error_budget:
-                self.flush()
-                first = s.errors[0]
-                raise InputError(
-                    f"stopped after {s.error_count} malformed records (error budget {self.error_budget}); "
-                    f"first at {first.location}: {first.message}. Everything before was written; "
-                    "fix the input or raise --max-errors and run again"
-                )
+            self._error(record)
             return
         else:  # pragma: no cover - a loader bug
             raise TypeError(f"not a record: {record!r}")
-        self._pending += 1
-        if self._pending >= self.batch_size:
+        self._batch.append(record)
+        if len(self._batch) >= self.batch_size:
             self.flush()
 
-    def _add_entity(self, rec: EntityRecord) -> None:
-        props: dict[str, Any] = {}
-        if rec.label:
-            props["label"] = rec.label
-        if rec.aliases:
-            props["aliases"] = list(dict.fromkeys(rec.aliases))
-        if rec.description:
-            props["description"] = rec.description
-        for key, value in rec.extra.items():
-            if not _PROP_KEY.match(key) or key in ("qid", "label", "aliases", "description"):
-                raise InputError(f"entity {rec.qid}: invalid extra property name {key!r}")
-            props[key] = value
-        self._entities.setdefault(rec.qid, {}).update(props)
-        for t in rec.types:
-            self._stubs.add(t)
-            self._instance_of.append({"s": rec.qid, "o": t})
-        for t, basis in rec.inferred_types:
-            self._stubs.add(t)
-            self._inferred.append({"s": rec.qid, "o": t, "basis": basis})
-        for t in rec.superclasses:
-            self._stubs.add(t)
-            self._subclass_of.append({"s": rec.qid, "o": t})
-        self.summary.entities += 1
-        self.summary.type_edges += len(rec.types) + len(rec.superclasses) + len(rec.inferred_types)
-
-    def _add_fact(self, fact: FactRecord) -> None:
-        self._stubs.update((fact.subject, fact.object))
-        self._relations.setdefault(fact.pid, {})
-        self._facts[fact.key] = {"s": fact.subject, "o": fact.object, "key": fact.key, "props": fact_properties(fact)}
+    def _error(self, record: ErrorRecord) -> None:
         s = self.summary
-        s.facts += 1
-        s.qualifiers += sum(len(v) for v in fact.qualifiers.values()) + sum(
-            t is not None for t in (fact.start, fact.end, fact.point_in_time)
-        )
-        s.temporal_facts += fact.is_temporal
+        s.error_count += 1
+        if len(s.errors) < self.ERRORS_KEPT:
+            s.errors.append(record)
+        if s.error_count > self.error_budget and not self.stopped:
+            self.flush()
+
+    def _check_budget(self) -> None:
+        s = self.summary
+        if s.error_count > self.error_budget:
+            self.stopped = True
+            first = s.errors[0]
+            raise InputError(
+                f"stopped after {s.error_count} malformed records (error budget {self.error_budget}); "
+                f"first at {first.location}: {first.message}. Everything before was written; "
+                "fix the input or raise --max-errors and run again"
+            )
 
     # --- output ---------------------------------------------------------------------------
-    def flush(self) -> None:
-        """Write everything buffered in ONE transaction."""
+    def _statements(
+        self, batch: list[Record]
+    ) -> tuple[list[tuple[str, dict[str, Any]]], list[str], list[str], Counter[str]]:
+        """The batch as Cypher statements, the node QIDs it writes, and what it counts."""
+        relations: dict[str, dict[str, Any]] = {}
+        entities: dict[str, dict[str, Any]] = {}
+        stubs: set[str] = set()
+        instance_of: list[dict[str, str]] = []
+        subclass_of: list[dict[str, str]] = []
+        inferred: list[dict[str, str]] = []
+        facts: list[dict[str, Any]] = []
+        redirects: list[dict[str, str]] = []
+        n: Counter[str] = Counter()
+        for rec in batch:
+            if isinstance(rec, FactRecord):
+                stubs.add(rec.subject)
+                stubs.add(rec.object)
+                relations.setdefault(rec.pid, {})
+                facts.append({"s": rec.subject, "o": rec.object, "key": rec.key, "props": fact_properties(rec)})
+                n["facts"] += 1
+                n["qualifiers"] += sum(len(v) for v in rec.qualifiers.values()) + sum(
+                    t is not None for t in (rec.start, rec.end, rec.point_in_time)
+                )
+                n["temporal_facts"] += rec.is_temporal
+            elif isinstance(rec, EntityRecord):
+                props: dict[str, Any] = {}
+                if rec.label:
+                    props["label"] = rec.label
+                if rec.aliases:
+                    props["aliases"] = list(dict.fromkeys(rec.aliases))
+                if rec.description:
+                    props["description"] = rec.description
+                props.update(rec.extra)
+                entities.setdefault(rec.qid, {}).update(props)
+                for t in rec.types:
+                    stubs.add(t)
+                    instance_of.append({"s": rec.qid, "o": t})
+                for t, basis in rec.inferred_types:
+                    stubs.add(t)
+                    inferred.append({"s": rec.qid, "o": t, "basis": basis})
+                for t in rec.superclasses:
+                    stubs.add(t)
+                    subclass_of.append({"s": rec.qid, "o": t})
+                n["entities"] += 1
+                n["type_edges"] += len(rec.types) + len(rec.superclasses) + len(rec.inferred_types)
+            elif isinstance(rec, RelationRecord):
+                rprops: dict[str, Any] = {
+                    k: v for k, v in (("label", rec.label), ("description", rec.description)) if v
+                }
+                if rec.aliases:
+                    rprops["aliases"] = list(rec.aliases)
+                relations.setdefault(rec.pid, {}).update(rprops)
+                n["relations"] += 1
+            elif isinstance(rec, RedirectRecord):
+                redirects.append({"source": rec.source, "target": rec.target})
+                n["redirects"] += 1
         stmts: list[tuple[str, dict[str, Any]]] = []
-        if self._relations:
-            rel_rows = [{"pid": p, "props": props} for p, props in self._relations.items()]
+        if relations:
+            rel_rows = [{"pid": p, "props": props} for p, props in relations.items()]
             stmts.append((MERGE_RELATIONS, {"rows": rel_rows}))
-        if self._entities:
-            ent_rows = [{"qid": q, "props": props} for q, props in self._entities.items()]
+        if entities:
+            ent_rows = [{"qid": q, "props": props} for q, props in entities.items()]
             stmts.append((MERGE_ENTITIES, {"rows": ent_rows}))
-        stubs = sorted(q for q in self._stubs - self._entities.keys() if q not in self._known)
-        if stubs:
-            stmts.append((MERGE_STUBS, {"rows": stubs}))
+        known = self._known
+        stub_list = sorted(q for q in stubs - entities.keys() if q not in known)
+        if stub_list:
+            stmts.append((MERGE_STUBS, {"rows": stub_list}))
         edge_batches: tuple[tuple[str, list[Any]], ...] = (
-            (MERGE_INSTANCE_OF, self._instance_of),
-            (MERGE_SUBCLASS_OF, self._subclass_of),
-            (MERGE_INFERRED_TYPE, self._inferred),
-            (MERGE_FACTS, list(self._facts.values())),
-            (MERGE_REDIRECTS, self._redirects),
+            (MERGE_INSTANCE_OF, instance_of),
+            (MERGE_SUBCLASS_OF, subclass_of),
+            (MERGE_INFERRED_TYPE, inferred),
+            (MERGE_FACTS, facts),
+            (MERGE_REDIRECTS, redirects),
         )
         for cypher, rows in edge_batches:
             if rows:
                 stmts.append((cypher, {"rows": rows}))
-        if stmts:
-            self.graph.write_many(stmts)
-            # only after the transaction committed: a failed batch leaves no node behind
-            self._remember(self._entities)
-            self._remember(stubs)
-        self._reset()
+        return stmts, list(entities), stub_list, n
+
+    def _write(self, batch: list[Record]) -> None:
+        """Write ``batch`` in one transaction; on refusal, bisect to the refused record(s)."""
+        stmts, nodes, stubs, counts = self._statements(batch)
+        if not stmts:
+            return
+        try:
+            write_retrying(self.graph, stmts)
+        except _Rejected as exc:
+            if len(batch) == 1:
+                rec = batch[0]
+                self.summary.error_count += 1
+                if len(self.summary.errors) < self.ERRORS_KEPT:
+                    self.summary.errors.append(
+                        ErrorRecord(
+                            location=getattr(rec, "location", "") or _describe(rec),
+                            message=f"{_describe(rec)}: refused by the graph server ({exc})",
+                        )
+                    )
+                return
+            mid = len(batch) // 2
+            self._write(batch[:mid])
+            self._write(batch[mid:])
+            return
+        # only after the transaction committed: a failed batch leaves no node behind
+        self._remember(nodes)
+        self._remember(stubs)
+        s = self.summary
+        s.entities += counts["entities"]
+        s.relations += counts["relations"]
+        s.facts += counts["facts"]
+        s.qualifiers += counts["qualifiers"]
+        s.temporal_facts += counts["temporal_facts"]
+        s.type_edges += counts["type_edges"]
+        s.redirects += counts["redirects"]
+
+    def flush(self) -> None:
+        """Write everything buffered (one transaction, unless the server refuses a record)."""
+        batch, self._batch, self._keys = self._batch, [], {}
+        if batch:
+            self._write(batch)
         if self.on_flush:
             self.on_flush(self.summary)
+        self._check_budget()
 
     def finish(self) -> IngestSummary:
         self.flush()
@@ -330,14 +472,26 @@ class Ingestor:
         return self.summary
 
 
+def check_ingest_options(batch_size: int, error_budget: int) -> None:
+    """One clear line for impossible options (before any graph is touched)."""
+    if batch_size < 1:
+        raise ConfigError(f"--batch-size must be at least 1, got {batch_size}")
+    if error_budget < 0:
+        raise ConfigError(f"--max-errors must be 0 or more, got {error_budget}")
+
+
 def resolve_redirects(graph: Graph) -> int:
     """Merge every redirected entity that has a node into its target; returns how many."""
     rows = graph.read(_PENDING_REDIRECTS)
     rows = [r for r in rows if r["source"] != r["target"]]
     if rows:
-        graph.write_many(
-            [(q, {"rows": rows}) for q in (_MOVE_OUT_FACTS, _MOVE_IN_FACTS, _MOVE_TYPE_EDGES, _DELETE_REDIRECTED)]
-        )
+        try:
+            write_retrying(
+                graph,
+                [(q, {"rows": rows}) for q in (_MOVE_OUT_FACTS, _MOVE_IN_FACTS, _MOVE_TYPE_EDGES, _DELETE_REDIRECTED)],
+            )
+        except _Rejected as exc:
+            raise InputError(f"resolving {len(rows)} redirects failed: {exc}") from exc.__cause__
     return len(rows)
 
 
@@ -355,8 +509,8 @@ def prefetch(records: Iterable[Record], chunk: int = 1000, depth: int = 16) -> I
     stop = threading.Event()
 
     def reader() -> None:
+        buf: list[Record] = []
         try:
-            buf: list[Record] = []
             for rec in records:
                 buf.append(rec)
                 if len(buf) >= chunk:
@@ -368,6 +522,8 @@ def prefetch(records: Iterable[Record], chunk: int = 1000, depth: int = 16) -> I
                 q.put(buf)
             q.put(_DONE)
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, re-raised there
+            if buf:
+                q.put(buf)  # the records read before the failure come first, never dropped
             q.put(exc)
 
     thread = threading.Thread(target=reader, name="kgprobe-reader", daemon=True)
@@ -399,6 +555,13 @@ def ingest(
 ) -> IngestSummary:
     """Write all ``records``; raises `InputError` once the error budget is exceeded."""
     ingestor = Ingestor(graph, batch_size=batch_size, error_budget=error_budget, on_flush=on_flush)
-    for record in prefetch(records):
-        ingestor.add(record)
+    try:
+        for record in prefetch(records):
+            ingestor.add(record)
+    except InputError:
+        if not ingestor.stopped:
+            # the source failed mid-stream (e.g. a truncated .gz): what was read is written,
+            # then the failure is reported — never a buffered batch silently dropped
+            ingestor.flush()
+        raise
     return ingestor.finish()

@@ -10,6 +10,7 @@ them, so ``import kgprobe.loaders`` stays cheap.
 from __future__ import annotations
 
 import re
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ def _sniff(path: Path) -> str | None:
     try:
         with open_text(path) as fh:
             head = fh.read(65536)
-    except (UnicodeDecodeError, EOFError, OSError) as exc:
+    except (UnicodeDecodeError, EOFError, OSError, zlib.error) as exc:
         raise InputError(
             f"{path}: unsupported file, not readable text ({exc}); expected {SUPPORTED}"
         ) from exc

@@ -89,7 +89,9 @@ def _temporal(values: list[Value]) -> tuple[TimeValue | None, list[Value]]:
     return timed[0][0], [v for _, v in timed[1:]] + [v for v in values if v.time is None]
 
 
-def statement_fact(subject: str, st: Statement, skips: SkipCounter, source: str) -> FactRecord:
+def statement_fact(
+    subject: str, st: Statement, skips: SkipCounter, source: str, location: str = ""
+) -> FactRecord:
     source = st.source or source
     by_pid: dict[str, list[Value]] = {}
     for qpid, qv in st.qualifiers:
@@ -119,6 +121,7 @@ def statement_fact(subject: str, st: Statement, skips: SkipCounter, source: str)
         point_in_time=chosen.get(POINT_IN_TIME),
         qualifiers=dict(sorted(qualifiers.items())),
         source=source,
+        location=location,
     )
 
 
@@ -129,7 +132,11 @@ def entity_records(
     skips = SkipCounter()
     if ent.kind == "property":
         yield RelationRecord(
-            pid=ent.id, label=ent.label, description=ent.description, aliases=list(ent.aliases)
+            pid=ent.id,
+            label=ent.label,
+            description=ent.description,
+            aliases=list(ent.aliases),
+            location=location,
         )
         n = len(ent.statements) + len(ent.truthy)
         if n:
@@ -156,7 +163,7 @@ def entity_records(
         elif st.pid == SUBCLASS_OF:
             supers.append(st.value.text)
         else:
-            facts.append(statement_fact(ent.id, st, skips, source))
+            facts.append(statement_fact(ent.id, st, skips, source, location))
     for pid, val in ent.truthy:
         if pid in full_pids:
             # the same statement is present in full form (ranks, qualifiers, id): keep that one
@@ -173,7 +180,9 @@ def entity_records(
         elif pid == SUBCLASS_OF:
             supers.append(val.text)
         else:
-            facts.append(FactRecord(subject=ent.id, pid=pid, object=val.text, source=source))
+            facts.append(
+                FactRecord(subject=ent.id, pid=pid, object=val.text, source=source, location=location)
+            )
     yield EntityRecord(
         qid=ent.id,
         label=ent.label,
@@ -181,6 +190,7 @@ def entity_records(
         description=ent.description,
         types=list(dict.fromkeys(types)),
         superclasses=list(dict.fromkeys(supers)),
+        location=location,
     )
     yield from facts
     yield from skips.flush(location)

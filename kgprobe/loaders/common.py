@@ -8,7 +8,6 @@ statement id whatever the source.
 from __future__ import annotations
 
 import bz2
-import gzip
 import io
 import re
 import zlib
@@ -16,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from kgprobe.errors import InputError
 from kgprobe.records import (
@@ -131,9 +130,62 @@ def skip_entity(kind: str) -> str:
 
 # --------------------------------------------------------------------------- input files
 
+class _Decompressed(io.RawIOBase):
+    """A gzip/bzip2 file as a raw stream that hands out every byte it could decompress.
+
+    ``gzip.GzipFile`` raises on a truncated file inside the read that would have returned the
+    last decompressed bytes, so the records in them were lost without a word; here the data
+    comes first and ``EOFError`` only on the read after it (multi-member files are read whole).
+    """
+
+    _CHUNK = 1 << 16
+
+    def __init__(self, path: Path, new: Callable[[], Any]) -> None:
+        self._fh = open(path, "rb")  # noqa: SIM115 - closed in close()
+        self._new = new
+        self._dec = new()
+        self._buf = b""
+        self._pos = 0
+        self._started = False  # the current member received input
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while self._pos >= len(self._buf):
+            if self._dec.eof:
+                rest = self._dec.unused_data.lstrip(b"\0")  # zero padding after a member
+                if not rest:
+                    rest = self._fh.read(self._CHUNK).lstrip(b"\0")
+                    if not rest:
+                        return 0
+                self._dec = self._new()
+                self._feed(rest)
+                continue
+            data = self._fh.read(self._CHUNK)
+            if not data:
+                if self._started:
+                    raise EOFError("compressed file ended before the end-of-stream marker was reached")
+                return 0
+            self._feed(data)
+        n = min(len(b), len(self._buf) - self._pos)
+        memoryview(b)[:n] = memoryview(self._buf)[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def _feed(self, data: bytes) -> None:
+        self._started = True
+        self._buf = self._dec.decompress(data)
+        self._pos = 0
+
+    def close(self) -> None:
+        self._fh.close()
+        super().close()
+
+
 _COMPRESSED: dict[str, Callable[[Path], BinaryIO]] = {
-    ".gz": lambda p: gzip.GzipFile(p, "rb"),  # type: ignore[arg-type,return-value,dict-item]  # noqa: SIM115
-    ".bz2": lambda p: bz2.BZ2File(p, "rb"),  # type: ignore[return-value,dict-item]  # noqa: SIM115
+    ".gz": lambda p: io.BufferedReader(_Decompressed(p, lambda: zlib.decompressobj(wbits=31)), 1 << 16),  # type: ignore[dict-item]
+    ".bz2": lambda p: io.BufferedReader(_Decompressed(p, bz2.BZ2Decompressor), 1 << 16),  # type: ignore[dict-item]
 }
 
 
@@ -166,15 +218,29 @@ def open_text(path: str | Path) -> IO[str]:
 
 
 def guarded(path: Path, records: Iterator[Record]) -> Iterator[Record]:
-    """Turn read failures mid-stream (truncated download, bad bytes) into one InputError line."""
+    """Turn read failures mid-stream (truncated download, bad bytes) into one InputError line
+    that says how far the file was read; every record before that point was handed on."""
+    n = 0
+    last = ""
     try:
-        yield from records
+        for rec in records:
+            n += 1
+            last = getattr(rec, "location", "") or last
+            yield rec
     except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+        raise InputError(f"{path}: not UTF-8 text ({exc.reason}){_read_up_to(n, last)}") from exc
     except (EOFError, zlib.error) as exc:
-        raise InputError(f"{path}: truncated or corrupt compressed file ({exc})") from exc
+        raise InputError(
+            f"{path}: truncated or corrupt compressed file ({exc}){_read_up_to(n, last)}"
+        ) from exc
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc})") from exc
+        raise InputError(f"{path}: cannot read ({exc}){_read_up_to(n, last)}") from exc
+
+
+def _read_up_to(n: int, last: str) -> str:
+    if not n:
+        return "; nothing could be read"
+    return f"; read {n:,} records up to {last or 'the start'}, none after it"
 
 
 # --------------------------------------------------------------------------- time values

@@ -37,6 +37,7 @@ from kgprobe.loaders.rdf import (
     _lexical_literals,
     term_value,
 )
+from kgprobe.loaders.validate import validated
 from kgprobe.records import (
     INSTANCE_OF,
     SUBCLASS_OF,
@@ -308,6 +309,20 @@ def load_sparql(
     """Stream records for items of an endpoint: ``subjects`` if given, else every item with a
     statement of ``filters.relations`` (every item with statements when relations is None).
     """
+    return validated(
+        _load_sparql(endpoint, filters, subjects, page_size, batch_size, namespaces, source)
+    )
+
+
+def _load_sparql(
+    endpoint: str | SparqlClient,
+    filters: Filters | None,
+    subjects: Iterable[str] | None,
+    page_size: int,
+    batch_size: int,
+    namespaces: Namespaces | None,
+    source: str,
+) -> Iterator[Record]:
     f = filters or Filters()
     ns = namespaces or Namespaces()
     client = endpoint if isinstance(endpoint, SparqlClient) else SparqlClient(endpoint)
@@ -426,7 +441,9 @@ def _batch_records(
             owner.qualifiers.append((qpid, val))
     for qid in qids:
         if qid in redirects:
-            yield RedirectRecord(source=qid, target=redirects[qid])
+            yield RedirectRecord(
+                source=qid, target=redirects[qid], location=f"{client.endpoint}#{qid}"
+            )
             continue
         ent = ents[qid]
         if qid not in labels and qid not in descs and not ent.aliases and not ent.statements:

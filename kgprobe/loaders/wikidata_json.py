@@ -22,6 +22,7 @@ from kgprobe.loaders.common import (
     skip_entity,
     time_from_json,
 )
+from kgprobe.loaders.validate import validated
 from kgprobe.records import (
     EntityRecord,
     ErrorRecord,
@@ -94,7 +95,9 @@ def _aliases(terms: Any, language: str) -> list[str]:
 
 def entity_from_json(obj: dict[str, Any], language: str = "en") -> EntityData:
     """Parse one entity object (any flavour) into the format-neutral :class:`EntityData`."""
-    eid = str(obj["id"])
+    raw_id = obj["id"]
+    # a non-text id (null, 42) keeps its JSON spelling, so that validation names it exactly
+    eid = raw_id if isinstance(raw_id, str) else json.dumps(raw_id)
     kind = str(obj.get("type", "item"))
     ent = EntityData(
         id=eid,
@@ -168,6 +171,12 @@ def _with_kgprobe_fields(rec: EntityRecord, obj: dict[str, Any]) -> EntityRecord
 # --------------------------------------------------------------------------- files
 
 
+def _brief(exc: BaseException) -> str:
+    """``KeyError('id')`` style, cut to 300 characters (a value in a message can be huge)."""
+    text = repr(exc)
+    return text if len(text) <= 300 else text[:300] + "…"
+
+
 def _entity_stream(
     entities: Iterator[tuple[str, Any]], filters: Filters, source: str
 ) -> Iterator[Record]:
@@ -184,8 +193,8 @@ def _entity_stream(
             continue
         try:
             recs = list(records_from_entity(obj, filters, location, source))
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            yield ErrorRecord(location=location, message=f"malformed entity: {exc!r}")
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            yield ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")
             continue
         if any(isinstance(r, EntityRecord) for r in recs):
             items += 1
@@ -208,6 +217,8 @@ def _dump_lines(path: Path, fh: Any, first_lineno: int) -> Iterator[tuple[str, A
                 loc,
                 ErrorRecord(location=loc, message=f"invalid JSON: {exc.msg} at column {exc.colno}"),
             )
+        except RecursionError:
+            yield loc, ErrorRecord(location=loc, message="invalid JSON: nested too deeply")
 
 
 def _document_entities(path: Path, doc: Any) -> Iterator[tuple[str, Any]]:
@@ -224,10 +235,12 @@ def _document_entities(path: Path, doc: Any) -> Iterator[tuple[str, Any]]:
                 if isinstance(redirect, dict) and "from" in redirect and "to" in redirect:
                     yield (
                         loc,
-                        RedirectRecord(source=str(redirect["from"]), target=str(redirect["to"])),
+                        RedirectRecord(
+                            source=str(redirect["from"]), target=str(redirect["to"]), location=loc
+                        ),
                     )
                 elif target and key != target and is_qid(key) and is_qid(str(target)):
-                    yield loc, RedirectRecord(source=key, target=str(target))
+                    yield loc, RedirectRecord(source=key, target=str(target), location=loc)
             yield loc, obj
         return
     if isinstance(doc, dict) and "id" in doc:
@@ -249,7 +262,7 @@ def load_json(
     object (JSON lines), or anything else (one document, parsed whole). A truncated or corrupt
     file ends the stream with an InputError naming the file.
     """
-    return guarded(Path(path), _load_json(Path(path), filters or Filters(), source))
+    return validated(guarded(Path(path), _load_json(Path(path), filters or Filters(), source)))
 
 
 def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
@@ -269,7 +282,7 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
         if head.startswith("{"):
             try:
                 obj = json.loads(head.rstrip(","))
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 obj = None
             if isinstance(obj, dict) and "id" in obj and "type" in obj and "entities" not in obj:
                 # JSON lines: one entity per line, no enclosing brackets
@@ -283,6 +296,8 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
             doc = json.loads(first + fh.read())
         except json.JSONDecodeError as exc:
             raise InputError(f"{p}:{exc.lineno + lineno - 1}: not valid JSON ({exc.msg})") from exc
+        except RecursionError as exc:
+            raise InputError(f"{p}: not valid JSON (nested too deeply)") from exc
         except UnicodeDecodeError as exc:
             raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from exc
     yield from _entity_stream(_document_entities(p, doc), f, source)
