@@ -162,19 +162,22 @@ def test_values_out_of_range_are_error_records_not_tracebacks(tmp_path: Path, gr
         json.dumps(entity("Q14", "nan", kgprobe_popularity=float("nan"))),  # 7: NaN
         json.dumps(entity("Q15", "inf", kgprobe_popularity=float("inf"))),  # 8: Infinity
         json.dumps(entity("Q16", "fine", kgprobe_popularity=12.5)),  # 9: fine
+        json.dumps(entity("Q17", "long id", {"P39": [item_statement("Q17$" + "A" * 1_000_000, "P39", "Q2")]})),  # 10
     ]
     dump = write_dump(tmp_path / "values.json", lines)
     result = run("ingest", str(dump), "--json", env=kgprobe_env)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "Traceback" not in result.stderr
     summary = json.loads(result.stdout)
-    assert summary["errors"] == 6
+    assert summary["errors"] == 7
     errors = dict(e.split(": ", 1) for e in summary["first_errors"])
-    assert set(errors) == {f"{dump}:{n}" for n in (3, 4, 5, 6, 7, 8)}
+    assert set(errors) == {f"{dump}:{n}" for n in (3, 4, 5, 6, 7, 8, 10)}
+    assert "statement id has 1,000,004 characters" in errors[f"{dump}:10"]
     assert "out of range" in errors[f"{dump}:3"] and "month 13" in errors[f"{dump}:4"]
     assert "day 45" in errors[f"{dump}:5"] and "nested too deeply" in errors[f"{dump}:6"]
     assert "nan" in errors[f"{dump}:7"] and "inf" in errors[f"{dump}:8"]
     facts = graph.read("MATCH (a)-[f:FACT]->() RETURN a.qid AS s, f.start_time AS t ORDER BY s")
+    # Q11-Q13 and Q17 themselves load (only their statement is the error); Q14, Q15 do not
     assert facts == [{"s": "Q10", "t": "+1952-03-11T00:00:00Z"}]
     pops = graph.read("MATCH (e:Entity) WHERE e.popularity IS NOT NULL RETURN e.qid AS q, e.popularity AS p")
     assert pops == [{"q": "Q16", "p": 12.5}]
