@@ -69,6 +69,8 @@ class Engine:
     ) -> None:
         self.lm = model
         self.tok = model.tokenization
+        if batch_tokens == DEFAULT_BATCH_TOKENS and model.batch_tokens is not None:
+            batch_tokens = model.batch_tokens  # chosen at load time (--batch-tokens)
         self.cache = cache
         self.share_prefix = share_prefix
         self.chunk_size = chunk_size

@@ -18,6 +18,8 @@ class EngineStats:
     tokens_fed: int = 0
     #: process CPU seconds spent inside forward calls (the rest of a run is overhead)
     forward_cpu_seconds: float = 0.0
+    #: process CPU seconds in the LM head + log_softmax on the read positions (packed path)
+    head_cpu_seconds: float = 0.0
 
 
 @dataclass

@@ -289,8 +289,10 @@ class CausalBackend(Backend):
             for s in range(0, len(uniq), chunk):
                 lo, hi = np.searchsorted(inv, [s, s + chunk])
                 part = out[s : s + chunk]
+                c0 = time.process_time()
                 with torch.inference_mode():
                     lp = torch.log_softmax(self._head(part) if is_hidden else part.float(), -1)
+                self.stats.head_cpu_seconds += time.process_time() - c0
                 k_sel = sel[lo:hi]
                 local = torch.from_numpy(inv[lo:hi] - s).to(lp.device)
                 tgt = p.read_target[k_sel]
@@ -314,8 +316,8 @@ class CausalBackend(Backend):
         """Whether this architecture honours the packed rows' custom 4D mask and position
         ids (checked once against plain full sequences); if not, the padded paths run."""
         if self._packing_ok is None:
-            calls, fed, secs = (self.stats.forward_calls, self.stats.tokens_fed,
-                                self.stats.forward_cpu_seconds)
+            calls, fed, secs, head = (self.stats.forward_calls, self.stats.tokens_fed,
+                                      self.stats.forward_cpu_seconds, self.stats.head_cpu_seconds)
             try:
                 e = self.eos_id or 0
                 ctxs = [(e, 1, 2), (e, 1, 2), (e, 1, 2), (e, 5)]
@@ -332,6 +334,7 @@ class CausalBackend(Backend):
                 self._packing_ok = False
             self.stats.forward_calls, self.stats.tokens_fed = calls, fed
             self.stats.forward_cpu_seconds = secs  # a self-check, not work done for a request
+            self.stats.head_cpu_seconds = head
         return self._packing_ok
 
     # -- continuation scoring -------------------------------------------------------------
