@@ -137,9 +137,22 @@ def fed_tokens(lm: LoadedModel, reqs: list[LogProbRequest], shared: bool) -> int
     return sum(len(c) for c in contexts) + len(prefixes)
 
 
+def plan_figures(lm: LoadedModel, reqs: list[LogProbRequest], batch_tokens: int) -> dict[str, float]:
+    """The engine's packing plan for the workload without running the model: forward calls
+    (rows) and tokens per forward are exactly what ``Engine.run`` does with one chunk."""
+    from kgprobe.probing.backends.packing import plan
+
+    encs = lm.tokenization.causal_pairs([(r.context, r.continuation, r.add_eos) for r in reqs])
+    c0 = time.process_time()
+    p = plan([e.context_ids for e in encs], [e.continuation_ids for e in encs], batch_tokens)
+    return {"requests": len(reqs), "forward_calls": len(p.rows), "tokens": p.tokens,
+            "tokens_per_forward": p.tokens / max(1, len(p.rows)),
+            "plan_cpu_seconds": time.process_time() - c0}
+
+
 def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
-                batch_tokens: int) -> tuple[float, float, list[float], dict[str, float]]:
-    engine = Engine(lm, batch_size=batch, batch_tokens=batch_tokens)
+                batch_tokens: int | None) -> tuple[float, float, list[float], dict[str, float]]:
+    engine = Engine(lm, batch_size=batch, batch_tokens=batch_tokens or "auto")
     assert engine.causal is not None
     engine.causal.packing_works()  # the one-off self-check is not part of the run
     t0, c0 = time.perf_counter(), time.process_time()
@@ -198,12 +211,15 @@ def main() -> None:
     ap.add_argument("--shots", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32, help="kgprobe's padded-path rows")
-    ap.add_argument("--batch-tokens", type=int, default=2048, help="kgprobe's row budget")
+    ap.add_argument("--batch-tokens", type=int, default=None,
+                    help="kgprobe's row budget (default: the engine's, 512 on CPU, 8192 on CUDA)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     ap.add_argument("--dtype", default="float32", help="float32, bfloat16, float16")
     ap.add_argument("--random-init", choices=sorted(SHAPES), default=None,
                     help="a random Llama of this shape instead of --model")
     ap.add_argument("--harness-batches", default="32,128,256,512")
+    ap.add_argument("--plan-only", action="store_true",
+                    help="only the packing plan (forward calls, tokens per forward); no forward")
     ap.add_argument("--harness-pick-prompts", type=int, default=2,
                     help="prompts of each workload on which the harness batch sizes are timed")
     ap.add_argument("--naive-prompts", type=int, default=None,
@@ -225,6 +241,18 @@ def main() -> None:
     flops_per_token = 2 * (n_params - embed + lm.model.get_output_embeddings().weight.numel())
     peak = matmul_peak(device=str(lm.device), dtype=torch_dtype(args.dtype))
     zero, few = workload(lm, args.data, args.prompts, args.candidates, args.shots, args.seed)
+    if args.plan_only:
+        from kgprobe.probing.backends.causal import default_batch_tokens
+
+        args.batch_tokens = args.batch_tokens or default_batch_tokens(str(lm.device))
+        for name, reqs in (("zero-shot", zero), (f"{args.shots}-shot", few)):
+            f = plan_figures(lm, reqs, args.batch_tokens)
+            naive = fed_tokens(lm, reqs, shared=False)
+            print(f"[{name}] {f['requests']} requests, budget {args.batch_tokens}: "
+                  f"{f['forward_calls']} forward calls, {f['tokens']} tokens "
+                  f"({f['tokens_per_forward']:.0f}/forward; one sequence per request: {naive}), "
+                  f"plan built in {f['plan_cpu_seconds']:.3f} cpu-s")
+        return
     report: dict[str, Any] = {
         "model": args.random_init and f"random-{args.random_init}" or args.model,
         "device": str(lm.device), "dtype": args.dtype, "batch_tokens": args.batch_tokens,

@@ -22,7 +22,7 @@ from kgprobe.probing.backends import (
     Seq2SeqBackend,
     TrieNode,
 )
-from kgprobe.probing.backends.causal import DEFAULT_BATCH_TOKENS
+from kgprobe.probing.backends.causal import default_batch_tokens
 from kgprobe.probing.cache import ScoreCache
 from kgprobe.probing.models import LoadedModel
 from kgprobe.probing.requests import (
@@ -48,7 +48,8 @@ class Engine:
     """Runs scoring requests against one loaded model.
 
     Causal models: requests are packed as (context + continuation trie) segments into rows of
-    up to ``batch_tokens`` tokens, one forward per row (``attention``: "auto", "flex" or
+    up to ``batch_tokens`` tokens ("auto": the load-time choice, else 8192 on CUDA and 512 on
+    the CPU, see ``default_batch_tokens``), one forward per row (``attention``: "auto", "flex" or
     "dense", see ``CausalBackend.attention_path``). ``share_prefix`` off runs every pair as
     one full sequence instead (the reference path, ``batch_size`` rows padded on
     ``padding_side``). Masked and seq2seq models batch ``batch_size`` rows, more for short rows
@@ -62,15 +63,16 @@ class Engine:
         cache: ScoreCache | None = None,
         share_prefix: bool = True,
         padding_side: Literal["left", "right"] = "right",
-        batch_tokens: int | None = DEFAULT_BATCH_TOKENS,
+        batch_tokens: int | None | Literal["auto"] = "auto",
         chunk_size: int = 16384,
         progress: bool = False,
         attention: str = "auto",
     ) -> None:
         self.lm = model
         self.tok = model.tokenization
-        if batch_tokens == DEFAULT_BATCH_TOKENS and model.batch_tokens is not None:
-            batch_tokens = model.batch_tokens  # chosen at load time (--batch-tokens)
+        if batch_tokens == "auto":
+            # chosen at load time (--batch-tokens), else per device
+            batch_tokens = model.batch_tokens or default_batch_tokens(str(model.device))
         self.cache = cache
         self.share_prefix = share_prefix
         self.chunk_size = chunk_size
