@@ -260,7 +260,7 @@ def main() -> None:
         "prompts": args.prompts, "candidates": args.candidates, "shots": args.shots,
         "matmul_peak_gflops": peak / 1e9, "flops_per_token": flops_per_token, "workloads": {},
     }
-    print(f"model {args.model}: {n_params / 1e6:.1f}M params, {flops_per_token / 1e6:.0f} MFLOP/token; "
+    print(f"model {report['model']} ({lm.device}, {args.dtype}): {n_params / 1e6:.1f}M params, {flops_per_token / 1e6:.0f} MFLOP/token; "
           f"matmul peak {peak / 1e9:.1f} GFLOP/s ({args.threads} thread)")
     for name, reqs in (("zero", zero), ("few", few)):
         if name not in args.workloads.split(","):
