@@ -25,9 +25,6 @@ from kgprobe.errors import ConfigError
 from kgprobe.probing.backends.base import Backend, ScoredTokens, TrieNode
 from kgprobe.probing.backends.packing import PackedRow, plan
 
-#: row budget (tokens per forward) when the engine gives none
-DEFAULT_BATCH_TOKENS = 2048
-
 
 def default_batch_tokens(device: str) -> int:
     """The row budget of ``batch_tokens="auto"``: 8192 on CUDA (FlexAttention skips the
@@ -211,7 +208,12 @@ class CausalBackend(Backend):
                 if not _has_flex():
                     raise ConfigError("attention 'flex' needs torch.nn.attention.flex_attention")
                 self._attn_before = self.model.config._attn_implementation
-                self.model.set_attn_implementation("flex_attention")
+                try:
+                    self.model.set_attn_implementation("flex_attention")
+                except (ValueError, ImportError) as exc:  # the architecture has no flex path
+                    self.attention_fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    self._flex_checked = True
+                    want = "dense"
             self._attention_resolved = want
         return self._attention_resolved
 
@@ -280,7 +282,7 @@ class CausalBackend(Backend):
         Returns per item the log p of each continuation token and whether every token is
         the argmax; for an item with an empty continuation, its fp32 next-token log-prob
         vector instead (second value, by item index)."""
-        p = plan(contexts, continuations, self.batch_tokens or DEFAULT_BATCH_TOKENS)
+        p = plan(contexts, continuations, self.batch_tokens or default_batch_tokens(str(self.device)))
         n_reads = len(p.read_pos)
         read_item = np.repeat(np.arange(len(contexts)), np.diff(p.read_start))
         vals = np.zeros(n_reads, dtype=np.float64)
