@@ -6,10 +6,18 @@ Workload: cloze distractor scoring on real BEAR facts (Wikidata; lm-pub-quiz): e
 Every system gets identical (context, continuation) pairs in the same process, with the same
 model object and the same torch thread setting:
 
-- kgprobe: ``Engine.run`` (shared-prefix KV reuse, single-token shortcut, batching);
+- kgprobe: ``Engine.run`` (packed rows of (context + continuation trie) segments up to
+  ``--batch-tokens``; forward calls, tokens per forward and CPU time outside the forward are
+  reported from the engine's counters);
 - naive: one forward per candidate over the full sequence (``Engine`` with
   ``share_prefix=False, batch_size=1``);
-- harness: ``lm_eval.models.huggingface.HFLM(pretrained=<model object>)`` ``.loglikelihood``.
+- harness: ``lm_eval.models.huggingface.HFLM(pretrained=<model object>)`` ``.loglikelihood``
+  at its best batch size among ``--harness-batches`` (timed on the first
+  ``--harness-pick-prompts`` prompts, then run in full at the best one).
+
+``--random-init 135m|1.7b|8b`` builds a randomly initialised Llama of that real shape (SmolLM2-
+135M, SmolLM2-1.7B, Llama-3-8B layers) with the default model's tokenizer, so no hub is needed:
+speed does not depend on the weights. ``--device`` / ``--dtype`` as on the CLI.
 
 Figures: requests/s, speed-ups, max |Δ log p| against the harness, and achieved FLOP/s
 (2 × parameters × tokens actually fed) against a single-thread matmul peak measured here.
@@ -18,6 +26,8 @@ Needs the ``bench`` extra (``pip install -e .[bench]``) for the harness; ``--sys
 leave it out. Example (the run recorded in docs/benchmarks.md)::
 
     .venv/bin/python benchmarks/bench_scoring.py --prompts 50 --candidates 100 --threads 1
+    .venv/bin/python benchmarks/bench_scoring.py --device cuda --dtype bfloat16 \
+        --random-init 8b --prompts 100 --candidates 100 --batch-tokens 8192
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from typing import Any
 import torch
 
 from kgprobe.probing.engine import Engine
-from kgprobe.probing.models import LoadedModel, load_model
+from kgprobe.probing.models import LoadedModel, load_model, resolve_device, torch_dtype
 from kgprobe.probing.requests import LogProbRequest, LogProbResult
 
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "bear" / "BEAR" / "P19.jsonl"
@@ -63,17 +73,55 @@ def workload(lm: LoadedModel, data: Path, prompts: int, candidates: int, shots: 
     return zero, few
 
 
-def matmul_peak(seconds: float = 3.0, n: int = 1024) -> float:
-    """FLOP per CPU-second of an fp32 n×n matmul on this machine with the current thread setting."""
-    a = torch.randn(n, n)
-    b = torch.randn(n, n)
+def matmul_peak(seconds: float = 3.0, n: int = 1024, device: str = "cpu",
+                dtype: torch.dtype = torch.float32) -> float:
+    """FLOP per second of an n×n matmul in ``dtype`` on ``device``: per CPU-second on the CPU
+    (other users of the shared cores do not count), per wall second on a GPU (synchronised)."""
+    if device.startswith("cuda"):
+        n = max(n, 8192)
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    cuda = device.startswith("cuda")
+    clock = time.perf_counter if cuda else time.process_time
     torch.mm(a, b)
+    if cuda:
+        torch.cuda.synchronize()
     reps = 0
-    t0 = time.process_time()  # CPU time: other users of the shared cores do not count
-    while time.process_time() - t0 < seconds:
+    t0 = clock()
+    while clock() - t0 < seconds:
         torch.mm(a, b)
+        if cuda:
+            torch.cuda.synchronize()
         reps += 1
-    return 2 * n**3 * reps / (time.process_time() - t0)
+    return 2 * n**3 * reps / (clock() - t0)
+
+
+SHAPES = {  # Llama shapes: (hidden, intermediate, layers, heads, kv heads)
+    "135m": (576, 1536, 30, 9, 3),
+    "1.7b": (2048, 8192, 24, 32, 32),
+    "8b": (4096, 14336, 32, 32, 8),
+}
+
+
+def random_init(shape: str, device: str, dtype: str, threads: int) -> LoadedModel:
+    """A random Llama of a real shape with the default model's tokenizer (no hub)."""
+    from dataclasses import replace
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    base = load_model("smollm2-135m", threads=threads, device="cpu")
+    hidden, inter, layers, heads, kv = SHAPES[shape]
+    cfg = LlamaConfig(vocab_size=len(base.tokenizer), hidden_size=hidden, intermediate_size=inter,
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=kv, max_position_embeddings=8192,
+                      tie_word_embeddings=shape != "8b", bos_token_id=base.tokenizer.bos_token_id,
+                      eos_token_id=base.tokenizer.eos_token_id)
+    dev = resolve_device(device)
+    torch.manual_seed(0)
+    with torch.device(dev):
+        model = LlamaForCausalLM(cfg).to(torch_dtype(dtype)).eval()
+    return replace(base, name=f"random-{shape}", model=model, fingerprint=f"random-{shape}",
+                   device=dev, dtype=dtype)  # type: ignore[arg-type]
 
 
 def fed_tokens(lm: LoadedModel, reqs: list[LogProbRequest], shared: bool) -> int:
@@ -89,11 +137,35 @@ def fed_tokens(lm: LoadedModel, reqs: list[LogProbRequest], shared: bool) -> int
     return sum(len(c) for c in contexts) + len(prefixes)
 
 
-def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int) -> tuple[float, float, list[float]]:
+def plan_figures(lm: LoadedModel, reqs: list[LogProbRequest], batch_tokens: int) -> dict[str, float]:
+    """The engine's packing plan for the workload without running the model: forward calls
+    (rows) and tokens per forward are exactly what ``Engine.run`` does with one chunk."""
+    from kgprobe.probing.backends.packing import plan
+
+    encs = lm.tokenization.causal_pairs([(r.context, r.continuation, r.add_eos) for r in reqs])
+    c0 = time.process_time()
+    p = plan([e.context_ids for e in encs], [e.continuation_ids for e in encs], batch_tokens)
+    return {"requests": len(reqs), "forward_calls": len(p.rows), "tokens": p.tokens,
+            "tokens_per_forward": p.tokens / max(1, len(p.rows)),
+            "plan_cpu_seconds": time.process_time() - c0}
+
+
+def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
+                batch_tokens: int | None) -> tuple[float, float, list[float], dict[str, float]]:
+    engine = Engine(lm, batch_size=batch, batch_tokens=batch_tokens or "auto")
+    assert engine.causal is not None
+    engine.causal.packing_works()  # the one-off self-check is not part of the run
     t0, c0 = time.perf_counter(), time.process_time()
-    res = Engine(lm, batch_size=batch).run(reqs)
-    return time.perf_counter() - t0, time.process_time() - c0, [
-        r.logprob for r in res if isinstance(r, LogProbResult)]
+    res = engine.run(reqs)
+    dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+    st = engine.stats
+    info = {"forward_calls": st.forward_calls, "tokens_fed_engine": st.tokens_fed,
+            "tokens_per_forward": st.tokens_fed / max(1, st.forward_calls),
+            "forward_cpu_seconds": st.forward_cpu_seconds,
+            "head_cpu_seconds": st.head_cpu_seconds,
+            "cpu_seconds_outside_forward": cpu - st.forward_cpu_seconds,
+            "cpu_seconds_outside_model": cpu - st.forward_cpu_seconds - st.head_cpu_seconds}
+    return dt, cpu, [r.logprob for r in res if isinstance(r, LogProbResult)], info
 
 
 def run_naive(lm: LoadedModel, reqs: list[LogProbRequest]) -> tuple[float, float, list[float]]:
@@ -101,6 +173,23 @@ def run_naive(lm: LoadedModel, reqs: list[LogProbRequest]) -> tuple[float, float
     res = Engine(lm, batch_size=1, share_prefix=False).run(reqs)
     return time.perf_counter() - t0, time.process_time() - c0, [
         r.logprob for r in res if isinstance(r, LogProbResult)]
+
+
+def best_harness(lm: LoadedModel, reqs: list[LogProbRequest], batches: list[int]) -> tuple[Any, int, dict[int, float]]:
+    """HFLM at the batch size with the highest request rate on ``reqs`` (CPU time on the
+    CPU, wall time on a GPU)."""
+    from lm_eval.models.huggingface import HFLM
+
+    rates: dict[int, float] = {}
+    gpu = str(lm.device).startswith("cuda")
+    for b in batches:
+        h = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=b, max_length=lm.max_length)
+        dt, cpu, _ = run_harness(h, reqs)
+        rates[b] = len(reqs) / (dt if gpu else cpu)
+        print(f"  harness batch {b}: {rates[b]:.1f} req/{'s' if gpu else 'cpu-s'}", flush=True)
+    best = max(rates, key=lambda b: rates[b])
+    return HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=best,
+                max_length=lm.max_length), best, rates
 
 
 def run_harness(hflm: Any, reqs: list[LogProbRequest]) -> tuple[float, float, list[float]]:
@@ -121,7 +210,18 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=100)
     ap.add_argument("--shots", type=int, default=4)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--batch-size", type=int, default=32, help="kgprobe's padded-path rows")
+    ap.add_argument("--batch-tokens", type=int, default=None,
+                    help="kgprobe's row budget (default: the engine's, 512 on CPU, 8192 on CUDA)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
+    ap.add_argument("--dtype", default="float32", help="float32, bfloat16, float16")
+    ap.add_argument("--random-init", choices=sorted(SHAPES), default=None,
+                    help="a random Llama of this shape instead of --model")
+    ap.add_argument("--harness-batches", default="32,128,256,512")
+    ap.add_argument("--plan-only", action="store_true",
+                    help="only the packing plan (forward calls, tokens per forward); no forward")
+    ap.add_argument("--harness-pick-prompts", type=int, default=2,
+                    help="prompts of each workload on which the harness batch sizes are timed")
     ap.add_argument("--naive-prompts", type=int, default=None,
                     help="run naive on only this many prompts (its req/s is per request)")
     ap.add_argument("--systems", default="kgprobe,naive,harness")
@@ -130,26 +230,37 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
 
-    lm = load_model(args.model, threads=args.threads)
+    if args.random_init:
+        lm = random_init(args.random_init, args.device, args.dtype, args.threads)
+    else:
+        lm = load_model(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
     systems = args.systems.split(",")
     n_params = sum(p.numel() for p in lm.model.parameters())
     # the tied input embedding is a lookup, not a matmul; the LM head is a matmul per token
     embed = lm.model.get_input_embeddings().weight.numel()
     flops_per_token = 2 * (n_params - embed + lm.model.get_output_embeddings().weight.numel())
-    peak = matmul_peak()
+    peak = matmul_peak(device=str(lm.device), dtype=torch_dtype(args.dtype))
     zero, few = workload(lm, args.data, args.prompts, args.candidates, args.shots, args.seed)
-    hflm = None
-    if "harness" in systems:
-        from lm_eval.models.huggingface import HFLM
+    if args.plan_only:
+        from kgprobe.probing.backends.causal import default_batch_tokens
 
-        hflm = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=args.batch_size,
-                    max_length=lm.max_length)
+        args.batch_tokens = args.batch_tokens or default_batch_tokens(str(lm.device))
+        for name, reqs in (("zero-shot", zero), (f"{args.shots}-shot", few)):
+            f = plan_figures(lm, reqs, args.batch_tokens)
+            naive = fed_tokens(lm, reqs, shared=False)
+            print(f"[{name}] {f['requests']} requests, budget {args.batch_tokens}: "
+                  f"{f['forward_calls']} forward calls, {f['tokens']} tokens "
+                  f"({f['tokens_per_forward']:.0f}/forward; one sequence per request: {naive}), "
+                  f"plan built in {f['plan_cpu_seconds']:.3f} cpu-s")
+        return
     report: dict[str, Any] = {
-        "model": args.model, "threads": args.threads, "batch_size": args.batch_size,
+        "model": args.random_init and f"random-{args.random_init}" or args.model,
+        "device": str(lm.device), "dtype": args.dtype, "batch_tokens": args.batch_tokens,
+        "threads": args.threads, "batch_size": args.batch_size,
         "prompts": args.prompts, "candidates": args.candidates, "shots": args.shots,
         "matmul_peak_gflops": peak / 1e9, "flops_per_token": flops_per_token, "workloads": {},
     }
-    print(f"model {args.model}: {n_params / 1e6:.1f}M params, {flops_per_token / 1e6:.0f} MFLOP/token; "
+    print(f"model {report['model']} ({lm.device}, {args.dtype}): {n_params / 1e6:.1f}M params, {flops_per_token / 1e6:.0f} MFLOP/token; "
           f"matmul peak {peak / 1e9:.1f} GFLOP/s ({args.threads} thread)")
     for name, reqs in (("zero", zero), ("few", few)):
         if name not in args.workloads.split(","):
@@ -157,12 +268,20 @@ def main() -> None:
         label = "zero-shot" if name == "zero" else f"{args.shots}-shot"
         row: dict[str, Any] = {"requests": len(reqs)}
         scores: dict[str, list[float]] = {}
+        hflm = None
+        if "harness" in systems:
+            pick = reqs[: args.harness_pick_prompts * args.candidates]
+            hflm, best, rates = best_harness(
+                lm, pick, [int(b) for b in args.harness_batches.split(",")])
+            row["harness_batch"] = best
+            row["harness_batch_rates"] = rates
         for system in systems:
             sub = reqs
             if system == "naive" and args.naive_prompts is not None:
                 sub = reqs[: args.naive_prompts * args.candidates]
+            info: dict[str, float] = {}
             if system == "kgprobe":
-                dt, cpu, vals = run_kgprobe(lm, sub, args.batch_size)
+                dt, cpu, vals, info = run_kgprobe(lm, sub, args.batch_size, args.batch_tokens)
             elif system == "naive":
                 dt, cpu, vals = run_naive(lm, sub)
             else:
@@ -173,11 +292,17 @@ def main() -> None:
                 "requests": len(sub), "seconds": dt, "cpu_seconds": cpu,
                 "req_per_s": len(sub) / dt, "req_per_cpu_s": len(sub) / cpu,
                 "tokens_fed": tokens, "gflops": tokens * flops_per_token / dt / 1e9,
-                "gflops_cpu": tokens * flops_per_token / cpu / 1e9,
+                "gflops_cpu": tokens * flops_per_token / cpu / 1e9, **info,
             }
             print(f"[{label}] {system:8} {len(sub):6d} req  {dt:8.2f} s wall {cpu:8.2f} s cpu  "
                   f"{len(sub) / dt:7.1f} req/s  {len(sub) / cpu:7.1f} req/cpu-s  "
                   f"{row[system]['gflops_cpu']:6.2f} GFLOP/cpu-s", flush=True)
+            if info:
+                print(f"[{label}] {system:8} {info['forward_calls']} forward calls, "
+                      f"{info['tokens_per_forward']:.0f} tokens/forward, "
+                      f"{info['forward_cpu_seconds']:.2f} cpu-s in forward, "
+                      f"{info['head_cpu_seconds']:.2f} in LM head + log_softmax, "
+                      f"{info['cpu_seconds_outside_model']:.2f} cpu-s outside both", flush=True)
         if "kgprobe" in scores:
             for other in ("naive", "harness"):
                 if other in scores:
@@ -196,7 +321,7 @@ def main() -> None:
                 row["max_abs_delta_vs_naive"] = d
         report["workloads"][label] = row
     # the machine is shared: take the peak again at the end and keep the higher figure
-    peak_end = matmul_peak()
+    peak_end = matmul_peak(device=str(lm.device), dtype=torch_dtype(args.dtype))
     best = max(peak, peak_end)
     report["matmul_peak_end_gflops"] = peak_end / 1e9
     print(f"matmul peak at start {peak / 1e9:.1f}, at end {peak_end / 1e9:.1f} GFLOP/s; "

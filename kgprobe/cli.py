@@ -72,6 +72,19 @@ def _version_callback(value: bool) -> None:
         raise typer.Exit()
 
 
+_DEVICE_OPT = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto (default: CUDA when present).")
+_BATCH_TOKENS_OPT = typer.Option(None, "--batch-tokens", help="Tokens per forward row of the scoring engine (default 8192 on CUDA, 512 on CPU).")
+_MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto); repeatable.")
+_DTYPE_HELP = "float32 (reference), bfloat16 (3-4x faster on CPU), float16 or auto."
+
+
+def _model_options(device: str | None, batch_tokens: int | None, model_arg: list[str] | None) -> None:
+    """Apply --device / --batch-tokens / --model-arg to every model this command loads."""
+    from kgprobe.probing.models import configure_loading, parse_model_args
+
+    configure_loading(device, parse_model_args(model_arg), batch_tokens)
+
+
 @app.callback()
 def _root(
     _version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
@@ -306,7 +319,10 @@ def templates_list(
 def demo(
     sample: int = typer.Option(60, help="Facts to probe, spread across all demo relations."),
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model to probe."),
-    dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (3-4x faster on CPU)."),
+    dtype: str = typer.Option("float32", help=_DTYPE_HELP),
+    device: str | None = _DEVICE_OPT,
+    batch_tokens: int | None = _BATCH_TOKENS_OPT,
+    model_arg: list[str] = _MODEL_ARG_OPT,
     out: str | None = typer.Option(None, help="Report directory (default: KGPROBE_HOME/demo-report)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -317,6 +333,7 @@ def demo(
     from kgprobe.api import demo as run_demo
     from kgprobe.reporting import print_report
 
+    _model_options(device, batch_tokens, model_arg)
     result = run_demo(model=model, sample=sample, dtype=dtype, out=out, quiet=as_json)
     rep = result.pop("report")
     if as_json:
@@ -384,8 +401,11 @@ def score(
     candidates: list[str] = typer.Argument(..., help="Continuations to score, e.g. \" Paris\"."),
     model: str = typer.Option("smollm2-135m", "--model", "-m",
                               help="Registry name, GGUF file, local HF directory or hub id."),
-    dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (faster on CPU)."),
+    dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     threads: int = typer.Option(1, help="CPU threads for torch."),
+    device: str | None = _DEVICE_OPT,
+    batch_tokens: int | None = _BATCH_TOKENS_OPT,
+    model_arg: list[str] = _MODEL_ARG_OPT,
     add_eos: bool = typer.Option(False, "--eos", help="Also score end-of-sequence after each candidate."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
@@ -396,6 +416,7 @@ def score(
 
     from kgprobe.probing.score import default_score_cache, score_candidates
 
+    _model_options(device, batch_tokens, model_arg)
     rows = score_candidates(context, candidates, model=model, dtype=dtype, threads=threads,
                             add_eos=add_eos, cache_path=None if no_cache else default_score_cache())
     if as_json:
@@ -415,8 +436,11 @@ def factor(
     limit: int | None = typer.Option(None, help="Score only the first N rows."),
     prefix_column: str = typer.Option("turncated_prefixes",
                                       help="turncated_prefixes (official) or full_prefix."),
-    dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (faster on CPU)."),
+    dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     threads: int = typer.Option(1, help="CPU threads for torch."),
+    device: str | None = _DEVICE_OPT,
+    batch_tokens: int | None = _BATCH_TOKENS_OPT,
+    model_arg: list[str] = _MODEL_ARG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """FACTOR accuracy: the share of rows whose true completion has the highest mean
@@ -425,6 +449,7 @@ def factor(
 
     from kgprobe.probing.measures.factor import run_factor_file
 
+    _model_options(device, batch_tokens, model_arg)
     result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
                              threads=threads, progress=not as_json)
     if as_json:
@@ -448,22 +473,29 @@ def probe(
     at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today)."),
     max_labels: int = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases)."),
     max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
-    dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (faster on CPU)."),
+    dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     threads: int = typer.Option(1, help="CPU threads for torch."),
+    device: str | None = _DEVICE_OPT,
+    batch_tokens: int | None = _BATCH_TOKENS_OPT,
+    model_arg: list[str] = _MODEL_ARG_OPT,
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
     force: bool = typer.Option(False, "--force", help="Rescore facts already scored with this configuration."),
     history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
+    shard: str | None = typer.Option(None, "--shard", help="K/N: probe only shard K (1..N) of the sampled facts; N processes with K=1..N cover one run."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Probe a model on facts of the graph and write each fact's scores onto its FACT edge
     (idempotent: facts already scored with the same configuration are skipped)."""
+    from kgprobe.graph.probe_runs import parse_shard
     from kgprobe.probing.run import probe as run
 
+    _model_options(device, batch_tokens, model_arg)
     summary = run(
         model, relations=_relations(relation, relations_alias), sample=sample or None, measures=measure or ("kmin",),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
         force=force, history_first=history_first, progress=not as_json,
+        shard=parse_shard(shard) if shard else None,
     )
     data = summary.to_dict()
     data["relations"] = len(data["relations"])

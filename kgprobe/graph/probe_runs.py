@@ -17,6 +17,7 @@ against ``[a-z0-9_]`` without ``__`` (the separator) before a key is built; read
 
 from __future__ import annotations
 
+import hashlib
 import random
 import re
 from collections.abc import Iterable, Sequence
@@ -321,6 +322,29 @@ def sample_keys(
         left = k - len(head)
         out.extend(head + (rest if left >= len(rest) else rng.sample(rest, left)))
     return out
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"K/N"`` (1 <= K <= N) as (K, N)."""
+    k, sep, n = text.partition("/")
+    try:
+        shard = (int(k), int(n))
+    except ValueError:
+        shard = (0, 0)
+    if not sep or not (1 <= shard[0] <= shard[1]):
+        raise ConfigError(f"--shard wants K/N with 1 <= K <= N, got {text!r}")
+    return shard
+
+
+def shard_keys(keys: Sequence[str], shard: tuple[int, int] | None) -> list[str]:
+    """The keys of shard K of N: a stable hash of each fact key mod N (sha256, not Python's
+    salted ``hash``), so N processes, on one machine or several, split the same sample into
+    disjoint parts whose union is the whole, whatever the order the keys come in."""
+    if shard is None or shard[1] == 1:
+        return list(keys)
+    k, n = shard
+    return [key for key in keys
+            if int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % n == k - 1]
 
 
 def fact_details(graph: Graph, keys: Sequence[str], cfg_props: Sequence[str]) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from kgprobe.probing.backends import (
     Seq2SeqBackend,
     TrieNode,
 )
+from kgprobe.probing.backends.causal import default_batch_tokens
 from kgprobe.probing.cache import ScoreCache
 from kgprobe.probing.models import LoadedModel
 from kgprobe.probing.requests import (
@@ -46,10 +47,13 @@ from kgprobe.probing.tokenization import SpanEncoding, split_trailing_whitespace
 class Engine:
     """Runs scoring requests against one loaded model.
 
-    ``batch_size`` rows per forward, more for short continuation rows up to ``batch_tokens``
-    tokens (None: exactly ``batch_size``); ``share_prefix`` (causal models) reuses each context's
-    key/value cache for all its continuations — off, every pair runs as one full sequence
-    (the reference path, padded on ``padding_side``). ``cache`` makes results persistent."""
+    Causal models: requests are packed as (context + continuation trie) segments into rows of
+    up to ``batch_tokens`` tokens ("auto": the load-time choice, else 8192 on CUDA and 512 on
+    the CPU, see ``default_batch_tokens``), one forward per row (``attention``: "auto", "flex" or
+    "dense", see ``CausalBackend.attention_path``). ``share_prefix`` off runs every pair as
+    one full sequence instead (the reference path, ``batch_size`` rows padded on
+    ``padding_side``). Masked and seq2seq models batch ``batch_size`` rows, more for short rows
+    up to ``batch_tokens``. ``cache`` makes results persistent."""
 
     def __init__(
         self,
@@ -59,12 +63,16 @@ class Engine:
         cache: ScoreCache | None = None,
         share_prefix: bool = True,
         padding_side: Literal["left", "right"] = "right",
-        batch_tokens: int | None = 1024,
-        chunk_size: int = 2048,
+        batch_tokens: int | None | Literal["auto"] = "auto",
+        chunk_size: int = 16384,
         progress: bool = False,
+        attention: str = "auto",
     ) -> None:
         self.lm = model
         self.tok = model.tokenization
+        if batch_tokens == "auto":
+            # chosen at load time (--batch-tokens), else per device
+            batch_tokens = model.batch_tokens or default_batch_tokens(str(model.device))
         self.cache = cache
         self.share_prefix = share_prefix
         self.chunk_size = chunk_size
@@ -73,8 +81,11 @@ class Engine:
         kw = {"batch_size": batch_size, "padding_side": padding_side,
               "batch_tokens": batch_tokens, "stats": self.stats}
         self.causal = self.masked = self.seq2seq = None
+        if attention not in ("auto", "flex", "dense"):
+            raise ConfigError(f"unknown attention path {attention!r}; use auto, flex or dense")
         if model.kind == "causal":
             self.causal = CausalBackend(model.model, model.tokenizer, **kw)  # type: ignore[arg-type]
+            self.causal.attention = attention
         elif model.kind == "masked":
             self.masked = MaskedBackend(model.model, model.tokenizer, **kw)  # type: ignore[arg-type]
         else:
@@ -135,13 +146,19 @@ class Engine:
             out[g] = self._generate(g)
         return out
 
+    def _packed(self) -> bool:
+        """Whether causal requests go through packed rows (see ``CausalBackend.score_items``)."""
+        return self.causal is not None and self.causal.pack and self.causal.packing_works()
+
     # -- continuation log-probs -----------------------------------------------------------
 
     def _logprobs(self, reqs: list[LogProbRequest]) -> list[LogProbResult]:
         if self.causal is not None:
-            encs = [self.tok.causal_pair(r.context, r.continuation, r.add_eos) for r in reqs]
+            encs = self.tok.causal_pairs([(r.context, r.continuation, r.add_eos) for r in reqs])
             pairs = [(e.context_ids, e.continuation_ids) for e in encs]
-            if self.share_prefix:
+            if self.share_prefix and self._packed():
+                scored, _ = self.causal.score_items([c for c, _ in pairs], [x for _, x in pairs])
+            elif self.share_prefix:
                 scored = self.causal.score_pairs_shared(pairs)
             else:
                 seqs = [list(c) + list(x) for c, x in pairs]
@@ -183,8 +200,14 @@ class Engine:
     def _spans(self, reqs: list[SpanScoreRequest]) -> list[SpanScoreResult]:
         out: list[SpanScoreResult] = []
         if self.causal is not None:
-            encs = [self.tok.causal_span(r.text, r.start, r.end) for r in reqs]
-            scored = self.causal.score_sequences([e.ids for e in encs], [1] * len(encs))
+            encs = self.tok.causal_spans([(r.text, r.start, r.end) for r in reqs])
+            if self._packed():
+                # every sentence continues the same prefix token: one trie, so the sentences
+                # of one fact share everything up to the object (DESIGN §3)
+                scored, _ = self.causal.score_items([e.ids[:1] for e in encs],
+                                                    [e.ids[1:] for e in encs])
+            else:
+                scored = self.causal.score_sequences([e.ids for e in encs], [1] * len(encs))
             for s, e in zip(scored, encs, strict=True):
                 # position 0 is the prefix token, never scored
                 flags = e.in_span[1:]
@@ -246,7 +269,11 @@ class Engine:
         return self.tok._fit(ids, 1)
 
     def _next_tokens(self, reqs: list[NextTokenRequest]) -> list[NextTokenResult]:
-        if self.causal is not None:
+        if self.causal is not None and self._packed():
+            ctxs = [tuple(self._context_ids(r.context)) for r in reqs]
+            _, found = self.causal.score_items(ctxs, [()] * len(ctxs))
+            dists = [found[i] for i in range(len(reqs))]
+        elif self.causal is not None:
             dists = self.causal.next_token([self._context_ids(r.context) for r in reqs])
         elif self.seq2seq is not None:
             srcs = [self.lm.tokenizer(r.context, add_special_tokens=True)["input_ids"] for r in reqs]

@@ -8,6 +8,7 @@ DESIGN §4); later loads take seconds instead of ~20 s.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -24,7 +25,7 @@ from kgprobe.errors import ConfigError
 from kgprobe.probing.tokenization import BosPolicy, Tokenization
 
 ModelKind = Literal["causal", "masked", "seq2seq"]
-DType = Literal["float32", "bfloat16"]
+DType = Literal["float32", "bfloat16", "float16"]
 
 DEFAULT_MODEL = "smollm2-135m"
 ENV_MODEL_CACHE = "KGPROBE_MODEL_CACHE"
@@ -86,6 +87,8 @@ class LoadedModel:
     fingerprint: str
     dtype: DType
     device: str
+    #: the engine's row budget chosen at load time (``--batch-tokens``); None: the engine's own
+    batch_tokens: int | None = None
 
     @property
     def max_length(self) -> int | None:
@@ -167,14 +170,96 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
-def _torch_dtype(dtype: str) -> Any:
+@dataclass
+class LoadDefaults:
+    """Process-wide defaults for ``load_model`` set once by the CLI (``--device``,
+    ``--model-arg``, ``--batch-tokens``), so every command that loads a model honours them
+    without threading them through each measure's call chain. An explicit argument wins."""
+
+    device: str | None = None
+    model_args: dict[str, Any] | None = None
+    batch_tokens: int | None = None
+
+
+LOAD_DEFAULTS = LoadDefaults()
+
+
+def configure_loading(
+    device: str | None = None,
+    model_args: dict[str, Any] | None = None,
+    batch_tokens: int | None = None,
+) -> None:
+    """Set ``LOAD_DEFAULTS`` (the CLI calls this from its model options)."""
+    if batch_tokens is not None and batch_tokens < 1:
+        raise ConfigError("batch tokens must be >= 1")
+    if device is not None:
+        resolve_device(device)  # fail early on a bad name
+    LOAD_DEFAULTS.device = device
+    LOAD_DEFAULTS.model_args = dict(model_args) if model_args else None
+    LOAD_DEFAULTS.batch_tokens = batch_tokens
+
+
+def parse_model_args(items: list[str] | None) -> dict[str, Any]:
+    """``KEY=VALUE`` strings for ``from_pretrained``; true/false/none and numbers are
+    converted (``trust_remote_code=true``, ``revision=main``, ``device_map=auto``)."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ConfigError(f"--model-arg wants KEY=VALUE, got {item!r}")
+        low = raw.strip().lower()
+        value: Any = raw.strip()
+        if low in ("true", "false"):
+            value = low == "true"
+        elif low in ("none", "null"):
+            value = None
+        else:
+            try:
+                value = int(raw)
+            except ValueError:
+                with contextlib.suppress(ValueError):
+                    value = float(raw)
+        out[key] = value
+    return out
+
+
+def resolve_device(device: str | None) -> str:
+    """``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (None): CUDA when present."""
     import torch
 
+    name = (device or "auto").strip().lower()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return "cpu"
+    m = re.fullmatch(r"cuda(?::(\d+))?", name)
+    if m is None:
+        raise ConfigError(f"unknown device {device!r}; use cpu, cuda, cuda:N or auto")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} asked for but torch sees no CUDA GPU")
+    if m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
+        raise ConfigError(f"device {device!r}: only {torch.cuda.device_count()} GPU(s)")
+    return name
+
+
+def torch_dtype(dtype: str, device: str = "cpu") -> Any:
+    """The torch dtype of a name; ``auto`` is bfloat16 on a GPU that has it, else float32
+    (the reference)."""
+    import torch
+
+    if dtype == "auto":
+        if device.startswith("cuda") and torch.cuda.is_bf16_supported():
+            return torch.bfloat16
+        return torch.float32
     table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
-             "bf16": torch.bfloat16}
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
     if dtype not in table:
-        raise ConfigError(f"unknown dtype {dtype!r}; use float32 or bfloat16")
+        raise ConfigError(f"unknown dtype {dtype!r}; use float32, bfloat16, float16 or auto")
     return table[dtype]
+
+
+_torch_dtype = torch_dtype
 
 
 def _convert_gguf(gguf: Path) -> Path:
@@ -253,18 +338,28 @@ def load_model(
     threads: int = 1,
     device: str | None = None,
     bos_policy: BosPolicy | None = None,
+    model_args: dict[str, Any] | None = None,
+    batch_tokens: int | None = None,
 ) -> LoadedModel:
     """Load a model by registry name, GGUF path, local HF directory or hub id.
 
     fp32 is the reference; bf16 is faster on CPU and moves log-probs by up to ~0.07 nats.
     ``threads`` sets torch's CPU threads (1 is the fastest on a shared 2-core machine).
-    CUDA is used when present unless ``device`` says otherwise."""
+    ``device``: cpu, cuda, cuda:N or auto (None: ``LOAD_DEFAULTS``, else auto: CUDA when
+    present). ``model_args`` go to ``from_pretrained`` (revision, trust_remote_code,
+    attn_implementation, device_map=auto for a model larger than one GPU); a hub model's
+    fingerprint holds its resolved commit, so a changed model never reuses cached scores."""
     import torch
 
     _set_threads(threads)
-    tdtype = _torch_dtype(dtype)
-    dtype_name: DType = "float32" if tdtype == torch.float32 else "bfloat16"
-    dev = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dev = resolve_device(device or LOAD_DEFAULTS.device)
+    margs = dict(model_args if model_args is not None else (LOAD_DEFAULTS.model_args or {}))
+    if batch_tokens is None:
+        batch_tokens = LOAD_DEFAULTS.batch_tokens
+    tdtype = torch_dtype(dtype, dev)
+    names: dict[Any, DType] = {torch.float32: "float32", torch.bfloat16: "bfloat16",
+                               torch.float16: "float16"}
+    dtype_name = names[tdtype]
     policy: BosPolicy = bos_policy or "auto"
     prefix_token: str | None = None
 
@@ -303,9 +398,11 @@ def load_model(
     hf_logging.disable_progress_bar()
     where = str(directory) if directory is not None else name
     local_only = directory is not None or not _hub_reachable()
+    shared = {k: margs[k] for k in ("revision", "trust_remote_code", "token", "subfolder")
+              if k in margs}
     try:
-        config = AutoConfig.from_pretrained(where, local_files_only=local_only)
-        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only)
+        config = AutoConfig.from_pretrained(where, local_files_only=local_only, **shared)
+        tokenizer = AutoTokenizer.from_pretrained(where, local_files_only=local_only, **shared)
     except (OSError, ValueError) as exc:
         known = ", ".join(REGISTRY)
         raise ConfigError(
@@ -315,9 +412,17 @@ def load_model(
     kind = _model_kind(config)
     auto = {"causal": AutoModelForCausalLM, "masked": AutoModelForMaskedLM,
             "seq2seq": AutoModelForSeq2SeqLM}[kind]
-    model = auto.from_pretrained(where, dtype=tdtype, local_files_only=local_only)
-    model.to(dev)
+    model = auto.from_pretrained(where, dtype=tdtype, local_files_only=local_only, **margs)
+    if "device_map" in margs:
+        dev = str(next(model.parameters()).device)  # accelerate placed it (maybe on several)
+    else:
+        model.to(dev)
     model.eval()
+    if directory is None:
+        # the resolved commit: a changed hub model never reuses cached scores
+        commit = getattr(model.config, "_commit_hash", None) or getattr(config, "_commit_hash", None)
+        source_id = f"hub:{name}@{commit or margs.get('revision') or 'unknown'}"
+    scoring_args = {k: v for k, v in margs.items() if k not in ("device_map", "token")}
 
     found = tokenizer.convert_tokens_to_ids(prefix_token) if prefix_token else None
     prefix_id = found if isinstance(found, int) else None
@@ -329,7 +434,9 @@ def load_model(
     tokenization = Tokenization(
         tokenizer, bos_policy=policy, prefix_token_id=prefix_id, max_length=max_len
     )
+    extra = f"|{json.dumps(scoring_args, sort_keys=True, default=str)}" if scoring_args else ""
     fp = hashlib.sha256(
-        f"{source_id}|{dtype_name}|{dev.split(':')[0]}|{policy}|v{SCORING_VERSION}".encode()
+        f"{source_id}|{dtype_name}|{dev.split(':')[0]}|{policy}|v{SCORING_VERSION}{extra}".encode()
     ).hexdigest()
-    return LoadedModel(name, kind, model, tokenizer, tokenization, fp, dtype_name, dev)
+    return LoadedModel(name, kind, model, tokenizer, tokenization, fp, dtype_name, dev,
+                       batch_tokens)

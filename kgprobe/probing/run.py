@@ -77,6 +77,7 @@ class ProbeConfig:
     dtype: str = "float32"
     force: bool = False  # rescore facts already scored with this configuration
     history_first: bool = False  # sample facts with a past value (staleness) first
+    shard: tuple[int, int] | None = None  # (K, N): only shard K of N of the sampled facts
 
     def validate(self) -> None:
         from kgprobe.probing.distractors import STRATEGIES
@@ -366,11 +367,15 @@ def run_probe(
         "measure_version": 1, **({"at": config.at} if config.at else {}),
     }
     cfg_by_pid = {p: _hash({**settings, "templates": [t for _, t in available[p]]}) for p in relations}
-    run_cfg = _hash({"settings": settings, "relations": cfg_by_pid, "measures": sorted(mkeys.values())})
+    run_cfg = _hash({"settings": settings, "relations": cfg_by_pid, "measures": sorted(mkeys.values()),
+                     # shards of one run must not mark each other interrupted; facts keep
+                     # the unsharded configuration hashes, so the union is one run
+                     **({"shard": list(config.shard)} if config.shard else {})})
 
     keys_by_pid = {p: pr.candidate_keys(graph, p, ref) for p in relations}
     first = {p: pr.history_keys(graph, p, ref) for p in relations} if config.history_first else None
-    chosen = pr.sample_keys(keys_by_pid, config.sample, config.seed, first)
+    chosen = pr.shard_keys(pr.sample_keys(keys_by_pid, config.sample, config.seed, first),
+                           config.shard)
     cfg_props = [props[m].cfg for m in config.measures]
     details = []
     for batch in _chunks(chosen, 500):
@@ -395,6 +400,7 @@ def run_probe(
         "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "threshold": config.threshold, "sample": config.sample, "relations": relations,
         "history_first": config.history_first,
+        "shard": f"{config.shard[0]}/{config.shard[1]}" if config.shard else None,
         "reference_date": ref,
         "templates": json.dumps({p: [i for i, _ in available[p]] for p in relations}),
         "config_hash": run_cfg, "relation_config_hashes": json.dumps(cfg_by_pid),
@@ -528,6 +534,7 @@ def probe(
     batch_facts: int = 16,
     force: bool = False,
     history_first: bool = False,
+    shard: tuple[int, int] | None = None,
     cache: bool = True,
     index_dir: str | Path | None = None,
     progress: bool = True,
@@ -542,7 +549,7 @@ def probe(
         model=model, relations=tuple(relations), sample=sample, measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
         dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
-        history_first=history_first,
+        history_first=history_first, shard=shard,
     )
     config.validate()
     check_model_name(model)

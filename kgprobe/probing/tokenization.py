@@ -15,6 +15,7 @@ Rules, each a lesson of lm-evaluation-harness users:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -84,6 +85,7 @@ class Tokenization:
             bos if self.add_bos else (eos if eos is not None else bos)
         )
         self.max_length = max_length
+        self._decoded: dict[int, str] = {}
 
     # -- low level ------------------------------------------------------------------------
 
@@ -100,15 +102,19 @@ class Tokenization:
 
     def decode_tokens(self, ids: tuple[int, ...] | list[int]) -> tuple[str, ...]:
         """Each id decoded on its own (for per-token displays), keeping a SentencePiece
-        word-start marker as the leading space it stands for."""
-        out = []
-        for i in ids:
-            text = self.tokenizer.decode([i])
-            piece = self.tokenizer.convert_ids_to_tokens(i)
-            if isinstance(piece, str) and piece.startswith("\u2581") and not text.startswith(" "):
-                text = " " + text
-            out.append(text)
-        return tuple(out)
+        word-start marker as the leading space it stands for. Each vocabulary id is decoded
+        once per model and remembered: results carry token strings without a tokenizer call
+        per token on the hot path."""
+        memo = self._decoded
+        missing = [i for i in dict.fromkeys(ids) if i not in memo]
+        if missing:
+            texts = self.tokenizer.batch_decode([[i] for i in missing])
+            pieces = self.tokenizer.convert_ids_to_tokens(missing)
+            for i, text, piece in zip(missing, texts, pieces, strict=True):
+                if isinstance(piece, str) and piece.startswith("\u2581") and not text.startswith(" "):
+                    text = " " + text
+                memo[i] = text
+        return tuple(memo[i] for i in ids)
 
     def _prefix(self) -> list[int]:
         return [self.bos_id] if self.add_bos and self.bos_id is not None else []
@@ -131,31 +137,58 @@ class Tokenization:
         """Encode ``context + continuation`` once and split at the continuation's first char.
 
         Returns (context ids, continuation ids, boundary_merged)."""
-        whole, offsets = self._encode_offsets(context + continuation)
-        cut = len(context)
-        if offsets is not None:
-            k = next((i for i, (_, end) in enumerate(offsets) if end > cut), len(whole))
-            merged = k < len(whole) and offsets[k][0] < cut
-            return whole[:k], whole[k:], merged
-        ctx = self.encode(context)
-        k = 0
-        while k < min(len(ctx), len(whole)) and ctx[k] == whole[k]:
-            k += 1
-        return whole[:k], whole[k:], k < len(ctx)
+        return self.split_joint_many([(context, continuation)])[0]
+
+    def split_joint_many(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> list[tuple[list[int], list[int], bool]]:
+        """``split_joint`` for many pairs with ONE tokenizer call (the fast tokenizer's batch
+        encoding): no per-request tokenizer round trip on the hot path."""
+        texts = [c + x for c, x in pairs]
+        try:
+            enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+            all_ids, all_offs = enc["input_ids"], enc["offset_mapping"]
+        except (NotImplementedError, ValueError, TypeError):
+            all_ids, all_offs = [self.encode(t) for t in texts], None
+        out: list[tuple[list[int], list[int], bool]] = []
+        for i, (context, _) in enumerate(pairs):
+            whole = list(all_ids[i])
+            cut = len(context)
+            if all_offs is not None:
+                offsets = all_offs[i]
+                k = next((j for j, (_, end) in enumerate(offsets) if end > cut), len(whole))
+                merged = k < len(whole) and offsets[k][0] < cut
+                out.append((whole[:k], whole[k:], merged))
+                continue
+            ctx = self.encode(context)
+            k = 0
+            while k < min(len(ctx), len(whole)) and ctx[k] == whole[k]:
+                k += 1
+            out.append((whole[:k], whole[k:], k < len(ctx)))
+        return out
 
     def causal_pair(self, context: str, continuation: str, add_eos: bool = False) -> PairEncoding:
         """Context and continuation ids for a causal LM (see the module rules)."""
-        context, continuation = split_trailing_whitespace(context, continuation)
-        ctx, cont, merged = self.split_joint(context, continuation)
-        if add_eos:
-            if self.eos_id is None:
-                raise ConfigError("add_eos asked but the tokenizer has no EOS token")
-            cont = cont + [self.eos_id]
-        if not cont:
-            raise ConfigError(f"continuation {continuation!r} encodes to no token")
-        ctx = self._with_prefix(ctx)
-        ctx = self._fit(ctx, len(cont))
-        return PairEncoding(tuple(ctx), tuple(cont), merged)
+        return self.causal_pairs([(context, continuation, add_eos)])[0]
+
+    def causal_pairs(self, requests: Sequence[tuple[str, str, bool]]) -> list[PairEncoding]:
+        """``causal_pair`` for a whole chunk of (context, continuation, add_eos), one
+        tokenizer call; errors name the offending continuation."""
+        split = [split_trailing_whitespace(c, x) for c, x, _ in requests]
+        out = []
+        for (_, continuation), (ctx, cont, merged), (_, _, add_eos) in zip(
+            split, self.split_joint_many(split), requests, strict=True
+        ):
+            if add_eos:
+                if self.eos_id is None:
+                    raise ConfigError("add_eos asked but the tokenizer has no EOS token")
+                cont = cont + [self.eos_id]
+            if not cont:
+                raise ConfigError(f"continuation {continuation!r} encodes to no token")
+            ctx = self._with_prefix(ctx)
+            ctx = self._fit(ctx, len(cont))
+            out.append(PairEncoding(tuple(ctx), tuple(cont), merged))
+        return out
 
     def _fit(self, ctx: list[int], n_cont: int) -> list[int]:
         """Cut the context from the left (keeping BOS) so context+continuation fit."""
@@ -174,16 +207,27 @@ class Tokenization:
 
     def causal_span(self, text: str, start: int, end: int) -> SpanEncoding:
         """A whole sentence for a causal LM: a prefix token, then every token scored."""
-        ids, offsets = self._encode_offsets(text)
-        if offsets is None:
-            raise ConfigError("span scoring needs a fast tokenizer (character offsets)")
+        return self.causal_spans([(text, start, end)])[0]
+
+    def causal_spans(self, spans: Sequence[tuple[str, int, int]]) -> list[SpanEncoding]:
+        """``causal_span`` for many sentences with one tokenizer call."""
+        try:
+            enc = self.tokenizer([t for t, _, _ in spans], add_special_tokens=False,
+                                 return_offsets_mapping=True)
+        except (NotImplementedError, ValueError, TypeError):
+            raise ConfigError("span scoring needs a fast tokenizer (character offsets)") from None
         prefix = self._with_prefix([])  # BOS, or the prefix token
-        in_span = [False] * len(prefix) + [s < end and e > start for s, e in offsets]
-        scorable = [False] * len(prefix) + [True] * len(ids)
-        all_ids = prefix + ids
-        if self.max_length is not None and len(all_ids) > self.max_length:
-            raise ConfigError(f"text of {len(all_ids)} tokens exceeds the context length")
-        return SpanEncoding(tuple(all_ids), tuple(in_span), tuple(scorable), (None,) * len(all_ids))
+        out = []
+        for (_, start, end), ids, offsets in zip(spans, enc["input_ids"], enc["offset_mapping"],
+                                                 strict=True):
+            in_span = [False] * len(prefix) + [s < end and e > start for s, e in offsets]
+            scorable = [False] * len(prefix) + [True] * len(ids)
+            all_ids = prefix + list(ids)
+            if self.max_length is not None and len(all_ids) > self.max_length:
+                raise ConfigError(f"text of {len(all_ids)} tokens exceeds the context length")
+            out.append(SpanEncoding(tuple(all_ids), tuple(in_span), tuple(scorable),
+                                    (None,) * len(all_ids)))
+        return out
 
     # -- masked ---------------------------------------------------------------------------
 

@@ -14,6 +14,12 @@ class EngineStats:
     forward_calls: int = 0
     cache_hits: int = 0
     computed: int = 0
+    #: tokens fed through packed rows (unique tokens: contexts once, trie nodes once)
+    tokens_fed: int = 0
+    #: process CPU seconds spent inside forward calls (the rest of a run is overhead)
+    forward_cpu_seconds: float = 0.0
+    #: process CPU seconds in the LM head + log_softmax on the read positions (packed path)
+    head_cpu_seconds: float = 0.0
 
 
 @dataclass

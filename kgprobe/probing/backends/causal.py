@@ -1,23 +1,45 @@
-"""Causal LM backend: shared-prefix continuation scoring, full-sequence scoring, next-token
-distributions, beam search (plain and trie-constrained) and generation.
+"""Causal LM backend: packed scoring, full-sequence scoring, next-token distributions, beam
+search (plain and trie-constrained) and generation.
 
-Shared prefix (DESIGN §3, harness #1351): each distinct context runs once; its key/value
-cache is broadcast to a batch of continuations, so a continuation costs only its own tokens.
-The first continuation token is read from the context's last logits, so every single-token
-continuation of a context comes from that one forward pass, and the last token of a
-continuation is never fed (nothing reads its output). log_softmax is taken in fp32 on the
-gathered positions only.
+Packed scoring (DESIGN §3, harness #1351): continuation log-probs, whole sentences and
+next-token distributions all become (context, continuation) items; each distinct context is
+fed once with the trie of its continuations' prefixes, and many such segments share one
+forward row (``packing``), so a continuation costs only its unshared tokens and a forward
+carries up to ``batch_tokens`` tokens. The first continuation token is read at the context's
+last position; the last token of a continuation is never fed. The LM head and log_softmax
+(fp32) run on the read positions only. Architectures that ignore a custom 4D mask fall back
+to a shared key/value cache with padded rows (``score_pairs_shared``).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
+from kgprobe.errors import ConfigError
 from kgprobe.probing.backends.base import Backend, ScoredTokens, TrieNode
+from kgprobe.probing.backends.packing import PackedRow, plan
+
+
+def default_batch_tokens(device: str) -> int:
+    """The row budget of ``batch_tokens="auto"``: 8192 on CUDA (FlexAttention skips the
+    masked-out blocks, so long rows cost only their segments); 512 on the CPU, where the dense
+    mask makes attention quadratic in the row (measured: a 2048-token row cost 1.5x the
+    forward CPU time of 512-token rows for the same tokens)."""
+    return 8192 if str(device).startswith("cuda") else 512
+
+
+def _has_flex() -> bool:
+    try:
+        import torch.nn.attention.flex_attention  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @dataclass
@@ -34,13 +56,23 @@ class CausalBackend(Backend):
 
     _head_ok: bool | None = None
     _packing_ok: bool | None = None
-    #: pack continuations as one trie row with a 4D mask (else padded rows)
+    _attention_resolved: str | None = None
+    #: pack (context + trie) segments into rows with a tree mask (else padded rows)
     pack: bool = True
+    #: "auto", "flex" or "dense" (see ``attention_path``)
+    attention: str = "auto"
+    #: why the flex path fell back to the dense mask (None: it did not)
+    attention_fallback: str | None = None
+    _flex_checked: bool = False
+    _attn_before: str | None = None
 
     def _forward(self, **kwargs: Any) -> Any:
         self.stats.forward_calls += 1
+        c0 = time.process_time()
         with torch.inference_mode():
-            return self.model(**kwargs)
+            out = self.model(**kwargs)
+        self.stats.forward_cpu_seconds += time.process_time() - c0
+        return out
 
     # -- contexts -------------------------------------------------------------------------
 
@@ -162,128 +194,158 @@ class CausalBackend(Backend):
             hits.extend((lp.argmax(-1) == t).tolist())
         return vals, hits
 
-    # -- packed continuations -------------------------------------------------------------
+    # -- packed segments (DESIGN §3) ------------------------------------------------------
 
-    def _packed_hidden(
-        self, state: _ContextState, tokens: list[int], parents: list[int], depth: list[int]
-    ) -> torch.Tensor:
-        """Feed a token trie as ONE row after the cached context: node i sees the context,
-        its ancestors and itself (a 4D mask), at position context+depth-1. No padding, no
-        copy of the context cache per continuation, shared prefixes fed once.
-        Returns hidden states (N, H) (or logits (N, V) when the head does not split)."""
-        from transformers import DynamicCache
+    def attention_path(self) -> str:
+        """``flex`` (block-sparse FlexAttention with a BlockMask: masked-out blocks cost
+        nothing) or ``dense`` (a boolean 4D mask through SDPA/eager). ``auto`` picks flex on
+        CUDA when torch has it, dense elsewhere (on the CPU flex needs a ~1 min compile)."""
+        if self._attention_resolved is None:
+            want = self.attention
+            if want == "auto":
+                want = "flex" if self.device.type == "cuda" and _has_flex() else "dense"
+            if want == "flex":
+                if not _has_flex():
+                    raise ConfigError("attention 'flex' needs torch.nn.attention.flex_attention")
+                self._attn_before = self.model.config._attn_implementation
+                try:
+                    self.model.set_attn_implementation("flex_attention")
+                except (ValueError, ImportError) as exc:  # the architecture has no flex path
+                    self.attention_fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                    self._flex_checked = True
+                    want = "dense"
+            self._attention_resolved = want
+        return self._attention_resolved
 
-        assert state.kv is not None
-        n = len(tokens)
-        allowed = torch.zeros((n, state.length + n), dtype=torch.bool)
-        allowed[:, : state.length] = True
-        for i in range(n):
-            allowed[i, state.length + i] = True
-            p = parents[i]
-            if p >= 0:
-                allowed[i, state.length:] |= allowed[p, state.length:]
-        mask: torch.Tensor = allowed[None, None].to(self.device)
-        if self.model.config._attn_implementation != "sdpa":
+    def _row_mask(self, row: PackedRow) -> Any:
+        """The row's mask from its ``end`` array: allowed[q, kv] = kv <= q < end[kv]."""
+        length = len(row.ids)
+        end = torch.from_numpy(row.end).to(self.device)
+        if self.attention_path() == "flex":
+            from torch.nn.attention.flex_attention import create_block_mask
+
+            def mask_mod(b: Any, h: Any, q: Any, kv: Any) -> Any:
+                return (kv <= q) & (q < end[kv])
+
+            return create_block_mask(mask_mod, 1, None, length, length, device=self.device)
+        ar = torch.arange(length, device=self.device)
+        allowed = (ar[None, :] <= ar[:, None]) & (ar[:, None] < end[None, :])
+        mask: torch.Tensor = allowed[None, None]
+        if self.model.config._attn_implementation not in ("sdpa", "flex_attention"):
             neg = torch.finfo(next(self.model.parameters()).dtype).min
             mask = torch.zeros(mask.shape, device=self.device).masked_fill(~mask, neg)
-        ids = torch.tensor([tokens], device=self.device)
-        pos = torch.tensor([[state.length + d - 1 for d in depth]], device=self.device)
-        cache = DynamicCache([(k, v) for k, v in state.kv])
-        kwargs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos,
-                  "past_key_values": cache, "use_cache": True}
+        return mask
+
+    def _row_forward(self, row: PackedRow, keep: np.ndarray) -> tuple[torch.Tensor, bool]:
+        """One forward of a packed row; hidden states (or logits) at ``keep`` only."""
+        if self.attention_path() == "flex" and not self._flex_checked:
+            try:
+                return self._row_forward_once(row, keep)
+            except Exception as exc:  # noqa: BLE001 - any compile/kernel failure: go dense
+                # e.g. torch 2.13's CPU inductor fails to compile FlexAttention with GQA
+                self.attention_fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                self.model.set_attn_implementation(self._attn_before or "sdpa")
+                self._attention_resolved = "dense"
+            finally:
+                self._flex_checked = True
+        return self._row_forward_once(row, keep)
+
+    def _row_forward_once(self, row: PackedRow, keep: np.ndarray) -> tuple[torch.Tensor, bool]:
+        ids = torch.from_numpy(row.ids)[None].to(self.device)
+        pos = torch.from_numpy(row.positions)[None].to(self.device)
+        at = torch.from_numpy(keep).to(self.device)
+        mask = self._row_mask(row)
         self.stats.forward_calls += 1
+        self.stats.tokens_fed += len(row.ids)
+        c0 = time.process_time()
         with torch.inference_mode():
             if self.head_splits():
-                return self.model.base_model(**kwargs).last_hidden_state[0]
-            return self.model(**kwargs).logits[0]
+                h = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                          use_cache=False).last_hidden_state[0, at]
+                out, is_hidden = h, True
+            else:
+                out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                 use_cache=False, logits_to_keep=at).logits[0]
+                is_hidden = False
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        self.stats.forward_cpu_seconds += time.process_time() - c0
+        return out, is_hidden
+
+    def score_items(
+        self,
+        contexts: Sequence[tuple[int, ...]],
+        continuations: Sequence[Sequence[int]],
+    ) -> tuple[list[ScoredTokens], dict[int, torch.Tensor]]:
+        """Score items (context, continuation) packed many to a forward (see ``packing``).
+
+        Returns per item the log p of each continuation token and whether every token is
+        the argmax; for an item with an empty continuation, its fp32 next-token log-prob
+        vector instead (second value, by item index)."""
+        p = plan(contexts, continuations, self.batch_tokens or default_batch_tokens(str(self.device)))
+        n_reads = len(p.read_pos)
+        read_item = np.repeat(np.arange(len(contexts)), np.diff(p.read_start))
+        vals = np.zeros(n_reads, dtype=np.float64)
+        hits = np.zeros(n_reads, dtype=bool)
+        dists: dict[int, torch.Tensor] = {}
+        for r, row in enumerate(p.rows):
+            sel = np.nonzero(p.read_row == r)[0]
+            uniq, inv = np.unique(p.read_pos[sel], return_inverse=True)
+            by = np.argsort(inv, kind="stable")
+            sel, inv = sel[by], inv[by]
+            out, is_hidden = self._row_forward(row, uniq)
+            vocab = self.model.get_output_embeddings().weight.shape[0] if is_hidden else out.shape[-1]
+            chunk = max(1, (1 << 25) // max(1, vocab))
+            for s in range(0, len(uniq), chunk):
+                lo, hi = np.searchsorted(inv, [s, s + chunk])
+                part = out[s : s + chunk]
+                c0 = time.process_time()
+                with torch.inference_mode():
+                    lp = torch.log_softmax(self._head(part) if is_hidden else part.float(), -1)
+                self.stats.head_cpu_seconds += time.process_time() - c0
+                k_sel = sel[lo:hi]
+                local = torch.from_numpy(inv[lo:hi] - s).to(lp.device)
+                tgt = p.read_target[k_sel]
+                scored = tgt >= 0
+                if scored.any():
+                    li = local[torch.from_numpy(scored).to(lp.device)]
+                    ti = torch.from_numpy(tgt[scored]).to(lp.device)
+                    vals[k_sel[scored]] = lp[li, ti].double().cpu().numpy()
+                    hits[k_sel[scored]] = (lp.argmax(-1)[li] == ti).cpu().numpy()
+                for k, loc in zip(k_sel[~scored].tolist(), (inv[lo:hi] - s)[~scored].tolist(),
+                                  strict=True):
+                    dists[int(read_item[k])] = lp[loc]
+        greedy = np.logical_and.reduceat(hits, p.read_start[:-1]) if n_reads else hits
+        bounds = p.read_start.tolist()
+        flat = vals.tolist()
+        results = [ScoredTokens(flat[bounds[i] : bounds[i + 1]], bool(greedy[i]))
+                   for i in range(len(contexts))]
+        return results, dists
 
     def packing_works(self) -> bool:
-        """Whether this architecture honours a custom 4D mask (checked once against the
-        padded path on a few tokens); if not, continuations are padded rows."""
+        """Whether this architecture honours the packed rows' custom 4D mask and position
+        ids (checked once against plain full sequences); if not, the padded paths run."""
         if self._packing_ok is None:
-            calls = self.stats.forward_calls
+            calls, fed, secs, head = (self.stats.forward_calls, self.stats.tokens_fed,
+                                      self.stats.forward_cpu_seconds, self.stats.head_cpu_seconds)
             try:
-                ctx = [self.eos_id or 0, 1, 2]
-                conts = [[3, 4, 5], [3, 6], [7, 8]]
-                state = self._run_context(ctx, keep_cache=True)
-                rows = self._rows_after_context(state, conts, hidden=False)
-                tokens, parents, depth = [3, 4, 5, 6, 7, 8], [-1, 0, 1, 0, -1, 4], [1, 2, 3, 2, 1, 2]
-                packed = self._packed_hidden(state, tokens, parents, depth)
-                if self.head_splits():
-                    packed = self._head(packed)
-                ref = torch.stack([rows[0, 0], rows[0, 1], rows[0, 2], rows[1, 1], rows[2, 0],
-                                   rows[2, 1]]).float()
-                diff = (torch.log_softmax(packed.float(), -1) - torch.log_softmax(ref, -1)).abs()
-                # fp32 sums in another order differ by ~1e-4 on a 135M model; a wrong mask
-                # moves log-probs by whole nats
-                self._packing_ok = bool(diff.max() < 1e-2)
+                e = self.eos_id or 0
+                ctxs = [(e, 1, 2), (e, 1, 2), (e, 1, 2), (e, 5)]
+                conts = [(3, 4, 5), (3, 6), (7, 8), (9, 3, 4)]
+                got, _ = self.score_items(ctxs, conts)
+                ref = self.score_sequences([c + x for c, x in zip(ctxs, conts, strict=True)],
+                                           [len(c) for c in ctxs])
+                diff = max(abs(a - b) for g, f in zip(got, ref, strict=True)
+                           for a, b in zip(g.logprobs, f.logprobs, strict=True))
+                # sums in another order differ by ~1e-4 on a 135M model in fp32 (more in
+                # bf16); a wrong mask or wrong positions move log-probs by whole nats
+                self._packing_ok = bool(diff < 5e-2)
             except (TypeError, RuntimeError, ValueError, IndexError):
                 self._packing_ok = False
-            self.stats.forward_calls = calls  # a self-check, not work done for a request
+            self.stats.forward_calls, self.stats.tokens_fed = calls, fed
+            self.stats.forward_cpu_seconds = secs  # a self-check, not work done for a request
+            self.stats.head_cpu_seconds = head
         return self._packing_ok
-
-    def _score_packed(
-        self, state: _ContextState, conts: list[Sequence[int]]
-    ) -> list[tuple[list[float], list[bool]]]:
-        """Per continuation: log p and argmax hits of tokens 2..n, from packed trie rows."""
-        index: dict[tuple[int, ...], int] = {}
-        tokens: list[int] = []
-        parents: list[int] = []
-        depth: list[int] = []
-        for c in conts:
-            parent = -1
-            for k in range(1, len(c)):
-                key = tuple(c[:k])
-                if key not in index:
-                    index[key] = len(tokens)
-                    tokens.append(c[k - 1])
-                    parents.append(parent)
-                    depth.append(k)
-                parent = index[key]
-        hidden = self._packed_hidden(state, tokens, parents, depth)
-        nodes = [index[tuple(c[:k])] for c in conts for k in range(1, len(c))]
-        targets = [c[k] for c in conts for k in range(1, len(c))]
-        vals, hits = self._gather_nodes(hidden, nodes, targets, self.head_splits())
-        out = []
-        k = 0
-        for c in conts:
-            n = len(c) - 1
-            out.append((vals[k : k + n], hits[k : k + n]))
-            k += n
-        return out
-
-    def _gather_nodes(
-        self, out: torch.Tensor, nodes: list[int], targets: list[int], is_hidden: bool,
-        chunk: int = 64,
-    ) -> tuple[list[float], list[bool]]:
-        """Like ``_gather`` but each trie node goes through the LM head once, however many
-        continuations read it (" University of" → " Oxford", " Vienna", ...)."""
-        uniq = sorted(set(nodes))
-        where = {n: i for i, n in enumerate(uniq)}
-        vals = [0.0] * len(nodes)
-        hits = [False] * len(nodes)
-        by_row: dict[int, list[int]] = {}
-        for k, n in enumerate(nodes):
-            by_row.setdefault(where[n], []).append(k)
-        for s in range(0, len(uniq), chunk):
-            rows = uniq[s : s + chunk]
-            part = out[torch.tensor(rows, device=out.device)]
-            logits = self._head(part) if is_hidden else part.float()
-            lp = torch.log_softmax(logits, dim=-1)
-            best = lp.argmax(-1).tolist()
-            r_idx: list[int] = []
-            t_idx: list[int] = []
-            ks: list[int] = []
-            for r in range(len(rows)):
-                for k in by_row[s + r]:
-                    r_idx.append(r)
-                    t_idx.append(targets[k])
-                    ks.append(k)
-            got = lp[torch.tensor(r_idx), torch.tensor(t_idx)].tolist()
-            for k, r, t, v in zip(ks, r_idx, t_idx, got, strict=True):
-                vals[k] = v
-                hits[k] = best[r] == t
-        return vals, hits
 
     # -- continuation scoring -------------------------------------------------------------
 
@@ -313,23 +375,6 @@ class CausalBackend(Backend):
                     if len(cont) == 1:  # the single-token shortcut
                         results[i] = ScoredTokens([float(last[cont[0]])], top == cont[0])
                 multi.sort(key=lambda i: -len(pairs[i][1]))
-                if multi and self.pack and self.packing_works():
-                    budget = self.batch_tokens or 1024
-                    group: list[int] = []
-                    fed = 0
-                    for i in [*multi, -1]:
-                        n = len(pairs[i][1]) - 1 if i >= 0 else 0
-                        if group and (i < 0 or fed + n > budget):
-                            scored = self._score_packed(state, [pairs[j][1] for j in group])
-                            for j, (vals, hits) in zip(group, scored, strict=True):
-                                cont = pairs[j][1]
-                                results[j] = ScoredTokens([float(last[cont[0]])] + vals,
-                                                          top == cont[0] and all(hits))
-                            group, fed = [], 0
-                        if i >= 0:
-                            group.append(i)
-                            fed += n
-                    multi = []
                 start = 0
                 while start < len(multi):
                     chunk = multi[start : start + self.rows_per_batch(len(pairs[multi[start]][1]) - 1)]
