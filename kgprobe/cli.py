@@ -351,18 +351,23 @@ def factor(
 @app.command()
 def probe(
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Registry name, GGUF file or local HF directory."),
-    relations: list[str] = typer.Option(None, "--relations", "-r", help="Only these relations (PIDs); repeatable."),
+    relations: list[str] = typer.Option(None, "--relation", "--relations", "-r", help="Only this relation (PID); repeatable."),
     sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
-    measure: list[str] = typer.Option(None, "--measure", help="kmin (Min@n, default) or kavg (Avg@n); repeatable."),
+    measure: list[str] = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin."),
     strategy: str = typer.Option("temp+sem", "--strategy", "-s", help="Distractors: random, sem, temp+sem or appropt."),
     n: int = typer.Option(5, "-n", help="Distractors per fact."),
     seed: int = typer.Option(0, help="Seed of the fact sample and the random strategy."),
     threshold: float = typer.Option(0.5, help="A fact is known when its score is at least this."),
     at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today)."),
     max_labels: int = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases)."),
+    max_subject_labels: int = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences)."),
+    end: str = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the model's documented one), eos, tail, none."),
+    label_rule: str = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all."),
+    on_model_mismatch: str = typer.Option("suffix", "--on-model-mismatch", help="When the model key holds other weights' scores: suffix or refuse."),
     max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
     dtype: str = typer.Option("float32", help="float32 (reference) or bfloat16 (faster on CPU)."),
     threads: int = typer.Option(1, help="CPU threads for torch."),
+    batch_facts: int = typer.Option(16, "--batch-facts", help="Facts per engine run and per write."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
     force: bool = typer.Option(False, "--force", help="Rescore facts already scored with this configuration."),
     history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
@@ -375,12 +380,41 @@ def probe(
     summary = run(
         model, relations=relations or (), sample=sample or None, measures=measure or ("kmin",),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
+        max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
+        on_model_mismatch=on_model_mismatch, batch_facts=batch_facts,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
         force=force, history_first=history_first, progress=not as_json,
     )
     data = summary.to_dict()
     data["relations"] = len(data["relations"])
     _print_summary(data, as_json)
+
+
+@app.command()
+def measures(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
+    """Every registered measure: its paper section, parameters, graph needs and property name."""
+    import json
+
+    from rich.markup import escape
+
+    from kgprobe.probing.measures.registry import SHARED, describe
+
+    rows = describe()
+    if as_json:
+        shared = [{"name": p.name, "default": p.default, "help": p.help, "key_code": p.code}
+                  for p in SHARED.values()]
+        print(json.dumps({"measures": rows, "shared_parameters": shared}, ensure_ascii=False, default=str))
+        return
+    from rich.table import Table
+
+    table = Table("measure", "paper section", "parameters (default)", "needs", "property", title="measures")
+    for r in rows:
+        params = ", ".join(f"{p['name']}={p['default']}" for p in r["parameters"])
+        table.add_row(escape(r["name"]), escape(r["section"]), escape(params),
+                      escape(", ".join(r["needs"])), escape(r["property"]))
+    console.print(table)
+    console.print("shared by label-using measures: " + escape(", ".join(
+        f"--{p.name.replace('_', '-')} ({p.default})" for p in SHARED.values())), highlight=False)
 
 
 @app.command()

@@ -86,6 +86,9 @@ class Report:
     comparison: dict[str, int] | None
     seed: int
     bootstrap: int
+    #: per relation, every measure probed for the primary model
+    #: (:func:`kgprobe.probing.measures.registry.relation_aggregates`)
+    measures: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,9 +202,11 @@ def build_report(
     comparison = None
     if vs is not None:
         comparison = compare_in(graph, model, vs, measure=sa.props.measure_key, threshold=sa.threshold).counts
+    from kgprobe.probing.measures.registry import relation_aggregates
+
     return Report(
         model_report(sa, rows_a), model_report(sb, rows_b or []) if sb is not None else None,
-        edges, comparison, seed, n_boot,
+        edges, comparison, seed, n_boot, relation_aggregates(graph, sa.props.model_key, seed=seed),
     )
 
 

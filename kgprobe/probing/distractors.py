@@ -318,11 +318,14 @@ def find_distractors(
     engine: Engine | None = None,
     template: str | None = None,
     progress: bool = False,
+    context: gd.FactContext | None = None,
 ) -> DistractorList:
     """Distractors of (subject, pid, obj) by ``strategy``; ids must already be QIDs/PIDs.
 
     ``index`` (or ``index_dir``, loaded and rebuilt if stale) serves sem and temp+sem;
     ``engine`` serves appropt, with ``template`` (default: from the template store).
+    ``context`` is the fact's :func:`~kgprobe.graph.distractors.fact_context` when the caller
+    already read it (a probe run reads it once per fact for every measure).
     """
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
@@ -331,7 +334,7 @@ def find_distractors(
     gd.check_ids(qids=[subject] + ([obj] if obj else []), pids=[pid])
     ref = gd.date_sort_key(at)
     obj = obj or pick_object(graph, subject, pid, ref)
-    ctx = gd.fact_context(graph, subject, pid, obj)
+    ctx = context if context is not None and context.object == obj else gd.fact_context(graph, subject, pid, obj)
     result = DistractorList(subject, pid, obj, ctx.object_label, strategy, n, seed, ref)
     if strategy == "random":
         found, why = random_distractors(graph, ctx, n, seed)
