@@ -321,12 +321,19 @@ def judge_prompt(query: str, references: Sequence[str], prediction: str) -> str:
             .replace("[PREDICTION]", prediction))
 
 
+_VERDICT = re.compile(r"\b(incorrect|correct)\b")
+
+
 def parse_verdict(text: str) -> float:
-    """1.0 for "correct", 0.0 for "incorrect" (checked first: it contains "correct")."""
-    t = text.strip().casefold()
-    if t.startswith("incorrect") or "incorrect" in t.split()[:1]:
-        return 0.0
-    return 1.0 if t.startswith("correct") else 0.0
+    """1.0 for a "correct" verdict, 0.0 for "incorrect" or anything else.
+
+    The verdict is the first whole word ``correct`` or ``incorrect`` after an optional
+    ``Correctness:`` echo of the prompt's field name, quotes and punctuation ignored: so
+    ``Correctness: incorrect`` is incorrect and ``"correct"`` is correct."""
+    t = unicodedata.normalize("NFKC", text).casefold().strip()
+    t = re.sub(r"^\W*correctness\W*", "", t)
+    m = _VERDICT.search(t)
+    return 1.0 if m is not None and m.group(1) == "correct" else 0.0
 
 
 def judge_measure(
