@@ -232,3 +232,99 @@ def test_a_different_model_under_the_same_name_never_overwrites(
                       fingerprint=other.fingerprint, index=index, progress=False)
     assert (third.model_key, third.scored, third.skipped) == (second.model_key, 0, 3)
     assert not math.isnan(sum(before.values()))
+
+
+def _demo_aliases(qid: str) -> tuple[str, list[str]]:
+    """An entity's English label and aliases from the packaged demo dump (real Wikidata)."""
+    import gzip
+    from importlib.resources import files
+
+    with gzip.open(str(files("kgprobe") / "data" / "demo_graph.json.gz"), "rt") as fh:
+        for e in json.load(fh):
+            if e.get("id") == qid:
+                return (e["labels"]["en"]["value"],
+                        [a["value"] for a in e.get("aliases", {}).get("en", [])])
+    raise AssertionError(f"{qid} not in the demo dump")
+
+
+def test_label_rule_on_real_demo_aliases() -> None:
+    """Issue 11 §3: flag emoji, two-letter codes and identifiers are not names."""
+    from kgprobe.probing.measures.common import LabelRule
+
+    label, aliases = _demo_aliases("Q986")
+    assert label == "Eritrea" and {"er", "🇪🇷", "State of Eritrea"} <= set(aliases)
+    e = LabelRule().entity(label, aliases, "Q986")
+    assert e.labels() == ("Eritrea", "State of Eritrea", "Ertrā", "Iritriyā", "ERI", "IRI")
+    label, aliases = _demo_aliases("Q20")  # Norway
+    kept = LabelRule().entity(label, aliases).labels()
+    assert kept == ("Norway", "Kingdom of Norway", "Norge", "Norvège\u200f", "NOR", "Noreg",
+                    "Norwegen\u200f")
+    assert set(LabelRule("all").entity(label, aliases).labels()) - set(kept) == {"NO", "no", "🇳🇴"}
+    rule = LabelRule()
+    assert not rule.keeps("Q42") and not rule.keeps("ISO3166-2:UA") and not rule.keeps("UA")
+    assert rule.keeps("U.S.") and rule.keeps("Marie Curie") and rule.keeps("Saint-Étienne")
+    with pytest.raises(ConfigError):
+        LabelRule("bogus")  # type: ignore[arg-type]
+
+
+def test_label_rule_keeps_codes_out_of_probe_requests(world: tuple[Any, Any], engine: Any,
+                                                      gpt2: Path) -> None:
+    """A subject alias that is a code never becomes a cloze sentence in a probe run; with
+    --label-rule all it does, under its own key."""
+    from distractor_world import FRANCE
+
+    from kgprobe.graph.ingest import ingest
+    from kgprobe.records import EntityRecord
+
+    graph, index = world
+    ingest(graph, [EntityRecord(FRANCE, "France", aliases=["FR", "🇫🇷", "French Republic"],
+                                types=["Q6256"])])
+    seen: list[str] = []
+
+    class Recording:
+        def run(self, requests: Any) -> Any:
+            seen.extend(getattr(r, "context", "") for r in requests)
+            return engine.run(requests)
+
+    for rule in ("names", "all"):
+        seen.clear()
+        s = run_probe(graph, Recording(), _cfg(gpt2, relations=("P36",), label_rule=rule,
+                                               max_subject_labels=5),
+                      fingerprint=engine.fingerprint, index=index, progress=False)
+        assert s.scored == 3
+        ctxs = set(seen)
+        assert "The capital of French Republic is" in ctxs
+        assert ("The capital of FR is" in ctxs) == (rule == "all")
+        assert ("The capital of 🇫🇷 is" in ctxs) == (rule == "all")
+    assert {r["measure_keys"][0] for r in pr.list_runs(graph)} == {
+        "kmin_random_n2_s5", "kmin_random_n2_s5_lrall"}
+
+
+def test_end_marker_is_selectable_and_recorded(world: tuple[Any, Any], engine: Any,
+                                               gpt2: Path) -> None:
+    """Issue 11 §3: Eq. 1's end marker is a run setting (auto/eos/tail/none), in the key and
+    recorded on the ProbeRun; eos scores λ + the tokenizer's EOS."""
+    from kgprobe.probing.requests import LogProbRequest
+
+    graph, index = world
+    seen: list[Any] = []
+
+    class Recording:
+        def run(self, requests: Any) -> Any:
+            seen.extend(requests)
+            return engine.run(requests)
+
+    s = run_probe(graph, Recording(), _cfg(gpt2, relations=("P36",), end="eos"),
+                  fingerprint=engine.fingerprint, index=index, progress=False)
+    assert s.score_properties == ["score__gpt2__kmin_random_n2_eeos"]
+    lps = [r for r in seen if isinstance(r, LogProbRequest)]
+    assert lps and all(r.add_eos for r in lps)
+    assert any(r.context == "The capital of France is" and r.continuation == " Paris" for r in lps)
+    run = pr.get_run(graph, s.run_id)
+    assert run is not None and json.loads(run["end_marker"]) == {"choice": "eos", "kind": "eos", "text": "."}
+    default = run_probe(graph, engine, _cfg(gpt2, relations=("P36",)),
+                        fingerprint=engine.fingerprint, index=index, progress=False)
+    run = pr.get_run(graph, default.run_id)
+    assert run is not None and json.loads(run["end_marker"])["kind"] == "tail"
+    with pytest.raises(ConfigError, match="end"):
+        _cfg(gpt2, end="bogus").validate()

@@ -266,3 +266,29 @@ def test_judge_retries_honour_retry_after_and_cache(tmp_path: Path) -> None:
         server.shutdown()
     assert retry_after("12") == 12.0 and retry_after(None) is None
     assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+
+
+def test_bertscore_weights_by_hand() -> None:
+    """Zero-weight rows take part in the matching but not in the averages."""
+    ref = np.array([[1.0, 0.0], [0.0, 1.0]])  # second row: a [CLS]-like token, weight 0
+    cand = np.array([[0.6, 0.8]])
+    # R = (1*0.6 + 0*0.8) / 1 = 0.6; P = max(0.6, 0.8) = 0.8 (matched against the zero-weight
+    # row); F = 2*0.48/1.4
+    f = bertscore_f1(ref, cand, np.array([1.0, 0.0]), np.array([1.0]))
+    assert f == pytest.approx(2 * 0.6 * 0.8 / 1.4)
+
+
+def test_bertscore_equals_the_bert_score_package() -> None:
+    """Issue 11 §3: kgprobe's BERTScore F1 equals ``bert_score.score`` on the same encoder
+    (the packaged MiniLM, last of its 6 layers), no idf, no rescaling, within 1e-3."""
+    bert_score = pytest.importorskip("bert_score", reason="bert-score (dev extra) not installed")
+    from kgprobe.probing.embeddings import bertscore_embeddings, packaged_minilm_dir
+
+    refs = ["Paris", "Barack Obama", "the United States of America", "Berlin", "New York City"]
+    cands = ["Paris, France", "Obama", "United States", "London is big", "york"]
+    _, _, f = bert_score.score(cands, refs, model_type=str(packaged_minilm_dir()), num_layers=6,
+                               idf=False, rescale_with_baseline=False, lang="en")
+    emb = bertscore_embeddings(refs + cands)
+    for i in range(len(refs)):
+        (vr, wr), (vc, wc) = emb[i], emb[len(refs) + i]
+        assert bertscore_f1(vr, vc, wr, wc) == pytest.approx(float(f[i]), abs=1e-3), refs[i]
