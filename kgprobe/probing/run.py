@@ -277,8 +277,9 @@ class _Gatherer:
 
     def __init__(self, graph: Graph, cfg: ProbeConfig, needs: frozenset[str], ref: int,
                  templates: dict[str, list[tuple[str, str]]], index: SemanticIndex | None,
-                 engine: Any, rule: Any) -> None:
+                 engine: Any, rule: Any, end: Any = None) -> None:
         self.graph, self.cfg, self.needs, self.ref = graph, cfg, needs, ref
+        self.end = end
         self.templates, self.index, self.engine, self.rule = templates, index, engine, rule
         self._subjects: dict[str, list[str]] = {}
         self._all_templates: dict[str, tuple[str, ...]] | None = None
@@ -309,7 +310,7 @@ class _Gatherer:
                         found = find_distractors(
                             self.graph, row["s"], row["pid"], row["o"], strategy=self.cfg.strategy,
                             n=self.cfg.n, seed=self.cfg.seed, at=self.ref, index=self.index,
-                            engine=self.engine, context=ctx,
+                            engine=self.engine, context=ctx, end=self.end,
                         )
                         ds = [d.qid for d in found.distractors][: self.cfg.n]
                         why = None if ds else (found.reason or "no distractor found")
@@ -488,7 +489,7 @@ def run_probe(
         from kgprobe.probing.distractors import default_index_dir
 
         index = ensure_index(graph, index_dir or default_index_dir())
-    gather = _Gatherer(graph, config, needs, ref, available, index, engine, ctx.label_rule)
+    gather = _Gatherer(graph, config, needs, ref, available, index, engine, ctx.label_rule, ctx.end)
 
     started = time.monotonic()
     reasons: Counter[str] = Counter()
