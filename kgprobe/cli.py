@@ -323,9 +323,16 @@ def score(
 
 @app.command()
 def factor(
-    file: str = typer.Argument(..., help="A FACTOR CSV (news_factor.csv, expert_factor.csv, ...)."),
+    file: str | None = typer.Argument(None, help="A FACTOR CSV (news_factor.csv, expert_factor.csv, ...); or --from-graph."),
     model: str = typer.Option("smollm2-135m", "--model", "-m",
                               help="Registry name, GGUF file, local HF directory or hub id."),
+    from_graph: bool = typer.Option(False, "--from-graph", help="Generate items from facts of the graph (true sentence vs typed distractors)."),
+    relations: list[str] = typer.Option(None, "--relation", "-r", help="--from-graph: only this relation (PID); repeatable."),
+    sample: int | None = typer.Option(60, "--sample", help="--from-graph: facts in all, split over the relations (0 = all)."),
+    strategy: str = typer.Option("random", "--strategy", "-s", help="--from-graph: distractors: random, sem or temp+sem."),
+    n: int = typer.Option(3, "-n", help="--from-graph: false completions per item (the paper uses 3)."),
+    seed: int = typer.Option(0, help="--from-graph: seed of the sample and the distractors."),
+    max_length: int | None = typer.Option(None, "--max-length", help="Cap the context at this many tokens, prefix cut from the left (the paper: 1024)."),
     limit: int | None = typer.Option(None, help="Score only the first N rows."),
     prefix_column: str = typer.Option("turncated_prefixes",
                                       help="turncated_prefixes (official) or full_prefix."),
@@ -334,18 +341,32 @@ def factor(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """FACTOR accuracy: the share of rows whose true completion has the highest mean
-    per-token log-probability given the prefix."""
+    per-token log-probability given the prefix (from a CSV, or generated from the graph)."""
     import json
 
-    from kgprobe.probing.measures.factor import run_factor_file
+    from rich.markup import escape
 
-    result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
-                             threads=threads, progress=not as_json)
+    from kgprobe.errors import ConfigError
+    from kgprobe.probing.measures.factor import run_factor_file, run_factor_graph
+
+    if from_graph == (file is not None):
+        raise ConfigError("give a FACTOR CSV file or --from-graph (one of them)")
+    if from_graph:
+        result = run_factor_graph(model, relations=relations or (), sample=sample or None,
+                                  strategy=strategy, n=n, seed=seed, dtype=dtype, threads=threads,
+                                  progress=not as_json, max_length=max_length)
+    else:
+        assert file is not None
+        result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
+                                 threads=threads, progress=not as_json, max_length=max_length)
     if as_json:
         print(json.dumps(result, ensure_ascii=False))
         return
+    where = "the graph" if from_graph else str(result["file"])
     console.print(f"FACTOR accuracy {result['accuracy']:.4f} ({result['correct']}/{result['items']}) "
-                  f"— {result['model']} on {result['file']}", highlight=False)
+                  f"— {escape(result['model'])} on {escape(where)}", highlight=False)
+    for pid, r in (result.get("relations") or {}).items():
+        console.print(f"  {pid}: {r['accuracy']:.4f} over {r['items']} items", highlight=False)
 
 
 @app.command()
@@ -415,6 +436,70 @@ def measures(as_json: bool = typer.Option(False, "--json", help="Print one JSON 
     console.print(table)
     console.print("shared by label-using measures: " + escape(", ".join(
         f"--{p.name.replace('_', '-')} ({p.default})" for p in SHARED.values())), highlight=False)
+
+
+@app.command()
+def evaluate(
+    model: str = typer.Option(..., "--model", "-m", help="A probed model (its name or model key)."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: the latest probed)."),
+    human: str | None = typer.Option(None, "--human", help="Human scores: CSV/TSV/JSONL keyed by statement (statement/key/fact) or subject, relation, object."),
+    score_column: str = typer.Option("score", "--score-column", help="Column of the human score."),
+    vs_model: str | None = typer.Option(None, "--vs-model", help="Robustness: a second stored score set (model) of the same facts."),
+    vs_measure: str | None = typer.Option(None, "--vs-measure", help="Robustness: its measure key (default: the same as --measure)."),
+    grid: bool = typer.Option(False, "--grid", help="k-fold grid search over every stored configuration of each measure (Tables 3/4)."),
+    folds: int = typer.Option(3, "--folds", help="k of the k-fold grid search."),
+    seed: int = typer.Option(0, help="Seed of the fold split."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    """Kendall's tau-b of stored scores against human scores, between two stored score sets
+    (robustness), or the k-fold grid search of the distractor paper (section 4.2)."""
+    import json
+
+    from rich.markup import escape
+
+    from kgprobe.errors import ConfigError
+    from kgprobe.graph.client import connect
+    from kgprobe.probing.measures import evaluation as ev
+
+    if vs_model is None and human is None:
+        raise ConfigError("give --human FILE (tau against human scores) or --vs-model (robustness)")
+    scores = ev.read_human_scores(human, score_column) if human is not None else None
+    g = connect()
+    try:
+        doc: dict[str, Any] = {}
+        if vs_model is not None:
+            doc["robustness"] = ev.robustness(g, (model, measure), (vs_model, vs_measure or measure))
+        if scores is not None and grid:
+            doc["grid"] = ev.grid_table(g, model, scores, k=folds, seed=seed)
+        elif scores is not None:
+            doc["human"] = ev.evaluate_measure(g, model, measure, scores)
+    finally:
+        g.close()
+    if as_json:
+        print(json.dumps(doc, ensure_ascii=False, default=str))
+        return
+
+    def tau(v: float | None) -> str:
+        return "n/a" if v is None or v != v else f"{v:.3f}"
+
+    if "human" in doc:
+        d = doc["human"]
+        console.print(f"{escape(d['model'])}/{escape(d['measure'])}: Kendall tau-b {tau(d['tau_b'])} "
+                      f"(p {tau(d['p_value'])}) over {d['facts']} facts ({d['human']} human scores)", highlight=False)
+    if "robustness" in doc:
+        d = doc["robustness"]
+        console.print(f"robustness {escape(d['a'])} vs {escape(d['b'])}: tau-b {tau(d['tau_b'])} over {d['facts']} facts",
+                      highlight=False)
+    if "grid" in doc:
+        from rich.table import Table
+
+        table = Table("measure", "tau (mean ± sd over folds)", "configurations", "facts", "chosen per fold",
+                      title=f"k-fold grid search (k = {folds}), Kendall tau-b on held-out folds")
+        for r in doc["grid"]:
+            cell = "n/a" if r["tau_mean"] is None else f"{r['tau_mean']:.3f} ± {r['tau_sd']:.3f}"
+            table.add_row(escape(r["measure"]), cell, str(len(r["configs"])), str(r["facts"]),
+                          escape(", ".join(r["chosen"])))
+        console.print(table)
 
 
 @app.command()

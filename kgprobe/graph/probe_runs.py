@@ -217,6 +217,14 @@ RETURN f.key AS key, f.pid AS pid, [n IN $names | f[n]] AS vals
 ORDER BY key
 """
 
+#: One score property with each fact's statement key and its (subject, relation, object).
+SCORES_WITH_ENDS = """
+MATCH (s:Entity)-[f:FACT]->(o:Entity)
+WHERE f[$score] IS NOT NULL
+RETURN f.key AS key, s.qid AS s, f.pid AS pid, o.qid AS o, f[$score] AS score
+ORDER BY key
+"""
+
 RELATION_LABELS = """
 UNWIND $pids AS p
 MATCH (r:Relation {pid: p})
@@ -471,6 +479,11 @@ def measure_rows(graph: Graph, names: dict[str, str]) -> list[dict[str, Any]]:
     order = list(names)
     rows = graph.read(MEASURE_ROWS, score=names["score"], names=[names[n] for n in order])
     return [{"key": r["key"], "pid": r["pid"], **dict(zip(order, r["vals"], strict=True))} for r in rows]
+
+
+def scores_with_ends(graph: Graph, props: ScoreProps) -> list[dict[str, Any]]:
+    """{key, s, pid, o, score} of every fact scored under ``props``."""
+    return graph.read(SCORES_WITH_ENDS, score=props.score)
 
 
 def relation_labels(graph: Graph, pids: Iterable[str]) -> dict[str, str | None]:
