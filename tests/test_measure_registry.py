@@ -171,6 +171,14 @@ def test_every_measure_round_trips_probe_edge_report(world: tuple[Any, Any], eng
     assert belief["calibration@10"] and "overconf@10" in belief
     for r in d["measures"]:
         assert r["score"]["n"] == r["facts"] >= 1
+    from rich.console import Console
+
+    from kgprobe.reporting import print_report
+
+    con = Console(record=True, width=200)
+    print_report(rep, con)
+    text = con.export_text()
+    assert "every measure probed for gpt2" in text and "belief_random_n2" in text
     judge = {r["pid"]: r["score"]["mean"] for r in d["measures"] if r["measure"] == "judge"}
     assert all(0.0 <= v <= 1.0 for v in judge.values())
 
