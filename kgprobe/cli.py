@@ -430,9 +430,16 @@ def score(
 
 @app.command()
 def factor(
-    file: str = typer.Argument(..., help="A FACTOR CSV (news_factor.csv, expert_factor.csv, ...)."),
+    file: str | None = typer.Argument(None, help="A FACTOR CSV (news_factor.csv, expert_factor.csv, ...); or --from-graph."),
     model: str = typer.Option("smollm2-135m", "--model", "-m",
                               help="Registry name, GGUF file, local HF directory or hub id."),
+    from_graph: bool = typer.Option(False, "--from-graph", help="Generate items from facts of the graph (true sentence vs typed distractors)."),
+    relations: list[str] = typer.Option(None, "--relation", "-r", help="--from-graph: only this relation (PID); repeatable."),
+    sample: int | None = typer.Option(60, "--sample", help="--from-graph: facts in all, split over the relations (0 = all)."),
+    strategy: str = typer.Option("random", "--strategy", "-s", help="--from-graph: distractors: random, sem or temp+sem."),
+    n: int = typer.Option(3, "-n", help="--from-graph: false completions per item (the paper uses 3)."),
+    seed: int = typer.Option(0, help="--from-graph: seed of the sample and the distractors."),
+    max_length: int | None = typer.Option(None, "--max-length", help="Cap the context at this many tokens, prefix cut from the left (the paper: 1024)."),
     limit: int | None = typer.Option(None, help="Score only the first N rows."),
     prefix_column: str = typer.Option("turncated_prefixes",
                                       help="turncated_prefixes (official) or full_prefix."),
@@ -444,19 +451,31 @@ def factor(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """FACTOR accuracy: the share of rows whose true completion has the highest mean
-    per-token log-probability given the prefix."""
+    per-token log-probability given the prefix (from a CSV, or generated from the graph)."""
     import json
 
-    from kgprobe.probing.measures.factor import run_factor_file
+    from kgprobe.errors import ConfigError
+    from kgprobe.probing.measures.factor import run_factor_file, run_factor_graph
 
     _model_options(device, batch_tokens, model_arg)
-    result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
-                             threads=threads, progress=not as_json)
+    if from_graph == (file is not None):
+        raise ConfigError("give a FACTOR CSV file or --from-graph (one of them)")
+    if from_graph:
+        result = run_factor_graph(model, relations=relations or (), sample=sample or None,
+                                  strategy=strategy, n=n, seed=seed, dtype=dtype, threads=threads,
+                                  progress=not as_json, max_length=max_length)
+    else:
+        assert file is not None
+        result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
+                                 threads=threads, progress=not as_json, max_length=max_length)
     if as_json:
         print(json.dumps(result, ensure_ascii=False))
         return
+    where = "the graph" if from_graph else str(result["file"])
     console.print(f"FACTOR accuracy {result['accuracy']:.4f} ({result['correct']}/{result['items']}) "
-                  f"— {result['model']} on {result['file']}", highlight=False)
+                  f"— {str(result['model'])} on {str(where)}", highlight=False)
+    for pid, r in (result.get("relations") or {}).items():
+        console.print(f"  {pid}: {r['accuracy']:.4f} over {r['items']} items", highlight=False)
 
 
 @app.command()
@@ -465,16 +484,21 @@ def probe(
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
     relations_alias: list[str] = typer.Option(None, "--relations", hidden=True, help="Old name of --relation."),
     sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
-    measure: list[str] = typer.Option(None, "--measure", help="kmin (Min@n, default) or kavg (Avg@n); repeatable."),
+    measure: list[str] = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin."),
     strategy: str = typer.Option("temp+sem", "--strategy", "-s", help="Distractors: random, sem, temp+sem or appropt."),
     n: int = typer.Option(5, "-n", help="Distractors per fact."),
     seed: int = typer.Option(0, help="Seed of the fact sample and the random strategy."),
     threshold: float = typer.Option(0.5, help="A fact is known when its score is at least this."),
     at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today)."),
     max_labels: int = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases)."),
+    max_subject_labels: int = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences)."),
+    end: str = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the model's documented one), eos, tail, none."),
+    label_rule: str = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all."),
+    on_model_mismatch: str = typer.Option("suffix", "--on-model-mismatch", help="When the model key holds other weights' scores: suffix or refuse."),
     max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     threads: int = typer.Option(1, help="CPU threads for torch."),
+    batch_facts: int = typer.Option(16, "--batch-facts", help="Facts per engine run and per write."),
     device: str | None = _DEVICE_OPT,
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
     model_arg: list[str] = _MODEL_ARG_OPT,
@@ -493,6 +517,8 @@ def probe(
     summary = run(
         model, relations=_relations(relation, relations_alias), sample=sample or None, measures=measure or ("kmin",),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
+        max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
+        on_model_mismatch=on_model_mismatch, batch_facts=batch_facts,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
         force=force, history_first=history_first, progress=not as_json,
         shard=parse_shard(shard) if shard else None,
@@ -500,6 +526,93 @@ def probe(
     data = summary.to_dict()
     data["relations"] = len(data["relations"])
     _print_summary(data, as_json)
+
+
+@app.command()
+def measures(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
+    """Every registered measure: its paper section, parameters, graph needs and property name."""
+    import json
+
+    from kgprobe.probing.measures.registry import SHARED, describe
+
+    rows = describe()
+    if as_json:
+        shared = [{"name": p.name, "default": p.default, "help": p.help, "key_code": p.code}
+                  for p in SHARED.values()]
+        print(json.dumps({"measures": rows, "shared_parameters": shared}, ensure_ascii=False, default=str))
+        return
+    from rich.table import Table
+
+    table = Table("measure", "paper section", "parameters (default)", "needs", "property", title="measures")
+    for r in rows:
+        params = ", ".join(f"{p['name']}={p['default']}" for p in r["parameters"])
+        table.add_row(str(r["name"]), str(r["section"]), str(params),
+                      str(", ".join(r["needs"])), str(r["property"]))
+    console.print(table)
+    console.print("shared by label-using measures: " + str(", ".join(
+        f"--{p.name.replace('_', '-')} ({p.default})" for p in SHARED.values())), highlight=False)
+
+
+@app.command()
+def evaluate(
+    model: str = typer.Option(..., "--model", "-m", help="A probed model (its name or model key)."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: the latest probed)."),
+    human: str | None = typer.Option(None, "--human", help="Human scores: CSV/TSV/JSONL keyed by statement (statement/key/fact) or subject, relation, object."),
+    score_column: str = typer.Option("score", "--score-column", help="Column of the human score."),
+    vs_model: str | None = typer.Option(None, "--vs-model", help="Robustness: a second stored score set (model) of the same facts."),
+    vs_measure: str | None = typer.Option(None, "--vs-measure", help="Robustness: its measure key (default: the same as --measure)."),
+    grid: bool = typer.Option(False, "--grid", help="k-fold grid search over every stored configuration of each measure (Tables 3/4)."),
+    folds: int = typer.Option(3, "--folds", help="k of the k-fold grid search."),
+    seed: int = typer.Option(0, help="Seed of the fold split."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
+) -> None:
+    """Kendall's tau-b of stored scores against human scores, between two stored score sets
+    (robustness), or the k-fold grid search of the distractor paper (section 4.2)."""
+    import json
+
+    from kgprobe.errors import ConfigError
+    from kgprobe.graph.client import connect
+    from kgprobe.probing.measures import evaluation as ev
+
+    if vs_model is None and human is None:
+        raise ConfigError("give --human FILE (tau against human scores) or --vs-model (robustness)")
+    scores = ev.read_human_scores(human, score_column) if human is not None else None
+    g = connect()
+    try:
+        doc: dict[str, Any] = {}
+        if vs_model is not None:
+            doc["robustness"] = ev.robustness(g, (model, measure), (vs_model, vs_measure or measure))
+        if scores is not None and grid:
+            doc["grid"] = ev.grid_table(g, model, scores, k=folds, seed=seed)
+        elif scores is not None:
+            doc["human"] = ev.evaluate_measure(g, model, measure, scores)
+    finally:
+        g.close()
+    if as_json:
+        print(json.dumps(doc, ensure_ascii=False, default=str))
+        return
+
+    def tau(v: float | None) -> str:
+        return "n/a" if v is None or v != v else f"{v:.3f}"
+
+    if "human" in doc:
+        d = doc["human"]
+        console.print(f"{str(d['model'])}/{str(d['measure'])}: Kendall tau-b {tau(d['tau_b'])} "
+                      f"(p {tau(d['p_value'])}) over {d['facts']} facts ({d['human']} human scores)", highlight=False)
+    if "robustness" in doc:
+        d = doc["robustness"]
+        console.print(f"robustness {str(d['a'])} vs {str(d['b'])}: tau-b {tau(d['tau_b'])} over {d['facts']} facts",
+                      highlight=False)
+    if "grid" in doc:
+        from rich.table import Table
+
+        table = Table("measure", "tau (mean ± sd over folds)", "configurations", "facts", "chosen per fold",
+                      title=f"k-fold grid search (k = {folds}), Kendall tau-b on held-out folds")
+        for r in doc["grid"]:
+            cell = "n/a" if r["tau_mean"] is None else f"{r['tau_mean']:.3f} ± {r['tau_sd']:.3f}"
+            table.add_row(str(r["measure"]), cell, str(len(r["configs"])), str(r["facts"]),
+                          str(", ".join(r["chosen"])))
+        console.print(table)
 
 
 @app.command()

@@ -86,6 +86,9 @@ class Report:
     comparison: dict[str, int] | None
     seed: int
     bootstrap: int
+    #: per relation, every measure probed for the primary model
+    #: (:func:`kgprobe.probing.measures.registry.relation_aggregates`)
+    measures: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -199,9 +202,11 @@ def build_report(
     comparison = None
     if vs is not None:
         comparison = compare_in(graph, model, vs, measure=sa.props.measure_key, threshold=sa.threshold).counts
+    from kgprobe.probing.measures.registry import relation_aggregates
+
     return Report(
         model_report(sa, rows_a), model_report(sb, rows_b or []) if sb is not None else None,
-        edges, comparison, seed, n_boot,
+        edges, comparison, seed, n_boot, relation_aggregates(graph, sa.props.model_key, seed=seed),
     )
 
 
@@ -271,6 +276,20 @@ def print_report(rep: Report, console: Console) -> None:
             f"on {c['both_probed']} facts probed for both: {a.model_key} knows {c['a_known']}, "
             f"{b.model_key} knows {c['b_known']}, both {c['both_known']}", highlight=False,
         )
+    if rep.measures:
+        from rich.markup import escape
+
+        mt = Table("measure", "relation", "facts", "mean [95% CI]", "more",
+                   title=f"every measure probed for {a.model_key}")
+        for mrow in rep.measures:
+            sc = mrow.get("score") or {}
+            more = ", ".join(f"{k} {v['mean']:.3f}" for k, v in mrow.items()
+                             if isinstance(v, dict) and k != "score" and isinstance(v.get("mean"), float))
+            ci = ("" if sc.get("ci_low") is None
+                  else f" [{sc['ci_low']:.3f}, {sc['ci_high']:.3f}]")
+            mean = "–" if sc.get("mean") is None else f"{sc['mean']:.3f}{ci}"
+            mt.add_row(escape(mrow["measure_key"]), mrow["pid"], str(sc.get("n", 0)), mean, escape(more))
+        console.print(mt)
 
 
 def write_report(rep: Report, out: str | Path) -> dict[str, Path]:

@@ -221,3 +221,46 @@ def test_cli_json(world_graph, kgprobe_env, tmp_path: Path) -> None:
         timeout=180,
     )
     assert bad.returncode != 0 and "Nobody" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_appropt_uses_the_scoring_end_marker_and_a_seeded_candidate_sample(world_graph, engine) -> None:
+    """Issue 11 §3: the constrained beam search ends each label with the same end marker as
+    the Eq. 1 scoring it serves (not always EOS), and a candidate cap takes a seeded sample of
+    Ω(f), not the first N by QID string."""
+    from kgprobe.probing.distractors import appropt_candidates
+    from kgprobe.probing.measures.common import EndMarker
+    from kgprobe.probing.requests import BeamSearchRequest
+
+    graph, _ = world_graph
+    seen: list[BeamSearchRequest] = []
+
+    class Recording:
+        lm = engine.lm
+
+        def run(self, requests):
+            seen.extend(r for r in requests if isinstance(r, BeamSearchRequest))
+            return engine.run(requests)
+
+    t = "[X] is a citizen of [Y]."
+    for end, eos, suffix in ((EndMarker("tail", "."), False, "."), (EndMarker("eos"), True, ""),
+                             (EndMarker("none"), False, "")):
+        seen.clear()
+        res = find_distractors(graph, OBAMA, "P27", USA, strategy="appropt", n=2,
+                               engine=Recording(), template=t, end=end)
+        assert seen and all(r.add_eos is eos for r in seen)
+        assert " France" + suffix in seen[0].allowed and " Germany" + suffix in seen[0].allowed
+        assert {d.qid for d in res.distractors} <= oracle_omega(OBAMA, "P27", USA)
+        assert all(not (d.detail["form"]).endswith(".") for d in res.distractors)
+    # the default is the model's documented marker: tail "." for an unlisted model
+    seen.clear()
+    find_distractors(graph, OBAMA, "P27", USA, strategy="appropt", n=2, engine=Recording(), template=t)
+    assert seen[0].add_eos is False and " France." in seen[0].allowed
+
+    ctx = gd.fact_context(graph, OBAMA, "P27", USA)
+    everything = [c.qid for c in gd.typed_candidates(graph, ctx)]
+    assert [c.qid for c in appropt_candidates(graph, ctx, None, 0)] == everything
+    assert len(everything) >= 2
+    a = [c.qid for c in appropt_candidates(graph, ctx, 1, seed=0)]
+    draws = {tuple(c.qid for c in appropt_candidates(graph, ctx, 1, seed=s)) for s in range(12)}
+    assert len(a) == 1 and a == [c.qid for c in appropt_candidates(graph, ctx, 1, seed=0)]
+    assert len(draws) > 1  # seeded, not always the first by QID string

@@ -5,6 +5,7 @@ hand-computed values and direct engine scores on a tiny random GPT-2."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -201,3 +202,93 @@ def test_llm_judge_through_a_real_local_endpoint(gpt2: LoadedModel,
             verdicts.append(parse_verdict(g.text))  # type: ignore[union-attr]
         expected.append(max(verdicts))
     assert j.per_cloze == expected
+
+
+def test_judge_verdicts_are_read_as_written() -> None:
+    """Issue 11 §3: "Correctness: incorrect" was read as correct, a quoted "correct" as
+    incorrect."""
+    assert parse_verdict("Correctness: incorrect") == 0.0
+    assert parse_verdict("Correctness: correct") == 1.0
+    assert parse_verdict('"correct"') == 1.0
+    assert parse_verdict("'Incorrect'.") == 0.0
+    assert parse_verdict("**Correct**") == 1.0
+    assert parse_verdict("The prediction is incorrect.") == 0.0
+    assert parse_verdict("incorrectly phrased") == 0.0  # no verdict word at all
+    assert parse_verdict("") == 0.0
+
+
+def test_judge_retries_honour_retry_after_and_cache(tmp_path: Path) -> None:
+    """429 with Retry-After, then 503 without it, then an answer: three requests to a real
+    local HTTP server, the waits taken from the header and the backoff; the verdict cached."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from kgprobe.probing.judge import ChatJudge, VerdictCache, retry_after
+
+    script = [(429, {"Retry-After": "3"}), (503, {}), (200, {})]
+    hits: list[int] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802
+            self.rfile.read(int(self.headers["Content-Length"]))
+            code, headers = script[min(len(hits), len(script) - 1)]
+            hits.append(code)
+            self.send_response(code)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            if code == 200:
+                self.wfile.write(json.dumps(
+                    {"choices": [{"message": {"content": "Correctness: incorrect"}}]}).encode())
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    waits: list[float] = []
+    try:
+        judge = ChatJudge(f"http://127.0.0.1:{server.server_address[1]}/v1", "m", backoff_s=0.5,
+                          cache=VerdictCache(tmp_path / "judge.sqlite"), sleep=waits.append)
+        assert judge.complete("q") == "Correctness: incorrect"
+        assert hits == [429, 503, 200]
+        assert waits == [3.0, 0.5 * 2]  # Retry-After, then backoff x 2^1
+        assert judge.complete("q") == "Correctness: incorrect" and len(hits) == 3  # cached
+        assert parse_verdict(judge.complete("q")) == 0.0
+        # a 4xx that is not a rate limit is not retried: one line
+        script[:] = [(400, {})]
+        with pytest.raises(ConfigError, match="HTTP 400"):
+            judge.complete("other prompt")
+        assert hits[-1] == 400 and len(hits) == 4
+    finally:
+        server.shutdown()
+    assert retry_after("12") == 12.0 and retry_after(None) is None
+    assert retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+
+
+def test_bertscore_weights_by_hand() -> None:
+    """Zero-weight rows take part in the matching but not in the averages."""
+    ref = np.array([[1.0, 0.0], [0.0, 1.0]])  # second row: a [CLS]-like token, weight 0
+    cand = np.array([[0.6, 0.8]])
+    # R = (1*0.6 + 0*0.8) / 1 = 0.6; P = max(0.6, 0.8) = 0.8 (matched against the zero-weight
+    # row); F = 2*0.48/1.4
+    f = bertscore_f1(ref, cand, np.array([1.0, 0.0]), np.array([1.0]))
+    assert f == pytest.approx(2 * 0.6 * 0.8 / 1.4)
+
+
+def test_bertscore_equals_the_bert_score_package() -> None:
+    """Issue 11 §3: kgprobe's BERTScore F1 equals ``bert_score.score`` on the same encoder
+    (the packaged MiniLM, last of its 6 layers), no idf, no rescaling, within 1e-3."""
+    bert_score = pytest.importorskip("bert_score", reason="bert-score (dev extra) not installed")
+    from kgprobe.probing.embeddings import bertscore_embeddings, packaged_minilm_dir
+
+    refs = ["Paris", "Barack Obama", "the United States of America", "Berlin", "New York City"]
+    cands = ["Paris, France", "Obama", "United States", "London is big", "york"]
+    _, _, f = bert_score.score(cands, refs, model_type=str(packaged_minilm_dir()), num_layers=6,
+                               idf=False, rescale_with_baseline=False, lang="en")
+    emb = bertscore_embeddings(refs + cands)
+    for i in range(len(refs)):
+        (vr, wr), (vc, wc) = emb[i], emb[len(refs) + i]
+        assert bertscore_f1(vr, vc, wr, wc) == pytest.approx(float(f[i]), abs=1e-3), refs[i]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from typing import Any
 
 import numpy as np
 import pytest
@@ -172,7 +173,14 @@ def test_demonstrations_never_hold_the_probed_fact(setting: str) -> None:
 
 
 def test_normalized_containment() -> None:
-    assert normalize_answer("The United States!") == ["united", "state"]
+    # simplemma's dictionary: "States" of a name stays, real plurals become their lemma
+    assert normalize_answer("The United States!") == ["united", "states"]
+    assert normalize_answer("the cities of Greece") == ["city", "of", "greece"]
+    # the suffix stripping it replaces turned these into specy / new / athen (issue 11 §3)
+    assert normalize_answer("species") == ["species"]
+    assert normalize_answer("News") == ["news"]
+    assert normalize_answer("Athens") == ["athens"]
+    assert not answer_matches("a new car", [Entity("news")])
     assert answer_matches(" paris, of course", [Entity("Paris")])
     assert answer_matches("It is the United States.", [Entity("USA", ("United States",))])
     assert not answer_matches("Parisian", [Entity("Paris")])
@@ -197,3 +205,54 @@ def test_belief_icl_on_tiny_model(gpt2: LoadedModel) -> None:
     assert 0.0 <= rep.acc[1].mean <= 1.0 and rep.overconf[1] == pytest.approx(
         overconfidence([o.confidence for o in outs], [o.correct_at_1 for o in outs]))
     assert np.isfinite(rep.mrr.mean)
+
+
+def test_vocab_rank_of_the_argmax_is_one(gpt2: LoadedModel) -> None:
+    """Issue 11 §3: the gold token's rank is read inside one distribution by token id. The
+    argmax token of each prompt's next-token distribution, made the gold answer, must rank 1
+    (the old code compared a log-prob from another engine batch and, an ulp apart, gave 2)."""
+    from kgprobe.probing.requests import NextTokenRequest
+
+    engine = Engine(gpt2)
+    templates = ("[X] is a city in [Y].", "[X] was born in [Y].", "The capital of [X] is [Y].",
+                 "[X] is located in [Y].", "[X] works for [Y].", "[X] speaks [Y].")
+    subjects = ("England", "France", "Paris", "Berlin", "Marie Curie", "London", "Bach")
+    pairs = []
+    for t in templates:
+        for s in subjects:
+            ctx = t.split(" [Y]")[0].replace("[X]", s)
+            [top] = engine.run([NextTokenRequest(ctx, 1)])
+            tok = top.tokens[0]  # type: ignore[union-attr]
+            if not (tok.startswith(" ") and tok.strip().isalpha()):
+                continue  # a label is a word after a space
+            pairs.append(BeliefPair(Entity(s), "P1", (Entity(tok.strip()),), (t,)))
+    assert len(pairs) >= 5
+    outcomes = rank_prompts(engine, pairs, mode="vocab")
+    assert [o.rank for o in outcomes] == [1] * len(pairs)
+    assert all(o.correct_at_1 for o in outcomes)
+
+
+def test_vocab_rank_does_not_depend_on_another_batchs_rounding(gpt2: LoadedModel) -> None:
+    """The old rank compared the gold token's log-prob from one engine batch with the
+    distribution of another; fp32 packing can move a value by an ulp between batches (the
+    audit saw 5 of 14 argmax answers ranked 2). The engine here hands out log-prob results
+    one ulp lower than the distribution's value, as another batch may: the rank must not move."""
+    import dataclasses
+
+    from kgprobe.probing.requests import LogProbResult, NextTokenRequest
+
+    engine = Engine(gpt2)
+
+    class UlpApart:
+        def run(self, requests: list[Any]) -> list[Any]:
+            out = engine.run(requests)
+            return [dataclasses.replace(r, logprob=math.nextafter(r.logprob, -math.inf))
+                    if isinstance(r, LogProbResult) else r for r in out]
+
+    ctx = "England is a city in"
+    [top] = engine.run([NextTokenRequest(ctx, 1)])
+    tok = top.tokens[0]  # type: ignore[union-attr]
+    assert tok.startswith(" ") and tok.strip().isalpha()
+    pair = BeliefPair(Entity("England"), "P1", (Entity(tok.strip()),), ("[X] is a city in [Y].",))
+    [o] = rank_prompts(UlpApart(), [pair], mode="vocab")
+    assert o.rank == 1 and o.prediction == tok.strip()

@@ -190,6 +190,42 @@ RETURN f.pid AS pid, count(f) AS facts, avg(f[$score]) AS mean,
 ORDER BY pid
 """
 
+#: The model fingerprints recorded by the probe runs that wrote under one model key.
+KEY_FINGERPRINTS = """
+MATCH (r:ProbeRun)
+WHERE r.model_key = $key AND r.model_fingerprint IS NOT NULL
+RETURN DISTINCT r.model_fingerprint AS fp
+"""
+
+#: Subjects of one relation (KaRR's subject replacement), in QID order.
+RELATION_SUBJECTS = """
+MATCH (s:Entity)-[f:FACT]->(:Entity)
+WHERE f.pid = $pid AND s.label IS NOT NULL
+RETURN DISTINCT s.qid AS qid
+"""
+
+#: Relations the entity is an object of.
+OBJECT_RELATIONS = """
+MATCH (:Entity)-[f:FACT]->(o:Entity {qid: $qid})
+RETURN DISTINCT f.pid AS pid
+"""
+
+#: Per-fact values of one measure: $names maps a value name to its property.
+MEASURE_ROWS = """
+MATCH ()-[f:FACT]->()
+WHERE f[$score] IS NOT NULL
+RETURN f.key AS key, f.pid AS pid, [n IN $names | f[n]] AS vals
+ORDER BY key
+"""
+
+#: One score property with each fact's statement key and its (subject, relation, object).
+SCORES_WITH_ENDS = """
+MATCH (s:Entity)-[f:FACT]->(o:Entity)
+WHERE f[$score] IS NOT NULL
+RETURN f.key AS key, s.qid AS s, f.pid AS pid, o.qid AS o, f[$score] AS score
+ORDER BY key
+"""
+
 RELATION_LABELS = """
 UNWIND $pids AS p
 MATCH (r:Relation {pid: p})
@@ -247,6 +283,10 @@ class ScoreProps:
     @property
     def cfg(self) -> str:
         return self._name("cfg")
+
+    def extra(self, value: str) -> str:
+        """A measure's further per-fact value, e.g. BELIEF's ``..._rank``."""
+        return f"{self.score}_{check_part(value)}"
 
     @classmethod
     def parse(cls, name: str) -> ScoreProps:
@@ -439,6 +479,35 @@ def report_rows(graph: Graph, props: ScoreProps) -> list[dict[str, Any]]:
 
 def relation_aggregates(graph: Graph, props: ScoreProps, threshold: float) -> list[dict[str, Any]]:
     return graph.read(RELATION_AGGREGATES, score=props.score, threshold=threshold)
+
+
+def key_fingerprints(graph: Graph, model_key: str) -> set[str]:
+    """Fingerprints of the weights whose scores were written under ``model_key``."""
+    return {str(r["fp"]) for r in graph.read(KEY_FINGERPRINTS, key=check_part(model_key))}
+
+
+def relation_subjects(graph: Graph, pid: str, seed: int, limit: int = 50) -> list[str]:
+    """Up to ``limit`` subjects of ``pid``, a seeded sample of the QID-sorted list."""
+    if not is_pid(pid):
+        raise ConfigError(f"not a Wikidata property id: {pid!r}")
+    qids = sorted({r["qid"] for r in graph.read(RELATION_SUBJECTS, pid=pid)})
+    return qids if len(qids) <= limit else sorted(random.Random(f"{seed}|{pid}|subjects").sample(qids, limit))
+
+
+def object_relations(graph: Graph, qid: str) -> list[str]:
+    return sorted({r["pid"] for r in graph.read(OBJECT_RELATIONS, qid=qid)}, key=lambda p: int(p[1:]))
+
+
+def measure_rows(graph: Graph, names: dict[str, str]) -> list[dict[str, Any]]:
+    """{key, pid, <value name>: value} per fact that has ``names['score']``."""
+    order = list(names)
+    rows = graph.read(MEASURE_ROWS, score=names["score"], names=[names[n] for n in order])
+    return [{"key": r["key"], "pid": r["pid"], **dict(zip(order, r["vals"], strict=True))} for r in rows]
+
+
+def scores_with_ends(graph: Graph, props: ScoreProps) -> list[dict[str, Any]]:
+    """{key, s, pid, o, score} of every fact scored under ``props``."""
+    return graph.read(SCORES_WITH_ENDS, score=props.score)
 
 
 def relation_labels(graph: Graph, pids: Iterable[str]) -> dict[str, str | None]:

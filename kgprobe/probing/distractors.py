@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
     from kgprobe.graph.semantic import IndexSettings, SemanticIndex
     from kgprobe.probing.engine import Engine
+    from kgprobe.probing.measures.common import EndMarker
 
 STRATEGIES = ("random", "sem", "temp+sem", "appropt")
 
@@ -195,8 +196,17 @@ def appropt_distractors(
     template: str,
     *,
     max_candidates: int = APPROPT_MAX_CANDIDATES,
+    seed: int = 0,
+    end: EndMarker | None = None,
 ) -> tuple[list[Distractor], str | None]:
-    """ApprOpt: beam search of width n constrained to the labels of o and of Ω(f), + EOS.
+    """ApprOpt: beam search of width n constrained to the labels of o and of Ω(f), each
+    followed by the SAME end marker as the Eq. 1 scoring it serves (``end``; default the
+    model's documented one), so the beam ranks the strings by the plausibility the measure
+    compares.
+
+    Candidates: every entity of Ω(f) (all typed candidates). When there are more than
+    ``max_candidates`` (a trie of every city of the world does not help the beam), a uniform
+    sample seeded by ``seed`` and the fact is taken, never "the first N by QID string".
 
     Every label and alias of each candidate goes into the trie, so an entity reachable through
     several surface forms (and so several token sequences) is found through any of them and
@@ -209,11 +219,18 @@ def appropt_distractors(
 
     if not ctx.object_types:
         return [], _short_reason(ctx, "ApprOpt distractors")
-    cands = gd.typed_candidates(graph, ctx, limit=max_candidates)
+    cands = appropt_candidates(graph, ctx, max_candidates, seed)
     if not cands:
         return [], _short_reason(ctx, "ApprOpt distractors")
+    if end is None:
+        from kgprobe.probing.measures.common import end_marker_for
+
+        end = end_marker_for(getattr(getattr(engine, "lm", None), "name", None))
     subject_label = ctx.subject_label or ctx.subject
     cz = cloze(template, subject_label)
+
+    def constrained(name: str) -> str:
+        return end.continuation(cz, name)[0]
     forms: dict[str, set[str]] = {}  # normalized form -> qids
     strings: list[str] = []
     by_qid = {c.qid: c for c in cands}
@@ -221,24 +238,28 @@ def appropt_distractors(
         for name in dict.fromkeys([c.label or "", *c.aliases]):
             if name:
                 forms.setdefault(gd.normalize_label(name), set()).add(c.qid)
-                strings.append(cz.continuation(name))
+                strings.append(constrained(name))
     o_terms = gd.entity_terms(graph, [ctx.object]).get(ctx.object, {})
     for name in dict.fromkeys([o_terms.get("label") or "", *(o_terms.get("aliases") or [])]):
         if name:
-            strings.append(cz.continuation(name))
+            strings.append(constrained(name))
     strings = list(dict.fromkeys(strings))
+    # normalized forms are compared without the end marker's text
+    tail = end.continuation(cz, "")[0][len(cz.continuation("")):] if end.kind in ("tail", "text") else ""
     width = n
     out: list[Distractor] = []
     while True:
         req = BeamSearchRequest(
-            cz.context, num_beams=min(width, len(strings)), allowed=tuple(strings), add_eos=True
+            cz.context, num_beams=min(width, len(strings)), allowed=tuple(strings),
+            add_eos=end.kind == "eos",
         )
         res = engine.run([req])[0]
         assert isinstance(res, BeamSearchResult)
         out = []
         seen: set[str] = set()
         for hyp in res.hypotheses:
-            norm = gd.normalize_label(hyp.text)
+            text = hyp.text[: len(hyp.text) - len(tail)] if tail and hyp.text.endswith(tail) else hyp.text
+            norm = gd.normalize_label(text)
             if norm in ctx.object_labels:
                 continue
             for q in sorted(forms.get(norm, ()), key=lambda x: (len(x), x)):
@@ -254,7 +275,7 @@ def appropt_distractors(
                             round(hyp.logprob, 6),
                             list(c.shared_types),
                             {
-                                "form": hyp.text.strip(),
+                                "form": text.strip(),
                                 "context": cz.context,
                                 "beam_width": req.num_beams,
                             },
@@ -268,6 +289,20 @@ def appropt_distractors(
     if len(out) < n:
         why = f"the constrained beam search found {len(out)} distractors among {len(cands)} candidates"
     return out, why
+
+
+def appropt_candidates(graph: Graph, ctx: gd.FactContext, max_candidates: int | None,
+                       seed: int) -> list[gd.Candidate]:
+    """Ω(f) for ApprOpt: all typed candidates, or a seeded uniform sample of
+    ``max_candidates`` of them (in QID order) when there are more."""
+    import random
+
+    cands = gd.typed_candidates(graph, ctx)
+    if max_candidates is None or len(cands) <= max_candidates:
+        return cands
+    rng = random.Random(f"{seed}|{ctx.subject}|{ctx.pid}|{ctx.object}|appropt")
+    keep = set(rng.sample(range(len(cands)), max_candidates))
+    return [c for i, c in enumerate(cands) if i in keep]
 
 
 # --- entry points -------------------------------------------------------------------------------
@@ -318,11 +353,15 @@ def find_distractors(
     engine: Engine | None = None,
     template: str | None = None,
     progress: bool = False,
+    context: gd.FactContext | None = None,
+    end: EndMarker | None = None,
 ) -> DistractorList:
     """Distractors of (subject, pid, obj) by ``strategy``; ids must already be QIDs/PIDs.
 
     ``index`` (or ``index_dir``, loaded and rebuilt if stale) serves sem and temp+sem;
     ``engine`` serves appropt, with ``template`` (default: from the template store).
+    ``context`` is the fact's :func:`~kgprobe.graph.distractors.fact_context` when the caller
+    already read it (a probe run reads it once per fact for every measure).
     """
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
@@ -331,7 +370,7 @@ def find_distractors(
     gd.check_ids(qids=[subject] + ([obj] if obj else []), pids=[pid])
     ref = gd.date_sort_key(at)
     obj = obj or pick_object(graph, subject, pid, ref)
-    ctx = gd.fact_context(graph, subject, pid, obj)
+    ctx = context if context is not None and context.object == obj else gd.fact_context(graph, subject, pid, obj)
     result = DistractorList(subject, pid, obj, ctx.object_label, strategy, n, seed, ref)
     if strategy == "random":
         found, why = random_distractors(graph, ctx, n, seed)
@@ -350,7 +389,7 @@ def find_distractors(
         if engine is None:
             raise ConfigError("appropt needs a language model (--model)")
         found, why = appropt_distractors(
-            graph, ctx, n, engine, template or default_template(graph, pid)
+            graph, ctx, n, engine, template or default_template(graph, pid), seed=seed, end=end
         )
     result.distractors = found
     result.reason = why

@@ -49,10 +49,12 @@ def _load(model_dir: str) -> tuple[Any, Any]:
 
 
 def token_embeddings(
-    texts: Sequence[str], model_dir: str | Path | None = None, batch_size: int = 32
+    texts: Sequence[str], model_dir: str | Path | None = None, batch_size: int = 32,
+    keep_special: bool = False,
 ) -> list[np.ndarray]:
     """One (tokens × dim) array per text: last-layer token vectors, L2-normalized, special
-    tokens ([CLS], [SEP]) left out (as BERTScore does). An empty text gives a (0, dim) array."""
+    tokens ([CLS], [SEP]) left out unless ``keep_special`` (then they come first and last, where
+    the tokenizer puts them). An empty text gives a (0, dim) array."""
     import torch
 
     directory = str(model_dir) if model_dir is not None else str(packaged_minilm_dir())
@@ -67,8 +69,28 @@ def token_embeddings(
         for row in range(len(chunk)):
             ids = enc["input_ids"][row].tolist()
             keep = [i for i, (t, m) in enumerate(zip(ids, enc["attention_mask"][row].tolist(),
-                                                          strict=True)) if m and t not in special]
+                                                          strict=True))
+                    if m and (keep_special or t not in special)]
             vecs = hidden[row, keep].numpy().astype(np.float64)
             norms = np.linalg.norm(vecs, axis=1, keepdims=True)
             out.append(vecs / np.where(norms > 0, norms, 1.0))
+    return out
+
+
+def bertscore_embeddings(
+    texts: Sequence[str], model_dir: str | Path | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(vectors, weights) per text as the ``bert-score`` package uses them without idf: every
+    token, [CLS] and [SEP] included, takes part in the greedy matching, but the averages weight
+    [CLS] and [SEP] 0 and every other token 1."""
+    directory = str(model_dir) if model_dir is not None else str(packaged_minilm_dir())
+    tok, _ = _load(directory)
+    special = set(tok.all_special_ids)
+    out = []
+    for text, vecs in zip(texts, token_embeddings(texts, model_dir, keep_special=True), strict=True):
+        ids = tok(text.strip(), truncation=True)["input_ids"]
+        weights = np.array([0.0 if i in special else 1.0 for i in ids], dtype=np.float64)
+        if len(weights) != vecs.shape[0]:  # pragma: no cover - same tokenizer, same ids
+            raise ConfigError("BERTScore: token count mismatch")
+        out.append((vecs, weights))
     return out

@@ -193,6 +193,7 @@ class Engine:
             tokens=self.tok.decode_tokens(list(ids)),
             is_greedy=s.is_greedy,
             boundary_merged=merged,
+            token_ids=tuple(int(i) for i in ids),
         )
 
     # -- sentence + span ------------------------------------------------------------------

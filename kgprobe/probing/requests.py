@@ -130,6 +130,8 @@ class LogProbResult:
     tokens: tuple[str, ...]
     is_greedy: bool
     boundary_merged: bool = False
+    #: ids of the scored tokens (empty in results cached before they were recorded)
+    token_ids: tuple[int, ...] = ()
 
     @property
     def mean_logprob(self) -> float:

@@ -25,7 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kgprobe.errors import ConfigError, GraphUnavailable
 from kgprobe.graph import probe_runs as pr
@@ -37,12 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.semantic import SemanticIndex
     from kgprobe.probing.requests import Request, Result
 
-#: Measures a probe can write, each from the same plausibility scores (distractors paper §3.2).
-MEASURES: dict[str, str] = {
-    "kmin": "Min@n: 1 for a cloze sentence only if the object beats all n distractors; "
-    "mean over the fact's cloze sentences",
-    "kavg": "Avg@n: share of the n distractors the object beats; mean over cloze sentences",
-}
 DEFAULT_MEASURES = ("kmin",)
 DEFAULT_STRATEGY = "temp+sem"
 #: A fact counts as known when its score is at least this (overridable per run and query).
@@ -77,16 +71,34 @@ class ProbeConfig:
     dtype: str = "float32"
     force: bool = False  # rescore facts already scored with this configuration
     history_first: bool = False  # sample facts with a past value (staleness) first
+    end: str = "auto"  # Eq. 1 end marker: auto (the model's documented one), eos, tail, none
+    label_rule: str = "names"  # which aliases are labels (LabelRule): names or all
+    on_model_mismatch: str = "suffix"  # another model's weights under this key: suffix or refuse
     shard: tuple[int, int] | None = None  # (K, N): only shard K of N of the sampled facts
+
+    def measure_objects(self) -> list[Any]:
+        """The registered measures of ``measures`` (``name`` or ``name:param=value,...``)."""
+        from kgprobe.probing.measures.registry import create, parse_measure
+
+        out = []
+        for spec in self.measures:
+            name, params = parse_measure(spec)
+            out.append(create(name, params))
+        return out
 
     def validate(self) -> None:
         from kgprobe.probing.distractors import STRATEGIES
+        from kgprobe.probing.measures.registry import SHARED
 
-        bad = [m for m in self.measures if m not in MEASURES]
-        if bad or not self.measures:
-            raise ConfigError(
-                f"unknown measure {', '.join(bad) or '(none)'}; choose from: {', '.join(MEASURES)}"
-            )
+        if not self.measures:
+            raise ConfigError("no measure given; see `kgprobe measures`")
+        ms = self.measure_objects()
+        if len({m.name for m in ms}) != len(ms):
+            raise ConfigError("a measure is given twice")
+        SHARED["end"].parse(self.end)
+        SHARED["label_rule"].parse(self.label_rule)
+        if self.on_model_mismatch not in ("suffix", "refuse"):
+            raise ConfigError("on a model mismatch choose suffix or refuse")
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"unknown strategy {self.strategy!r}; choose from: {', '.join(STRATEGIES)}")
         if self.n < 1:
@@ -137,9 +149,25 @@ def model_key(model: str, dtype: str = "float32") -> str:
     return key + ("_bf16" if dtype in ("bfloat16", "bf16") else "")
 
 
-def measure_key(measure: str, strategy: str, n: int) -> str:
-    """The measure part of score property names, e.g. ``kmin_temp_sem_n5``."""
-    return pr.check_part(f"{pr.key_part(measure)}_{pr.key_part(strategy)}_n{int(n)}")
+def measure_key(measure: str, strategy: str, n: int, **shared: Any) -> str:
+    """The measure part of score property names, e.g. ``kmin_temp_sem_n5`` (see
+    :meth:`kgprobe.probing.measures.registry.Measure.key`; ``shared`` overrides the run-wide
+    label settings, e.g. ``max_object_labels=1`` gives ``kmin_temp_sem_n5_o1``)."""
+    from kgprobe.probing.measures.registry import create, parse_measure
+
+    name, params = parse_measure(measure)
+    return create(name, params).key(_run_context(ProbeConfig(strategy=strategy, n=n, **shared), None))
+
+
+def _run_context(cfg: ProbeConfig, model_name: str | None) -> Any:
+    from kgprobe.probing.measures.common import EndMarker, LabelRule, end_marker_for
+    from kgprobe.probing.measures.registry import RunContext
+
+    end = end_marker_for(model_name) if cfg.end == "auto" else EndMarker(cfg.end)  # type: ignore[arg-type]
+    return RunContext(end=end, max_subject_labels=cfg.max_subject_labels,
+                      max_object_labels=cfg.max_object_labels,
+                      label_rule=LabelRule(cfg.label_rule),  # type: ignore[arg-type]
+                      n=cfg.n, strategy=cfg.strategy, seed=cfg.seed, end_choice=cfg.end)
 
 
 def check_model_name(model: str) -> None:
@@ -239,96 +267,115 @@ def choose_relations(available: dict[str, list[tuple[str, str]]], wanted: Sequen
 @dataclass
 class _Planned:
     row: dict[str, Any]
-    distractors: list[str]  # the strategy's ranked distractor qids (Δ_n)
-    past: list[str]  # past objects of (s, r), for staleness
+    fact: Any  # FactInput
     reason: str | None = None
 
 
-def _entity(row: dict[str, Any] | None, qid: str) -> Any:
-    from kgprobe.probing.measures.common import Entity
+class _Gatherer:
+    """Fetches what the run's measures need, once per fact (and once per relation for what a
+    relation shares): one ``fact_context`` per fact serves the distractor strategy, the past
+    values and the other correct objects."""
 
-    row = row or {}
-    return Entity(row.get("label") or qid, tuple(row.get("aliases") or ()), qid)
+    def __init__(self, graph: Graph, cfg: ProbeConfig, needs: frozenset[str], ref: int,
+                 templates: dict[str, list[tuple[str, str]]], index: SemanticIndex | None,
+                 engine: Any, rule: Any, end: Any = None) -> None:
+        self.graph, self.cfg, self.needs, self.ref = graph, cfg, needs, ref
+        self.end = end
+        self.templates, self.index, self.engine, self.rule = templates, index, engine, rule
+        self._subjects: dict[str, list[str]] = {}
+        self._all_templates: dict[str, tuple[str, ...]] | None = None
 
+    def _ent(self, row: dict[str, Any] | None, qid: str) -> Any:
+        row = row or {}
+        return self.rule.entity(row.get("label"), row.get("aliases"), qid)
 
-def _plan_fact(
-    graph: Graph, row: dict[str, Any], cfg: ProbeConfig, ref: int,
-    index: SemanticIndex | None, engine: Any,
-) -> _Planned:
-    """Distractors (by the chosen strategy) and past values of one fact."""
-    from kgprobe.graph import distractors as gd
-    from kgprobe.probing.distractors import find_distractors
+    def batch(self, rows: Sequence[dict[str, Any]]) -> list[_Planned]:
+        from kgprobe.graph import distractors as gd
+        from kgprobe.probing.distractors import find_distractors
+        from kgprobe.probing.measures.registry import FactInput
 
-    try:
-        found = find_distractors(
-            graph, row["s"], row["pid"], row["o"], strategy=cfg.strategy, n=cfg.n, seed=cfg.seed,
-            at=ref, index=index, engine=engine,
-        )
-        ctx = gd.fact_context(graph, row["s"], row["pid"], row["o"])
-        past = [c.qid for c in gd.temporal_candidates(graph, ctx, ref)][: cfg.max_past_values]
-    except ConfigError as exc:
-        return _Planned(row, [], [], str(exc))
-    ds = [d.qid for d in found.distractors][: cfg.n]
-    return _Planned(row, ds, past, None if ds else (found.reason or "no distractor found"))
+        pre = []
+        for row in rows:
+            ds: list[str] = []
+            past: list[str] = []
+            others: list[str] = []
+            why: str | None = None
+            err: str | None = None
+            subjects: list[str] = []
+            orel: list[str] = []
+            try:
+                if self.needs & {"distractors", "past", "other_objects"}:
+                    ctx = gd.fact_context(self.graph, row["s"], row["pid"], row["o"])
+                    others = [q for q in ctx.true_objects if q != row["o"]]
+                    if "distractors" in self.needs:
+                        found = find_distractors(
+                            self.graph, row["s"], row["pid"], row["o"], strategy=self.cfg.strategy,
+                            n=self.cfg.n, seed=self.cfg.seed, at=self.ref, index=self.index,
+                            engine=self.engine, context=ctx, end=self.end,
+                        )
+                        ds = [d.qid for d in found.distractors][: self.cfg.n]
+                        why = None if ds else (found.reason or "no distractor found")
+                    if "past" in self.needs:
+                        past = [c.qid for c in gd.temporal_candidates(self.graph, ctx, self.ref)][
+                            : self.cfg.max_past_values]
+                if "other_subjects" in self.needs:
+                    subjects = [q for q in self._relation_subjects(row["pid"]) if q != row["s"]]
+                if "object_relations" in self.needs:
+                    orel = [p for p in pr.object_relations(self.graph, row["o"]) if p != row["pid"]]
+            except ConfigError as exc:
+                why = err = str(exc)
+            pre.append((row, ds, past, others, subjects, orel, why, err))
+        labels = pr.entity_labels(self.graph, [q for _, ds, past, others, subjects, _, _, _ in pre
+                                               for q in (*ds, *past, *others, *subjects)])
+        all_t = self._relation_templates() if "object_relations" in self.needs else {}
+        out = []
+        for row, ds, past, others, subjects, orel, why, err in pre:
+            fact = FactInput(
+                key=row["key"], pid=row["pid"],
+                subject=self._ent({"label": row["s_label"], "aliases": row["s_aliases"]}, row["s"]),
+                object=self._ent({"label": row["o_label"], "aliases": row["o_aliases"]}, row["o"]),
+                templates=tuple(text for _, text in self.templates[row["pid"]]),
+                distractors=tuple(self._ent(labels.get(q), q) for q in ds),
+                past=tuple(self._ent(labels.get(q), q) for q in past),
+                other_objects=tuple(self._ent(labels.get(q), q) for q in others),
+                other_subjects=tuple(self._ent(labels.get(q), q) for q in subjects),
+                object_relation_templates=tuple(all_t[p] for p in orel if all_t.get(p)),
+                distractor_reason=why,
+            )
+            out.append(_Planned(row, fact, err))
+        return out
+
+    def _relation_subjects(self, pid: str) -> list[str]:
+        if pid not in self._subjects:
+            self._subjects[pid] = pr.relation_subjects(self.graph, pid, self.cfg.seed, limit=50)
+        return self._subjects[pid]
+
+    def _relation_templates(self) -> dict[str, tuple[str, ...]]:
+        if self._all_templates is None:
+            from kgprobe.graph.templates import list_templates
+
+            acc: dict[str, list[str]] = {}
+            for t in list_templates(self.graph):
+                acc.setdefault(t.pid, []).append(t.text)
+            self._all_templates = {p: tuple(v) for p, v in acc.items()}
+        return self._all_templates
 
 
 def _score_batch(
-    graph: Graph, runner: Runner, planned: list[_Planned], cfg: ProbeConfig,
-    templates: dict[str, list[tuple[str, str]]], model_name: str,
-) -> list[tuple[_Planned, dict[str, float | None], float | None]]:
-    """(plan, {measure: value}, staleness) per fact, all plausibilities in ONE engine run."""
-    from kgprobe.probing.measures.common import Fact, end_marker_for
-    from kgprobe.probing.measures.distractors import (
-        DistractorItem,
-        distractor_measure,
-        knowledge_given_cloze,
-    )
+    runner: Runner, measures: Sequence[Any], planned: list[_Planned], ctx: Any,
+) -> list[list[dict[str, Any]]]:
+    """Per measure, per fact: its values. Every measure's first-round requests go to the
+    engine in ONE run (deduplicated); each measure then reads its values off the results."""
+    from kgprobe.probing.measures.registry import Replay
 
-    ok = [p for p in planned if p.reason is None]
-    labels = pr.entity_labels(graph, [q for p in ok for q in (*p.distractors, *p.past)])
-    items = []
-    for p in ok:
-        r = p.row
-        subject = _entity({"label": r["s_label"], "aliases": r["s_aliases"]}, r["s"])
-        obj = _entity({"label": r["o_label"], "aliases": r["o_aliases"]}, r["o"])
-        others = list(dict.fromkeys([*p.distractors, *p.past]))
-        items.append(DistractorItem(
-            Fact(subject, r["pid"], obj, r["key"]),
-            tuple(text for _, text in templates[r["pid"]]),
-            tuple(_entity(labels.get(q), q) for q in others),
-        ))
-    scored = distractor_measure(
-        runner, items, end=end_marker_for(model_name),
-        max_subject_labels=cfg.max_subject_labels, max_object_labels=cfg.max_object_labels,
-    ) if items else []
-    out: list[tuple[_Planned, dict[str, float | None], float | None]] = []
-    by_key = {fp.fact.key: fp for fp in scored}
-    for p in planned:
-        fp = by_key.get(p.row["key"]) if p.reason is None else None
-        if fp is None or not fp.clozes:
-            if p.reason is None:
-                p.reason = "no usable cloze sentence"
-            out.append((p, {m: None for m in cfg.measures}, None))
-            continue
-        order = list(dict.fromkeys([*p.distractors, *p.past]))
-        n_ds = len(p.distractors)
-        past_pos = [order.index(q) for q in p.past]
-        values: dict[str, float | None] = {}
-        for m in cfg.measures:
-            agg: Literal["min", "avg"] = "min" if m == "kmin" else "avg"
-            per = [knowledge_given_cloze(c.log_pl_true, c.log_pl_distractors[:n_ds], None, agg)
-                   for c in fp.clozes]
-            got = [v for v in per if v is not None]
-            values[m] = sum(got) / len(got) if got else None
-        stale = None
-        if past_pos:
-            flags = [
-                1.0 if max(c.log_pl_distractors[i] for i in past_pos) > c.log_pl_true else 0.0
-                for c in fp.clozes
-            ]
-            stale = sum(flags) / len(flags)
-        out.append((p, values, stale))
-    return out
+    facts = [p.fact for p in planned]
+    wanted: list[Any] = []
+    for m in measures:
+        wanted.extend(m.requests(facts, ctx))
+    unique = list(dict.fromkeys(wanted))
+    results = dict(zip(unique, runner.run(unique), strict=True)) if unique else {}
+    replay = Replay(runner, results)
+    return [m.values(facts, ctx, replay) for m in measures]
 
 
 # --- the run ------------------------------------------------------------------------------------------
@@ -353,9 +400,19 @@ def run_probe(
     from kgprobe.graph import distractors as gd
 
     config.validate()
-    mkey = model_key(config.model, config.dtype)
-    mkeys = {m: measure_key(m, config.strategy, config.n) for m in config.measures}
-    props = {m: pr.ScoreProps(mkey, k) for m, k in mkeys.items()}
+    model_name = str((model_info or {}).get("name") or config.model)
+    ctx = _run_context(config, model_name)
+    measures = config.measure_objects()
+    for m in measures:
+        why = m.available()
+        if why:
+            raise ConfigError(why)
+    mkey = claim_model_key(graph, model_key(config.model, config.dtype), fingerprint,
+                           config.on_model_mismatch)
+    mkeys = {m.name: m.key(ctx) for m in measures}
+    if len(set(mkeys.values())) != len(mkeys):
+        raise ConfigError("two measures give the same property key")
+    props = {m.name: pr.ScoreProps(mkey, k) for m, k in zip(measures, mkeys.values(), strict=True)}
     available = probe_relations(graph, config.max_templates)
     relations = choose_relations(available, config.relations)
     ref = gd.date_sort_key(config.at)
@@ -364,10 +421,18 @@ def run_probe(
         "fingerprint": fingerprint, "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "max_subject_labels": config.max_subject_labels,
         "max_object_labels": config.max_object_labels, "max_past_values": config.max_past_values,
-        "measure_version": 1, **({"at": config.at} if config.at else {}),
+        "end_marker": {"kind": ctx.end.kind, "text": ctx.end.text}, "label_rule": config.label_rule,
+        "measure_version": 2, **({"at": config.at} if config.at else {}),
     }
-    cfg_by_pid = {p: _hash({**settings, "templates": [t for _, t in available[p]]}) for p in relations}
-    run_cfg = _hash({"settings": settings, "relations": cfg_by_pid, "measures": sorted(mkeys.values()),
+    # one configuration hash per measure and relation: a measure's hash covers every
+    # parameter that changes its values, so adding a measure never rescores another
+    m_cfg = {m.name: m.config(ctx) for m in measures}
+    cfg_by = {
+        m.name: {p: _hash({**settings, **m_cfg[m.name], "templates": [t for _, t in available[p]]})
+                 for p in relations}
+        for m in measures
+    }
+    run_cfg = _hash({"settings": settings, "relations": cfg_by, "measures": sorted(mkeys.values()),
                      # shards of one run must not mark each other interrupted; facts keep
                      # the unsharded configuration hashes, so the union is one run
                      **({"shard": list(config.shard)} if config.shard else {})})
@@ -376,34 +441,44 @@ def run_probe(
     first = {p: pr.history_keys(graph, p, ref) for p in relations} if config.history_first else None
     chosen = pr.shard_keys(pr.sample_keys(keys_by_pid, config.sample, config.seed, first),
                            config.shard)
-    cfg_props = [props[m].cfg for m in config.measures]
+    cfg_props = [props[m.name].cfg for m in measures]
     details = []
     for batch in _chunks(chosen, 500):
         details.extend(pr.fact_details(graph, batch, cfg_props))
-    todo = [d for d in details if config.force or any(c != cfg_by_pid[d["pid"]] for c in d["cfgs"])]
+
+    def stale_measures(d: dict[str, Any]) -> list[Any]:
+        return [m for m, c in zip(measures, d["cfgs"], strict=True)
+                if config.force or c != cfg_by[m.name][d["pid"]]]
+
+    todo = [d for d in details if stale_measures(d)]
 
     run_id = uuid.uuid4().hex
     summary = ProbeSummary(
-        run_id, config.model, mkey, [props[m].score for m in config.measures], relations,
+        run_id, config.model, mkey, [props[m.name].score for m in measures], relations,
         planned=len(details), skipped=len(details) - len(todo),
     )
     facts_hash = _hash(sorted(f"{d['key']}|{d['s']}|{d['pid']}|{d['o']}" for d in details))
     info = model_info or {}
+    specs = [{"name": m.name, "key": mkeys[m.name], "params": m.settings, "extras": list(m.extras),
+              "section": m.section} for m in measures]
     run_props = {
         "status": "running", "started": _now(), "model": config.model, "model_key": mkey,
         "model_fingerprint": fingerprint, "model_kind": info.get("kind"), "dtype": config.dtype,
-        "device": info.get("device"), "measures": list(config.measures),
-        "measure_keys": [mkeys[m] for m in config.measures],
+        "device": info.get("device"), "measures": [m.name for m in measures],
+        "measure_keys": [mkeys[m.name] for m in measures],
+        "measure_specs": json.dumps(specs, default=str),
         "score_properties": summary.score_properties,
         "measure_params": json.dumps({**settings, "threshold": config.threshold,
-                                      "end_marker": info.get("end_marker")}),
+                                      "measures": m_cfg}, default=str),
+        "end_marker": json.dumps({"choice": config.end, "kind": ctx.end.kind, "text": ctx.end.text}),
+        "label_rule": config.label_rule,
         "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "threshold": config.threshold, "sample": config.sample, "relations": relations,
         "history_first": config.history_first,
         "shard": f"{config.shard[0]}/{config.shard[1]}" if config.shard else None,
         "reference_date": ref,
         "templates": json.dumps({p: [i for i, _ in available[p]] for p in relations}),
-        "config_hash": run_cfg, "relation_config_hashes": json.dumps(cfg_by_pid),
+        "config_hash": run_cfg, "relation_config_hashes": json.dumps(cfg_by),
         "graph_snapshot": json.dumps(pr.graph_counts(graph)), "facts_hash": facts_hash,
         "code_version": code_version()["kgprobe"], "git_hash": code_version()["git"],
         "library_versions": json.dumps(_library_versions()),
@@ -412,39 +487,46 @@ def run_probe(
     }
     summary.interrupted_runs = pr.create_run(graph, run_id, run_props)
 
+    needs = frozenset().union(*(m.needs for m in measures))
     engine = runner if config.strategy == "appropt" else None
-    if config.strategy in ("sem", "temp+sem") and todo and index is None:
+    if ("distractors" in needs and config.strategy in ("sem", "temp+sem") and todo
+            and index is None):
         from kgprobe.graph.semantic import ensure_index
         from kgprobe.probing.distractors import default_index_dir
 
         index = ensure_index(graph, index_dir or default_index_dir())
+    gather = _Gatherer(graph, config, needs, ref, available, index, engine, ctx.label_rule, ctx.end)
 
     started = time.monotonic()
     reasons: Counter[str] = Counter()
-    model_name = str(info.get("name") or config.model)
     try:
         with _progress(progress, len(todo)) as (bar, task):
             for batch in _chunks(todo, config.batch_facts):
-                planned = [_plan_fact(graph, d, config, ref, index, engine) for d in batch]
-                results = _score_batch(graph, runner, planned, config, available, model_name)
+                planned = gather.batch(batch)
+                # a measure already stored with this configuration is not recomputed
+                wanted = {p.row["key"]: {m.name for m in stale_measures(p.row)} for p in planned}
+                active = [m for m in measures if any(m.name in w for w in wanted.values())]
+                per_measure = _score_batch(runner, active, planned, ctx)
                 rows = []
                 n_ok = 0
-                for p, values, stale in results:
-                    cfg_hash = cfg_by_pid[p.row["pid"]]
+                for i, p in enumerate(planned):
                     fact_props: dict[str, Any] = {}
-                    for m, v in values.items():
-                        sp = props[m]
-                        # An unscorable fact keeps no configuration hash, so the next run
-                        # tries it again (the graph may have gained the types it lacked).
-                        fact_props.update({
-                            sp.score: v, sp.known: None if v is None else v >= config.threshold,
-                            sp.stale: stale, sp.run: run_id,
-                            sp.cfg: None if p.reason is not None else cfg_hash,
-                        })
-                    if p.reason is not None:
-                        reasons[p.reason.split(";")[0][:120]] += 1
-                    else:
+                    got_any = False
+                    why = p.reason
+                    for m, values in zip(active, per_measure, strict=True):
+                        if m.name not in wanted[p.row["key"]]:
+                            continue
+                        v = values[i] if p.reason is None else {"score": None, "_reason": p.reason}
+                        fact_props.update(_fact_props(props[m.name], m, v, run_id,
+                                                      cfg_by[m.name][p.row["pid"]], config.threshold))
+                        if v.get("score") is not None:
+                            got_any = True
+                        elif why is None:
+                            why = f"{m.name}: {v.get('_reason') or 'no value'}"
+                    if got_any:
                         n_ok += 1
+                    else:
+                        reasons[(why or "no value").split(";")[0][:120]] += 1
                     rows.append({"key": p.row["key"], "props": fact_props})
                 pr.write_scores(graph, run_id, rows, scored=n_ok, unscorable=len(rows) - n_ok, now=_now())
                 summary.scored += n_ok
@@ -469,6 +551,47 @@ def run_probe(
         "unscorable_reasons": json.dumps(summary.unscorable_reasons),
     })
     return summary
+
+
+def _fact_props(sp: pr.ScoreProps, m: Any, v: dict[str, Any], run_id: str, cfg_hash: str,
+                threshold: float) -> dict[str, Any]:
+    """The FACT properties of one measure's values. A fact the measure could not score keeps
+    no configuration hash, so the next run tries it again (the graph may have gained what it
+    lacked)."""
+    score = v.get("score")
+    known = v.get("known")
+    if known is None and score is not None and m.has_known:
+        known = score >= threshold
+    out: dict[str, Any] = {
+        sp.score: score, sp.known: None if score is None else known, sp.run: run_id,
+        sp.cfg: None if score is None else cfg_hash,
+    }
+    if "stale" in v or m.uses_distractors:
+        out[sp.stale] = v.get("stale")
+    for e in m.extras:
+        out[sp.extra(e)] = v.get(e)
+    return out
+
+
+def claim_model_key(graph: Graph, key: str, fingerprint: str, on_mismatch: str = "suffix") -> str:
+    """The model key a run writes under. A key belongs to one model's weights (issue 10 #11):
+    the fingerprint recorded on the key's earlier probe runs must equal this one, else the run
+    refuses (``refuse``) or writes under ``<key>_<first 8 hex of the fingerprint>``
+    (``suffix``, the default), so a different file with the same name never overwrites the
+    scores of another model."""
+    seen = pr.key_fingerprints(graph, key)
+    if not seen or seen == {fingerprint}:
+        return key
+    if on_mismatch == "refuse":
+        raise ConfigError(
+            f"model key {key} holds scores of other weights (fingerprint {sorted(seen)[0][:12]}…, "
+            f"this model {fingerprint[:12]}…); rename the model file or let kgprobe suffix the key"
+        )
+    alt = pr.check_part(f"{key[: pr.MAX_PART - 9]}_{pr.key_part(fingerprint)[:8]}")
+    other = pr.key_fingerprints(graph, alt)
+    if other and other != {fingerprint}:
+        raise ConfigError(f"model keys {key} and {alt} both hold scores of other weights")
+    return alt
 
 
 def _try_update(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
@@ -534,6 +657,10 @@ def probe(
     batch_facts: int = 16,
     force: bool = False,
     history_first: bool = False,
+    end: str = "auto",
+    label_rule: str = "names",
+    max_subject_labels: int = 1,
+    on_model_mismatch: str = "suffix",
     shard: tuple[int, int] | None = None,
     cache: bool = True,
     index_dir: str | Path | None = None,
@@ -549,9 +676,14 @@ def probe(
         model=model, relations=tuple(relations), sample=sample, measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
         dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
-        history_first=history_first, shard=shard,
+        history_first=history_first, end=end, label_rule=label_rule,
+        max_subject_labels=max_subject_labels, on_model_mismatch=on_model_mismatch, shard=shard,
     )
     config.validate()
+    for m in config.measure_objects():
+        why = m.available()
+        if why:
+            raise ConfigError(why)
     check_model_name(model)
     from kgprobe.graph.client import connect
 
@@ -562,7 +694,6 @@ def probe(
         choose_relations(probe_relations(g, max_templates), config.relations)
         from kgprobe.probing.cache import ScoreCache
         from kgprobe.probing.engine import Engine
-        from kgprobe.probing.measures.common import end_marker_for
         from kgprobe.probing.models import load_model
         from kgprobe.probing.score import default_score_cache
 
@@ -570,9 +701,7 @@ def probe(
         score_cache = ScoreCache(default_score_cache()) if cache else None
         try:
             engine = Engine(lm, cache=score_cache)
-            end = end_marker_for(lm.name)
-            info = {"name": lm.name, "kind": lm.kind, "device": lm.device,
-                    "end_marker": {"kind": end.kind, "text": end.text}}
+            info = {"name": lm.name, "kind": lm.kind, "device": lm.device}
             return run_probe(g, engine, config, fingerprint=engine.fingerprint, model_info=info,
                              index_dir=index_dir, progress=progress)
         finally:

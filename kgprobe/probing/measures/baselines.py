@@ -212,15 +212,23 @@ def rouge_l(reference: str, candidate: str, beta: float = 1.0) -> float:
     return (1 + beta**2) * r * p / (r + beta**2 * p)
 
 
-def bertscore_f1(ref_vecs: np.ndarray, cand_vecs: np.ndarray) -> float:
+def bertscore_f1(ref_vecs: np.ndarray, cand_vecs: np.ndarray,
+                 ref_weights: np.ndarray | None = None,
+                 cand_weights: np.ndarray | None = None) -> float:
     """BERTScore F1 (Zhang et al. 2020) from L2-normalized token vectors, greedy matching, no
-    idf weighting and no baseline rescaling: R = mean_ref max_cand cos, P = mean_cand max_ref
-    cos, F = 2PR/(P+R)."""
+    idf and no baseline rescaling: R = Σ_i w_i max_j cos(r_i, c_j) / Σ_i w_i over the
+    reference, P likewise over the candidate, F = 2PR/(P+R). Weights default to 1; the
+    ``bert-score`` package matches against every token, [CLS]/[SEP] included, and weights
+    those 0 (:func:`kgprobe.probing.embeddings.bertscore_embeddings` gives both)."""
     if ref_vecs.shape[0] == 0 or cand_vecs.shape[0] == 0:
         return 0.0
+    wr = np.ones(ref_vecs.shape[0]) if ref_weights is None else np.asarray(ref_weights, float)
+    wc = np.ones(cand_vecs.shape[0]) if cand_weights is None else np.asarray(cand_weights, float)
+    if wr.sum() <= 0 or wc.sum() <= 0:
+        return 0.0
     sim = ref_vecs @ cand_vecs.T
-    r = float(sim.max(axis=1).mean())
-    p = float(sim.max(axis=0).mean())
+    r = float((sim.max(axis=1) * wr).sum() / wr.sum())
+    p = float((sim.max(axis=0) * wc).sum() / wc.sum())
     return 0.0 if p + r <= 0 else 2 * p * r / (p + r)
 
 
@@ -243,17 +251,19 @@ def embedding_measure(
     beams: Sequence[Sequence[tuple[ClozeSentence, list[str]]]],
     *,
     model_dir: str | Path | None = None,
-    encode: Callable[[Sequence[str]], list[np.ndarray]] | None = None,
+    encode: Callable[[Sequence[str]], list[tuple[np.ndarray, np.ndarray]]] | None = None,
 ) -> list[FactScore]:
-    """BERTScore-style measure: mean over clozes of max_{λ, b} BERTScore-F1(λ, b).
+    """BERTScore measure: mean over clozes of max_{λ, b} BERTScore-F1(λ, b).
 
-    Token vectors come from :func:`kgprobe.probing.embeddings.token_embeddings` (the packaged
-    MiniLM by default, or ``model_dir``); ``encode`` replaces that function if given."""
+    Token vectors and weights come from
+    :func:`kgprobe.probing.embeddings.bertscore_embeddings` (the packaged MiniLM by default,
+    or ``model_dir``; equal to the ``bert-score`` package on the same encoder and layer);
+    ``encode`` replaces that function if given."""
     if encode is None:
-        from kgprobe.probing.embeddings import token_embeddings
+        from kgprobe.probing.embeddings import bertscore_embeddings
 
-        def encode(texts: Sequence[str]) -> list[np.ndarray]:
-            return token_embeddings(texts, model_dir)
+        def encode(texts: Sequence[str]) -> list[tuple[np.ndarray, np.ndarray]]:
+            return bertscore_embeddings(texts, model_dir)
 
     texts: list[str] = []
     for item, per in zip(items, beams, strict=True):
@@ -265,8 +275,8 @@ def embedding_measure(
     out = []
     for item, per in zip(items, beams, strict=True):
         labels = item.fact.object.labels()
-        vals = [max((bertscore_f1(vecs[lab], vecs[b]) for lab in labels for b in hyps),
-                    default=0.0) for _, hyps in per]
+        vals = [max((bertscore_f1(vecs[lab][0], vecs[b][0], vecs[lab][1], vecs[b][1])
+                     for lab in labels for b in hyps), default=0.0) for _, hyps in per]
         out.append(FactScore(item.fact, _mean(vals), vals))
     return out
 
@@ -321,12 +331,19 @@ def judge_prompt(query: str, references: Sequence[str], prediction: str) -> str:
             .replace("[PREDICTION]", prediction))
 
 
+_VERDICT = re.compile(r"\b(incorrect|correct)\b")
+
+
 def parse_verdict(text: str) -> float:
-    """1.0 for "correct", 0.0 for "incorrect" (checked first: it contains "correct")."""
-    t = text.strip().casefold()
-    if t.startswith("incorrect") or "incorrect" in t.split()[:1]:
-        return 0.0
-    return 1.0 if t.startswith("correct") else 0.0
+    """1.0 for a "correct" verdict, 0.0 for "incorrect" or anything else.
+
+    The verdict is the first whole word ``correct`` or ``incorrect`` after an optional
+    ``Correctness:`` echo of the prompt's field name, quotes and punctuation ignored: so
+    ``Correctness: incorrect`` is incorrect and ``"correct"`` is correct."""
+    t = unicodedata.normalize("NFKC", text).casefold().strip()
+    t = re.sub(r"^\W*correctness\W*", "", t)
+    m = _VERDICT.search(t)
+    return 1.0 if m is not None and m.group(1) == "correct" else 0.0
 
 
 def judge_measure(

@@ -21,7 +21,8 @@ weight as |P^(i)|/M, which for equal-size bins only makes sense as 1/M = |P^(i)|
 is what is computed.
 
 **Ranks.** ``mode="vocab"``: over the whole vocabulary, for answers that are a single token
-(the BELIEF setting): rank = 1 + #{tokens with a higher log-probability}, prediction ŵ the
+(the BELIEF setting): rank = 1 + #{tokens with a higher log-probability than the gold token in
+the same next-token distribution, looked up by token id}, prediction ŵ the
 arg-max token, confidence its probability. ``mode="candidates"``: over the candidate set
 (all correct objects + distractors) for multi-token answers: each candidate scored by
 log Pl (Σ over its labels of P(λ + EOS | c)); rank = 1 + #{candidates scored higher};
@@ -311,7 +312,13 @@ def rank_prompts(
             if not isinstance(nt, NextTokenResult) or nt.full_logprobs is None:
                 raise ConfigError("expected a full next-token distribution")
             full = nt.full_logprobs
-            gold = max(_lp(res[r]).logprob for r in p.true_single)
+            # the gold token's log-prob is read inside the SAME distribution, by token id: a
+            # value from another engine batch can differ by an ulp and demote the argmax
+            ids = [_lp(res[r]).token_ids for r in p.true_single]
+            if all(len(i) == 1 for i in ids):
+                gold = max(float(full[i[0]]) for i in ids)
+            else:  # results cached before token ids were recorded
+                gold = max(_lp(res[r]).logprob for r in p.true_single)
             rank = 1 + int((full > gold).sum())
             top = res[p.top_req] if p.top_req is not None else None
             pred = top.tokens[0] if isinstance(top, NextTokenResult) and top.tokens else ""
@@ -439,22 +446,20 @@ _PUNCT = re.compile(r"[^\w\s]", re.UNICODE)
 _ARTICLES = {"a", "an", "the"}
 
 
-def normalize_answer(text: str) -> list[str]:
-    """Tokenize and normalize for matching: NFKC, case-fold, punctuation to spaces, articles
-    dropped, and a light lemmatizer (plural -ies→y, -es/-s dropped on words longer than three
-    letters, not after s/u/i) standing in for the paper's lemmatization."""
-    words = _PUNCT.sub(" ", unicodedata.normalize("NFKC", text).casefold()).split()
+def normalize_answer(text: str, lang: str = "en") -> list[str]:
+    """Tokenize and normalize for matching: NFKC, punctuation to spaces, each word lemmatized
+    by simplemma (a real dictionary lemmatizer: ``species``, ``news`` and ``Athens`` stay what
+    they are, ``cities`` → ``city``), case-folded, articles dropped (the paper lemmatizes
+    before matching)."""
+    import simplemma
+
+    words = _PUNCT.sub(" ", unicodedata.normalize("NFKC", text)).split()
     out = []
     for w in words:
-        if w in _ARTICLES:
+        lemma = simplemma.lemmatize(w, lang=lang).casefold()
+        if lemma in _ARTICLES or w.casefold() in _ARTICLES:
             continue
-        if len(w) > 4 and w.endswith("ies"):
-            w = w[:-3] + "y"
-        elif len(w) > 4 and w.endswith(("ches", "shes", "xes", "sses")):
-            w = w[:-2]
-        elif len(w) > 3 and w.endswith("s") and not w.endswith(("ss", "us", "is")):
-            w = w[:-1]
-        out.append(w)
+        out.append(lemma)
     return out
 
 

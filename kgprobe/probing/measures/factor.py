@@ -168,27 +168,101 @@ def run_factor_file(
     dtype: str = "float32",
     threads: int = 1,
     progress: bool = True,
+    max_length: int | None = None,
 ) -> dict[str, Any]:
     """FACTOR accuracy of a model on a CSV file (what ``kgprobe factor`` prints)."""
-    from kgprobe.probing.engine import Engine
-    from kgprobe.probing.models import load_model
-
     items = read_factor_csv(path, prefix_column, limit)
     if not items:
         raise InputError(f"{path}: no FACTOR item")
+    out = _score_items(items, model, batch_size=batch_size, dtype=dtype, threads=threads,
+                       progress=progress, max_length=max_length)
+    return {"file": str(path), "prefix_column": prefix_column, **out}
+
+
+def _score_items(items: Sequence[FactorItem], model: str, *, batch_size: int, dtype: str,
+                 threads: int, progress: bool, max_length: int | None) -> dict[str, Any]:
+    """Load the model, cap its context at ``max_length`` tokens (the prefix is cut from the
+    left, BOS kept, as the paper truncates at 1024), score, summarize. No score cache: a
+    truncated request must never be served as an untruncated one."""
+    from kgprobe.probing.engine import Engine
+    from kgprobe.probing.models import load_model
+
+    if max_length is not None and max_length < 2:
+        raise ConfigError("--max-length must be at least 2 tokens")
     lm = load_model(model, dtype=dtype, threads=threads)
+    if max_length is not None:
+        cur = lm.tokenization.max_length
+        lm.tokenization.max_length = max_length if cur is None else min(cur, max_length)
     engine = Engine(lm, batch_size=batch_size, progress=progress, chunk_size=64)
     outcomes = factor_scores(engine, items)
     return {
-        "file": str(path),
         "model": model,
         "items": len(items),
-        "prefix_column": prefix_column,
+        "max_length": lm.tokenization.max_length,
         "accuracy": factor_accuracy(outcomes),
         "correct": sum(o.correct for o in outcomes),
         "per_item": [{"id": o.item_id, "correct": o.correct, "scores": list(o.scores)}
                      for o in outcomes],
     }
+
+
+def run_factor_graph(
+    model: str,
+    *,
+    relations: Sequence[str] = (),
+    sample: int | None = 60,
+    strategy: str = "random",
+    n: int = 3,
+    seed: int = 0,
+    at: str | None = None,
+    batch_size: int = 16,
+    dtype: str = "float32",
+    threads: int = 1,
+    progress: bool = True,
+    max_length: int | None = None,
+    graph: Any = None,
+) -> dict[str, Any]:
+    """FACTOR accuracy on items generated from the graph: a stratified, seeded sample of
+    facts (as ``kgprobe probe`` draws them), each relation's first object-last template, the
+    true sentence against ``n`` typed distractors of ``strategy`` (what ``kgprobe factor
+    --from-graph`` prints, with accuracy per relation)."""
+    from kgprobe.graph import distractors as gd
+    from kgprobe.graph import probe_runs as pr
+    from kgprobe.graph.client import connect
+    from kgprobe.probing.run import choose_relations, probe_relations
+
+    g = graph if graph is not None else connect()
+    try:
+        available = probe_relations(g)
+        chosen = choose_relations(available, relations)
+        ref = gd.date_sort_key(at)
+        keys = pr.sample_keys({p: pr.candidate_keys(g, p, ref) for p in chosen}, sample, seed)
+        facts = [(d["s"], d["pid"], d["o"]) for d in pr.fact_details(g, keys, [])]
+        kw: dict[str, Any] = {}
+        if strategy in ("sem", "temp+sem"):
+            from kgprobe.graph.semantic import ensure_index
+            from kgprobe.probing.distractors import default_index_dir
+
+            kw["index"] = ensure_index(g, default_index_dir())
+        if strategy == "appropt":
+            raise ConfigError("factor --from-graph takes random, sem or temp+sem distractors")
+        items, skipped = factor_items_from_graph(g, facts, strategy=strategy, n_false=n, seed=seed,
+                                                 at=ref, **kw)
+    finally:
+        if graph is None:
+            g.close()
+    if not items:
+        raise InputError("no FACTOR item could be built from the sampled facts "
+                         f"({len(skipped)} skipped: {next(iter(skipped.values()), '')})")
+    out = _score_items(items, model, batch_size=batch_size, dtype=dtype, threads=threads,
+                       progress=progress, max_length=max_length)
+    per_rel: dict[str, list[bool]] = {}
+    for it, o in zip(items, out["per_item"], strict=True):
+        per_rel.setdefault(it.item_id.split("|")[1], []).append(bool(o["correct"]))
+    return {"source": "graph", "strategy": strategy, "n": n, "seed": seed,
+            "relations": {p: {"items": len(v), "accuracy": sum(v) / len(v)}
+                          for p, v in sorted(per_rel.items(), key=lambda kv: int(kv[0][1:]))},
+            "skipped": len(skipped), **out}
 
 
 def factor_items_from_graph(

@@ -1,0 +1,453 @@
+"""The built-in measures, registered for ``kgprobe probe --measure``: each is a thin adapter
+from the loop's :class:`~kgprobe.probing.measures.registry.FactInput` to the library function
+of its paper (the arithmetic stays in :mod:`.distractors`, :mod:`.baselines`, :mod:`.belief`,
+:mod:`.information`, :mod:`.factor`). Property names and formulas: docs/measures.md.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from kgprobe.probing.measures.common import Entity, Fact, Runner
+from kgprobe.probing.measures.registry import (
+    FactInput,
+    Measure,
+    Param,
+    RunContext,
+    Values,
+    _is_num,
+    register,
+)
+
+
+def _cap(e: Entity, n: int | None) -> Entity:
+    """``e`` with at most ``n`` labels (label + aliases), so library functions that read every
+    label honour the run's --max-labels."""
+    labels = e.labels(n)
+    return Entity(labels[0] if labels else e.label, tuple(labels[1:]), e.qid)
+
+
+def _fact(f: FactInput, ctx: RunContext) -> Fact:
+    return Fact(f.subject, f.pid, _cap(f.object, ctx.max_object_labels), f.key)
+
+
+def _subject_capped(f: FactInput, ctx: RunContext) -> Fact:
+    return Fact(_cap(f.subject, ctx.max_subject_labels), f.pid,
+                _cap(f.object, ctx.max_object_labels), f.key)
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _none(reason: str) -> Values:
+    return {"score": None, "_reason": reason}
+
+
+# --- distractor paper §3.2: Min@n / Avg@n ---------------------------------------------------------
+
+
+class _DistractorK(Measure):
+    agg: ClassVar[str] = "min"
+    section = "Ammar Khodja et al. 2025, §3.2 eq. 1–3"
+    needs = frozenset({"templates", "distractors", "past"})
+    uses_distractors = True
+    extras = ()
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.probing.measures.distractors import (
+            DistractorItem,
+            distractor_measure,
+            knowledge_given_cloze,
+        )
+
+        ok = [f for f in facts if f.distractors]
+        items = [DistractorItem(Fact(f.subject, f.pid, f.object, f.key), f.templates,
+                                tuple(dict.fromkeys([*f.distractors, *f.past])))
+                 for f in ok]
+        scored = distractor_measure(
+            runner, items, end=ctx.end, max_subject_labels=ctx.max_subject_labels,
+            max_object_labels=ctx.max_object_labels,
+        ) if items else []
+        by_key = {fp.fact.key: fp for fp in scored}
+        out: list[Values] = []
+        for f in facts:
+            fp = by_key.get(f.key)
+            if fp is None:
+                out.append(_none(f.distractor_reason or "no distractor found"))
+                continue
+            if not fp.clozes:
+                out.append(_none("no usable cloze sentence"))
+                continue
+            order = list(dict.fromkeys([*f.distractors, *f.past]))
+            n_ds = len(f.distractors)
+            past_pos = [order.index(p) for p in f.past]
+            per = [knowledge_given_cloze(c.log_pl_true, c.log_pl_distractors[:n_ds], None,
+                                         "min" if self.agg == "min" else "avg")
+                   for c in fp.clozes]
+            got = [v for v in per if v is not None]
+            stale = None
+            if past_pos:
+                flags = [1.0 if max(c.log_pl_distractors[i] for i in past_pos) > c.log_pl_true
+                         else 0.0 for c in fp.clozes]
+                stale = sum(flags) / len(flags)
+            out.append({"score": _mean(got), "stale": stale})
+        return out
+
+
+@register
+class KMin(_DistractorK):
+    name = "kmin"
+    agg = "min"
+    summary = ("Min@n: 1 for a cloze sentence only if the object beats all n distractors; "
+               "mean over the fact's cloze sentences")
+
+
+@register
+class KAvg(_DistractorK):
+    name = "kavg"
+    agg = "avg"
+    summary = "Avg@n: share of the n distractors the object beats; mean over cloze sentences"
+
+
+# --- distractor paper Table 2 baselines ------------------------------------------------------------
+
+
+@register
+class Probability(Measure):
+    name = "probability"
+    section = "Ammar Khodja et al. 2025, Table 2 (Probability)"
+    summary = "mean over cloze sentences of Σ_λ Pr(λ | c), the bare label (no end marker)"
+    has_known = False
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.probing.measures.baselines import ProbeItem, probability
+
+        items = [ProbeItem(_fact(f, ctx), f.templates) for f in facts]
+        res = probability(runner, items, max_subject_labels=ctx.max_subject_labels)
+        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+                for r in res]
+
+
+@register
+class PrecisionAtN(Measure):
+    name = "precision_at_n"
+    section = "Ammar Khodja et al. 2025, Table 2 (Precision@n)"
+    summary = ("share of cloze sentences whose top-k next tokens contain a label of the object "
+               "(single-token labels only, the paper's stated limitation)")
+    params = (Param("k", 1, "top-k next tokens", "k"),)
+    has_known = False
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.probing.measures.baselines import ProbeItem, precision_at_n
+
+        k = max(1, int(self.settings["k"]))
+        items = [ProbeItem(_fact(f, ctx), f.templates) for f in facts]
+        res = precision_at_n(runner, items, [k], max_subject_labels=ctx.max_subject_labels)[k]
+        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+                for r in res]
+
+
+class _BeamMeasure(Measure):
+    params = (Param("beam", 5, "beam width (and outputs kept)", "b"),
+              Param("max_new_tokens", 10, "tokens generated per beam", "t"))
+    has_known = False
+
+    def _beams(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> Any:
+        from kgprobe.probing.measures.baselines import ProbeItem, beam_outputs
+
+        items = [ProbeItem(_fact(f, ctx), f.templates) for f in facts]
+        return items, beam_outputs(runner, items, beam_width=int(self.settings["beam"]),
+                                   max_new_tokens=int(self.settings["max_new_tokens"]),
+                                   max_subject_labels=ctx.max_subject_labels)
+
+
+@register
+class RougeL(_BeamMeasure):
+    name = "rouge_l"
+    section = "Ammar Khodja et al. 2025, Table 2 (ROUGE-L)"
+    summary = "mean over cloze sentences of the best ROUGE-L F1 between a label and a beam output"
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.probing.measures.baselines import rouge_measure
+
+        items, beams = self._beams(runner, facts, ctx)
+        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+                for r in rouge_measure(items, beams)]
+
+
+@register
+class BertScore(_BeamMeasure):
+    name = "bertscore"
+    section = "Ammar Khodja et al. 2025, Table 2 (BERT-score)"
+    summary = ("mean over cloze sentences of the best BERTScore F1 between a label and a beam "
+               "output (packaged MiniLM encoder, last layer, no idf, no rescaling)")
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.probing.measures.baselines import embedding_measure
+
+        items, beams = self._beams(runner, facts, ctx)
+        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+                for r in embedding_measure(items, beams)]
+
+
+@register
+class Judge(_BeamMeasure):
+    name = "judge"
+    section = "Ammar Khodja et al. 2025, Table 2 and Appendix D (LLM-as-a-judge)"
+    summary = ("mean over cloze sentences of the best judge verdict over the beam outputs "
+               "(an OpenAI-compatible endpoint: KGPROBE_JUDGE_URL, KGPROBE_JUDGE_MODEL)")
+
+    def available(self) -> str | None:
+        from kgprobe.probing.judge import ENV_MODEL, ENV_URL
+
+        if not os.environ.get(ENV_URL, "").strip():
+            return (f"measure judge needs an OpenAI-compatible endpoint: set {ENV_URL} "
+                    f"(and {ENV_MODEL}); leave --measure judge out otherwise")
+        return None
+
+    def config(self, ctx: RunContext) -> dict[str, Any]:
+        from kgprobe.probing.judge import ENV_MODEL, ENV_URL
+
+        return {**super().config(ctx), "judge_url": os.environ.get(ENV_URL, ""),
+                "judge_model": os.environ.get(ENV_MODEL, "")}
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.probing.measures.baselines import judge_measure
+
+        items, beams = self._beams(runner, facts, ctx)
+        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+                for r in judge_measure(items, beams)]
+
+
+@register
+class Karr(Measure):
+    name = "karr"
+    section = "Dong et al. 2023 (KaRR), as a baseline in Ammar Khodja et al. 2025 Table 2"
+    summary = ("KaRR = sqrt(KaRR_s · KaRR_r), subject- and relation-replacement ratios; "
+               "known when KaRR > threshold (22)")
+    params = (Param("sample_k", 4, "other subjects / relations sampled", "k"),
+              Param("max_aliases", 4, "aliases per entity", "a"),
+              Param("threshold", 22.0, "KaRR above this = knows", "th", kind=float))
+    needs = frozenset({"templates", "other_subjects", "object_relations"})
+    extras = ("karr_s", "karr_r")
+    has_known = False
+    uses_labels = False  # KaRR has its own alias cap and its own probability (no end marker)
+
+    def config(self, ctx: RunContext) -> dict[str, Any]:
+        return {**super().config(ctx), "seed": ctx.seed, "label_rule": ctx.label_rule.name}
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.probing.measures.baselines import KarrItem, karr
+
+        items = [KarrItem(Fact(f.subject, f.pid, f.object, f.key), f.templates,
+                          f.other_subjects, f.object_relation_templates) for f in facts]
+        res = karr(runner, items, sample_k=int(self.settings["sample_k"]),
+                   max_aliases=int(self.settings["max_aliases"]),
+                   threshold=float(self.settings["threshold"]), seed=ctx.seed)
+        out: list[Values] = []
+        for r in res:
+            if r.karr is None:
+                out.append({**_none("KaRR needs other subjects and other relations of the object"),
+                            "karr_s": r.karr_subject, "karr_r": r.karr_relation})
+            else:
+                out.append({"score": r.karr, "karr_s": r.karr_subject, "karr_r": r.karr_relation,
+                            "known": bool(r.knows)})
+        return out
+
+
+# --- BELIEF -----------------------------------------------------------------------------------------
+
+
+@register
+class Belief(Measure):
+    name = "belief"
+    section = "Zhao et al. 2024 (BELIEF), eq. 1–6"
+    summary = ("per fact over its prompts (templates × subject labels): hit@1 share (score), "
+               "mean rank of the gold object, hit@K, reciprocal rank, consistency, confidence; "
+               "per relation Acc@1/Acc@K/MRR with range and sd over N seeded prompt sets, "
+               "Consist@1 and Overconf@K with its calibration bins")
+    params = (Param("k", 10, "K of hit@K / Acc@K / Overconf@K", "k"),
+              Param("mode", "auto", "rank over the vocabulary (single-token gold) or the "
+                    "candidate set (gold objects + distractors)", "m",
+                    ("auto", "vocab", "candidates"), str),
+              Param("runs", 50, "N seeded prompt-set samples for the fluctuation (report)", "r",
+                    stored=False),
+              Param("bins", 10, "calibration bins of Overconf (report)", "bins", stored=False))
+    needs = frozenset({"templates", "distractors", "other_objects"})
+    uses_distractors = True
+    extras = ("rank", "hit_k", "rr", "consistency", "confidence", "ranks", "confidences")
+    has_known = False
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.probing.measures.belief import BeliefPair, consist_at_1, rank_prompts
+
+        k = int(self.settings["k"])
+        pairs = [BeliefPair(_cap(f.subject, ctx.max_subject_labels), f.pid,
+                            tuple(_cap(o, ctx.max_object_labels) for o in (f.object, *f.other_objects)),
+                            f.templates, tuple(_cap(d, ctx.max_object_labels) for d in f.distractors))
+                 for f in facts]
+        outcomes = rank_prompts(runner, pairs, mode=self.settings["mode"], end=ctx.end) if pairs else []
+        by_pair: dict[str, list[Any]] = {}
+        for o in outcomes:
+            by_pair.setdefault(o.pair, []).append(o)
+        out: list[Values] = []
+        for _f, pair in zip(facts, pairs, strict=True):
+            os_ = by_pair.get(pair.key, [])
+            if not os_:
+                out.append(_none("no usable prompt"))
+                continue
+            ranks = [o.rank for o in os_]
+            out.append({
+                "score": sum(1 for r in ranks if r == 1) / len(ranks),
+                "rank": statistics.fmean(ranks),
+                "hit_k": sum(1 for r in ranks if r <= k) / len(ranks),
+                "rr": statistics.fmean(1.0 / r for r in ranks),
+                "consistency": consist_at_1(os_),
+                "confidence": statistics.fmean(o.confidence for o in os_),
+                "ranks": ranks,
+                "confidences": [o.confidence for o in os_],
+            })
+        return out
+
+    def aggregate(self, rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
+        """Acc@1, Acc@K and MRR over N samples of one prompt per fact (mean, range, sd),
+        Consist@1 (mean over facts with two or more prompts), Overconf@K with its bins."""
+        import numpy as np
+
+        from kgprobe.probing.measures.belief import Fluctuation, acc_at_k, mrr, overconfidence
+
+        out = super().aggregate([{k: v for k, v in r.items() if k not in ("ranks", "confidences")}
+                                 for r in rows], seed)
+        out.pop("ranks", None)
+        out.pop("confidences", None)
+        per = [(list(r["ranks"]), list(r["confidences"])) for r in rows
+               if r.get("ranks") and r.get("confidences")]
+        if not per:
+            return out
+        import random
+
+        k, runs, nbins = int(self.settings["k"]), int(self.settings["runs"]), int(self.settings["bins"])
+        samples = []
+        for i in range(runs):
+            rng = random.Random(seed + i)
+            samples.append([rr[rng.randrange(len(rr))] for rr, _ in per])
+        flu = {"acc@1": Fluctuation.of([acc_at_k(s, 1) for s in samples]),
+               f"acc@{k}": Fluctuation.of([acc_at_k(s, k) for s in samples]),
+               "mrr": Fluctuation.of([mrr(s) for s in samples])}
+        for name, f in flu.items():
+            out[name] = {"mean": f.mean, "range": f.range, "sd": f.stdev, "runs": runs}
+        cons = [float(r["consistency"]) for r in rows if _is_num(r.get("consistency"))]
+        out["consist@1"] = statistics.fmean(cons) if cons else None
+        confs = [c for _, cs in per for c in cs]
+        hits = [rank <= k for rr, _ in per for rank in rr]
+        out[f"overconf@{k}"] = overconfidence(confs, hits, nbins)
+        order = np.argsort(-np.asarray(confs), kind="stable")
+        bins = []
+        for idx in np.array_split(order, min(nbins, len(order))):
+            bins.append({"n": len(idx), "confidence": float(np.mean([confs[i] for i in idx])),
+                         "accuracy": float(np.mean([hits[i] for i in idx]))})
+        out[f"calibration@{k}"] = bins
+        return out
+
+
+# --- information-theoretic ----------------------------------------------------------------------------
+
+
+@register
+class InfoKL(Measure):
+    name = "info"
+    section = "Pezeshkpour 2023, eq. 1–3 (explicit instillation)"
+    summary = ("KL(before‖after) of the next-token distribution after the cloze, without and with "
+               "the fact stated first (score; small = known), the prompt's entropy before and after "
+               "and their difference; mean over cloze sentences")
+    params = (Param("top_k", 0, "0 = full distribution; k = the paper's top-k approximation", "k"),)
+    extras = ("entropy", "entropy_after", "entropy_diff")
+    has_known = False
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.probing.measures.common import cloze_sentences
+        from kgprobe.probing.measures.information import (
+            explicit_instillation,
+            explicit_instillation_topk,
+        )
+        from kgprobe.probing.verbalize import fill
+
+        prompts: list[str] = []
+        stated: list[str] = []
+        owners: list[int] = []
+        for i, f in enumerate(facts):
+            for c in cloze_sentences(f.templates, f.subject, max_subject_labels=ctx.max_subject_labels):
+                prompts.append(c.context)
+                stated.append(fill(c.template, c.subject_label, f.object.label))
+                owners.append(i)
+        k = int(self.settings["top_k"])
+        res = ((explicit_instillation_topk(runner, prompts, stated, k=k) if k else
+                explicit_instillation(runner, prompts, stated)) if prompts else [])
+        per: dict[int, list[Any]] = {}
+        for i, r in zip(owners, res, strict=True):
+            per.setdefault(i, []).append(r)
+        out: list[Values] = []
+        for i in range(len(facts)):
+            rs = per.get(i)
+            if not rs:
+                out.append(_none("no usable cloze sentence"))
+                continue
+            kls = [r.kl for r in rs]
+            out.append({
+                "score": statistics.fmean(kls) if all(math.isfinite(x) for x in kls) else None,
+                "entropy": statistics.fmean(r.entropy_before for r in rs),
+                "entropy_after": statistics.fmean(r.entropy_after for r in rs),
+                "entropy_diff": statistics.fmean(r.entropy_difference for r in rs),
+            })
+        return out
+
+
+# --- FACTOR from the graph ----------------------------------------------------------------------------
+
+
+@register
+class Factor(Measure):
+    name = "factor"
+    section = "Muhlgay et al. 2024 (FACTOR), eq. 1, items generated from the graph"
+    summary = ("share of the fact's object-last templates on which the true sentence beats every "
+               "typed-distractor variant by mean per-token log-probability; per relation: "
+               "FACTOR accuracy")
+    needs = frozenset({"templates", "distractors"})
+    uses_distractors = True
+    has_known = False
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        from kgprobe.errors import InputError
+        from kgprobe.probing.measures.factor import factor_items_from_fact, factor_scores
+        from kgprobe.probing.verbalize import OBJECT
+
+        items, owners = [], []
+        for i, f in enumerate(facts):
+            if not f.distractors:
+                continue
+            for t in f.templates:
+                if OBJECT not in t:  # questions have no sentence with the object
+                    continue
+                try:
+                    items.append(factor_items_from_fact(Fact(f.subject, f.pid, f.object, f.key), t,
+                                                        f.distractors, n_false=ctx.n))
+                except InputError:
+                    continue
+                owners.append(i)
+        res = factor_scores(runner, items) if items else []
+        per: dict[int, list[bool]] = {}
+        for i, r in zip(owners, res, strict=True):
+            per.setdefault(i, []).append(r.correct)
+        out: list[Values] = []
+        for i, f in enumerate(facts):
+            got = per.get(i)
+            if not got:
+                out.append(_none(f.distractor_reason or "no distractor or no object-last template"))
+            else:
+                out.append({"score": sum(got) / len(got)})
+        return out

@@ -1,0 +1,362 @@
+"""The measure plug-in contract (DESIGN.md §8): one protocol, one registry.
+
+A probe run is a loop over facts; a measure is a value object the loop does not need to know.
+Every measure declares
+
+- its ``name``, the paper ``section`` it implements and its :class:`Param` list — every
+  parameter that changes a score is part of its property key (when it differs from its
+  default) and always part of the run's configuration hash;
+- ``needs``: what the loop must fetch from the graph for each fact (:data:`NEEDS`); the loop
+  fetches the union once per fact;
+- ``requests(facts, ctx)``: the scoring requests it emits for a batch, and
+  ``values(facts, ctx, results)``: per-fact values (``"score"`` first; extra values become
+  ``score__<model>__<key>_<name>`` properties);
+- ``aggregate(rows, seed)``: its per-relation summary for the report.
+
+Most measures are written as one ``score(runner, facts, ctx)`` method over a runner; the base
+class turns that into the two phases the loop needs: ``requests`` runs ``score`` against a
+recorder that captures the first engine round, the loop runs every measure's requests in ONE
+engine call, and ``values`` runs ``score`` again against a replay of those results (a measure
+that needs a second round, e.g. a beam before an embedding, sends only that round to the
+engine). Adding a measure is one class with ``@register``: docs/measures.md has a worked
+example.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from kgprobe.errors import ConfigError
+from kgprobe.probing.measures.common import EndMarker, Entity, LabelRule, Runner
+from kgprobe.probing.requests import Request, Result
+
+#: What a measure can ask the loop to fetch for each fact.
+NEEDS: dict[str, str] = {
+    "templates": "the relation's object-last and question templates (always fetched)",
+    "distractors": "the ranked distractors of the run's strategy (Δ_n)",
+    "past": "past objects of (s, r) at the reference date (staleness)",
+    "other_objects": "every other correct object of (s, r) (BELIEF's C_t)",
+    "other_subjects": "other subjects of the relation (KaRR's subject replacement)",
+    "object_relations": "templates of other relations the object is an object of (KaRR)",
+    "demonstrations": "other probed facts of the batch as in-context demonstrations",
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a measure. ``code`` is its short name in a property key (used only
+    when the value differs from ``default``, so default configurations keep short keys)."""
+
+    name: str
+    default: Any
+    help: str
+    code: str
+    choices: tuple[Any, ...] | None = None
+    kind: type = int
+    #: False for report-only parameters (they change no stored value, so not the key)
+    stored: bool = True
+
+    def parse(self, value: Any) -> Any:
+        try:
+            v = self.kind(value) if not isinstance(value, self.kind) else value
+        except (TypeError, ValueError):
+            raise ConfigError(f"parameter {self.name}: {value!r} is not a {self.kind.__name__}") from None
+        if self.choices is not None and v not in self.choices:
+            raise ConfigError(f"parameter {self.name}: {v!r}; choose from {', '.join(map(str, self.choices))}")
+        if isinstance(v, int) and not isinstance(v, bool) and v < 0:
+            raise ConfigError(f"parameter {self.name} must not be negative")
+        return v
+
+
+@dataclass(frozen=True)
+class FactInput:
+    """What the loop gathered for one fact, once, for every measure of the run."""
+
+    key: str
+    pid: str
+    subject: Entity
+    object: Entity
+    templates: tuple[str, ...]
+    distractors: tuple[Entity, ...] = ()
+    past: tuple[Entity, ...] = ()
+    other_objects: tuple[Entity, ...] = ()
+    other_subjects: tuple[Entity, ...] = ()
+    object_relation_templates: tuple[tuple[str, ...], ...] = ()
+    demonstrations: tuple[FactInput, ...] = ()
+    distractor_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Run-wide settings every measure sees (shared parameters, see :data:`SHARED`)."""
+
+    end: EndMarker = field(default_factory=EndMarker)
+    max_subject_labels: int = 1
+    max_object_labels: int = 3
+    label_rule: LabelRule = field(default_factory=LabelRule)
+    n: int = 5
+    strategy: str = "temp+sem"
+    seed: int = 0
+    end_choice: str = "auto"  # as asked: auto (the model's documented marker), eos, tail, none
+
+
+Values = dict[str, Any]
+
+
+class Measure:
+    """Base class of every registered measure (see the module doc for the contract)."""
+
+    name: ClassVar[str]
+    section: ClassVar[str]
+    summary: ClassVar[str]
+    params: ClassVar[tuple[Param, ...]] = ()
+    needs: ClassVar[frozenset[str]] = frozenset({"templates"})
+    #: names of the extra per-fact values besides ``score`` (property suffixes)
+    extras: ClassVar[tuple[str, ...]] = ()
+    #: depends on the distractor strategy and n (they go into the key)
+    uses_distractors: ClassVar[bool] = False
+    #: uses the shared label/end-marker settings (they go into the key when not default)
+    uses_labels: ClassVar[bool] = True
+    #: whether "known" (score >= threshold) means anything for this measure
+    has_known: ClassVar[bool] = True
+    #: one clear line when the measure cannot run here (e.g. no judge endpoint)
+    def available(self) -> str | None:
+        return None
+
+    def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
+        settings = dict(settings or {})
+        unknown = sorted(set(settings) - {p.name for p in self.params})
+        if unknown:
+            raise ConfigError(
+                f"measure {self.name}: unknown parameter {', '.join(unknown)}; "
+                f"parameters: {', '.join(p.name for p in self.params) or '(none)'}"
+            )
+        self.settings: dict[str, Any] = {p.name: p.parse(settings.get(p.name, p.default))
+                                         for p in self.params}
+
+    # --- identity ----------------------------------------------------------------------------
+
+    def key(self, ctx: RunContext) -> str:
+        """The measure part of property names: name, strategy and n for distractor measures,
+        then ``<code><value>`` for every parameter (own and shared) that is not its default."""
+        from kgprobe.graph.probe_runs import check_part, key_part
+
+        parts = [key_part(self.name)]
+        if self.uses_distractors:
+            parts += [key_part(ctx.strategy), f"n{int(ctx.n)}"]
+        for p in self.params:
+            v = self.settings[p.name]
+            if p.stored and v != p.default:
+                parts.append(key_part(f"{p.code}{v}"))
+        if self.uses_labels:
+            for sname, v in shared_values(ctx).items():
+                if v != SHARED[sname].default:
+                    parts.append(key_part(f"{SHARED[sname].code}{v}"))
+        return check_part("_".join(parts))
+
+    def config(self, ctx: RunContext) -> dict[str, Any]:
+        """Everything that changes this measure's values (goes into the configuration hash)."""
+        out: dict[str, Any] = {"measure": self.name, "version": self.version,
+                               **{p.name: self.settings[p.name] for p in self.params if p.stored}}
+        if self.uses_distractors:
+            out.update(strategy=ctx.strategy, n=ctx.n, seed=ctx.seed)
+        if self.uses_labels:
+            out.update(shared_values(ctx), end_kind=ctx.end.kind, end_text=ctx.end.text)
+        return out
+
+    version: ClassVar[int] = 1
+
+    # --- the two phases the loop calls ---------------------------------------------------------
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        raise NotImplementedError
+
+    def requests(self, facts: Sequence[FactInput], ctx: RunContext) -> list[Request]:
+        rec = _Recorder()
+        with contextlib.suppress(_Recorded):
+            self.score(rec, facts, ctx)
+        return rec.requests
+
+    def values(self, facts: Sequence[FactInput], ctx: RunContext, results: Replay) -> list[Values]:
+        return self.score(results, facts, ctx)
+
+    # --- per relation --------------------------------------------------------------------------
+
+    def aggregate(self, rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
+        """Per-relation summary of the stored per-fact values: n and mean of each value."""
+        from kgprobe.reporting import bootstrap_ci
+
+        out: dict[str, Any] = {}
+        for name in ("score", *self.extras):
+            vals = [float(r[name]) for r in rows if _is_num(r.get(name))]
+            if not vals and any(isinstance(r.get(name), list) for r in rows):
+                continue  # per-prompt lists: read by the measure's own aggregate
+            lo, hi = bootstrap_ci(vals, seed) if len(vals) > 1 else (None, None)
+            out[name] = {"n": len(vals), "mean": statistics.fmean(vals) if vals else None,
+                         "ci_low": lo, "ci_high": hi}
+        return out
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and not math.isnan(v)
+
+
+class _Recorded(Exception):
+    """Raised by the recorder to stop a measure once its first engine round is captured."""
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+
+    def run(self, requests: Sequence[Request]) -> list[Result]:
+        self.requests.extend(requests)
+        raise _Recorded
+
+
+class Replay:
+    """Results of the batch's one engine run; a request not among them (a measure's later
+    round) goes to the engine."""
+
+    def __init__(self, engine: Runner, results: Mapping[Request, Result]) -> None:
+        self.engine = engine
+        self.results = dict(results)
+
+    def run(self, requests: Sequence[Request]) -> list[Result]:
+        missing = list(dict.fromkeys(r for r in requests if r not in self.results))
+        if missing:
+            self.results.update(zip(missing, self.engine.run(missing), strict=True))
+        return [self.results[r] for r in requests]
+
+
+#: Settings every label-using measure shares; in its key when not the default.
+SHARED: dict[str, Param] = {
+    "max_subject_labels": Param("max_subject_labels", 1, "subject labels per cloze set", "s"),
+    "max_object_labels": Param("max_object_labels", 3, "labels per object/distractor", "o"),
+    "end": Param("end", "auto", "Eq. 1 end marker: auto (per model), eos, tail, none", "e",
+                 ("auto", "eos", "tail", "none"), str),
+    "label_rule": Param("label_rule", "names", "which aliases are labels: names or all", "lr",
+                        ("names", "all"), str),
+}
+
+
+def shared_values(ctx: RunContext) -> dict[str, Any]:
+    return {"max_subject_labels": ctx.max_subject_labels,
+            "max_object_labels": ctx.max_object_labels,
+            "end": ctx.end_choice, "label_rule": ctx.label_rule.name}
+
+
+# --- the registry -------------------------------------------------------------------------------
+
+REGISTRY: dict[str, type[Measure]] = {}
+
+
+def register(cls: type[Measure]) -> type[Measure]:
+    """Class decorator: make a measure available to probe, report, the CLI and the docs."""
+    for attr in ("name", "section", "summary"):
+        if not getattr(cls, attr, None):
+            raise TypeError(f"measure {cls.__name__} has no {attr}")
+    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
+        raise TypeError(f"measure {cls.name!r} is registered twice")
+    bad = set(cls.needs) - set(NEEDS)
+    if bad:
+        raise TypeError(f"measure {cls.name}: unknown needs {sorted(bad)}")
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def load_all() -> dict[str, type[Measure]]:
+    """Import the modules that register the built-in measures; the registry by name."""
+    from kgprobe.probing.measures import builtin  # noqa: F401
+
+    return REGISTRY
+
+
+def create(name: str, settings: Mapping[str, Any] | None = None) -> Measure:
+    reg = load_all()
+    if name not in reg:
+        raise ConfigError(f"unknown measure {name}; choose from: {', '.join(reg)}")
+    return reg[name](settings)
+
+
+def parse_measure(spec: str) -> tuple[str, dict[str, str]]:
+    """``name`` or ``name:param=value,param=value`` (the CLI form of ``--measure``)."""
+    name, _, rest = spec.strip().partition(":")
+    params: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in rest.split(","))):
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise ConfigError(f"--measure {spec!r}: parameters are name=value, comma-separated")
+        params[k.strip().replace("-", "_")] = v.strip()
+    return name.strip(), params
+
+
+def describe() -> list[dict[str, Any]]:
+    """Every registered measure with its parameters (what ``kgprobe measures`` prints)."""
+    out = []
+    for name, cls in load_all().items():
+        params = [{"name": p.name, "default": p.default, "help": p.help, "key_code": p.code,
+                   **({"choices": list(p.choices)} if p.choices else {})} for p in cls.params]
+        if cls.uses_distractors:
+            params = [{"name": "strategy", "default": "temp+sem", "help": "distractor strategy (--strategy)",
+                       "key_code": "(always)"},
+                      {"name": "n", "default": 5, "help": "distractors per fact (-n)", "key_code": "n"},
+                      *params]
+        shared = [p.name for p in SHARED.values()] if cls.uses_labels else []
+        out.append({
+            "name": name, "section": cls.section, "summary": cls.summary, "parameters": params,
+            "shared_parameters": shared, "needs": sorted(cls.needs),
+            "values": ["score", *cls.extras],
+            "property": f"score__<model>__{name}{'_<strategy>_n<n>' if cls.uses_distractors else ''}"
+                        "[_<non-default parameters>]",
+        })
+    return out
+
+
+# --- per-relation aggregates for the report -----------------------------------------------------
+
+
+def relation_aggregates(
+    graph: Any, model_key: str, *, seed: int = 0,
+    read: Callable[..., list[dict[str, Any]]] | None = None,
+) -> list[dict[str, Any]]:
+    """Per relation and per measure key probed for ``model_key``: each measure's
+    :meth:`Measure.aggregate` over the values stored on the FACT edges (what
+    ``kgprobe report --json`` shows under ``measures``)."""
+    from kgprobe.graph import probe_runs as pr
+
+    runs = [r for r in pr.list_runs(graph) if r.get("model_key") == model_key]
+    seen: dict[str, tuple[str, list[str]]] = {}
+    params: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        specs = r.get("measure_specs")
+        if not specs:
+            continue
+        import json
+
+        for spec in json.loads(specs):
+            seen[spec["key"]] = (spec["name"], spec.get("extras") or [])
+            params[spec["key"]] = spec.get("params") or {}
+    reg = load_all()
+    out = []
+    for mkey, (name, extras) in sorted(seen.items()):
+        props = pr.ScoreProps(model_key, mkey)
+        names = {"score": props.score, **{e: f"{props.score}_{e}" for e in extras}}
+        rows = pr.measure_rows(graph, names)
+        by_pid: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            by_pid.setdefault(row["pid"], []).append(row)
+        cls = reg.get(name)
+        if cls is None:
+            continue  # a measure this version no longer has
+        measure = cls(params.get(mkey))
+        for pid in sorted(by_pid, key=lambda p: int(p[1:])):
+            agg = measure.aggregate(by_pid[pid], seed)
+            out.append({"measure": name, "measure_key": mkey, "pid": pid,
+                        "facts": len(by_pid[pid]), **agg})
+    return out
