@@ -71,3 +71,14 @@ def test_kfold_grid_search_picks_the_aligned_configuration() -> None:
     assert res.mean_tau == pytest.approx(1.0) and res.std_tau == pytest.approx(0.0)
     with pytest.raises(ConfigError):
         kfold_grid_search({"a": 1.0}, scorer, {"n": [1]}, k=3)
+
+
+def test_grid_mean_and_sd_leave_out_folds_without_tau() -> None:
+    """A fold whose test scores are all tied has no τ (NaN): the mean and sd over folds are
+    taken over the other folds (by hand: mean(0.5, 0.1) = 0.3, pstdev = 0.2), not a crash."""
+    from kgprobe.probing.measures.evaluation import FoldResult, GridSearchResult
+
+    res = GridSearchResult([FoldResult(0, {}, 1.0, 0.5), FoldResult(1, {}, 1.0, float("nan")),
+                            FoldResult(2, {}, 1.0, 0.1)])
+    assert res.mean_tau == pytest.approx(0.3) and res.std_tau == pytest.approx(0.2)
+    assert math.isnan(GridSearchResult([FoldResult(0, {}, 1.0, float("nan"))]).mean_tau)

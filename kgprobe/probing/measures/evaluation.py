@@ -114,13 +114,20 @@ class FoldResult:
 class GridSearchResult:
     folds: list[FoldResult]
 
+    def _defined(self) -> list[float]:
+        """Test τ of the folds where τ is defined: a fold whose scores (or human scores) are
+        all tied has no τ (NaN) and is left out of the mean and sd, not allowed to poison them."""
+        return [float(f.test_tau) for f in self.folds if not math.isnan(f.test_tau)]
+
     @property
     def mean_tau(self) -> float:
-        return statistics.fmean(f.test_tau for f in self.folds)
+        got = self._defined()
+        return statistics.fmean(got) if got else math.nan
 
     @property
     def std_tau(self) -> float:
-        return statistics.pstdev([f.test_tau for f in self.folds])
+        got = self._defined()
+        return statistics.pstdev(got) if got else math.nan
 
 
 def grid(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
