@@ -22,7 +22,7 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -159,7 +159,7 @@ def code_version() -> dict[str, str | None]:
     from kgprobe import __version__
 
     git: str | None = None
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the checkout, not kgprobe/
     if (root / ".git").exists():
         try:
             out = subprocess.run(
@@ -241,6 +241,7 @@ class _Planned:
     distractors: list[str]  # the strategy's ranked distractor qids (Δ_n)
     past: list[str]  # past objects of (s, r), for staleness
     reason: str | None = None
+    scored: Any = None  # the FactPlausibilities behind the values (per-fact records, on_fact)
 
 
 def _entity(row: dict[str, Any] | None, qid: str) -> Any:
@@ -303,7 +304,7 @@ def _score_batch(
     out: list[tuple[_Planned, dict[str, float | None], float | None]] = []
     by_key = {fp.fact.key: fp for fp in scored}
     for p in planned:
-        fp = by_key.get(p.row["key"]) if p.reason is None else None
+        fp = p.scored = by_key.get(p.row["key"]) if p.reason is None else None
         if fp is None or not fp.clozes:
             if p.reason is None:
                 p.reason = "no usable cloze sentence"
@@ -343,11 +344,13 @@ def run_probe(
     index: SemanticIndex | None = None,
     index_dir: str | Path | None = None,
     progress: bool = True,
+    on_fact: Callable[[_Planned, dict[str, float | None], float | None], None] | None = None,
 ) -> ProbeSummary:
     """Probe ``config.sample`` facts with ``runner`` and write their scores onto the graph.
 
     ``fingerprint`` identifies the model's weights and scoring settings (``Engine.fingerprint``);
     it is part of the configuration hash, so a different model never passes for the same one.
+    ``on_fact(plan, values, staleness)`` sees every fact scored (per-fact records, kgprobe.results).
     """
     from kgprobe.graph import distractors as gd
 
@@ -424,6 +427,8 @@ def run_probe(
                 rows = []
                 n_ok = 0
                 for p, values, stale in results:
+                    if on_fact is not None:
+                        on_fact(p, values, stale)
                     cfg_hash = cfg_by_pid[p.row["pid"]]
                     fact_props: dict[str, Any] = {}
                     for m, v in values.items():
@@ -533,6 +538,7 @@ def probe(
     progress: bool = True,
     settings: Settings | None = None,
     graph: Graph | None = None,
+    on_fact: Callable[[_Planned, dict[str, float | None], float | None], None] | None = None,
 ) -> ProbeSummary:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores back.
 
@@ -567,7 +573,7 @@ def probe(
             info = {"name": lm.name, "kind": lm.kind, "device": lm.device,
                     "end_marker": {"kind": end.kind, "text": end.text}}
             return run_probe(g, engine, config, fingerprint=engine.fingerprint, model_info=info,
-                             index_dir=index_dir, progress=progress)
+                             index_dir=index_dir, progress=progress, on_fact=on_fact)
         finally:
             if score_cache is not None:
                 score_cache.close()
