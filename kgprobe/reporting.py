@@ -592,10 +592,7 @@ def forest_svg(rep: Report) -> str:
             yy = y + (off if si == 0 else -off)
             if g.ci_low is not None and g.ci_high is not None:
                 ax.plot([g.ci_low, g.ci_high], [yy, yy], color=_COLORS[si], lw=2, solid_capstyle="butt")
-                marker = "o"
-            else:
-                marker = "o"
-            ax.plot([g.mean], [yy], marker=marker, color=_COLORS[si], ms=6,
+            ax.plot([g.mean], [yy], marker="o", color=_COLORS[si], ms=6,
                     mfc=_COLORS[si] if g.ci_low is not None else "white", mew=1.5,
                     label=m.model_key if y == ys[0] else None, ls="none")
     for y, g in zip(ys, groups, strict=True):
@@ -622,9 +619,9 @@ def histogram_svg(rep: Report) -> str:
     fig = _figure(6.5, 2.6)
     ax = fig.add_subplot()
     bins = np.linspace(0, 1, 11)
-    for i, m in enumerate(models):
-        ax.hist([float(r["score"]) for r in m.facts], bins=bins, alpha=0.6, color=_COLORS[i],
-                label=f"{m.model_key} (n={len(m.facts)})", edgecolor="white")
+    ax.hist([[float(r["score"]) for r in m.facts] for m in models], bins=bins,
+            color=list(_COLORS[: len(models)]), edgecolor="white",
+            label=[f"{m.model_key} (n={len(m.facts)})" for m in models])
     ax.set_xlabel(f"per-fact score ({rep.primary.measure_label}); bins of width 0.1, "
                   "the last includes 1.0", fontsize=8)
     ax.set_ylabel("facts", fontsize=8)
@@ -656,7 +653,8 @@ def popularity_svg(rep: Report) -> str:
             ax.annotate(f"{bname}: {g.mean:.2f} (n={g.facts})", (float(np.median(sub)), g.mean),
                         xytext=(0, 5), textcoords="offset points", ha="center", fontsize=7)
     ax.set_ylim(-0.05, 1.08)
-    ax.set_xlabel("subject popularity (dashed: tertile edges; line: bucket mean)", fontsize=8)
+    ax.set_xlabel("subject popularity (Entity.popularity; dashed: tertile edges; line: bucket mean)",
+                  fontsize=8)
     ax.set_ylabel("per-fact score", fontsize=8)
     ax.legend(fontsize=7, loc="lower right")
     return _svg(fig, "popularity")
@@ -767,6 +765,10 @@ def _esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+def _na(v: Any) -> str:
+    return "n/a" if v is None or v == "None" else str(v)
+
+
 def _provenance_html(rep: Report) -> str:
     rows: list[tuple[str, str]] = [
         ("report generated", rep.generated),
@@ -777,8 +779,8 @@ def _provenance_html(rep: Report) -> str:
             continue
         fps = sorted({str(r.get("model_fingerprint")) for r in m.run_info if r.get("model_fingerprint")})
         rows.append((f"model {m.model_key}", f"{m.model}; fingerprint {', '.join(fps) or 'n/a'}; "
-                     f"dtype {', '.join(sorted({str(r.get('dtype')) for r in m.run_info})) or 'n/a'}; "
-                     f"device {', '.join(sorted({str(r.get('device')) for r in m.run_info})) or 'n/a'}"))
+                     f"dtype {', '.join(sorted({_na(r.get('dtype')) for r in m.run_info})) or 'n/a'}; "
+                     f"device {', '.join(sorted({_na(r.get('device')) for r in m.run_info})) or 'n/a'}"))
         rows.append((f"measure ({m.model_key})",
                      f"{m.measure_label} — property {m.score_property}; known = score ≥ {m.threshold:g}"))
         for r in m.run_info:
@@ -788,13 +790,14 @@ def _provenance_html(rep: Report) -> str:
             lib = r.get("library_versions") or {}
             libs = ", ".join(f"{k} {v}" for k, v in sorted(lib.items())) if isinstance(lib, dict) else str(lib)
             rows.append((f"run {str(r.get('id'))[:12]}",
-                         f"{r.get('status')}; started {r.get('started')}, finished {r.get('finished')}; "
-                         f"kgprobe {r.get('code_version')} (git {r.get('git_hash') or 'n/a'}); {libs}"))
-            rows.append(("  configuration", f"{cfg}; sample {r.get('sample')}; reference date "
-                         f"{r.get('reference_date')}; config hash {r.get('config_hash')}"))
+                         f"{_na(r.get('status'))}; started {_na(r.get('started'))}, finished "
+                         f"{_na(r.get('finished'))}; kgprobe {_na(r.get('code_version'))} "
+                         f"(git {_na(r.get('git_hash'))}); {libs or 'library versions n/a'}"))
+            rows.append(("  configuration", f"{cfg or 'n/a'}; sample {_na(r.get('sample'))}; reference "
+                         f"date {_na(r.get('reference_date'))}; config hash {_na(r.get('config_hash'))}"))
             snap = r.get("graph_snapshot") or {}
             rows.append(("  graph snapshot", ", ".join(f"{v:,} {k}" for k, v in snap.items())
-                         if isinstance(snap, dict) else str(snap)))
+                         if isinstance(snap, dict) and snap else "n/a"))
     body = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
     return f'<table class="prov" id="provenance">{body}</table>'
 
