@@ -346,19 +346,25 @@ def _type_keys(graph: Graph, rows: list[dict[str, Any]], side: str) -> Callable[
     return keys
 
 
+def check_grouping(by: str, type_of: str) -> None:
+    """Refuse an unknown grouping before anything else happens."""
+    from kgprobe.errors import ConfigError
+
+    if by not in BY:
+        raise ConfigError(f"unknown --by {by!r}; choose from: {', '.join(BY)}")
+    if type_of not in ("subject", "object"):
+        raise ConfigError(f"unknown --type-of {type_of!r}; choose subject or object")
+
+
 def build_report(
     graph: Graph, model: str, *, vs: str | None = None, measure: str | None = None,
     threshold: float | None = None, seed: int = 0, n_boot: int = BOOTSTRAP, by: str = "relation",
     type_of: str = "subject", calibration: list[tuple[float, bool]] | None = None,
 ) -> Report:
     """Read the scores of ``model`` (and ``vs``) from the graph and compute the report."""
-    from kgprobe.errors import ConfigError
     from kgprobe.probing.run import code_version, compare_in, resolve_scores
 
-    if by not in BY:
-        raise ConfigError(f"unknown --by {by!r}; choose from: {', '.join(BY)}")
-    if type_of not in ("subject", "object"):
-        raise ConfigError(f"unknown --type-of {type_of!r}; choose subject or object")
+    check_grouping(by, type_of)
     sa = resolve_scores(graph, model, measure, threshold)
     sb = None
     if vs is not None:
@@ -410,6 +416,7 @@ def report(
     (paths returned). ``details``: per-fact distractor records from a probe (kgprobe.results)."""
     from kgprobe.graph.client import connect
 
+    check_grouping(by, type_of)  # before the graph is contacted
     g = graph if graph is not None else connect(settings)
     try:
         rep = build_report(g, model, vs=vs, measure=measure, threshold=threshold, seed=seed, by=by,

@@ -292,3 +292,20 @@ def test_html_renders_in_headless_chromium(hand_graph: Any, tmp_path: Path) -> N
     out = os.environ.get("KGPROBE_SCREENSHOT_DIR")
     if out:  # keep the picture for a human to look at
         shutil.copy(shot, Path(out) / "report.png")
+
+
+def test_cli_report_json_is_one_document(hand_graph: Any, kgprobe_env: dict[str, str], tmp_path: Path) -> None:
+    import sys
+
+    exe = str(Path(sys.executable).parent / "kgprobe")
+    out = tmp_path / "rep"
+    r = subprocess.run([exe, "report", "-m", "hand", "--by", "popularity", "--out", str(out), "--json"],
+                       capture_output=True, text=True, env=kgprobe_env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)  # ONE document, nothing else on stdout
+    assert doc["by"] == "popularity" and doc["primary"]["overall"]["facts"] == 11
+    assert {g["key"] for g in doc["primary"]["groups"]} == {"low", "mid", "high"}
+    assert Path(doc["files"]["results"]).is_file() and (out / "by_popularity.csv").is_file()
+    bad = subprocess.run([exe, "report", "-m", "hand", "--by", "colour"], capture_output=True,
+                         text=True, env=kgprobe_env, timeout=300)
+    assert bad.returncode != 0 and "unknown --by 'colour'; choose from: relation, type, popularity" in bad.stderr

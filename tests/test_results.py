@@ -27,11 +27,16 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "results.md"
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build("gpt2", tmp_path_factory.mktemp("results-model") / "tinygpt")
+
+
+@pytest.fixture(scope="module")
+def engine(model_dir: Path) -> Any:
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.models import load_model
 
-    return Engine(load_model(str(build("gpt2", tmp_path_factory.mktemp("results-model") / "gpt2"))))
+    return Engine(load_model(str(model_dir)))
 
 
 def _pl(engine: Any, context: str, labels: list[str]) -> float:
@@ -131,3 +136,18 @@ def test_schema_is_documented(probed: tuple[Any, dict[str, Path], Any]) -> None:
     )
     assert written - documented == set(), "written but not documented"
     assert documented - written == set(), "documented but not written"
+
+
+def test_probe_output_path_writes_the_results(graph: Any, model_dir: Path, tmp_path: Path) -> None:
+    """`kgprobe probe --output-path` (the API behind it): probe, then the results files, with
+    the distractors of every fact this call scored."""
+    from kgprobe.api import probe
+
+    load(graph)
+    summary = probe(str(model_dir), graph=graph, strategy="random", n=2, sample=None, at=REF,
+                    cache=False, progress=False, output_path=tmp_path / "o")
+    assert summary.scored == 11 and set(summary.output_files) >= {"results", "samples", "html"}
+    res = load_results(tmp_path / "o")
+    assert res.document["config"]["measure_key"] == "kmin_random_n2"
+    assert len(res.samples) == 11 and res.samples["distractors"].map(len).min() >= 1
+    assert (res.samples["model"] == "tinygpt").all()
