@@ -653,12 +653,13 @@ def popularity_svg(rep: Report) -> str:
                label=f"one fact (n={len(pts)}), score jittered ±0.02")
     for e in rep.popularity_edges:
         ax.axvline(e, color="#999", ls="--", lw=0.8)
-    for bname, g in a.overall.by_popularity.items():
+    for i, (bname, g) in enumerate(a.overall.by_popularity.items()):
         sub = [x for x, _ in pts if bucket_of(x, rep.popularity_edges) == bname]
         if g.mean is not None and sub:
             ax.plot([min(sub), max(sub)], [g.mean, g.mean], color="#111", lw=2)
             ax.annotate(f"{bname}: {g.mean:.2f} (n={g.facts})", (float(np.median(sub)), g.mean),
-                        xytext=(0, 5), textcoords="offset points", ha="center", fontsize=7)
+                        xytext=(0, 5 if i % 2 == 0 else -11), textcoords="offset points",
+                        ha="center", fontsize=7)
     ax.set_ylim(-0.05, 1.08)
     ax.set_xlabel("subject popularity (Entity.popularity; dashed: tertile edges; line: bucket mean)",
                   fontsize=8)
@@ -677,9 +678,9 @@ def staleness_svg(rep: Report) -> str:
     for y, g in zip(ys, rels, strict=True):
         assert g.staleness is not None
         if g.stale_ci_low is not None and g.stale_ci_high is not None:
-            ax.plot([g.stale_ci_low, g.stale_ci_high], [y, y], color=_COLORS[1], lw=2)
-        ax.plot([g.staleness], [y], "o", color=_COLORS[1],
-                mfc=_COLORS[1] if g.stale_ci_low is not None else "white", mew=1.5)
+            ax.plot([g.stale_ci_low, g.stale_ci_high], [y, y], color=_COLORS[0], lw=2)
+        ax.plot([g.staleness], [y], "o", color=_COLORS[0],
+                mfc=_COLORS[0] if g.stale_ci_low is not None else "white", mew=1.5)
         ax.annotate(f"n={g.history_facts}" + ("" if g.stale_ci_low is not None else f" ({TOO_SMALL})"),
                     (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0),
                     textcoords="offset points", va="center", fontsize=8, color="#444")
