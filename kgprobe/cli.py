@@ -251,7 +251,7 @@ def demo(
     print_report(rep, console)
     secs = result["seconds"]
     console.print(
-        f"report: {result['report_files'].get('html')}  "
+        f"report: {result['report_files'].get('html')}; results: {result['report_files'].get('results')}  "
         f"(load {secs['load']} s, probe {secs['probe']} s, total {secs['total']} s)"
     )
 

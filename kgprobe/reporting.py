@@ -572,7 +572,9 @@ def _figure(width: float, height: float) -> Any:
 
 
 def _wrap(text: str, width: int = 34) -> str:
-    return "\n".join(textwrap.wrap(text, width)) or text
+    """Wrapped for a tick label; ``$`` escaped so that matplotlib never reads a label from the
+    data as mathtext."""
+    return ("\n".join(textwrap.wrap(text, width)) or text).replace("$", r"\$")
 
 
 def forest_svg(rep: Report) -> str:
