@@ -119,21 +119,31 @@ def write_records(
         return ingest(graph, records, batch_size=batch_size, error_budget=max_errors, on_flush=on_flush)
 
 
+#: The demo's relations (docs/reports.md explains the choice): contrasts the report can show —
+#: relations the default model knows well (country of citizenship, country) and badly (position
+#: held, member of sports team), subjects with a popularity (every P17 and P39 subject, most P27
+#: and P26 ones: DistFactAssessLM subjects), and facts with a past value (member of sports team;
+#: drawn first) for staleness.
+DEMO_RELATIONS = ("P27", "P17", "P36", "P26", "P39", "P54")
+#: Facts per relation: the report's interval rule needs n >= 10 (kgprobe.reporting.MIN_N_CI).
+DEMO_FACTS_PER_RELATION = 10
+
+
 def demo(
     *,
     model: str = "smollm2-135m",
-    sample: int = 60,
-    strategy: str = "temp+sem",
-    n: int = 5,
+    relations: Sequence[str] = DEMO_RELATIONS,
+    per_relation: int = DEMO_FACTS_PER_RELATION,
     dtype: str = "float32",
-    max_object_labels: int = 1,
     out: str | Path | None = None,
     quiet: bool = False,
     settings: Settings | None = None,
 ) -> dict[str, Any]:
     """The main job on a fresh install: start the graph, ingest the bundled demo graph and
-    kgprobe's own templates, probe the default model on a seeded sample across all demo
-    relations, write the scores back onto the FACT edges and write the per-relation report.
+    kgprobe's own templates, probe the default model on a seeded sample (seed 0, facts with a
+    past value first) of ``per_relation`` facts of each demo relation with exactly ``kgprobe
+    probe``'s defaults, write the scores back onto the FACT edges and write the report and the
+    results files (with per-fact distractor scores).
 
     Everything is idempotent: a second demo re-ingests nothing new and re-scores nothing.
     """
@@ -142,22 +152,25 @@ def demo(
     from kgprobe.loaders.wikidata_json import load_json
     from kgprobe.probing.run import probe as run_probe
     from kgprobe.reporting import report as build_report
+    from kgprobe.results import FactDetails
 
     settings = settings or Settings.load()
     graph_file, _ = demo_paths()
     started = time.monotonic()
+    details = FactDetails()
     with connect(settings) as graph:
         summary = write_records(graph, load_json(graph_file), quiet=quiet)
         templates = import_own_templates(graph)
         stats = graph_stats(graph)
         loaded = time.monotonic()
         probe_summary = run_probe(
-            model, sample=sample, strategy=strategy, n=n, dtype=dtype, seed=0,
-            max_object_labels=max_object_labels, history_first=True, progress=not quiet, graph=graph,
+            model, relations=tuple(relations), sample=per_relation * len(relations), dtype=dtype,
+            seed=0, history_first=True, progress=not quiet, graph=graph, on_fact=details,
         )
         probed = time.monotonic()
         out_dir = Path(out) if out else settings.home / "demo-report"
-        rep, paths = build_report(probe_summary.model_key, out=out_dir, graph=graph)
+        rep, paths = build_report(probe_summary.model_key, out=out_dir, graph=graph,
+                                  details=details.records)
     return {
         "ingested": summary.to_dict(),
         "templates_imported": templates,
@@ -176,14 +189,30 @@ def demo(
 # --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reporting ---
 
 
-def probe(model: str = "smollm2-135m", **kwargs: Any) -> Any:
+def probe(model: str = "smollm2-135m", *, output_path: str | Path | None = None, **kwargs: Any) -> Any:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
     FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. Keyword arguments: see
     :func:`kgprobe.probing.run.probe` (relations, sample, measures, strategy, n, seed, threshold, at,
-    max_object_labels, max_templates, dtype, threads, cache, index_dir, progress, settings, graph)."""
+    max_object_labels, max_templates, dtype, threads, cache, index_dir, progress, settings, graph).
+
+    With ``output_path``, the report and results files of the model's scores under the run's
+    first measure are written there (``results.json``, ``samples.jsonl`` with the distractor
+    scores of the facts this call scored; docs/results.md)."""
     from kgprobe.probing.run import probe as run
 
-    return run(model, **kwargs)
+    if output_path is None:
+        return run(model, **kwargs)
+    from kgprobe.graph import probe_runs as pr
+    from kgprobe.reporting import report as build
+    from kgprobe.results import FactDetails
+
+    details = FactDetails()
+    summary = run(model, on_fact=details, **kwargs)
+    measure = pr.ScoreProps.parse(summary.score_properties[0]).measure_key
+    _, paths = build(summary.model_key, out=output_path, measure=measure, settings=kwargs.get("settings"),
+                     graph=kwargs.get("graph"), details=details.records)
+    summary.output_files = {k: str(v) for k, v in paths.items()}  # type: ignore[attr-defined]
+    return summary
 
 
 def unknown(
@@ -210,10 +239,12 @@ def compare(
 
 def report(
     model: str, *, vs: str | None = None, out: str | Path | None = None, measure: str | None = None,
-    threshold: float | None = None, seed: int = 0, settings: Settings | None = None,
+    threshold: float | None = None, seed: int = 0, by: str = "relation", type_of: str = "subject",
+    settings: Settings | None = None,
 ) -> tuple[Any, dict[str, Path]]:
-    """The per-relation knowledge-gap report (``kgprobe.reporting.Report``) and, with ``out``, the
-    paths of the CSV, JSON and HTML files written there."""
+    """The knowledge-gap report (``kgprobe.reporting.Report``) by relation, subject/object type
+    or popularity and, with ``out``, the paths of the report and results files written there."""
     from kgprobe.reporting import report as build
 
-    return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, settings=settings)
+    return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
+                 type_of=type_of, settings=settings)

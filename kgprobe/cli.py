@@ -317,7 +317,7 @@ def templates_list(
 
 @app.command()
 def demo(
-    sample: int = typer.Option(60, help="Facts to probe, spread across all demo relations."),
+    per_relation: int = typer.Option(10, "--per-relation", help="Facts per demo relation (intervals need >= 10)."),
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model to probe."),
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     device: str | None = _DEVICE_OPT,
@@ -326,15 +326,16 @@ def demo(
     out: str | None = typer.Option(None, help="Report directory (default: KGPROBE_HOME/demo-report)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Load the bundled demo graph and templates, probe the default model with temp+sem
-    distractors, write the scores back, and print the per-relation knowledge-gap report."""
+    """Load the bundled demo graph and templates, probe the default model on 10 facts of each of
+    six demo relations with `kgprobe probe`'s defaults, write the scores back, and print the
+    per-relation report (HTML report, results.json and samples.jsonl in the report directory)."""
     import json
 
     from kgprobe.api import demo as run_demo
     from kgprobe.reporting import print_report
 
     _model_options(device, batch_tokens, model_arg)
-    result = run_demo(model=model, sample=sample, dtype=dtype, out=out, quiet=as_json)
+    result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json)
     rep = result.pop("report")
     if as_json:
         result["report"] = rep.to_dict()
@@ -350,7 +351,7 @@ def demo(
     print_report(rep, console)
     secs = result["seconds"]
     console.print(
-        f"report: {result['report_files'].get('html')}  "
+        f"report: {result['report_files'].get('html')}; results: {result['report_files'].get('results')}  "
         f"(load {secs['load']} s, probe {secs['probe']} s, total {secs['total']} s)"
     )
 
@@ -506,12 +507,13 @@ def probe(
     force: bool = typer.Option(False, "--force", help="Rescore facts already scored with this configuration."),
     history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
     shard: str | None = typer.Option(None, "--shard", help="K/N: probe only shard K (1..N) of the sampled facts; N processes with K=1..N cover one run."),
+    output_path: str | None = typer.Option(None, "--output-path", help="Write results.json, samples.jsonl and the report here."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Probe a model on facts of the graph and write each fact's scores onto its FACT edge
     (idempotent: facts already scored with the same configuration are skipped)."""
+    from kgprobe.api import probe as run
     from kgprobe.graph.probe_runs import parse_shard
-    from kgprobe.probing.run import probe as run
 
     _model_options(device, batch_tokens, model_arg)
     summary = run(
@@ -520,11 +522,13 @@ def probe(
         max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
         on_model_mismatch=on_model_mismatch, batch_facts=batch_facts,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
-        force=force, history_first=history_first, progress=not as_json,
+        force=force, history_first=history_first, progress=not as_json, output_path=output_path,
         shard=parse_shard(shard) if shard else None,
     )
     data = summary.to_dict()
     data["relations"] = len(data["relations"])
+    if output_path is not None:
+        data["output_files"] = getattr(summary, "output_files", {})
     _print_summary(data, as_json)
 
 
@@ -682,21 +686,25 @@ def compare(
 def report(
     model: str = typer.Option(..., "--model", "-m", help="A probed model."),
     vs: str | None = typer.Option(None, "--vs", help="A second probed model to compare with."),
-    out: str | None = typer.Option(None, "--out", help="Write report.json, relations.csv, popularity.csv, report.html here."),
+    out: str | None = typer.Option(None, "--out", "--output-path", help="Write report.html, results.json, samples.jsonl and CSVs here."),
     measure: str | None = typer.Option(None, "--measure", help="Measure key or name."),
     seed: int = typer.Option(0, help="Seed of the bootstrap."),
+    by: str = typer.Option("relation", "--by", help="Group facts by relation, type (P31 closed over P279) or popularity."),
+    type_of: str = typer.Option("subject", "--type-of", help="With --by type: the subject's or the object's types."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Knowledge gaps per relation: facts, mean score with a bootstrap CI, share known,
-    popularity buckets and temporal staleness."""
+    """Knowledge gaps per relation (or type, or popularity bucket): n, mean score with a
+    bootstrap CI where n >= 10, share known, popularity buckets and temporal staleness."""
     import json
 
     from kgprobe.api import report as build
     from kgprobe.reporting import print_report
 
-    rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed)
+    rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed, by=by, type_of=type_of)
     if as_json:
-        print(json.dumps(rep.to_dict(), ensure_ascii=False))
+        doc = rep.to_dict()
+        doc["files"] = {k: str(v) for k, v in paths.items()}
+        print(json.dumps(doc, ensure_ascii=False, default=str))
         return
     print_report(rep, console)
     for kind, path in paths.items():

@@ -1,26 +1,35 @@
-"""Knowledge-gap reports: per relation, what a model knows, with uncertainty.
+"""Knowledge-gap reports: per relation (or subject type, or popularity bucket), what a model
+knows, with n beside every figure and an interval only where n allows one.
 
-For each relation: facts probed, mean score with a seeded percentile-bootstrap 95% confidence
-interval, share known (score >= the run's threshold), mean score and share known per
-popularity bucket of the subject (where ``Entity.popularity`` exists), and temporal staleness.
+Statistics (docs/reports.md):
 
-Staleness (docs/probing.md): on a fact whose (subject, relation) had other objects in the past,
-stale(f) = 1/|C| Σ_c 1[max over past objects o' of Pl(o'|c) > Pl(o|c)], the share of the
-fact's cloze sentences on which the model prefers some past value to the current one; the
-probe writes it next to the score. A relation's staleness is the mean of stale(f) over its
-facts with a history.
+* **mean score** of a group of facts with a 95% percentile-bootstrap interval from
+  ``scipy.stats.bootstrap`` (1,000 resamples, ``numpy.random.default_rng`` seeded per group);
+  the interval is given only when the group has at least ``MIN_N_CI`` (10) facts — below that
+  the report says "n too small" instead of printing an interval that looks exact;
+* **share known**: facts with score >= the run's threshold, as k/n;
+* **popularity buckets**: tertiles of ``Entity.popularity`` of the subjects of ALL probed facts
+  that have one (their edges, unit and n are reported; facts without popularity are counted);
+* **staleness**: on a fact whose (subject, relation) had other objects in the past,
+  stale(f) = share of the fact's cloze sentences on which the model prefers some past value to
+  the current one (written by the probe); a group's staleness is the mean over its facts with a
+  history, reported with that n.
 
-Outputs: a rich table, CSV, JSON, and a self-contained HTML page (inline SVG, no script, no
-external resource). Every number is computed here from the per-fact rows the graph returns.
+Outputs: a rich table, CSV, JSON, ``results.json`` + per-fact ``samples.jsonl`` (kgprobe.results)
+and one self-contained HTML page whose plots are matplotlib SVG, inlined (no script, no external
+resource). Every number is computed here from the per-fact rows the graph returns.
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import html
+import io
 import json
-import math
-from collections.abc import Sequence
+import re
+import textwrap
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kgprobe.graph import probe_runs as pr
+from kgprobe.graph import results as gres
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -36,34 +46,50 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
 
 BUCKETS = ("low", "mid", "high")
+NO_POPULARITY = "no popularity"
+NO_TYPE = "(no type)"
 BOOTSTRAP = 1000
+#: Fewest facts for which an interval is reported (below: "n too small").
+MIN_N_CI = 10
+BY = ("relation", "type", "popularity")
+POPULARITY_UNIT = (
+    "Entity.popularity as ingested (the demo graph: DistFactAssessLM's WikidataPopularity, "
+    "a log scale of Wikipedia page views; larger = more popular)"
+)
+TOO_SMALL = "n too small"
 
 
 @dataclass
 class Group:
-    """Aggregates over a set of probed facts."""
+    """Aggregates over a set of probed facts (a relation, a type, a popularity bucket)."""
 
-    facts: int
-    mean: float | None
-    ci_low: float | None
-    ci_high: float | None
-    known: int
-    known_share: float | None
-
-
-@dataclass
-class RelationStats:
-    pid: str
+    key: str
     label: str | None
     facts: int
     mean: float | None
-    ci_low: float | None
+    ci_low: float | None  # None when facts < MIN_N_CI
     ci_high: float | None
     known: int
     known_share: float | None
-    history_facts: int
-    staleness: float | None
+    history_facts: int = 0
+    staleness: float | None = None
+    stale_ci_low: float | None = None
+    stale_ci_high: float | None = None
     by_popularity: dict[str, Group] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> str:  # the key of a per-relation group
+        return self.key
+
+    @property
+    def name(self) -> str:
+        if self.key == "all":
+            return "all facts"
+        return f"{self.key} {self.label}" if self.label and self.label != self.key else self.key
+
+
+#: Kept for callers of the per-relation API.
+RelationStats = Group
 
 
 @dataclass
@@ -71,11 +97,15 @@ class ModelReport:
     model: str
     model_key: str
     measure_key: str
+    measure_label: str
     score_property: str
     threshold: float
     runs: list[str]
-    relations: list[RelationStats]
-    overall: RelationStats
+    relations: list[Group]  # sorted by mean score, best first
+    overall: Group
+    groups: list[Group]  # by ``Report.by`` (== relations for "relation")
+    run_info: list[dict[str, Any]] = field(default_factory=list)
+    facts: list[dict[str, Any]] = field(default_factory=list)  # per-fact rows (not in to_dict)
 
 
 @dataclass
@@ -89,24 +119,65 @@ class Report:
     #: per relation, every measure probed for the primary model
     #: (:func:`kgprobe.probing.measures.registry.relation_aggregates`)
     measures: list[dict[str, Any]] = field(default_factory=list)
+    by: str = "relation"
+    type_of: str = "subject"
+    min_n_ci: int = MIN_N_CI
+    popularity_facts: int = 0  # probed facts (primary) whose subject has a popularity
+    popularity_unit: str = POPULARITY_UNIT
+    generated: str = ""
+    code: dict[str, str | None] = field(default_factory=dict)
+    calibration: list[tuple[float, bool]] | None = None  # BELIEF (confidence, correct) pairs
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        for m in ("primary", "other"):
+            if d.get(m):
+                d[m].pop("facts", None)
+        return d
+
+
+# --- names -------------------------------------------------------------------------------------
+
+_MEASURE_NAMES = {"kmin": "Min@{n}", "kavg": "Avg@{n}"}
+_KEY = re.compile(r"^(?P<m>[a-z0-9]+)_(?P<s>[a-z0-9_]+?)_n(?P<n>\d+)(?P<rest>_[a-z0-9_]+)?$")
+_STRATEGIES = {"temp_sem": "temp+sem", "random": "random", "sem": "sem", "appropt": "appropt"}
+
+
+def measure_label(key: str) -> str:
+    """A human name for a measure key: ``kmin_temp_sem_n5`` -> "Min@5, temp+sem distractors"."""
+    m = _KEY.match(key)
+    if not m or m["m"] not in _MEASURE_NAMES:
+        return key
+    name = _MEASURE_NAMES[m["m"]].format(n=m["n"])
+    strategy = _STRATEGIES.get(m["s"], m["s"].replace("_", "+"))
+    extra = f" ({m['rest'][1:].replace('_', ' ')})" if m["rest"] else ""
+    return f"{name}, {strategy} distractors{extra}"
 
 
 # --- statistics ---------------------------------------------------------------------------------
 
 
 def bootstrap_ci(values: Sequence[float], seed: int, n_boot: int = BOOTSTRAP) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the mean: ``n_boot`` resamples with replacement
-    drawn by ``numpy.random.default_rng(seed)``."""
+    """95% percentile-bootstrap interval of the mean (``scipy.stats.bootstrap``, ``n_boot``
+    resamples drawn by ``numpy.random.default_rng(seed)``)."""
+    from scipy.stats import bootstrap
+
     arr = np.asarray(values, dtype=np.float64)
     if arr.size == 0:
         raise ValueError("no values")
-    rng = np.random.default_rng(seed)
-    means = arr[rng.integers(0, arr.size, size=(n_boot, arr.size))].mean(axis=1)
-    lo, hi = np.quantile(means, [0.025, 0.975])
-    return float(lo), float(hi)
+    if np.ptp(arr) == 0:  # every resample has the same mean; scipy would warn "degenerate"
+        return float(arr[0]), float(arr[0])
+    res = bootstrap((arr,), np.mean, n_resamples=n_boot, confidence_level=0.95,
+                    method="percentile", vectorized=True, rng=np.random.default_rng(seed))
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def interval(values: Sequence[float], seed: int, n_boot: int = BOOTSTRAP,
+             min_n: int = MIN_N_CI) -> tuple[float | None, float | None]:
+    """The bootstrap interval where n >= ``min_n``, else (None, None): "n too small"."""
+    if len(values) < min_n:
+        return None, None
+    return bootstrap_ci(values, seed, n_boot)
 
 
 def popularity_edges(values: Sequence[float]) -> list[float] | None:
@@ -124,47 +195,111 @@ def bucket_of(value: float | None, edges: list[float] | None) -> str | None:
     return "low" if value < edges[0] else ("mid" if value < edges[1] else "high")
 
 
-def _group(scores: list[float], threshold: float, seed: int, n_boot: int) -> Group:
+def bucket_label(bucket: str, edges: list[float] | None) -> str:
+    if edges is None or bucket not in BUCKETS:
+        return bucket
+    e = edges
+    return {"low": f"low (< {e[0]:.2f})", "mid": f"mid ({e[0]:.2f} – {e[1]:.2f})",
+            "high": f"high (≥ {e[1]:.2f})"}[bucket]
+
+
+def _seed_of(seed: int, key: str) -> int:
+    """A per-group seed, stable across runs: adding a group does not move another's interval."""
+    digits = int(re.sub(r"\D", "", key) or 0)
+    return (seed * 1_000_003 + digits * 31 + sum(map(ord, key))) % 2**32
+
+
+def group_stats(
+    key: str, label: str | None, rows: list[dict[str, Any]], threshold: float,
+    edges: list[float] | None, seed: int = 0, n_boot: int = BOOTSTRAP, with_buckets: bool = True,
+) -> Group:
+    """Aggregates of per-fact rows ``{score, stale, popularity}``."""
+    scores = [float(r["score"]) for r in rows]
+    s = _seed_of(seed, key)
     if not scores:
-        return Group(0, None, None, None, 0, None)
-    lo, hi = bootstrap_ci(scores, seed, n_boot)
-    known = sum(1 for s in scores if s >= threshold)
-    return Group(len(scores), sum(scores) / len(scores), lo, hi, known, known / len(scores))
+        return Group(key, label, 0, None, None, None, 0, None)
+    lo, hi = interval(scores, s, n_boot)
+    known = sum(1 for v in scores if v >= threshold)
+    stale = [float(r["stale"]) for r in rows if r.get("stale") is not None]
+    slo, shi = interval(stale, s + 1, n_boot) if stale else (None, None)
+    g = Group(key, label, len(scores), float(np.mean(scores)), lo, hi, known, known / len(scores),
+              len(stale), float(np.mean(stale)) if stale else None, slo, shi)
+    if with_buckets and edges is not None:
+        for b in BUCKETS:
+            sub = [r for r in rows if bucket_of(_num(r.get("popularity")), edges) == b]
+            if sub:
+                g.by_popularity[b] = group_stats(f"{key}:{b}", b, sub, threshold, None, seed, n_boot, False)
+    return g
 
 
-def _relation_seed(seed: int, pid: str) -> int:
-    return seed * 1_000_003 + int(pid[1:])
+def _sorted(groups: list[Group]) -> list[Group]:
+    """Best mean first; ties (and groups without a mean) by key."""
+    return sorted(groups, key=lambda g: (-(g.mean if g.mean is not None else -1.0), g.key))
 
 
 def relation_stats(
     rows: list[dict[str, Any]], labels: dict[str, str | None], threshold: float,
     edges: list[float] | None, seed: int = 0, n_boot: int = BOOTSTRAP,
-) -> tuple[list[RelationStats], RelationStats]:
-    """Per-relation and overall statistics of per-fact rows ``{pid, score, stale, popularity}``."""
-
-    def stats(pid: str, label: str | None, rs: list[dict[str, Any]], s: int) -> RelationStats:
-        scores = [float(r["score"]) for r in rs]
-        g = _group(scores, threshold, s, n_boot)
-        stale = [float(r["stale"]) for r in rs if r.get("stale") is not None]
-        by_pop: dict[str, Group] = {}
-        if edges is not None:
-            for b in BUCKETS:
-                sub = [float(r["score"]) for r in rs if bucket_of(_num(r.get("popularity")), edges) == b]
-                if sub:
-                    by_pop[b] = _group(sub, threshold, s, n_boot)
-        return RelationStats(
-            pid, label, g.facts, g.mean, g.ci_low, g.ci_high, g.known, g.known_share,
-            len(stale), sum(stale) / len(stale) if stale else None, by_pop,
-        )
-
+) -> tuple[list[Group], Group]:
+    """Per-relation groups (sorted by mean, best first) and the overall group."""
     by_pid: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
         by_pid.setdefault(r["pid"], []).append(r)
-    per = [
-        stats(p, labels.get(p), by_pid[p], _relation_seed(seed, p))
-        for p in sorted(by_pid, key=lambda p: int(p[1:]))
-    ]
-    return per, stats("all", "all relations", rows, seed)
+    per = [group_stats(p, labels.get(p), rs, threshold, edges, seed, n_boot) for p, rs in by_pid.items()]
+    return _sorted(per), group_stats("all", "all facts", rows, threshold, edges, seed, n_boot)
+
+
+def grouped(
+    rows: list[dict[str, Any]], keys_of: Callable[[dict[str, Any]], list[tuple[str, str | None]]],
+    threshold: float, edges: list[float] | None, seed: int = 0, n_boot: int = BOOTSTRAP,
+) -> list[Group]:
+    """Groups by any key function; a fact may belong to several groups (its types)."""
+    members: dict[str, list[dict[str, Any]]] = {}
+    names: dict[str, str | None] = {}
+    for r in rows:
+        for k, name in keys_of(r):
+            members.setdefault(k, []).append(r)
+            names.setdefault(k, name)
+    return _sorted([group_stats(k, names[k], rs, threshold, edges, seed, n_boot) for k, rs in members.items()])
+
+
+def type_closure(
+    direct: dict[str, list[tuple[str, str | None]]], subclass_edges: list[dict[str, Any]]
+) -> dict[str, dict[str, str | None]]:
+    """Each entity's classes closed over P279: its direct classes and all their superclasses
+    (networkx descendants of the SUBCLASS_OF digraph, edges sub -> super)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    labels: dict[str, str | None] = {}
+    for e in subclass_edges:
+        g.add_edge(e["sub"], e["super"])
+        labels.setdefault(e["sub"], e.get("sub_label"))
+        labels.setdefault(e["super"], e.get("super_label"))
+    out: dict[str, dict[str, str | None]] = {}
+    for qid, classes in direct.items():
+        closed: dict[str, str | None] = {}
+        for c, lab in classes:
+            closed[c] = lab or labels.get(c)
+            if c in g:
+                for sup in nx.descendants(g, c):
+                    closed.setdefault(sup, labels.get(sup))
+        out[qid] = closed
+    return out
+
+
+def reliability_bins(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> list[dict[str, float]]:
+    """Calibration of per-fact (confidence, correct) pairs: equal-width confidence bins on [0, 1]
+    (the last closed), each with n, mean confidence and accuracy; empty bins left out."""
+    out = []
+    for i in range(bins):
+        lo, hi = i / bins, (i + 1) / bins
+        inside = [(c, ok) for c, ok in pairs if lo <= c < hi or (i == bins - 1 and c == 1.0)]
+        if inside:
+            out.append({"low": lo, "high": hi, "n": len(inside),
+                        "confidence": float(np.mean([c for c, _ in inside])),
+                        "accuracy": float(np.mean([1.0 if ok else 0.0 for _, ok in inside]))})
+    return out
 
 
 def _num(v: Any) -> float | None:
@@ -176,28 +311,92 @@ def _num(v: Any) -> float | None:
 
 # --- building -------------------------------------------------------------------------------------
 
+_RUN_FIELDS = ("id", "status", "started", "finished", "model", "model_key", "model_fingerprint",
+               "model_kind", "dtype", "device", "code_version", "git_hash", "strategy", "n", "seed",
+               "threshold", "sample", "reference_date", "config_hash", "measure_keys")
+_RUN_JSON = ("measure_params", "graph_snapshot", "library_versions", "templates")
+
+
+def run_info(graph: Graph, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+    """The provenance of each run (ProbeRun node), JSON properties decoded."""
+    out = []
+    for rid in run_ids:
+        run = pr.get_run(graph, rid)
+        if run is None:
+            continue
+        info = {k: run.get(k) for k in _RUN_FIELDS}
+        for k in _RUN_JSON:
+            try:
+                info[k] = json.loads(run[k]) if isinstance(run.get(k), str) else run.get(k)
+            except ValueError:
+                info[k] = run.get(k)
+        out.append(info)
+    return out
+
+
+def _type_keys(graph: Graph, rows: list[dict[str, Any]], side: str) -> Callable[[dict[str, Any]], list[tuple[str, str | None]]]:
+    col = "subject" if side == "subject" else "object"
+    qids = {r[col] for r in rows}
+    direct: dict[str, list[tuple[str, str | None]]] = {}
+    for r in gres.entity_classes(graph, qids):
+        direct.setdefault(r["qid"], []).append((r["class"], r["label"]))
+    closed = type_closure(direct, gres.subclass_edges(graph))
+
+    def keys(row: dict[str, Any]) -> list[tuple[str, str | None]]:
+        classes = closed.get(row[col])
+        return sorted(classes.items()) if classes else [(NO_TYPE, None)]
+
+    return keys
+
+
+def check_grouping(by: str, type_of: str) -> None:
+    """Refuse an unknown grouping before anything else happens."""
+    from kgprobe.errors import ConfigError
+
+    if by not in BY:
+        raise ConfigError(f"unknown --by {by!r}; choose from: {', '.join(BY)}")
+    if type_of not in ("subject", "object"):
+        raise ConfigError(f"unknown --type-of {type_of!r}; choose subject or object")
+
 
 def build_report(
     graph: Graph, model: str, *, vs: str | None = None, measure: str | None = None,
-    threshold: float | None = None, seed: int = 0, n_boot: int = BOOTSTRAP,
+    threshold: float | None = None, seed: int = 0, n_boot: int = BOOTSTRAP, by: str = "relation",
+    type_of: str = "subject", calibration: list[tuple[float, bool]] | None = None,
 ) -> Report:
     """Read the scores of ``model`` (and ``vs``) from the graph and compute the report."""
-    from kgprobe.probing.run import compare_in, resolve_scores
+    from kgprobe.probing.run import code_version, compare_in, resolve_scores
 
+    check_grouping(by, type_of)
     sa = resolve_scores(graph, model, measure, threshold)
-    rows_a = pr.report_rows(graph, sa.props)
-    sb = rows_b = None
+    sb = None
     if vs is not None:
         sb = resolve_scores(graph, vs, sa.props.measure_key, threshold if threshold is not None else sa.threshold)
-        rows_b = pr.report_rows(graph, sb.props)
+
+    def rows_of(sc: Any) -> list[dict[str, Any]]:
+        runs = run_info(graph, sc.runs)
+        keys = sorted({k for r in runs for k in (r.get("measure_keys") or [])} - {sc.props.measure_key})
+        return gres.fact_rows(graph, sc.props, [pr.ScoreProps(sc.props.model_key, k) for k in keys])
+
+    rows_a = rows_of(sa)
+    rows_b = rows_of(sb) if sb is not None else []
     pops = [p for p in (_num(r.get("popularity")) for r in rows_a) if p is not None]
     edges = popularity_edges(pops)
-    labels = pr.relation_labels(graph, {r["pid"] for r in rows_a} | {r["pid"] for r in rows_b or []})
+    labels = pr.relation_labels(graph, {r["pid"] for r in rows_a} | {r["pid"] for r in rows_b})
+    keys_of: Callable[[dict[str, Any]], list[tuple[str, str | None]]] | None = None
+    if by == "type":
+        keys_of = _type_keys(graph, rows_a + rows_b, type_of)
+    elif by == "popularity":
+        def keys_of(row: dict[str, Any]) -> list[tuple[str, str | None]]:
+            b = bucket_of(_num(row.get("popularity")), edges)
+            return [(b, bucket_label(b, edges))] if b else [(NO_POPULARITY, None)]
 
     def model_report(sc: Any, rows: list[dict[str, Any]]) -> ModelReport:
         per, overall = relation_stats(rows, labels, sc.threshold, edges, seed, n_boot)
-        return ModelReport(sc.model, sc.props.model_key, sc.props.measure_key, sc.props.score,
-                           sc.threshold, list(sc.runs), per, overall)
+        groups = per if keys_of is None else grouped(rows, keys_of, sc.threshold, edges, seed, n_boot)
+        return ModelReport(sc.model, sc.props.model_key, sc.props.measure_key,
+                           measure_label(sc.props.measure_key), sc.props.score, sc.threshold,
+                           list(sc.runs), per, overall, groups, run_info(graph, sc.runs), rows)
 
     comparison = None
     if vs is not None:
@@ -205,30 +404,37 @@ def build_report(
     from kgprobe.probing.measures.registry import relation_aggregates
 
     return Report(
-        model_report(sa, rows_a), model_report(sb, rows_b or []) if sb is not None else None,
-        edges, comparison, seed, n_boot, relation_aggregates(graph, sa.props.model_key, seed=seed),
+        model_report(sa, rows_a), model_report(sb, rows_b) if sb is not None else None,
+        edges, comparison, seed, n_boot, by=by, type_of=type_of, popularity_facts=len(pops),
+        generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), code=code_version(),
+        calibration=calibration,
+        measures=relation_aggregates(graph, sa.props.model_key, seed=seed),
     )
 
 
 def report(
     model: str, *, vs: str | None = None, out: str | Path | None = None, measure: str | None = None,
-    threshold: float | None = None, seed: int = 0, settings: Settings | None = None,
-    graph: Graph | None = None,
+    threshold: float | None = None, seed: int = 0, by: str = "relation", type_of: str = "subject",
+    settings: Settings | None = None, graph: Graph | None = None,
+    details: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Report, dict[str, Path]]:
-    """Build the report and, with ``out``, write CSV, JSON and HTML there (paths returned)."""
+    """Build the report and, with ``out``, write the report files and the results file there
+    (paths returned). ``details``: per-fact distractor records from a probe (kgprobe.results)."""
     from kgprobe.graph.client import connect
 
+    check_grouping(by, type_of)  # before the graph is contacted
     g = graph if graph is not None else connect(settings)
     try:
-        rep = build_report(g, model, vs=vs, measure=measure, threshold=threshold, seed=seed)
+        rep = build_report(g, model, vs=vs, measure=measure, threshold=threshold, seed=seed, by=by,
+                           type_of=type_of)
     finally:
         if graph is None:
             g.close()
-    paths = write_report(rep, out) if out is not None else {}
+    paths = write_report(rep, out, details=details) if out is not None else {}
     return rep, paths
 
 
-# --- output ---------------------------------------------------------------------------------------
+# --- text output ----------------------------------------------------------------------------------
 
 
 def _fmt(v: float | None, pct: bool = False) -> str:
@@ -237,44 +443,66 @@ def _fmt(v: float | None, pct: bool = False) -> str:
     return f"{100 * v:.0f}%" if pct else f"{v:.3f}"
 
 
-def _ci(r: RelationStats | Group) -> str:
-    if r.mean is None:
+def _ci(g: Group | None) -> str:
+    if g is None or g.mean is None:
         return "–"
-    return f"{r.mean:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}]"
+    if g.ci_low is None or g.ci_high is None:
+        return f"{g.mean:.3f} ({TOO_SMALL})"
+    return f"{g.mean:.3f} [{g.ci_low:.3f}, {g.ci_high:.3f}]"
+
+
+def _known(g: Group | None) -> str:
+    if g is None or g.known_share is None:
+        return "–"
+    return f"{g.known}/{g.facts} ({100 * g.known_share:.0f}%)"
+
+
+def _stale(g: Group | None) -> str:
+    if g is None or g.staleness is None:
+        return "–"
+    ci = (f" [{100 * g.stale_ci_low:.0f}, {100 * g.stale_ci_high:.0f}]"
+          if g.stale_ci_low is not None and g.stale_ci_high is not None else "")
+    return f"{100 * g.staleness:.0f}%{ci} (n={g.history_facts})"
+
+
+def _by_title(rep: Report) -> str:
+    return {"relation": "relation", "popularity": "popularity of the subject",
+            "type": f"type of the {rep.type_of} (P31 closed over P279)"}[rep.by]
 
 
 def print_report(rep: Report, console: Console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     a, b = rep.primary, rep.other
-    title = f"{a.model_key}: {a.measure_key} (known ≥ {a.threshold:g})"
-    cols = ["relation", "label", "facts", "mean [95% CI]", "known", "history", "stale"]
+    title = f"{a.model_key}: {a.measure_label} (known ≥ {a.threshold:g}), by {_by_title(rep)}"
+    cols = [rep.by, "n", "mean [95% CI]", "known", "stale (n)"]
     if b is not None:
         title += f"  vs  {b.model_key}"
-        cols += [f"{b.model_key} mean", f"{b.model_key} known"]
-    table = Table(*cols, title=title)
-    b_by = {r.pid: r for r in b.relations} if b is not None else {}
-    for r in [*a.relations, a.overall]:
-        row = [r.pid, r.label or "", str(r.facts), _ci(r), _fmt(r.known_share, True),
-               str(r.history_facts), _fmt(r.staleness, True)]
+        cols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
+    table = Table(*cols, title=escape(title))
+    b_by = {g.key: g for g in b.groups} if b is not None else {}
+    for g in [*a.groups, a.overall]:
+        row = [g.name, str(g.facts), _ci(g), _known(g), _stale(g)]
         if b is not None:
-            rb = b.overall if r.pid == "all" else b_by.get(r.pid)
-            row += [_fmt(rb.mean) if rb else "–", _fmt(rb.known_share, True) if rb else "–"]
-        table.add_row(*row, end_section=r.pid == a.relations[-1].pid if a.relations else False)
+            gb = b.overall if g.key == "all" else b_by.get(g.key)
+            row += [str(gb.facts) if gb else "–", _ci(gb), _known(gb)]
+        table.add_row(*map(escape, row), end_section=bool(a.groups) and g.key == a.groups[-1].key)
     console.print(table)
-    if rep.popularity_edges is not None:
-        e = rep.popularity_edges
-        pt = Table("popularity", "range", "facts", "mean [95% CI]", "known",
-                   title="by popularity of the subject (all relations)")
-        ranges = {"low": f"< {e[0]:.2f}", "mid": f"{e[0]:.2f} – {e[1]:.2f}", "high": f"≥ {e[1]:.2f}"}
+    console.print(f"intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "
+                  f"only for n ≥ {rep.min_n_ci}", highlight=False)
+    if rep.popularity_edges is not None and rep.by != "popularity":
+        pt = Table("popularity", "n", "mean [95% CI]", "known",
+                   title=f"by popularity of the subject ({rep.popularity_facts} of "
+                         f"{a.overall.facts} facts have one; tertile edges)")
         for bname, g in a.overall.by_popularity.items():
-            pt.add_row(bname, ranges[bname], str(g.facts), _ci(g), _fmt(g.known_share, True))
+            pt.add_row(bucket_label(bname, rep.popularity_edges), str(g.facts), _ci(g), _known(g))
         console.print(pt)
     if rep.comparison is not None and b is not None:
         c = rep.comparison
         console.print(
-            f"on {c['both_probed']} facts probed for both: {a.model_key} knows {c['a_known']}, "
-            f"{b.model_key} knows {c['b_known']}, both {c['both_known']}", highlight=False,
+            escape(f"on {c['both_probed']} facts probed for both: {a.model_key} knows {c['a_known']}, "
+                   f"{b.model_key} knows {c['b_known']}, both {c['both_known']}"), highlight=False,
         )
     if rep.measures:
         from rich.markup import escape
@@ -292,50 +520,274 @@ def print_report(rep: Report, console: Console) -> None:
         console.print(mt)
 
 
-def write_report(rep: Report, out: str | Path) -> dict[str, Path]:
-    """report.json, relations.csv, popularity.csv and report.html in ``out``."""
+def write_report(
+    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Path]:
+    """report.json, relations.csv, groups.csv, popularity.csv, report.html, results.json and
+    samples.jsonl (+ samples.parquet with pyarrow) in ``out``."""
+    from kgprobe.results import write_results
+
     d = Path(out)
     d.mkdir(parents=True, exist_ok=True)
     paths = {"json": d / "report.json", "csv": d / "relations.csv",
              "popularity_csv": d / "popularity.csv", "html": d / "report.html"}
     paths["json"].write_text(json.dumps(rep.to_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
-    with paths["csv"].open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["model", "measure", "pid", "label", "facts", "mean", "ci_low", "ci_high",
-                    "known", "known_share", "history_facts", "staleness"])
-        for m in (rep.primary, rep.other):
-            if m is None:
-                continue
-            for r in [*m.relations, m.overall]:
-                w.writerow([m.model_key, m.measure_key, r.pid, r.label or "", r.facts, r.mean,
-                            r.ci_low, r.ci_high, r.known, r.known_share, r.history_facts, r.staleness])
+    head = ["model", "measure", "key", "label", "facts", "mean", "ci_low", "ci_high",
+            "known", "known_share", "history_facts", "staleness"]
+
+    def write_groups(path: Path, attr: str) -> None:
+        with path.open("w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(head)
+            for m in (rep.primary, rep.other):
+                if m is None:
+                    continue
+                for g in [*getattr(m, attr), m.overall]:
+                    w.writerow([m.model_key, m.measure_key, g.key, g.label or "", g.facts, g.mean,
+                                g.ci_low, g.ci_high, g.known, g.known_share, g.history_facts, g.staleness])
+
+    write_groups(paths["csv"], "relations")
+    if rep.by != "relation":
+        paths["groups_csv"] = d / f"by_{rep.by}.csv"
+        write_groups(paths["groups_csv"], "groups")
     with paths["popularity_csv"].open("w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["model", "pid", "bucket", "facts", "mean", "ci_low", "ci_high", "known_share"])
+        w.writerow(["model", "key", "bucket", "edges", "facts", "mean", "ci_low", "ci_high", "known_share"])
         for m in (rep.primary, rep.other):
             if m is None:
                 continue
-            for r in [*m.relations, m.overall]:
-                for bname, g in r.by_popularity.items():
-                    w.writerow([m.model_key, r.pid, bname, g.facts, g.mean, g.ci_low, g.ci_high,
-                                g.known_share])
+            for g in [*m.relations, m.overall]:
+                for bname, bg in g.by_popularity.items():
+                    w.writerow([m.model_key, g.key, bname, bucket_label(bname, rep.popularity_edges),
+                                bg.facts, bg.mean, bg.ci_low, bg.ci_high, bg.known_share])
     paths["html"].write_text(render_html(rep), encoding="utf-8")
+    paths.update(write_results(rep, d, details=details))
     return paths
 
 
-# --- HTML with inline SVG ----------------------------------------------------------------------------
+# --- plots: matplotlib, SVG, inlined -----------------------------------------------------------------
 
 _COLORS = ("#3b6fb6", "#d9822b")
+
+
+def _svg(fig: Any, name: str) -> str:
+    """The figure as an inline <svg> element: text kept as text (readable, searchable), ids
+    salted per figure so that several figures on one page never share a clip-path id."""
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"kgprobe-{name}"}):
+        fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
+    text = re.sub(r"<metadata>.*?</metadata>\s*", "", buf.getvalue(), flags=re.S)
+    text = re.sub(r'\s+xmlns:(?:dc|cc|rdf)="[^"]*"', "", text)
+    return f'<figure class="plot" id="plot-{name}">{text[text.find("<svg"):]}</figure>'
+
+
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    fig.set_layout_engine("constrained")
+    return fig
+
+
+def _wrap(text: str, width: int = 34) -> str:
+    """Wrapped for a tick label; ``$`` escaped so that matplotlib never reads a label from the
+    data as mathtext."""
+    return ("\n".join(textwrap.wrap(text, width)) or text).replace("$", r"\$")
+
+
+def forest_svg(rep: Report) -> str:
+    """Dot-and-CI per group (sorted as the table), n at the right, zero drawn as zero."""
+    a, b = rep.primary, rep.other
+    groups = [*a.groups, a.overall]
+    if not a.groups:
+        return ""
+    b_by = {g.key: g for g in b.groups} if b is not None else {}
+    labels = [_wrap(g.name) for g in groups]
+    lines = sum(max(1, lab.count("\n") + 1) for lab in labels)
+    fig = _figure(8.5, 0.8 + 0.24 * lines + 0.12 * len(groups))
+    ax = fig.add_subplot()
+    ys = np.arange(len(groups))[::-1].astype(float)
+    series = [(a, {g.key: g for g in a.groups} | {"all": a.overall})]
+    if b is not None:
+        series.append((b, b_by | {"all": b.overall}))
+    off = 0.18 if b is not None else 0.0
+    for si, (m, by) in enumerate(series):
+        for y, g0 in zip(ys, groups, strict=True):
+            g = by.get(g0.key)
+            if g is None or g.mean is None:
+                continue
+            yy = y + (off if si == 0 else -off)
+            if g.ci_low is not None and g.ci_high is not None:
+                ax.plot([g.ci_low, g.ci_high], [yy, yy], color=_COLORS[si], lw=2, solid_capstyle="butt")
+            ax.plot([g.mean], [yy], marker="o", color=_COLORS[si], ms=6,
+                    mfc=_COLORS[si] if g.ci_low is not None else "white", mew=1.5,
+                    label=m.model_key if y == ys[0] else None, ls="none")
+    for y, g in zip(ys, groups, strict=True):
+        note = f"n={g.facts}" + ("" if g.ci_low is not None or g.mean is None else f" ({TOO_SMALL})")
+        ax.annotate(note, (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0),
+                    textcoords="offset points", va="center", fontsize=8, color="#444")
+    ax.set_yticks(ys, labels, fontsize=8)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_ylim(-0.7, len(groups) - 0.3)
+    ax.axvline(0, color="#999", lw=0.8)
+    ax.axhline(0.5, color="#bbb", lw=0.8, ls=":")
+    ax.grid(axis="x", color="#eee")
+    ax.set_xlabel(f"mean {a.measure_label} per fact (dot); 95% bootstrap CI (bar) where n ≥ {rep.min_n_ci}; "
+                  "hollow dot: n too small", fontsize=8)
+    if b is not None:
+        ax.legend(fontsize=8, loc="lower right")
+    return _svg(fig, "forest")
+
+
+def histogram_svg(rep: Report) -> str:
+    models = [m for m in (rep.primary, rep.other) if m is not None and m.facts]
+    if not models:
+        return ""
+    fig = _figure(6.5, 2.6)
+    ax = fig.add_subplot()
+    bins = np.linspace(0, 1, 11)
+    ax.hist([[float(r["score"]) for r in m.facts] for m in models], bins=bins,
+            color=list(_COLORS[: len(models)]), edgecolor="white",
+            label=[f"{m.model_key} (n={len(m.facts)})" for m in models])
+    ax.set_xlabel(f"per-fact score ({rep.primary.measure_label}); bins of width 0.1, "
+                  "the last includes 1.0", fontsize=8)
+    ax.set_ylabel("facts", fontsize=8)
+    ax.legend(fontsize=8)
+    return _svg(fig, "histogram")
+
+
+def _jitter(values: Sequence[float], seed: int, width: float = 0.02) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.asarray(values, dtype=float) + rng.uniform(-width, width, len(values))
+
+
+def popularity_svg(rep: Report) -> str:
+    a = rep.primary
+    pts = [(float(r["popularity"]), float(r["score"])) for r in a.facts if _num(r.get("popularity")) is not None]
+    if not pts or rep.popularity_edges is None:
+        return ""
+    fig = _figure(6.5, 3.0)
+    ax = fig.add_subplot()
+    xs, ys = zip(*pts, strict=True)
+    ax.scatter(xs, _jitter(ys, rep.seed), s=12, alpha=0.6, color=_COLORS[0],
+               label=f"one fact (n={len(pts)}), score jittered ±0.02")
+    for e in rep.popularity_edges:
+        ax.axvline(e, color="#999", ls="--", lw=0.8)
+    for i, (bname, g) in enumerate(a.overall.by_popularity.items()):
+        sub = [x for x, _ in pts if bucket_of(x, rep.popularity_edges) == bname]
+        if g.mean is not None and sub:
+            ax.plot([min(sub), max(sub)], [g.mean, g.mean], color="#111", lw=2)
+            ax.annotate(f"{bname}: {g.mean:.2f} (n={g.facts})", (float(np.median(sub)), g.mean),
+                        xytext=(0, 5 if i % 2 == 0 else -11), textcoords="offset points",
+                        ha="center", fontsize=7)
+    ax.set_ylim(-0.05, 1.08)
+    ax.set_xlabel("subject popularity (Entity.popularity; dashed: tertile edges; line: bucket mean)",
+                  fontsize=8)
+    ax.set_ylabel("per-fact score", fontsize=8)
+    ax.legend(fontsize=7, loc="lower right")
+    return _svg(fig, "popularity")
+
+
+def staleness_svg(rep: Report) -> str:
+    rels = [g for g in rep.primary.relations if g.history_facts]
+    if not rels:
+        return ""
+    fig = _figure(6.5, 0.8 + 0.35 * len(rels))
+    ax = fig.add_subplot()
+    ys = np.arange(len(rels))[::-1].astype(float)
+    for y, g in zip(ys, rels, strict=True):
+        assert g.staleness is not None
+        if g.stale_ci_low is not None and g.stale_ci_high is not None:
+            ax.plot([g.stale_ci_low, g.stale_ci_high], [y, y], color=_COLORS[0], lw=2)
+        ax.plot([g.staleness], [y], "o", color=_COLORS[0],
+                mfc=_COLORS[0] if g.stale_ci_low is not None else "white", mew=1.5)
+        ax.annotate(f"n={g.history_facts}" + ("" if g.stale_ci_low is not None else f" ({TOO_SMALL})"),
+                    (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0),
+                    textcoords="offset points", va="center", fontsize=8, color="#444")
+    ax.set_yticks(ys, [_wrap(g.name) for g in rels], fontsize=8)
+    ax.set_xlim(-0.03, 1.03)
+    ax.set_ylim(-0.7, len(rels) - 0.3)
+    ax.axvline(0, color="#999", lw=0.8)
+    ax.set_xlabel("staleness: share of cloze sentences preferring a past value (facts with a past value only)",
+                  fontsize=8)
+    return _svg(fig, "staleness")
+
+
+def vs_svgs(rep: Report) -> tuple[str, str]:
+    """Model-vs-model scatter per fact (jittered) and per group."""
+    a, b = rep.primary, rep.other
+    if b is None:
+        return "", ""
+    sb = {r["key"]: float(r["score"]) for r in b.facts}
+    both = [(float(r["score"]), sb[r["key"]]) for r in a.facts if r["key"] in sb]
+    per_fact = ""
+    if both:
+        fig = _figure(4.2, 4.0)
+        ax = fig.add_subplot()
+        xs, ys = zip(*both, strict=True)
+        ax.scatter(_jitter(xs, rep.seed), _jitter(ys, rep.seed + 1), s=12, alpha=0.5, color="#555")
+        ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8)
+        ax.set_xlabel(f"{a.model_key} (jittered ±0.02)", fontsize=8)
+        ax.set_ylabel(f"{b.model_key} (jittered ±0.02)", fontsize=8)
+        ax.set_title(f"per fact, n={len(both)}", fontsize=9)
+        per_fact = _svg(fig, "vs-facts")
+    b_by = {g.key: g for g in b.groups}
+    pairs = [(g, b_by[g.key]) for g in a.groups if g.key in b_by and g.mean is not None
+             and b_by[g.key].mean is not None]
+    per_group = ""
+    if pairs:
+        fig = _figure(4.2, 4.0)
+        ax = fig.add_subplot()
+        for ga, gb in pairs:
+            ax.plot([ga.mean], [gb.mean], "o", color=_COLORS[0], ms=4 + min(ga.facts, 40) / 5, alpha=0.7)
+            ax.annotate(ga.key, (ga.mean, gb.mean), xytext=(3, 3), textcoords="offset points", fontsize=7)
+        ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8)
+        ax.set_xlim(-0.05, 1.05)
+        ax.set_ylim(-0.05, 1.05)
+        ax.set_xlabel(f"{a.model_key} mean", fontsize=8)
+        ax.set_ylabel(f"{b.model_key} mean", fontsize=8)
+        ax.set_title(f"per {rep.by} (dot size grows with n)", fontsize=9)
+        per_group = _svg(fig, "vs-groups")
+    return per_fact, per_group
+
+
+def reliability_svg(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> str:
+    """Reliability diagram of per-fact (confidence, correct) pairs, n per bin."""
+    rows = reliability_bins(pairs, bins)
+    if not rows:
+        return ""
+    fig = _figure(4.5, 4.0)
+    ax = fig.add_subplot()
+    ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8, label="perfect calibration")
+    ax.plot([r["confidence"] for r in rows], [r["accuracy"] for r in rows], "o-", color=_COLORS[0],
+            label=f"facts (n={len(pairs)})")
+    for r in rows:
+        ax.annotate(f"n={r['n']}", (r["confidence"], r["accuracy"]), xytext=(3, -9),
+                    textcoords="offset points", fontsize=7)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("mean confidence in bin", fontsize=8)
+    ax.set_ylabel("accuracy in bin", fontsize=8)
+    ax.legend(fontsize=7, loc="upper left")
+    return _svg(fig, "reliability")
+
+
+# --- HTML ---------------------------------------------------------------------------------------------
+
 _CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
+body{font-family:"DejaVu Sans",system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
-p.meta{color:#555;font-size:13px;margin:2px 0}
+p.meta,p.note{color:#555;font-size:13px;margin:2px 0}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
-th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right}
-th:nth-child(-n+2),td:nth-child(-n+2){text-align:left}
+th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
+th:first-child,td:first-child{text-align:left;max-width:320px;white-space:normal;overflow-wrap:anywhere}
 tr.total td{font-weight:600;border-top:2px solid #888}
-.legend span{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px;vertical-align:middle}
-svg text{font-family:inherit;font-size:11px;fill:#222}
+table.prov td,table.prov th{text-align:left;font-size:12px}
+table.prov td{max-width:760px;overflow-wrap:anywhere}
+figure.plot{margin:8px 0}figure.plot svg{max-width:100%;height:auto}
+code{font-size:12px}
 """
 
 
@@ -343,96 +795,58 @@ def _esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _hbar_svg(
-    rows: list[tuple[str, list[tuple[float | None, float | None, float | None]]]],
-    title: str, pct: bool = False,
-) -> str:
-    """Horizontal bars on a 0..1 axis, one group per row, one bar per series, with optional
-    whiskers (lo, hi)."""
-    if not rows:
-        return ""
-    series = max(len(vals) for _, vals in rows)
-    bar_h, gap, left, width = 12, 8, 230, 520
-    group_h = series * bar_h + gap
-    height = 30 + group_h * len(rows) + 24
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 60}" height="{height}" '
-             f'role="img" aria-label="{_esc(title)}">']
-    for i in range(0, 11, 2):
-        x = left + width * i / 10
-        parts.append(f'<line x1="{x:.1f}" y1="22" x2="{x:.1f}" y2="{height - 20}" stroke="#e3e3e3"/>')
-        label = f"{10 * i}%" if pct else f"{i / 10:.1f}"
-        parts.append(f'<text x="{x:.1f}" y="{height - 6}" text-anchor="middle">{label}</text>')
-    parts.append(f'<text x="{left}" y="14" font-weight="600">{_esc(title)}</text>')
-    for gi, (name, vals) in enumerate(rows):
-        y0 = 26 + gi * group_h
-        parts.append(f'<text x="{left - 6}" y="{y0 + series * bar_h / 2 + 4:.1f}" text-anchor="end">'
-                     f'{_esc(name[:38])}</text>')
-        for si, (v, lo, hi) in enumerate(vals):
-            y = y0 + si * bar_h
-            if v is None or math.isnan(v):
-                continue
-            w = max(0.0, min(1.0, v)) * width
-            parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h - 2}" '
-                         f'fill="{_COLORS[si % len(_COLORS)]}"><title>{_esc(name)}: {v:.3f}</title></rect>')
-            if lo is not None and hi is not None:
-                x1, x2 = left + lo * width, left + hi * width
-                ym = y + (bar_h - 2) / 2
-                parts.append(f'<line x1="{x1:.1f}" y1="{ym:.1f}" x2="{x2:.1f}" y2="{ym:.1f}" stroke="#111"/>')
-                for x in (x1, x2):
-                    parts.append(f'<line x1="{x:.1f}" y1="{ym - 3:.1f}" x2="{x:.1f}" y2="{ym + 3:.1f}" stroke="#111"/>')
-    parts.append("</svg>")
-    return "\n".join(parts)
+def _na(v: Any) -> str:
+    return "n/a" if v is None or v == "None" else str(v)
+
+
+def _provenance_html(rep: Report) -> str:
+    rows: list[tuple[str, str]] = [
+        ("report generated", rep.generated),
+        ("report by kgprobe", f"{rep.code.get('kgprobe')} (git {rep.code.get('git') or 'n/a'})"),
+    ]
+    for m in (rep.primary, rep.other):
+        if m is None:
+            continue
+        fps = sorted({str(r.get("model_fingerprint")) for r in m.run_info if r.get("model_fingerprint")})
+        rows.append((f"model {m.model_key}", f"{m.model}; fingerprint {', '.join(fps) or 'n/a'}; "
+                     f"dtype {', '.join(sorted({_na(r.get('dtype')) for r in m.run_info})) or 'n/a'}; "
+                     f"device {', '.join(sorted({_na(r.get('device')) for r in m.run_info})) or 'n/a'}"))
+        rows.append((f"measure ({m.model_key})",
+                     f"{m.measure_label} — property {m.score_property}; known = score ≥ {m.threshold:g}"))
+        for r in m.run_info:
+            params = r.get("measure_params") or {}
+            cfg = ", ".join(f"{k}={v}" for k, v in sorted(params.items())
+                            if k not in ("fingerprint", "end_marker")) if isinstance(params, dict) else str(params)
+            lib = r.get("library_versions") or {}
+            libs = ", ".join(f"{k} {v}" for k, v in sorted(lib.items())) if isinstance(lib, dict) else str(lib)
+            rows.append((f"run {str(r.get('id'))[:12]}",
+                         f"{_na(r.get('status'))}; started {_na(r.get('started'))}, finished "
+                         f"{_na(r.get('finished'))}; kgprobe {_na(r.get('code_version'))} "
+                         f"(git {_na(r.get('git_hash'))}); {libs or 'library versions n/a'}"))
+            rows.append(("  configuration", f"{cfg or 'n/a'}; sample {_na(r.get('sample'))}; reference "
+                         f"date {_na(r.get('reference_date'))}; config hash {_na(r.get('config_hash'))}"))
+            snap = r.get("graph_snapshot") or {}
+            rows.append(("  graph snapshot", ", ".join(f"{v:,} {k}" for k, v in snap.items())
+                         if isinstance(snap, dict) and snap else "n/a"))
+    body = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
+    return f'<table class="prov" id="provenance">{body}</table>'
 
 
 def render_html(rep: Report) -> str:
-    """One self-contained page: provenance, per-relation table, and four SVG charts."""
+    """One self-contained page: provenance, the groups sorted by score with n and intervals, and
+    matplotlib plots (SVG, inline)."""
     a, b = rep.primary, rep.other
-    models = [a] + ([b] if b is not None else [])
-    b_by = {r.pid: r for r in b.relations} if b is not None else {}
-
-    def rel_name(r: RelationStats) -> str:
-        return "all relations" if r.pid == "all" else f"{r.pid} {r.label or ''}".strip()
-
-    def vals(r: RelationStats, attr: str, ci: bool) -> list[tuple[float | None, float | None, float | None]]:
-        out = [(getattr(r, attr), r.ci_low if ci else None, r.ci_high if ci else None)]
-        if b is not None:
-            rb = b.overall if r.pid == "all" else b_by.get(r.pid)
-            out.append((getattr(rb, attr), rb.ci_low if ci else None, rb.ci_high if ci else None)
-                       if rb else (None, None, None))
-        return out
-
-    rels = [*a.relations, a.overall]
-    legend = "".join(f'<span style="background:{_COLORS[i]}"></span>{_esc(m.model_key)}'
-                     for i, m in enumerate(models))
-    mean_svg = _hbar_svg([(rel_name(r), vals(r, "mean", True)) for r in rels],
-                         f"mean {a.measure_key} with 95% bootstrap CI")
-    known_svg = _hbar_svg([(rel_name(r), vals(r, "known_share", False)) for r in rels],
-                          f"share known (score ≥ {a.threshold:g})", pct=True)
-    hist = [r for r in rels if r.history_facts]
-    stale_svg = _hbar_svg([(rel_name(r), vals(r, "staleness", False)) for r in hist],
-                          "staleness: share of cloze sentences preferring a past value", pct=True)
-    pop_svg = ""
-    if rep.popularity_edges is not None:
-        pop_rows = []
-        for bname in BUCKETS:
-            row = []
-            for m in models:
-                g = m.overall.by_popularity.get(bname)
-                row.append((g.mean, g.ci_low, g.ci_high) if g else (None, None, None))
-            pop_rows.append((f"{bname} popularity", row))
-        pop_svg = _hbar_svg(pop_rows, "mean score by popularity of the subject (tertiles)")
-
-    head = ["relation", "label", "facts", "mean [95% CI]", "known", "history", "stale"]
+    b_by = {g.key: g for g in b.groups} if b is not None else {}
+    head = [rep.by, "n", "mean [95% CI]", "known", "staleness (n)"]
     if b is not None:
-        head += [f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
+        head += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
     trs = []
-    for r in rels:
-        cells = [r.pid, r.label or "", r.facts, _ci(r), _fmt(r.known_share, True), r.history_facts,
-                 _fmt(r.staleness, True)]
+    for g in [*a.groups, a.overall]:
+        cells = [g.name, g.facts, _ci(g), _known(g), _stale(g)]
         if b is not None:
-            rb = b.overall if r.pid == "all" else b_by.get(r.pid)
-            cells += [_ci(rb) if rb else "–", _fmt(rb.known_share, True) if rb else "–"]
-        cls = ' class="total"' if r.pid == "all" else ""
+            gb = b.overall if g.key == "all" else b_by.get(g.key)
+            cells += [gb.facts if gb else "–", _ci(gb), _known(gb)]
+        cls = ' class="total"' if g.key == "all" else ""
         trs.append(f"<tr{cls}>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
     comparison = ""
     if rep.comparison is not None and b is not None:
@@ -440,27 +854,51 @@ def render_html(rep: Report) -> str:
         comparison = (f"<p>On {c['both_probed']} facts probed for both models: {_esc(a.model_key)} "
                       f"knows {c['a_known']}, {_esc(b.model_key)} knows {c['b_known']}, both "
                       f"know {c['both_known']}.</p>")
-    meta = "".join(
-        f'<p class="meta">{_esc(m.model_key)} ({_esc(m.model)}): property <code>{_esc(m.score_property)}</code>, '
-        f"{m.overall.facts} facts, runs {_esc(', '.join(r[:8] for r in m.runs))}</p>" for m in models
-    )
+    pop = ""
+    if rep.popularity_edges is not None:
+        e = rep.popularity_edges
+        ptr = "".join(
+            f"<tr><td>{_esc(bucket_label(k, e))}</td><td>{g.facts}</td><td>{_esc(_ci(g))}</td>"
+            f"<td>{_esc(_known(g))}</td></tr>" for k, g in a.overall.by_popularity.items())
+        pop = (f"<p class=note>{rep.popularity_facts} of {a.overall.facts} probed facts have a subject "
+               f"popularity; buckets are its tertiles over those facts (edges {e[0]:.2f} and {e[1]:.2f}; "
+               f"unit: {_esc(rep.popularity_unit)}).</p>"
+               f"<table><thead><tr><th>bucket</th><th>n</th><th>mean [95% CI]</th><th>known</th></tr>"
+               f"</thead><tbody>{ptr}</tbody></table>{popularity_svg(rep)}")
+    stale = staleness_svg(rep)
+    stale_html = (f"<p class=note>{a.overall.history_facts} of {a.overall.facts} probed facts have a past "
+                  f"value; overall staleness {_esc(_stale(a.overall))}.</p>{stale}" if stale
+                  else "<p class=note>No probed fact has a past value.</p>")
+    vs_fact, vs_group = vs_svgs(rep)
+    vs_html = (f"<h2>{_esc(a.model_key)} vs {_esc(b.model_key)}</h2>{comparison}"
+               f'<div style="display:flex;gap:12px;flex-wrap:wrap">{vs_fact}{vs_group}</div>'
+               if b is not None else "")
+    if rep.calibration:
+        rel_html = reliability_svg(rep.calibration)
+    else:
+        rel_html = ("<p class=note>No BELIEF scores in this report (probe a BELIEF measure to get "
+                    "per-fact confidence/correct pairs); reliability diagram omitted.</p>")
+    title = f"What {a.model_key} knows" + (f" vs {b.model_key}" if b is not None else "")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>kgprobe report: {_esc(a.model_key)}</title><style>{_CSS}</style></head>
 <body>
-<h1>Knowledge gaps of {_esc(a.model_key)}{' vs ' + _esc(b.model_key) if b is not None else ''}</h1>
-{meta}
-<p class="meta">measure {_esc(a.measure_key)}; known = score ≥ {a.threshold:g}; 95% percentile bootstrap
-({rep.bootstrap} resamples, seed {rep.seed}); staleness on facts with a past value only.</p>
-<p class="legend">{legend}</p>
-{comparison}
-<h2>Per relation</h2>
-<table><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in head)}</tr></thead>
+<h1>{_esc(title)}</h1>
+<p class="meta">{_esc(a.measure_label)}; a fact is known when its score is ≥ {a.threshold:g};
+{a.overall.facts} facts over {len(a.relations)} relations; overall mean {_esc(_ci(a.overall))}.</p>
+<p class="meta">Intervals: 95% percentile bootstrap (scipy.stats.bootstrap, {rep.bootstrap} resamples,
+seed {rep.seed}), shown only where n ≥ {rep.min_n_ci}; otherwise "{TOO_SMALL}".</p>
+<h2>By {_esc(_by_title(rep))}, best first</h2>
+{forest_svg(rep)}
+<table id="groups"><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in head)}</tr></thead>
 <tbody>{''.join(trs)}</tbody></table>
-<h2>Mean score</h2>{mean_svg}
-<h2>Share known</h2>{known_svg}
-<h2>Popularity</h2>{pop_svg or '<p>No subject popularity in this graph.</p>'}
-<h2>Temporal staleness</h2>{stale_svg or '<p>No probed fact has a past value.</p>'}
+<h2>Per-fact scores</h2>{histogram_svg(rep)}
+<h2>Popularity of the subject</h2>{pop or '<p class=note>No subject popularity in this graph.</p>'}
+<h2>Temporal staleness</h2>{stale_html}
+{vs_html}
+<h2>Calibration</h2>{rel_html}
+<h2>Provenance</h2>
+{_provenance_html(rep)}
 </body></html>
 """

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -19,11 +21,17 @@ from probe_world import load
 
 from kgprobe.graph import probe_runs as pr
 from kgprobe.reporting import (
+    MIN_N_CI,
     Report,
+    _ci,
     bootstrap_ci,
     bucket_of,
     build_report,
+    interval,
+    measure_label,
     popularity_edges,
+    reliability_bins,
+    reliability_svg,
     render_html,
     write_report,
 )
@@ -77,19 +85,32 @@ def test_report_numbers_by_hand(hand_graph: Any) -> None:
     rep = build_report(hand_graph, "hand", seed=0)
     a = rep.primary
     by = {r.pid: r for r in a.relations}
-    assert [r.pid for r in a.relations] == ["P27", "P35", "P36"]
+    # sorted by mean, best first; ties (P27 and P35 at .5) by PID
+    assert [r.pid for r in a.relations] == ["P36", "P27", "P35"]
+    assert a.groups == a.relations and rep.by == "relation"
     # P27: scores 1, .25, 0, .75, .5, 0, 1 -> mean 3.5/7 = .5; known (>= .5): 1, .75, .5, 1 -> 4/7
     assert by["P27"].facts == 7 and by["P27"].mean == pytest.approx(0.5)
     assert by["P27"].known == 4 and by["P27"].known_share == pytest.approx(4 / 7)
     # P36: 1, 0, 1 -> mean 2/3, known 2/3
     assert by["P36"].mean == pytest.approx(2 / 3) and by["P36"].known_share == pytest.approx(2 / 3)
-    # P35: one fact, score .5 (known at the threshold), stale 1.0; CI of one value is that value
+    # P35: one fact, score .5 (known at the threshold), stale 1.0 on its one fact with a history
     assert (by["P35"].facts, by["P35"].known, by["P35"].history_facts) == (1, 1, 1)
-    assert by["P35"].staleness == 1.0 and (by["P35"].ci_low, by["P35"].ci_high) == (0.5, 0.5)
+    assert by["P35"].staleness == 1.0 and by["P35"].stale_ci_low is None
     assert by["P36"].history_facts == 0 and by["P36"].staleness is None
+    # n < 10: no interval, and the text says so
+    assert MIN_N_CI == 10
+    for pid in ("P27", "P35", "P36"):
+        assert (by[pid].ci_low, by[pid].ci_high) == (None, None)
+    assert _ci(by["P27"]) == "0.500 (n too small)"
+    # n = 11 overall: an interval. Independent check: a percentile bootstrap of a mean is close
+    # to the normal interval mean ± 1.96·s/√n (s with ddof 0, as the bootstrap resamples).
+    scores = [h[3] for h in HAND]
+    m = sum(scores) / 11
+    sd = math.sqrt(sum((x - m) ** 2 for x in scores) / 11)
     assert a.overall.facts == 11 and a.overall.mean == pytest.approx(6.0 / 11)
+    assert a.overall.ci_low == pytest.approx(m - 1.96 * sd / math.sqrt(11), abs=0.06)
+    assert a.overall.ci_high == pytest.approx(m + 1.96 * sd / math.sqrt(11), abs=0.06)
     assert a.overall.known == 7 and a.overall.history_facts == 1
-    assert a.overall.ci_low <= a.overall.mean <= a.overall.ci_high
     # the server's own per-relation aggregates agree
     agg = {r["pid"]: r for r in pr.relation_aggregates(hand_graph, SP, 0.5)}
     assert {p: (r["facts"], r["known"]) for p, r in agg.items()} == {
@@ -97,11 +118,11 @@ def test_report_numbers_by_hand(hand_graph: Any) -> None:
     }
     assert all(agg[p]["mean"] == pytest.approx(by[p].mean) for p in by)
 
-    # popularity tertiles over the 11 subjects' popularity (numpy linear quantiles)
+    # popularity tertiles over ALL 11 probed facts with a popularity (numpy linear quantiles)
     pops = sorted(h[5] for h in HAND)  # 1, 1.5, 3, 4, 5, 5.5, 6, 7, 8, 9, 9
     q1 = pops[3] + (pops[4] - pops[3]) * (10 / 3 - 3)  # position (n-1)/3 = 3.33
     q2 = pops[6] + (pops[7] - pops[6]) * (20 / 3 - 6)  # position 2(n-1)/3 = 6.67
-    assert rep.popularity_edges == pytest.approx([q1, q2])
+    assert rep.popularity_edges == pytest.approx([q1, q2]) and rep.popularity_facts == 11
     low = [h[3] for h in HAND if h[5] < q1]
     high = [h[3] for h in HAND if h[5] >= q2]
     assert a.overall.by_popularity["low"].facts == len(low) == 4
@@ -113,6 +134,43 @@ def test_report_numbers_by_hand(hand_graph: Any) -> None:
     assert rep2.other is not None and rep2.other.overall.mean == pytest.approx(5.0 / 11)
     assert rep2.comparison == {"both_probed": 11, "a_known": 7, "b_known": 6, "both_known": 2}
 
+    # --by popularity: the same buckets as groups, labelled with their edges
+    rp = build_report(hand_graph, "hand", by="popularity", seed=0)
+    gp = {g.key: g for g in rp.primary.groups}
+    assert set(gp) == {"low", "mid", "high"} and gp["low"].facts == 4
+    assert gp["low"].label == f"low (< {q1:.2f})"
+
+
+def test_by_type_closes_p31_over_p279(hand_graph: Any) -> None:
+    """Countries are political territorial entities are administrative territorial entities
+    (a P279 chain of two), humans are persons; every class on the chain gets the facts."""
+    from kgprobe.graph.ingest import ingest
+    from kgprobe.records import EntityRecord
+
+    ingest(hand_graph, [
+        EntityRecord("Q6256", "country", superclasses=["Q1048835"]),
+        EntityRecord("Q1048835", "political territorial entity", superclasses=["Q56061"]),
+        EntityRecord("Q56061", "administrative territorial entity"),
+        EntityRecord("Q5", "human", superclasses=["Q215627"]),
+        EntityRecord("Q215627", "person"),
+    ])
+    rep = build_report(hand_graph, "hand", by="type", seed=0)
+    g = {x.key: x for x in rep.primary.groups}
+    # subjects: USA (P35 .5, P36 1), France 0, Germany 1 -> countries: 4 facts, mean 2.5/4
+    for c in ("Q6256", "Q1048835", "Q56061"):
+        assert g[c].facts == 4 and g[c].mean == pytest.approx(0.625)
+    # the seven P27 subjects are humans: mean 3.5/7
+    for c in ("Q5", "Q215627"):
+        assert g[c].facts == 7 and g[c].mean == pytest.approx(0.5)
+    assert g["Q56061"].label == "administrative territorial entity"
+    assert [x.key for x in rep.primary.groups][:3] == ["Q1048835", "Q56061", "Q6256"]  # best first
+    # objects: P27 objects are countries (7 facts), P36 objects cities (3), P35's Biden a human
+    ro = build_report(hand_graph, "hand", by="type", type_of="object", seed=0)
+    go = {x.key: (x.facts, x.mean) for x in ro.primary.groups}
+    assert go["Q56061"] == (7, pytest.approx(0.5))
+    assert go["Q515"] == (3, pytest.approx(2 / 3))
+    assert go["Q215627"] == (1, pytest.approx(0.5))
+
 
 def test_bootstrap_and_buckets_by_hand() -> None:
     assert bootstrap_ci([0.3] * 5, seed=1) == (pytest.approx(0.3), pytest.approx(0.3))
@@ -120,6 +178,11 @@ def test_bootstrap_and_buckets_by_hand() -> None:
     # 2.5% and 97.5% quantiles of 1000 resamples are 0 and 1
     assert bootstrap_ci([0.0, 1.0], seed=0) == (0.0, 1.0)
     assert bootstrap_ci([0.0, 1.0, 0.5], seed=7) == bootstrap_ci([0.0, 1.0, 0.5], seed=7)
+    # 60 of 200 known: the normal interval .3 ± 1.96·sqrt(.3·.7/200) = [.2365, .3635]
+    lo, hi = bootstrap_ci([1.0] * 60 + [0.0] * 140, seed=3, n_boot=4000)
+    assert lo == pytest.approx(0.3 - 0.0635, abs=0.01) and hi == pytest.approx(0.3 + 0.0635, abs=0.01)
+    assert interval([1.0, 0.0] * 4, seed=0) == (None, None)  # n = 8 < 10
+    assert interval([1.0, 0.0] * 5, seed=0)[0] is not None  # n = 10
     assert popularity_edges([1.0, 2.0]) is None
     edges = popularity_edges([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0])  # 3.0 and 5.0
     assert edges == pytest.approx([3.0, 5.0])
@@ -127,21 +190,38 @@ def test_bootstrap_and_buckets_by_hand() -> None:
     assert bucket_of(None, edges) is None
 
 
+def test_measure_names_and_reliability_bins() -> None:
+    assert measure_label("kmin_temp_sem_n5") == "Min@5, temp+sem distractors"
+    assert measure_label("kavg_random_n10") == "Avg@10, random distractors"
+    assert measure_label("something_else") == "something_else"
+    # (confidence, correct): bin [0, .1): two facts, one right; bin [.9, 1]: 1.0 lands in the last
+    pairs = [(0.05, True), (0.08, False), (0.95, True), (1.0, True), (0.5, False)]
+    bins = reliability_bins(pairs, bins=10)
+    assert [(b["low"], b["n"]) for b in bins] == [(0.0, 2), (0.5, 1), (0.9, 2)]
+    assert bins[0]["accuracy"] == 0.5 and bins[0]["confidence"] == pytest.approx(0.065)
+    assert bins[2]["accuracy"] == 1.0 and bins[2]["confidence"] == pytest.approx(0.975)
+    assert reliability_svg(pairs).count("<svg") == 1
+
+
 def test_report_files(hand_graph: Any, tmp_path: Path) -> None:
     rep = build_report(hand_graph, "hand", vs="other", seed=0)
     paths = write_report(rep, tmp_path)
     data = json.loads(paths["json"].read_text())
-    assert data["primary"]["overall"]["facts"] == 11
+    assert data["primary"]["overall"]["facts"] == 11 and "facts" not in data["primary"]
     rows = list(csv.DictReader(paths["csv"].open()))
-    p27 = next(r for r in rows if r["model"] == "hand" and r["pid"] == "P27")
-    assert float(p27["mean"]) == pytest.approx(0.5) and p27["known"] == "4"
+    p27 = next(r for r in rows if r["model"] == "hand" and r["key"] == "P27")
+    assert float(p27["mean"]) == pytest.approx(0.5) and p27["known"] == "4" and p27["ci_low"] == ""
     assert {r["model"] for r in rows} == {"hand", "other"}
     pop = list(csv.DictReader(paths["popularity_csv"].open()))
     assert {r["bucket"] for r in pop} == {"low", "mid", "high"}
     page = paths["html"].read_text()
-    assert page.count("<svg") == 4 and "<script" not in page
-    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
-    assert "https://" not in page
+    # forest, histogram, popularity, staleness, vs per fact, vs per relation
+    assert page.count("<svg") == 6 and "<script" not in page
+    assert "No BELIEF scores" in page
+    # self-contained: nothing fetched (XML namespace names are not fetched)
+    no_ns = re.sub(r'xmlns(:\w+)?="[^"]*"', "", page)
+    assert "http://" not in no_ns and "https://" not in no_ns and "<link" not in page
+    assert "Min@5, temp+sem distractors" in page and "kmin_temp_sem_n5" in page  # name + property
 
 
 def _png_pixels(png: bytes) -> tuple[int, int, bytes]:
@@ -168,25 +248,64 @@ def _chromium() -> str | None:
     return "/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None
 
 
+def _run_chromium(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--no-first-run", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+           f"--user-data-dir={profile}", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+
+
 def test_html_renders_in_headless_chromium(hand_graph: Any, tmp_path: Path) -> None:
+    """What Chromium renders: the DOM after layout holds the provenance block and the groups
+    table sorted best first, with n and the refused interval; the screenshot is a drawn page."""
     browser = _chromium()
     if browser is None:
         pytest.skip("Chromium is not installed (make chromium installs it where apt-get is available)")
     rep: Report = build_report(hand_graph, "hand", vs="other", seed=0)
     page = tmp_path / "report.html"
     page.write_text(render_html(rep), encoding="utf-8")
+    dom = _run_chromium(browser, tmp_path / "profile-dom", "--dump-dom", page.as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    text = dom.stdout
+    # provenance: the runs' ids and the report's kgprobe version, as rendered
+    prov = text[text.index('id="provenance"'):]
+    assert "run run-hand" in prov and "run run-other" in prov and "report by kgprobe" in prov
+    # the groups table: first row is the best relation (P36 capital, 2 of 3 known), n shown,
+    # no interval at n = 3
+    body = text[text.index('<table id="groups">'):]
+    first_row = re.search(r"<tbody><tr>(.*?)</tr>", body, re.S)
+    assert first_row is not None
+    cells = re.findall(r"<td>(.*?)</td>", first_row.group(1))
+    assert cells[:4] == ["P36 capital", "3", "0.667 (n too small)", "2/3 (67%)"]
+    assert "Min@5, temp+sem distractors" in text
+    # the plots are there as SVG text that the browser parsed (matplotlib keeps text as text)
+    assert text.count("<svg") == 6 and "n=11" in text
+
     shot = tmp_path / "report.png"
-    profile = tmp_path / "profile"
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--no-first-run", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-           f"--user-data-dir={profile}", "--window-size=1100,1600", f"--screenshot={shot}",
-           page.as_uri()]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    proc = _run_chromium(browser, tmp_path / "profile", "--window-size=1100,2400",
+                         f"--screenshot={shot}", page.as_uri())
     assert proc.returncode == 0, proc.stderr[-2000:]
     width, height, pixels = _png_pixels(shot.read_bytes())
-    assert (width, height) == (1100, 1600)
-    # a drawn page: many distinct byte values (text, two bar colours), not a blank canvas
+    assert (width, height) == (1100, 2400)
+    # a drawn page: many distinct byte values (text, two series' colours), not a blank canvas
     assert len(set(pixels)) > 50
     out = os.environ.get("KGPROBE_SCREENSHOT_DIR")
     if out:  # keep the picture for a human to look at
         shutil.copy(shot, Path(out) / "report.png")
+
+
+def test_cli_report_json_is_one_document(hand_graph: Any, kgprobe_env: dict[str, str], tmp_path: Path) -> None:
+    import sys
+
+    exe = str(Path(sys.executable).parent / "kgprobe")
+    out = tmp_path / "rep"
+    r = subprocess.run([exe, "report", "-m", "hand", "--by", "popularity", "--out", str(out), "--json"],
+                       capture_output=True, text=True, env=kgprobe_env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(r.stdout)  # ONE document, nothing else on stdout
+    assert doc["by"] == "popularity" and doc["primary"]["overall"]["facts"] == 11
+    assert {g["key"] for g in doc["primary"]["groups"]} == {"low", "mid", "high"}
+    assert Path(doc["files"]["results"]).is_file() and (out / "by_popularity.csv").is_file()
+    bad = subprocess.run([exe, "report", "-m", "hand", "--by", "colour"], capture_output=True,
+                         text=True, env=kgprobe_env, timeout=300)
+    assert bad.returncode != 0 and "unknown --by 'colour'; choose from: relation, type, popularity" in bad.stderr

@@ -22,7 +22,7 @@ import subprocess
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -188,7 +188,7 @@ def code_version() -> dict[str, str | None]:
     from kgprobe import __version__
 
     git: str | None = None
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]  # the checkout, not kgprobe/
     if (root / ".git").exists():
         try:
             out = subprocess.run(
@@ -391,11 +391,15 @@ def run_probe(
     index: SemanticIndex | None = None,
     index_dir: str | Path | None = None,
     progress: bool = True,
+    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
 ) -> ProbeSummary:
     """Probe ``config.sample`` facts with ``runner`` and write their scores onto the graph.
 
     ``fingerprint`` identifies the model's weights and scoring settings (``Engine.fingerprint``);
     it is part of the configuration hash, so a different model never passes for the same one.
+    ``on_fact(plan, values)`` sees every fact of the run: its plan (graph row, ``FactInput``,
+    reason it could not be planned) and each measure's values by measure name, including the
+    private ``_details`` some measures attach (per-fact records, kgprobe.results).
     """
     from kgprobe.graph import distractors as gd
 
@@ -523,6 +527,10 @@ def run_probe(
                             got_any = True
                         elif why is None:
                             why = f"{m.name}: {v.get('_reason') or 'no value'}"
+                    if on_fact is not None:
+                        on_fact(p, {m.name: (values[i] if p.reason is None
+                                             else {"score": None, "_reason": p.reason})
+                                    for m, values in zip(active, per_measure, strict=True)})
                     if got_any:
                         n_ok += 1
                     else:
@@ -667,6 +675,7 @@ def probe(
     progress: bool = True,
     settings: Settings | None = None,
     graph: Graph | None = None,
+    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
 ) -> ProbeSummary:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores back.
 
@@ -703,7 +712,7 @@ def probe(
             engine = Engine(lm, cache=score_cache)
             info = {"name": lm.name, "kind": lm.kind, "device": lm.device}
             return run_probe(g, engine, config, fingerprint=engine.fingerprint, model_info=info,
-                             index_dir=index_dir, progress=progress)
+                             index_dir=index_dir, progress=progress, on_fact=on_fact)
         finally:
             if score_cache is not None:
                 score_cache.close()

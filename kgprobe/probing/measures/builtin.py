@@ -95,8 +95,29 @@ class _DistractorK(Measure):
                 flags = [1.0 if max(c.log_pl_distractors[i] for i in past_pos) > c.log_pl_true
                          else 0.0 for c in fp.clozes]
                 stale = sum(flags) / len(flags)
-            out.append({"score": _mean(got), "stale": stale})
+            out.append({"score": _mean(got), "stale": stale,
+                        "_details": _distractor_details(fp, n_ds, f.past)})
         return out
+
+
+def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity]) -> dict[str, Any]:
+    """What the per-fact records (kgprobe.results) show of one scored fact: its cloze
+    sentences and every distractor's (and past value's) log-plausibility on each. Keys starting
+    with ``_`` never reach the graph."""
+    past_qids = {e.qid for e in past}
+    return {
+        "templates": list(dict.fromkeys(c.sentence.template for c in fp.clozes)),
+        "clozes": [{"template": c.sentence.template, "subject_label": c.sentence.subject_label,
+                    "context": c.sentence.context, "log_pl_object": float(c.log_pl_true)}
+                   for c in fp.clozes],
+        "distractors": [
+            {"qid": e.qid, "label": e.label,
+             "role": "distractor" if i < n_ds else "past value",
+             "also_past_value": i < n_ds and e.qid in past_qids,
+             "log_pl": [float(c.log_pl_distractors[i]) for c in fp.clozes]}
+            for i, e in enumerate(fp.distractors)
+        ],
+    }
 
 
 @register

@@ -1,0 +1,59 @@
+"""Cypher for reports and results files: the per-fact rows behind every figure, the popularity
+of all facts, and the type subgraph (``--by type``).
+
+Score property names come from :class:`kgprobe.graph.probe_runs.ScoreProps` (validated there)
+and reach Cypher as parameters (``f[$score]``), never spliced into the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from kgprobe.graph.client import Graph
+from kgprobe.graph.probe_runs import ScoreProps
+
+#: Per-fact rows of one (model, measure): ends with labels, the subject's popularity, the score,
+#: staleness, the run that wrote it, and the values of the model's other measures ($others, in
+#: that order; null where a measure did not score the fact).
+FACT_ROWS = """
+MATCH (s:Entity)-[f:FACT]->(o:Entity)
+WHERE f[$score] IS NOT NULL
+RETURN f.key AS key, f.pid AS pid, s.qid AS subject, s.label AS subject_label,
+       o.qid AS object, o.label AS object_label, s.popularity AS popularity,
+       o.popularity AS object_popularity, f[$score] AS score, f[$stale] AS stale, f[$run] AS run,
+       [p IN $others | f[p]] AS others
+ORDER BY key
+"""
+
+#: Direct classes of some entities: declared P31 (INSTANCE_OF) and the documented fallback
+#: types (INFERRED_TYPE), as docs/data-model.md says "the type of an entity" is read.
+ENTITY_CLASSES = """
+UNWIND $qids AS q
+MATCH (e:Entity {qid: q})-[t:INSTANCE_OF|INFERRED_TYPE]->(c:Entity)
+RETURN q AS qid, c.qid AS class, c.label AS label
+"""
+
+#: The whole P279 subgraph, pulled once; the closure is computed in networkx.
+SUBCLASS_EDGES = """
+MATCH (a:Entity)-[:SUBCLASS_OF]->(b:Entity)
+RETURN a.qid AS sub, a.label AS sub_label, b.qid AS super, b.label AS super_label
+"""
+
+
+def fact_rows(graph: Graph, props: ScoreProps, others: Sequence[ScoreProps] = ()) -> list[dict[str, Any]]:
+    """Every fact scored under ``props``, with ``others``' values of the same facts."""
+    rows = graph.read(FACT_ROWS, score=props.score, stale=props.stale, run=props.run,
+                      others=[o.score for o in others])
+    for r in rows:
+        r["others"] = dict(zip([o.measure_key for o in others], r.get("others") or [], strict=False))
+    return rows
+
+
+def entity_classes(graph: Graph, qids: Iterable[str]) -> list[dict[str, Any]]:
+    wanted = sorted(set(qids))
+    return graph.read(ENTITY_CLASSES, qids=wanted) if wanted else []
+
+
+def subclass_edges(graph: Graph) -> list[dict[str, Any]]:
+    return graph.read(SUBCLASS_EDGES)

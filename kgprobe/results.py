@@ -1,0 +1,227 @@
+"""Results files a researcher keeps next to a paper: ``results.json`` and per-fact records.
+
+``results.json`` follows lm-evaluation-harness's results file (``results``, ``config``,
+``versions``, ``git_hash``, ``date``, ``model_name``) with kgprobe's provenance added;
+``samples.jsonl`` holds one record per (model, fact) — subject, relation, object, labels,
+templates, every measure's value and, for facts scored in the same process as the file was
+written (``kgprobe probe --output-path``, ``kgprobe demo``), the distractors and their
+log-plausibilities per cloze sentence. ``samples.parquet`` is written beside it when pyarrow
+is installed. The schema is docs/results.md; :func:`load` reads a directory back into pandas.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kgprobe.errors import InputError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from kgprobe.reporting import Group, ModelReport, Report
+
+SCHEMA = "kgprobe-results/1"
+RESULTS = "results.json"
+SAMPLES = "samples.jsonl"
+SAMPLES_PARQUET = "samples.parquet"
+
+
+# --- per-fact details from a probe run ---------------------------------------------------------
+
+
+class FactDetails:
+    """Collects, per fact key, what the probe saw: the cloze sentences it scored and every
+    distractor's (and past value's) log-plausibility on each. Pass it as ``on_fact`` to
+    ``kgprobe.probing.run.probe``; ``.records`` then maps fact key -> detail dict."""
+
+    def __init__(self) -> None:
+        self.records: dict[str, dict[str, Any]] = {}
+
+    def __call__(self, plan: Any, values: dict[str, dict[str, Any]]) -> None:
+        key = str(plan.row["key"])
+        shown = next((v["_details"] for v in values.values() if v.get("_details")), None)
+        if shown is None:
+            reason = plan.reason or next(
+                (str(v["_reason"]) for v in values.values() if v.get("_reason")), None)
+            self.records[key] = {"unscorable": reason, "templates": None, "clozes": None,
+                                 "distractors": None}
+            return
+        self.records[key] = {"unscorable": None, **shown}
+
+
+# --- writing ----------------------------------------------------------------------------------------
+
+
+def _group_dict(g: Group) -> dict[str, Any]:
+    return {"label": g.label, "n": g.facts, "mean": g.mean, "ci_low": g.ci_low, "ci_high": g.ci_high,
+            "known": g.known, "known_share": g.known_share, "history_n": g.history_facts,
+            "staleness": g.staleness, "staleness_ci_low": g.stale_ci_low,
+            "staleness_ci_high": g.stale_ci_high,
+            "by_popularity": {b: {"n": bg.facts, "mean": bg.mean, "ci_low": bg.ci_low,
+                                  "ci_high": bg.ci_high, "known": bg.known}
+                              for b, bg in g.by_popularity.items()}}
+
+
+def _model_block(m: ModelReport, rep: Report) -> dict[str, Any]:
+    runs = m.run_info
+    last = runs[-1] if runs else {}
+    return {
+        "model_name": m.model,
+        "model_key": m.model_key,
+        "model_fingerprint": sorted({str(r["model_fingerprint"]) for r in runs if r.get("model_fingerprint")}),
+        "dtype": last.get("dtype"),
+        "device": last.get("device"),
+        "measure_key": m.measure_key,
+        "measure": m.measure_label,
+        "score_property": m.score_property,
+        "threshold": m.threshold,
+        "results": {g.key: _group_dict(g) for g in m.relations},
+        "overall": _group_dict(m.overall),
+        "groups": {g.key: _group_dict(g) for g in m.groups} if rep.by != "relation" else None,
+        "runs": runs,
+    }
+
+
+def results_document(rep: Report) -> dict[str, Any]:
+    """The content of ``results.json`` (schema: docs/results.md)."""
+    a = rep.primary
+    last = a.run_info[-1] if a.run_info else {}
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "date": rep.generated,
+        "model_name": a.model,
+        "git_hash": rep.code.get("git"),
+        "versions": {"kgprobe": rep.code.get("kgprobe"), **(last.get("library_versions") or {})},
+        "config": {
+            "measure_key": a.measure_key, "measure": a.measure_label, "threshold": a.threshold,
+            "by": rep.by, "type_of": rep.type_of, "bootstrap_resamples": rep.bootstrap,
+            "bootstrap_seed": rep.seed, "confidence_level": 0.95, "min_n_for_interval": rep.min_n_ci,
+            "probe": last.get("measure_params"),
+        },
+        "popularity": {"edges": rep.popularity_edges, "n": rep.popularity_facts,
+                       "unit": rep.popularity_unit},
+        "graph_snapshot": last.get("graph_snapshot"),
+        "comparison": rep.comparison,
+        "models": [_model_block(m, rep) for m in (rep.primary, rep.other) if m is not None],
+    }
+    doc["results"] = doc["models"][0]["results"]  # the harness's top-level key: the primary model
+    return doc
+
+
+def sample_records(rep: Report, details: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """One record per (model, fact) of the report."""
+    out = []
+    for m in (rep.primary, rep.other):
+        if m is None:
+            continue
+        labels = {g.key: g.label for g in m.relations}
+        template_ids: dict[str, list[str]] = {}
+        for r in m.run_info:
+            if isinstance(r.get("templates"), dict):
+                template_ids.update(r["templates"])
+        for row in m.facts:
+            d = (details or {}).get(row["key"]) if m is rep.primary else None
+            score = float(row["score"])
+            out.append({
+                "model": m.model_key, "measure_key": m.measure_key, "key": row["key"],
+                "relation": row["pid"], "relation_label": labels.get(row["pid"]),
+                "subject": row["subject"], "subject_label": row["subject_label"],
+                "object": row["object"], "object_label": row["object_label"],
+                "subject_popularity": row.get("popularity"),
+                "score": score, "known": score >= m.threshold, "stale": row.get("stale"),
+                "run": row.get("run"),
+                "scores": {m.measure_key: score, **(row.get("others") or {})},
+                "template_ids": template_ids.get(row["pid"]),
+                "templates": d.get("templates") if d else None,
+                "clozes": d.get("clozes") if d else None,
+                "distractors": d.get("distractors") if d else None,
+            })
+    return out
+
+
+def write_results(
+    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Path]:
+    """``results.json``, ``samples.jsonl`` and (with pyarrow) ``samples.parquet`` in ``out``."""
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = {"results": d / RESULTS, "samples": d / SAMPLES}
+    paths["results"].write_text(json.dumps(results_document(rep), indent=1, ensure_ascii=False,
+                                           default=str), encoding="utf-8")
+    records = sample_records(rep, details)
+    with paths["samples"].open("w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return paths
+    pq.write_table(pa.Table.from_pylist(_parquet_rows(records)), d / SAMPLES_PARQUET)
+    paths["parquet"] = d / SAMPLES_PARQUET
+    return paths
+
+
+def _parquet_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Parquet wants one type per column: the measure map becomes ``score.<key>`` columns and
+    the nested lists are stored as JSON text (decoded again by :func:`load`)."""
+    keys = sorted({k for r in records for k in r["scores"]})
+    rows = []
+    for r in records:
+        row = {k: v for k, v in r.items() if k not in ("scores", "template_ids", "templates", "clozes", "distractors")}
+        row.update({f"score.{k}": r["scores"].get(k) for k in keys})
+        row.update({k: None if r[k] is None else json.dumps(r[k], ensure_ascii=False)
+                    for k in ("template_ids", "templates", "clozes", "distractors")})
+        rows.append(row)
+    return rows
+
+
+# --- reading ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    """A results directory as pandas: the document, per-(model, relation) aggregates, per-fact
+    records (``score.<measure key>`` columns; nested lists as Python objects)."""
+
+    document: dict[str, Any]
+    relations: pd.DataFrame
+    samples: pd.DataFrame
+
+
+def load(path: str | Path) -> Results:
+    """Read ``results.json`` and ``samples.jsonl`` (or ``samples.parquet``) from ``path``."""
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - the optional extra
+        raise InputError("kgprobe.results.load needs pandas: pip install 'kgprobe[results]'") from exc
+    d = Path(path)
+    if not (d / RESULTS).is_file():
+        raise InputError(f"{d} has no {RESULTS}")
+    doc = json.loads((d / RESULTS).read_text(encoding="utf-8"))
+    rel_rows = []
+    for m in doc.get("models", []):
+        for pid, g in {**m["results"], "all": m["overall"]}.items():
+            rel_rows.append({"model": m["model_key"], "measure_key": m["measure_key"], "relation": pid,
+                             **{k: v for k, v in g.items() if k != "by_popularity"}})
+    relations = pd.DataFrame(rel_rows)
+    if (d / SAMPLES).is_file():
+        recs = [json.loads(line) for line in (d / SAMPLES).read_text(encoding="utf-8").splitlines() if line]
+        rows = []
+        for r in recs:
+            row = {k: v for k, v in r.items() if k != "scores"}
+            row.update({f"score.{k}": v for k, v in (r.get("scores") or {}).items()})
+            rows.append(row)
+        samples = pd.DataFrame(rows)
+    elif (d / SAMPLES_PARQUET).is_file():
+        samples = pd.read_parquet(d / SAMPLES_PARQUET)
+        for col in ("template_ids", "templates", "clozes", "distractors"):
+            if col in samples:
+                samples[col] = [None if v is None else json.loads(v) for v in samples[col]]
+    else:
+        samples = pd.DataFrame()
+    return Results(doc, relations, samples)
