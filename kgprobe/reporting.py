@@ -401,8 +401,10 @@ def build_report(
     comparison = None
     if vs is not None:
         comparison = compare_in(graph, model, vs, measure=sa.props.measure_key, threshold=sa.threshold).counts
-    from kgprobe.probing.measures.registry import relation_aggregates
+    from kgprobe.probing.measures.registry import belief_calibration, relation_aggregates
 
+    if calibration is None:
+        calibration = belief_calibration(graph, sa.props.model_key)
     return Report(
         model_report(sa, rows_a), model_report(sb, rows_b) if sb is not None else None,
         edges, comparison, seed, n_boot, by=by, type_of=type_of, popularity_facts=len(pops),
@@ -776,6 +778,38 @@ def reliability_svg(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> str:
 
 # --- HTML ---------------------------------------------------------------------------------------------
 
+
+def _measures_html(rep: Report) -> str:
+    """Every measure probed for the primary model, per relation: n, mean with its interval (only
+    where n allows), and the further aggregates — BELIEF's Acc/MRR as mean, range and sd over
+    its seeded prompt-set samples (the fluctuation), Consist@1 and Overconf."""
+    if not rep.measures:
+        return ""
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, dict) and isinstance(v.get("mean"), float):
+            extra = ""
+            if isinstance(v.get("range"), float):
+                extra = f" (range {v['range']:.3f}, sd {v.get('sd') or 0.0:.3f}, {v.get('runs')} samples)"
+            return f"{v['mean']:.3f}{extra}"
+        return f"{v:.3f}" if isinstance(v, float) else ""
+
+    trs = []
+    for r in rep.measures:
+        sc = r.get("score") or {}
+        n = int(sc.get("n") or 0)
+        mean = "–" if sc.get("mean") is None else f"{sc['mean']:.3f}"
+        ci = (f" [{sc['ci_low']:.3f}, {sc['ci_high']:.3f}]"
+              if n >= rep.min_n_ci and sc.get("ci_low") is not None else
+              (f" ({TOO_SMALL})" if sc.get("mean") is not None else ""))
+        more = "; ".join(f"{k} {fmt(v)}" for k, v in r.items()
+                         if k not in ("measure", "measure_key", "pid", "facts", "score") and fmt(v))
+        trs.append(f"<tr><td>{_esc(r['measure_key'])}</td><td>{_esc(r['pid'])}</td><td>{n}</td>"
+                   f"<td>{_esc(mean + ci)}</td><td style=\"text-align:left\">{_esc(more)}</td></tr>")
+    return ("<h2>Every measure probed</h2><table id=\"measures\"><thead><tr><th>measure</th>"
+            "<th>relation</th><th>n</th><th>mean [95% CI]</th><th>further values</th></tr></thead>"
+            f"<tbody>{''.join(trs)}</tbody></table>")
+
 _CSS = """
 body{font-family:"DejaVu Sans",system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
@@ -873,8 +907,11 @@ def render_html(rep: Report) -> str:
     vs_html = (f"<h2>{_esc(a.model_key)} vs {_esc(b.model_key)}</h2>{comparison}"
                f'<div style="display:flex;gap:12px;flex-wrap:wrap">{vs_fact}{vs_group}</div>'
                if b is not None else "")
+    measures_html = _measures_html(rep)
     if rep.calibration:
-        rel_html = reliability_svg(rep.calibration)
+        rel_html = (f"<p class=note>BELIEF: confidence of the top-1 answer against whether it is the "
+                    f"gold object, over {len(rep.calibration)} prompts.</p>"
+                    + reliability_svg(rep.calibration))
     else:
         rel_html = ("<p class=note>No BELIEF scores in this report (probe a BELIEF measure to get "
                     "per-fact confidence/correct pairs); reliability diagram omitted.</p>")
@@ -897,6 +934,7 @@ seed {rep.seed}), shown only where n ≥ {rep.min_n_ci}; otherwise "{TOO_SMALL}"
 <h2>Popularity of the subject</h2>{pop or '<p class=note>No subject popularity in this graph.</p>'}
 <h2>Temporal staleness</h2>{stale_html}
 {vs_html}
+{measures_html}
 <h2>Calibration</h2>{rel_html}
 <h2>Provenance</h2>
 {_provenance_html(rep)}

@@ -182,6 +182,19 @@ def test_every_measure_round_trips_probe_edge_report(world: tuple[Any, Any], eng
     judge = {r["pid"]: r["score"]["mean"] for r in d["measures"] if r["measure"] == "judge"}
     assert all(0.0 <= v <= 1.0 for v in judge.values())
 
+    # the HTML report shows every measure and BELIEF's reliability diagram: one (confidence,
+    # rank == 1) pair per prompt, read here straight off the FACT edges
+    from kgprobe.reporting import render_html
+
+    bp = pr.ScoreProps("gpt2", keys["belief"])
+    edges = graph.read(f"MATCH ()-[f:FACT]->() WHERE f.`{bp.score}` IS NOT NULL "
+                       f"RETURN f.`{bp.extra('ranks')}` AS ranks, f.`{bp.extra('confidences')}` AS confs")
+    want = sorted((float(c), int(k) == 1) for e in edges for k, c in zip(e["ranks"], e["confs"], strict=True))
+    assert len(want) >= 5 and sorted(rep.calibration or []) == want
+    page = render_html(rep)
+    assert 'id="measures"' in page and "belief_random_n2" in page and "range" in page
+    assert "reliability" in page and f"over {len(want)} prompts" in page
+
 
 def test_values_do_not_depend_on_batch_size(world: tuple[Any, Any], engine: Any, gpt2: Path) -> None:
     graph, index = world

@@ -188,15 +188,16 @@ class Measure:
     # --- per relation --------------------------------------------------------------------------
 
     def aggregate(self, rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
-        """Per-relation summary of the stored per-fact values: n and mean of each value."""
-        from kgprobe.reporting import bootstrap_ci
+        """Per-relation summary of the stored per-fact values: n and mean of each value, with a
+        bootstrap interval only where n allows (``MIN_N_CI``, as everywhere in the report)."""
+        from kgprobe.reporting import MIN_N_CI, bootstrap_ci
 
         out: dict[str, Any] = {}
         for name in ("score", *self.extras):
             vals = [float(r[name]) for r in rows if _is_num(r.get(name))]
             if not vals and any(isinstance(r.get(name), list) for r in rows):
                 continue  # per-prompt lists: read by the measure's own aggregate
-            lo, hi = bootstrap_ci(vals, seed) if len(vals) > 1 else (None, None)
+            lo, hi = bootstrap_ci(vals, seed) if len(vals) >= MIN_N_CI else (None, None)
             out[name] = {"n": len(vals), "mean": statistics.fmean(vals) if vals else None,
                          "ci_low": lo, "ci_high": hi}
         return out
@@ -330,18 +331,7 @@ def relation_aggregates(
     ``kgprobe report --json`` shows under ``measures``)."""
     from kgprobe.graph import probe_runs as pr
 
-    runs = [r for r in pr.list_runs(graph) if r.get("model_key") == model_key]
-    seen: dict[str, tuple[str, list[str]]] = {}
-    params: dict[str, dict[str, Any]] = {}
-    for r in runs:
-        specs = r.get("measure_specs")
-        if not specs:
-            continue
-        import json
-
-        for spec in json.loads(specs):
-            seen[spec["key"]] = (spec["name"], spec.get("extras") or [])
-            params[spec["key"]] = spec.get("params") or {}
+    seen, params = _probed_specs(graph, model_key)
     reg = load_all()
     out = []
     for mkey, (name, extras) in sorted(seen.items()):
@@ -360,3 +350,42 @@ def relation_aggregates(
             out.append({"measure": name, "measure_key": mkey, "pid": pid,
                         "facts": len(by_pid[pid]), **agg})
     return out
+
+
+def _probed_specs(
+    graph: Any, model_key: str,
+) -> tuple[dict[str, tuple[str, list[str]]], dict[str, dict[str, Any]]]:
+    """Every measure key the probe runs of ``model_key`` recorded: key -> (measure name,
+    extra value names), and key -> parameters."""
+    import json
+
+    from kgprobe.graph import probe_runs as pr
+
+    seen: dict[str, tuple[str, list[str]]] = {}
+    params: dict[str, dict[str, Any]] = {}
+    for r in pr.list_runs(graph):
+        if r.get("model_key") != model_key or not r.get("measure_specs"):
+            continue
+        for spec in json.loads(r["measure_specs"]):
+            seen[spec["key"]] = (spec["name"], spec.get("extras") or [])
+            params[spec["key"]] = spec.get("params") or {}
+    return seen, params
+
+
+def belief_calibration(graph: Any, model_key: str) -> list[tuple[float, bool]] | None:
+    """BELIEF's (confidence, top-1 correct) pair of every prompt of every fact probed with the
+    model's first BELIEF key (sorted), for the report's reliability diagram; None without one.
+    A prompt is correct when the gold object is ranked first (rank 1)."""
+    from kgprobe.graph import probe_runs as pr
+
+    seen, _ = _probed_specs(graph, model_key)
+    keys = sorted(k for k, (name, extras) in seen.items()
+                  if name == "belief" and {"ranks", "confidences"} <= set(extras))
+    if not keys:
+        return None
+    props = pr.ScoreProps(model_key, keys[0])
+    rows = pr.measure_rows(graph, {"score": props.score, "ranks": props.extra("ranks"),
+                                   "confidences": props.extra("confidences")})
+    pairs = [(float(c), int(rank) == 1) for r in rows if r.get("ranks") and r.get("confidences")
+             for rank, c in zip(r["ranks"], r["confidences"], strict=False)]
+    return pairs or None
