@@ -92,8 +92,9 @@ def _t5_tokenizer(path: Path) -> None:
     fast.save_pretrained(path)
 
 
-def build(kind: str, path: Path) -> Path:
-    """Write a tiny random model of ``kind`` (gpt2, llama, bert, t5) into ``path``."""
+def build(kind: str, path: Path, positions: int = 64) -> Path:
+    """Write a tiny random model of ``kind`` (gpt2, llama, bert, t5) into ``path``
+    (``positions``: the GPT-2's context length; ICL prompts need more than 64)."""
     from transformers import (
         AutoTokenizer,
         BertConfig,
@@ -112,7 +113,7 @@ def build(kind: str, path: Path) -> Path:
     if kind == "gpt2":
         _gpt2_tokenizer(path)
         tok = AutoTokenizer.from_pretrained(path)
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32,
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=positions, n_embd=32,
                                            n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0))
     elif kind == "llama":
         _llama_tokenizer(path)

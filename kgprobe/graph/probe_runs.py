@@ -204,6 +204,15 @@ WHERE f.pid = $pid AND s.label IS NOT NULL
 RETURN DISTINCT s.qid AS qid
 """
 
+#: Facts of a relation with labelled ends (BELIEF-ICL demonstrations), deprecated ones left out.
+RELATION_FACTS = """
+MATCH (s:Entity)-[f:FACT]->(o:Entity)
+WHERE f.pid = $pid AND s.label IS NOT NULL AND o.label IS NOT NULL
+  AND (f.rank IS NULL OR f.rank <> 'deprecated')
+RETURN f.key AS key, f.pid AS pid, s.qid AS s, s.label AS s_label, s.aliases AS s_aliases,
+       o.qid AS o, o.label AS o_label, o.aliases AS o_aliases
+"""
+
 #: Relations the entity is an object of.
 OBJECT_RELATIONS = """
 MATCH (:Entity)-[f:FACT]->(o:Entity {qid: $qid})
@@ -492,6 +501,18 @@ def relation_subjects(graph: Graph, pid: str, seed: int, limit: int = 50) -> lis
         raise ConfigError(f"not a Wikidata property id: {pid!r}")
     qids = sorted({r["qid"] for r in graph.read(RELATION_SUBJECTS, pid=pid)})
     return qids if len(qids) <= limit else sorted(random.Random(f"{seed}|{pid}|subjects").sample(qids, limit))
+
+
+def relation_facts(graph: Graph, pid: str, seed: int, limit: int = 20) -> list[dict[str, Any]]:
+    """Up to ``limit`` facts of ``pid`` (key, ends, labels), a seeded sample of the key-sorted
+    list: BELIEF-ICL's demonstration pool, independent of which facts a batch holds."""
+    if not is_pid(pid):
+        raise ConfigError(f"not a Wikidata property id: {pid!r}")
+    rows = sorted(graph.read(RELATION_FACTS, pid=pid), key=lambda r: r["key"])
+    if len(rows) > limit:
+        picked = set(random.Random(f"{seed}|{pid}|facts").sample(range(len(rows)), limit))
+        rows = [r for i, r in enumerate(rows) if i in picked]
+    return rows
 
 
 def object_relations(graph: Graph, qid: str) -> list[str]:

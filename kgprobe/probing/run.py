@@ -284,6 +284,7 @@ class _Gatherer:
         self.templates, self.index, self.engine, self.rule = templates, index, engine, rule
         self._subjects: dict[str, list[str]] = {}
         self._all_templates: dict[str, tuple[str, ...]] | None = None
+        self._demos: tuple[Any, ...] | None = None
 
     def _ent(self, row: dict[str, Any] | None, qid: str) -> Any:
         row = row or {}
@@ -340,10 +341,28 @@ class _Gatherer:
                 other_objects=tuple(self._ent(labels.get(q), q) for q in others),
                 other_subjects=tuple(self._ent(labels.get(q), q) for q in subjects),
                 object_relation_templates=tuple(all_t[p] for p in orel if all_t.get(p)),
+                demonstrations=self._demonstrations() if "demonstrations" in self.needs else (),
                 distractor_reason=why,
             )
             out.append(_Planned(row, fact, err))
         return out
+
+    def _demonstrations(self) -> tuple[Any, ...]:
+        """The run's one demonstration pool: a seeded sample of facts of every relation with
+        templates (the same for every fact and batch, so values do not depend on batching)."""
+        if self._demos is None:
+            from kgprobe.probing.measures.registry import FactInput
+
+            pool = []
+            for pid in sorted(self.templates, key=lambda p: int(p[1:])):
+                for r in pr.relation_facts(self.graph, pid, self.cfg.seed):
+                    pool.append(FactInput(
+                        key=r["key"], pid=pid,
+                        subject=self._ent({"label": r["s_label"], "aliases": r["s_aliases"]}, r["s"]),
+                        object=self._ent({"label": r["o_label"], "aliases": r["o_aliases"]}, r["o"]),
+                        templates=tuple(text for _, text in self.templates[pid])))
+            self._demos = tuple(pool)
+        return self._demos
 
     def _relation_subjects(self, pid: str) -> list[str]:
         if pid not in self._subjects:

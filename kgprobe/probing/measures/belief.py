@@ -513,10 +513,12 @@ def belief_icl(
     cfg = config or IclConfig()
     plans = []
     reqs: list[Request] = []
-    for i, f in enumerate(probes):
+    for f in probes:
         templates = usable_templates(f.templates, style)[:max_templates]
-        for j, t in enumerate(templates):
-            rng = random.Random(cfg.seed * 1_000_003 + i * 1009 + j)
+        for t in templates:
+            # seeded by the probe itself, not its position: a fact gets the same demonstrations
+            # whatever else is probed with it (probe runs batch facts)
+            rng = random.Random(f"{cfg.seed}|{f.subject.key}|{f.relation}|{t}")
             demos = select_demonstrations(f, t, pool, setting, style, rng)
             prompt = icl_prompt(f, t, demos, style)
             greedy = GenerateRequest(prompt, cfg.max_new_tokens, 0.0, 1.0, cfg.seed, cfg.stop)

@@ -298,15 +298,79 @@ class Belief(Measure):
                     ("auto", "vocab", "candidates"), str),
               Param("runs", 50, "N seeded prompt-set samples for the fluctuation (report)", "r",
                     stored=False),
-              Param("bins", 10, "calibration bins of Overconf (report)", "bins", stored=False))
+              Param("bins", 10, "calibration bins of Overconf (report)", "bins", stored=False),
+              Param("icl", "none", "BELIEF-ICL: none (rank the gold object after the cloze, "
+                    "no instruction), zero (zero-shot), random / relation / template "
+                    "(4 demonstrations: any relation, same relation, same template)", "icl",
+                    ("none", "zero", "random", "relation", "template"), str),
+              Param("style", "mp", "BELIEF-ICL prompt style: mp (mask prediction) or qa "
+                    "(question templates)", "st", ("mp", "qa"), str),
+              Param("samples", 100, "BELIEF-ICL: sampled generations for confidence", "smp"),
+              Param("max_new_tokens", 8, "BELIEF-ICL: tokens of the greedy answer", "t"))
     needs = frozenset({"templates", "distractors", "other_objects"})
     uses_distractors = True
     extras = ("rank", "hit_k", "rr", "consistency", "confidence", "ranks", "confidences")
     has_known = False
 
+    ICL_SETTING: ClassVar[dict[str, str]] = {"zero": "zero-shot", "random": "4-random",
+                                               "relation": "4-relation", "template": "4-template"}
+
+    def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
+        from kgprobe.errors import ConfigError
+
+        super().__init__(settings)
+        icl = self.settings["icl"]
+        if icl == "none" and any(self.settings[p] != d for p, d in
+                                 (("style", "mp"), ("samples", 100), ("max_new_tokens", 8))):
+            raise ConfigError("measure belief: style, samples and max_new_tokens are BELIEF-ICL "
+                              "parameters; set icl=zero|random|relation|template")
+        if icl in ("random", "relation", "template"):
+            self.needs = self.needs | {"demonstrations"}  # type: ignore[misc]
+
+    def _icl(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        """BELIEF-ICL (the paper's §ICL): the library's prompts, demonstrations and matching;
+        rank 1 for a correct greedy answer, else 2 (only K = 1 is meaningful)."""
+        from kgprobe.probing.measures.belief import (
+            IclConfig,
+            IclFact,
+            belief_icl,
+            consist_at_1,
+            same_answer,
+        )
+
+        def icl_fact(f: FactInput) -> IclFact:
+            return IclFact(f.subject, f.pid, _cap(f.object, ctx.max_object_labels), f.templates)
+
+        pool = [icl_fact(d) for d in dict.fromkeys(d for f in facts for d in f.demonstrations)]
+        cfg = IclConfig(max_new_tokens=int(self.settings["max_new_tokens"]),
+                        samples=int(self.settings["samples"]), seed=ctx.seed)
+        outcomes = belief_icl(runner, [icl_fact(f) for f in facts], pool,
+                              setting=self.ICL_SETTING[self.settings["icl"]],  # type: ignore[arg-type]
+                              style=self.settings["style"], config=cfg)
+        by_pair: dict[str, list[Any]] = {}
+        for o in outcomes:
+            by_pair.setdefault(o.pair, []).append(o)
+        out: list[Values] = []
+        for f in facts:
+            os_ = by_pair.get(f"{f.subject.key}|{f.pid}", [])
+            if not os_:
+                out.append(_none(f"no {self.settings['style']} template for BELIEF-ICL"))
+                continue
+            ranks = [o.rank for o in os_]
+            out.append({
+                "score": sum(1 for r in ranks if r == 1) / len(ranks),
+                "rank": statistics.fmean(ranks), "hit_k": None, "rr": None,
+                "consistency": consist_at_1(os_, same_answer),
+                "confidence": statistics.fmean(o.confidence for o in os_),
+                "ranks": ranks, "confidences": [o.confidence for o in os_],
+            })
+        return out
+
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         from kgprobe.probing.measures.belief import BeliefPair, consist_at_1, rank_prompts
 
+        if self.settings["icl"] != "none":
+            return self._icl(runner, facts, ctx)
         k = int(self.settings["k"])
         pairs = [BeliefPair(_cap(f.subject, ctx.max_subject_labels), f.pid,
                             tuple(_cap(o, ctx.max_object_labels) for o in (f.object, *f.other_objects)),
@@ -353,6 +417,8 @@ class Belief(Measure):
         import random
 
         k, runs, nbins = int(self.settings["k"]), int(self.settings["runs"]), int(self.settings["bins"])
+        if self.settings["icl"] != "none":
+            k = 1  # ICL ranks are 1 (correct) or 2: only K = 1 means anything
         samples = []
         for i in range(runs):
             rng = random.Random(seed + i)
@@ -360,6 +426,8 @@ class Belief(Measure):
         flu = {"acc@1": Fluctuation.of([acc_at_k(s, 1) for s in samples]),
                f"acc@{k}": Fluctuation.of([acc_at_k(s, k) for s in samples]),
                "mrr": Fluctuation.of([mrr(s) for s in samples])}
+        if self.settings["icl"] != "none":
+            del flu["mrr"]
         for name, f in flu.items():
             out[name] = {"mean": f.mean, "range": f.range, "sd": f.stdev, "runs": runs}
         cons = [float(r["consistency"]) for r in rows if _is_num(r.get("consistency"))]

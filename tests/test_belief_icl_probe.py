@@ -1,0 +1,120 @@
+"""BELIEF-ICL as an option of the ``belief`` measure (issue 11 §2): ``--measure
+belief:icl=…,style=…`` through ``run_probe`` on the tiny GPT-2 and the probe world, checked
+against prompts written out by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _scoring_models import build
+from probe_world import REF, load
+
+from kgprobe.errors import ConfigError
+from kgprobe.graph import probe_runs as pr
+from kgprobe.probing.requests import GenerateRequest
+from kgprobe.probing.run import ProbeConfig, measure_key, run_probe
+
+
+@pytest.fixture(scope="module")
+def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # 4-shot prompts need more than the default 64 positions
+    return build("gpt2", tmp_path_factory.mktemp("icl-models") / "gpt2", positions=256)
+
+
+@pytest.fixture(scope="module")
+def engine(gpt2: Path) -> Any:
+    from kgprobe.probing.engine import Engine
+    from kgprobe.probing.models import load_model
+
+    return Engine(load_model(str(gpt2)))
+
+
+def _cfg(model: Path, **kw: Any) -> ProbeConfig:
+    base: dict[str, Any] = {"model": str(model), "sample": None, "n": 2, "at": REF,
+                            "batch_facts": 2, "strategy": "random"}
+    base.update(kw)
+    return ProbeConfig(**base)
+
+
+def test_icl_options_are_in_the_key() -> None:
+    assert measure_key("belief", "random", 2) == "belief_random_n2"
+    assert measure_key("belief:icl=relation", "random", 2) == "belief_random_n2_iclrelation"
+    assert measure_key("belief:icl=zero,style=qa", "random", 2) == "belief_random_n2_iclzero_stqa"
+    assert (measure_key("belief:icl=template,samples=5", "random", 2)
+            == "belief_random_n2_icltemplate_smp5")
+    with pytest.raises(ConfigError, match="BELIEF-ICL"):
+        measure_key("belief:style=qa", "random", 2)
+    with pytest.raises(ConfigError, match="choose from"):
+        measure_key("belief:icl=8-shot", "random", 2)
+
+
+def _rows(graph: Any, key: str) -> dict[str, dict[str, Any]]:
+    sp = pr.ScoreProps("gpt2", key)
+    rows = pr.measure_rows(graph, {"score": sp.score, "ranks": sp.extra("ranks"),
+                                   "confidences": sp.extra("confidences")})
+    return {r["key"]: r for r in rows}
+
+
+def test_four_relation_mp_prompts_and_values(graph: Any, engine: Any, gpt2: Path) -> None:
+    load(graph)
+    seen: list[GenerateRequest] = []
+
+    class Recording:
+        def run(self, requests: Any) -> Any:
+            seen.extend(r for r in requests if isinstance(r, GenerateRequest))
+            return engine.run(requests)
+
+    spec = "belief:icl=relation,samples=2,max_new_tokens=3"
+    s = run_probe(graph, Recording(), _cfg(gpt2, measures=(spec,), relations=("P36",)),
+                  fingerprint=engine.fingerprint, progress=False)
+    key = "belief_random_n2_iclrelation_smp2_t3"
+    assert s.score_properties == [f"score__gpt2__{key}"]
+    assert s.scored == 3
+    # France's prompt, by hand: the instruction, the two other capitals of P36 (in a seeded
+    # order), then France
+    france = [r.context for r in seen if r.temperature == 0.0
+              and r.context.endswith("of France is [MASK].\nA:")]
+    assert len(france) == 1
+    lines = france[0].split("\n")
+    assert lines[0] == "Predict the [MASK] in each sentence in one word."
+    assert lines[-2:] == ["Q: The capital of France is [MASK].", "A:"]
+    demos = {(lines[i], lines[i + 1]) for i in range(1, len(lines) - 2, 2)}
+    assert len(lines) == 7 and demos == {
+        ("Q: The capital of United States of America is [MASK].", "A: Washington, D.C.."),
+        ("Q: The capital of Germany is [MASK].", "A: Berlin."),
+    }
+    # the stored rank: the greedy answer the model gives to that hand-checked prompt, run here
+    # directly on the engine, contains "Paris" (rank 1) or not (rank 2)
+    greedy = engine.run([GenerateRequest(france[0], 3, 0.0, 1.0, 0, ("\n",))])[0].text
+    rows = _rows(graph, key)
+    assert len(rows) == 3
+    fr = next(r for k, r in rows.items() if k.startswith("Q142"))
+    assert fr["ranks"] == [1 if "paris" in greedy.lower() else 2]
+    assert fr["score"] == (1.0 if fr["ranks"] == [1] else 0.0)
+    assert len(fr["confidences"]) == 1 and fr["confidences"][0] in (0.0, 0.5, 1.0)
+    # the zero-shot rank-based default is a different property, untouched
+    assert not _rows(graph, "belief_random_n2")
+
+
+def test_qa_style_zero_shot_prompt(graph: Any, engine: Any, gpt2: Path) -> None:
+    load(graph)
+    seen: list[GenerateRequest] = []
+
+    class Recording:
+        def run(self, requests: Any) -> Any:
+            seen.extend(r for r in requests if isinstance(r, GenerateRequest))
+            return engine.run(requests)
+
+    s = run_probe(graph, Recording(),
+                  _cfg(gpt2, measures=("belief:icl=zero,style=qa,samples=2,max_new_tokens=3",),
+                       relations=("P35",)),
+                  fingerprint=engine.fingerprint, progress=False)
+    assert s.score_properties == ["score__gpt2__belief_random_n2_iclzero_stqa_smp2_t3"]
+    prompts = {r.context for r in seen}
+    # only the question template makes a QA prompt
+    assert prompts == {"Answer each question in one word.\n"
+                       "Q: Who is the head of state of United States of America?\nA:"}
+    rows = _rows(graph, "belief_random_n2_iclzero_stqa_smp2_t3")
+    assert rows and all(r["ranks"] in ([1], [2]) for r in rows.values())
