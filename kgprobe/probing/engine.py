@@ -95,6 +95,16 @@ class Engine:
     def fingerprint(self) -> str:
         return self.lm.fingerprint
 
+    def instilled(self, texts: Sequence[str], *, steps: int = 5, lr: float = 1e-3,
+                  seed: int = 0) -> Engine:
+        """An engine over a fine-tuned copy of this model (implicit instillation of ``texts``,
+        :func:`kgprobe.probing.instill.finetune_copy`), with this engine's cache: the copy has
+        its own fingerprint, so its scores never mix with the original's."""
+        from kgprobe.probing.instill import finetune_copy
+
+        return Engine(finetune_copy(self.lm, texts, steps=steps, lr=lr, seed=seed),
+                      cache=self.cache, share_prefix=self.share_prefix, chunk_size=self.chunk_size)
+
     # -- public ---------------------------------------------------------------------------
 
     def run(self, requests: Sequence[Request]) -> list[Result]:

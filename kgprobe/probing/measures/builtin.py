@@ -454,9 +454,52 @@ class InfoKL(Measure):
     summary = ("KL(before‖after) of the next-token distribution after the cloze, without and with "
                "the fact stated first (score; small = known), the prompt's entropy before and after "
                "and their difference; mean over cloze sentences")
-    params = (Param("top_k", 0, "0 = full distribution; k = the paper's top-k approximation", "k"),)
+    params = (Param("top_k", 0, "0 = full distribution; k = the paper's top-k approximation", "k"),
+              Param("instill", "explicit", "explicit (the fact stated before the prompt) or "
+                    "implicit (a few fine-tuning steps on the fact's sentences, one model copy "
+                    "per fact: slow, opt-in)", "in", ("explicit", "implicit"), str),
+              Param("steps", 5, "implicit: fine-tuning steps", "ft"),
+              Param("lr", 1e-3, "implicit: Adam learning rate", "lr", kind=float))
     extras = ("entropy", "entropy_after", "entropy_diff")
     has_known = False
+
+    def __init__(self, settings: Mapping[str, Any] | None = None) -> None:
+        from kgprobe.errors import ConfigError
+
+        super().__init__(settings)
+        if self.settings["instill"] == "explicit" and (self.settings["steps"] != 5
+                                                       or self.settings["lr"] != 1e-3):
+            raise ConfigError("measure info: steps and lr are parameters of instill=implicit")
+        if self.settings["instill"] == "implicit" and self.settings["top_k"]:
+            raise ConfigError("measure info: instill=implicit compares full distributions; "
+                              "leave top_k at 0")
+
+    def config(self, ctx: RunContext) -> dict[str, Any]:
+        # the fine-tuning is seeded with the run's seed
+        return {**super().config(ctx), "seed": ctx.seed}
+
+    def _implicit(self, runner: Runner, prompts: Sequence[str], stated: Sequence[str],
+                  owners: Sequence[int], seed: int) -> list[Any]:
+        """Pezeshkpour's implicit instillation: per fact, a copy of the model fine-tuned on the
+        fact's sentences; before = the run's engine, after = the copy, same prompts."""
+        from kgprobe.errors import ConfigError
+        from kgprobe.probing.measures.information import implicit_instillation
+        from kgprobe.probing.requests import NextTokenRequest
+
+        runner.run([NextTokenRequest(p, None) for p in prompts])  # the "before" round, batched
+        engine = getattr(runner, "engine", runner)
+        if not hasattr(engine, "instilled"):
+            raise ConfigError("instill=implicit needs the run's scoring engine (a loaded model)")
+        res: list[Any] = [None] * len(prompts)
+        for i in dict.fromkeys(owners):
+            idx = [j for j, o in enumerate(owners) if o == i]
+            after = engine.instilled(list(dict.fromkeys(stated[j] for j in idx)),
+                                     steps=int(self.settings["steps"]),
+                                     lr=float(self.settings["lr"]), seed=seed)
+            for j, r in zip(idx, implicit_instillation(runner, after, [prompts[j] for j in idx]),
+                            strict=True):
+                res[j] = r
+        return res
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         from kgprobe.probing.measures.common import cloze_sentences
@@ -475,8 +518,12 @@ class InfoKL(Measure):
                 stated.append(fill(c.template, c.subject_label, f.object.label))
                 owners.append(i)
         k = int(self.settings["top_k"])
-        res = ((explicit_instillation_topk(runner, prompts, stated, k=k) if k else
-                explicit_instillation(runner, prompts, stated)) if prompts else [])
+        res: list[Any] = []
+        if prompts and self.settings["instill"] == "implicit":
+            res = self._implicit(runner, prompts, stated, owners, ctx.seed)
+        elif prompts:
+            res = list(explicit_instillation_topk(runner, prompts, stated, k=k) if k else
+                       explicit_instillation(runner, prompts, stated))
         per: dict[int, list[Any]] = {}
         for i, r in zip(owners, res, strict=True):
             per.setdefault(i, []).append(r)
