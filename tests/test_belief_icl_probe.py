@@ -96,6 +96,13 @@ def test_four_relation_mp_prompts_and_values(graph: Any, engine: Any, gpt2: Path
     assert len(fr["confidences"]) == 1 and fr["confidences"][0] in (0.0, 0.5, 1.0)
     # the zero-shot rank-based default is a different property, untouched
     assert not _rows(graph, "belief_random_n2")
+    # per relation: Acc@1 over the stored ranks (only K = 1 for ICL), no MRR
+    from kgprobe.probing.measures.registry import relation_aggregates
+
+    [agg] = [a for a in relation_aggregates(graph, "gpt2") if a["measure_key"] == key]
+    ranks = [r["ranks"][0] for r in rows.values()]
+    assert agg["pid"] == "P36" and "mrr" not in agg and "acc@10" not in agg
+    assert agg["acc@1"]["mean"] == pytest.approx(sum(r == 1 for r in ranks) / 3)
 
 
 def test_qa_style_zero_shot_prompt(graph: Any, engine: Any, gpt2: Path) -> None:

@@ -287,7 +287,7 @@ class Karr(Measure):
 @register
 class Belief(Measure):
     name = "belief"
-    section = "Zhao et al. 2024 (BELIEF), eq. 1–6"
+    section = "Zhao et al. 2024 (BELIEF), eq. 1–6; BELIEF-ICL §5.1 with icl=…"
     summary = ("per fact over its prompts (templates × subject labels): hit@1 share (score), "
                "mean rank of the gold object, hit@K, reciprocal rank, consistency, confidence; "
                "per relation Acc@1/Acc@K/MRR with range and sd over N seeded prompt sets, "
@@ -450,7 +450,7 @@ class Belief(Measure):
 @register
 class InfoKL(Measure):
     name = "info"
-    section = "Pezeshkpour 2023, eq. 1–3 (explicit instillation)"
+    section = "Pezeshkpour 2023, eq. 1–3 (explicit instillation; implicit, §3, with instill=implicit)"
     summary = ("KL(before‖after) of the next-token distribution after the cloze, without and with "
                "the fact stated first (score; small = known), the prompt's entropy before and after "
                "and their difference; mean over cloze sentences")
