@@ -125,3 +125,27 @@ def test_qa_style_zero_shot_prompt(graph: Any, engine: Any, gpt2: Path) -> None:
                        "Q: Who is the head of state of United States of America?\nA:"}
     rows = _rows(graph, "belief_random_n2_iclzero_stqa_smp2_t3")
     assert rows and all(r["ranks"] in ([1], [2]) for r in rows.values())
+
+
+def test_icl_values_do_not_depend_on_batch_size(graph: Any, engine: Any, gpt2: Path) -> None:
+    """The demonstration pool comes from the graph, not the batch, and demonstrations are
+    seeded by the probe itself."""
+    load(graph)
+    spec = "belief:icl=relation,samples=2,max_new_tokens=3"
+    got, prompts = [], []
+    for bs, force in ((1, False), (3, True)):
+        seen: set[str] = set()
+
+        class Recording:
+            def run(self, requests: Any, seen: set[str] = seen) -> Any:
+                seen.update(r.context for r in requests if isinstance(r, GenerateRequest))
+                return engine.run(requests)
+
+        run_probe(graph, Recording(), _cfg(gpt2, measures=(spec,), relations=("P36",),
+                                           batch_facts=bs, force=force),
+                  fingerprint=engine.fingerprint, progress=False)
+        rows = _rows(graph, "belief_random_n2_iclrelation_smp2_t3")
+        got.append({k: (r["ranks"], r["confidences"]) for k, r in rows.items()})
+        prompts.append(seen)
+    assert len(got[0]) == 3 and got[0] == got[1]
+    assert len(prompts[0]) == 3 and prompts[0] == prompts[1]
