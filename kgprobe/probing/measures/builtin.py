@@ -475,8 +475,10 @@ class InfoKL(Measure):
                               "leave top_k at 0")
 
     def config(self, ctx: RunContext) -> dict[str, Any]:
-        # the fine-tuning is seeded with the run's seed
-        return {**super().config(ctx), "seed": ctx.seed}
+        # implicit: the fine-tuning is seeded with the run's seed (explicit needs no seed, so
+        # its configuration hash stays what it was)
+        out = super().config(ctx)
+        return {**out, "seed": ctx.seed} if self.settings["instill"] == "implicit" else out
 
     def _implicit(self, runner: Runner, prompts: Sequence[str], stated: Sequence[str],
                   owners: Sequence[int], seed: int) -> list[Any]:
