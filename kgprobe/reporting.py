@@ -506,12 +506,13 @@ def print_report(rep: Report, console: Console) -> None:
             escape(f"on {c['both_probed']} facts probed for both: {a.model_key} knows {c['a_known']}, "
                    f"{b.model_key} knows {c['b_known']}, both {c['both_known']}"), highlight=False,
         )
-    if rep.measures:
+    others = _other_measures(rep)
+    if others:
         from rich.markup import escape
 
         mt = Table("measure", "relation", "facts", "mean [95% CI]", "more",
-                   title=f"every measure probed for {a.model_key}")
-        for mrow in rep.measures:
+                   title=f"other measures probed for {a.model_key}")
+        for mrow in others:
             sc = mrow.get("score") or {}
             more = ", ".join(f"{k} {v['mean']:.3f}" for k, v in mrow.items()
                              if isinstance(v, dict) and k != "score" and isinstance(v.get("mean"), float))
@@ -779,11 +780,18 @@ def reliability_svg(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> str:
 # --- HTML ---------------------------------------------------------------------------------------------
 
 
+def _other_measures(rep: Report) -> list[dict[str, Any]]:
+    """The per-relation aggregates of every measure probed for the primary model except the one
+    the report is about (shown above, with the report's own intervals)."""
+    return [r for r in rep.measures if r.get("measure_key") != rep.primary.measure_key]
+
+
 def _measures_html(rep: Report) -> str:
     """Every measure probed for the primary model, per relation: n, mean with its interval (only
     where n allows), and the further aggregates — BELIEF's Acc/MRR as mean, range and sd over
     its seeded prompt-set samples (the fluctuation), Consist@1 and Overconf."""
-    if not rep.measures:
+    rows = _other_measures(rep)
+    if not rows:
         return ""
 
     def fmt(v: Any) -> str:
@@ -795,7 +803,7 @@ def _measures_html(rep: Report) -> str:
         return f"{v:.3f}" if isinstance(v, float) else ""
 
     trs = []
-    for r in rep.measures:
+    for r in rows:
         sc = r.get("score") or {}
         n = int(sc.get("n") or 0)
         mean = "–" if sc.get("mean") is None else f"{sc['mean']:.3f}"
@@ -806,7 +814,7 @@ def _measures_html(rep: Report) -> str:
                          if k not in ("measure", "measure_key", "pid", "facts", "score") and fmt(v))
         trs.append(f"<tr><td>{_esc(r['measure_key'])}</td><td>{_esc(r['pid'])}</td><td>{n}</td>"
                    f"<td>{_esc(mean + ci)}</td><td style=\"text-align:left\">{_esc(more)}</td></tr>")
-    return ("<h2>Every measure probed</h2><table id=\"measures\"><thead><tr><th>measure</th>"
+    return ("<h2>Other measures probed</h2><table id=\"measures\"><thead><tr><th>measure</th>"
             "<th>relation</th><th>n</th><th>mean [95% CI]</th><th>further values</th></tr></thead>"
             f"<tbody>{''.join(trs)}</tbody></table>")
 

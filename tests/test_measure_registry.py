@@ -178,7 +178,7 @@ def test_every_measure_round_trips_probe_edge_report(world: tuple[Any, Any], eng
     con = Console(record=True, width=200)
     print_report(rep, con)
     text = con.export_text()
-    assert "every measure probed for gpt2" in text and "belief_random_n2" in text
+    assert "other measures probed for gpt2" in text and "belief_random_n2" in text
     judge = {r["pid"]: r["score"]["mean"] for r in d["measures"] if r["measure"] == "judge"}
     assert all(0.0 <= v <= 1.0 for v in judge.values())
 
@@ -193,6 +193,9 @@ def test_every_measure_round_trips_probe_edge_report(world: tuple[Any, Any], eng
     assert len(want) >= 5 and sorted(rep.calibration or []) == want
     page = render_html(rep)
     assert 'id="measures"' in page and "belief_random_n2" in page and "range" in page
+    # the report's own measure is not repeated there with other intervals
+    table = page.split('id="measures"', 1)[1].split("</table>", 1)[0]
+    assert keys["kmin"] not in table and keys["kavg"] in table
     assert "reliability" in page and f"over {len(want)} prompts" in page
 
 
