@@ -473,8 +473,8 @@ def _by_title(rep: Report) -> str:
 
 
 def print_report(rep: Report, console: Console) -> None:
-    from rich.markup import escape
     from rich.table import Table
+    from rich.text import Text
 
     a, b = rep.primary, rep.other
     title = f"{a.model_key}: {a.measure_label} (known ≥ {a.threshold:g}), by {_by_title(rep)}"
@@ -482,14 +482,14 @@ def print_report(rep: Report, console: Console) -> None:
     if b is not None:
         title += f"  vs  {b.model_key}"
         cols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
-    table = Table(*cols, title=escape(title))
+    table = Table(*cols, title=Text(title))
     b_by = {g.key: g for g in b.groups} if b is not None else {}
     for g in [*a.groups, a.overall]:
         row = [g.name, str(g.facts), _ci(g), _known(g), _stale(g)]
         if b is not None:
             gb = b.overall if g.key == "all" else b_by.get(g.key)
             row += [str(gb.facts) if gb else "–", _ci(gb), _known(gb)]
-        table.add_row(*map(escape, row), end_section=bool(a.groups) and g.key == a.groups[-1].key)
+        table.add_row(*map(Text, row), end_section=bool(a.groups) and g.key == a.groups[-1].key)
     console.print(table)
     console.print(f"intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "
                   f"only for n ≥ {rep.min_n_ci}", highlight=False)
@@ -503,13 +503,11 @@ def print_report(rep: Report, console: Console) -> None:
     if rep.comparison is not None and b is not None:
         c = rep.comparison
         console.print(
-            escape(f"on {c['both_probed']} facts probed for both: {a.model_key} knows {c['a_known']}, "
+            Text(f"on {c['both_probed']} facts probed for both: {a.model_key} knows {c['a_known']}, "
                    f"{b.model_key} knows {c['b_known']}, both {c['both_known']}"), highlight=False,
         )
     others = _other_measures(rep)
     if others:
-        from rich.markup import escape
-
         mt = Table("measure", "relation", "facts", "mean [95% CI]", "more",
                    title=f"other measures probed for {a.model_key}")
         for mrow in others:
@@ -519,7 +517,7 @@ def print_report(rep: Report, console: Console) -> None:
             ci = ("" if sc.get("ci_low") is None
                   else f" [{sc['ci_low']:.3f}, {sc['ci_high']:.3f}]")
             mean = "–" if sc.get("mean") is None else f"{sc['mean']:.3f}{ci}"
-            mt.add_row(escape(mrow["measure_key"]), mrow["pid"], str(sc.get("n", 0)), mean, escape(more))
+            mt.add_row(Text(mrow["measure_key"]), mrow["pid"], str(sc.get("n", 0)), mean, Text(more))
         console.print(mt)
 
 

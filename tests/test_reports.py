@@ -309,3 +309,19 @@ def test_cli_report_json_is_one_document(hand_graph: Any, kgprobe_env: dict[str,
     bad = subprocess.run([exe, "report", "-m", "hand", "--by", "colour"], capture_output=True,
                          text=True, env=kgprobe_env, timeout=300)
     assert bad.returncode != 0 and "unknown --by 'colour'; choose from: relation, type, popularity" in bad.stderr
+
+
+@pytest.mark.parametrize("markup", [True, False])
+def test_terminal_report_prints_data_text_as_written(hand_graph: Any, markup: bool) -> None:
+    """A relation label from the data is printed literally whatever the console's markup
+    setting (the CLI's consoles render no markup; an API user's may): no tag swallowed, no
+    backslash added."""
+    from rich.console import Console
+
+    from kgprobe.reporting import print_report
+
+    hand_graph.write("MATCH (r:Relation {pid: 'P36'}) SET r.label = $l", l="capital [bold]x[/bold] [a]")
+    con = Console(record=True, width=400, markup=markup)
+    print_report(build_report(hand_graph, "hand", seed=0), con)
+    text = con.export_text()
+    assert "capital [bold]x[/bold] [a]" in text and "\\[" not in text
