@@ -1,6 +1,8 @@
 """Time a probe run on the graph kgprobe is configured for (the demo graph after `kgprobe demo`).
 
     python benchmarks/bench_probe.py --sample 60 -n 5 --strategy temp+sem [--dtype bfloat16]
+    python benchmarks/bench_probe.py --relations demo --history-first --sample 60 \
+        --per-measure --measure kmin --measure belief ...   # the demo sample, cost per measure
 
 Prints the wall time and this process's CPU time of each phase (model load, semantic index,
 probe) and the facts scored. The machine may be shared: the load average before and after is
@@ -28,17 +30,28 @@ def main() -> None:
     ap.add_argument("--max-templates", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--index-dir", default=None)
+    ap.add_argument("--relations", default=None,
+                    help="comma-separated PIDs; 'demo' = the demo's relations (kgprobe.api)")
+    ap.add_argument("--history-first", action="store_true", help="as kgprobe demo samples")
+    ap.add_argument("--per-measure", action="store_true",
+                    help="also probe each --measure alone first, to split the cost by measure")
     args = ap.parse_args()
 
     import torch
 
     torch.set_num_threads(1)
+    from kgprobe.api import DEMO_RELATIONS
     from kgprobe.graph.client import connect
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.measures.common import end_marker_for
     from kgprobe.probing.models import load_model
     from kgprobe.probing.run import ProbeConfig, run_probe
 
+    relations: tuple[str, ...] = ()
+    if args.relations == "demo":
+        relations = DEMO_RELATIONS
+    elif args.relations:
+        relations = tuple(r.strip() for r in args.relations.split(",") if r.strip())
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     graph = connect()
 
@@ -57,24 +70,31 @@ def main() -> None:
         index = ensure_index(graph, args.index_dir or default_index_dir())
         w2, c2 = clock()
         print(f"semantic index (load or build): {w2 - w1:.1f} s wall, {c2 - c1:.1f} s CPU")
-    engine = Engine(lm)
     end = end_marker_for(lm.name)
-    cfg = ProbeConfig(
-        model=args.model, sample=args.sample, n=args.n, strategy=args.strategy,
-        measures=tuple(args.measure or ("kmin",)), dtype=args.dtype, seed=args.seed,
-        max_object_labels=args.max_labels, max_templates=args.max_templates, force=True,
-    )
-    w3, c3 = clock()
-    s = run_probe(graph, engine, cfg, fingerprint=engine.fingerprint, index=index,
-                  model_info={"name": lm.name, "kind": lm.kind, "device": lm.device,
-                              "end_marker": {"kind": end.kind, "text": end.text}},
-                  progress=sys.stderr.isatty())
-    w4, c4 = clock()
-    done = s.scored + s.unscorable
-    print(f"probe: {done} facts ({s.scored} scored, {s.unscorable} unscorable) over "
-          f"{len(s.relations)} relations in {w4 - w3:.1f} s wall, {c4 - c3:.1f} s CPU "
-          f"({(w4 - w3) / max(done, 1):.2f} s/fact wall); engine computed {engine.stats.computed} "
-          f"requests")
+    runs = [(m,) for m in args.measure or ()] if args.per_measure else []
+    runs.append(tuple(args.measure or ("kmin",)))
+    for measures in runs:
+        engine = Engine(lm)  # a fresh engine per run: its counters cover that run only
+        cfg = ProbeConfig(
+            model=args.model, relations=relations, sample=args.sample, n=args.n,
+            strategy=args.strategy, history_first=args.history_first, measures=measures, dtype=args.dtype, seed=args.seed,
+            max_object_labels=args.max_labels, max_templates=args.max_templates, force=True,
+        )
+        w3, c3 = clock()
+        s = run_probe(graph, engine, cfg, fingerprint=engine.fingerprint, index=index,
+                      model_info={"name": lm.name, "kind": lm.kind, "device": lm.device,
+                                  "end_marker": {"kind": end.kind, "text": end.text}},
+                      progress=sys.stderr.isatty())
+        w4, c4 = clock()
+        done = s.scored + s.unscorable
+        st = engine.stats
+        kinds = ", ".join(f"{k.removesuffix('Request')} {st.kind_requests[k]} req "
+                          f"{v:.1f} s" for k, v in sorted(st.kind_cpu_seconds.items()))
+        print(f"probe [{' '.join(measures)}]: {done} facts ({s.scored} scored, "
+              f"{s.unscorable} unscorable) over {len(s.relations)} relations in "
+              f"{w4 - w3:.1f} s wall, {c4 - c3:.1f} s CPU ({(c4 - c3) / max(done, 1):.2f} CPU-s "
+              f"per fact); engine {sum(st.kind_cpu_seconds.values()):.1f} CPU-s ({kinds}), "
+              f"{st.forward_calls} forward calls", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
     graph.close()
 

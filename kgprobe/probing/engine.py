@@ -7,7 +7,9 @@ group them by kind and context, sort by length, batch, and store new results as 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import numpy as np
@@ -145,16 +147,34 @@ class Engine:
         bs = [r for r in reqs if isinstance(r, BeamSearchRequest)]
         gn = [r for r in reqs if isinstance(r, GenerateRequest)]
         if lp:
-            out.update(zip(lp, self._logprobs(lp), strict=True))
+            with self._timed("LogProbRequest", len(lp)):
+                out.update(zip(lp, self._logprobs(lp), strict=True))
         if sp:
-            out.update(zip(sp, self._spans(sp), strict=True))
+            with self._timed("SpanScoreRequest", len(sp)):
+                out.update(zip(sp, self._spans(sp), strict=True))
         if nt:
-            out.update(zip(nt, self._next_tokens(nt), strict=True))
-        for b in bs:
-            out[b] = self._beam(b)
-        for g in gn:
-            out[g] = self._generate(g)
+            with self._timed("NextTokenRequest", len(nt)):
+                out.update(zip(nt, self._next_tokens(nt), strict=True))
+        if bs:
+            with self._timed("BeamSearchRequest", len(bs)):
+                for b in bs:
+                    out[b] = self._beam(b)
+        if gn:
+            with self._timed("GenerateRequest", len(gn)):
+                for g in gn:
+                    out[g] = self._generate(g)
         return out
+
+    @contextlib.contextmanager
+    def _timed(self, kind: str, n: int) -> Iterator[None]:
+        """Charge the CPU time of computing ``n`` requests of one kind to that kind."""
+        c0 = time.process_time()
+        try:
+            yield
+        finally:
+            st = self.stats
+            st.kind_cpu_seconds[kind] = st.kind_cpu_seconds.get(kind, 0.0) + time.process_time() - c0
+            st.kind_requests[kind] = st.kind_requests.get(kind, 0) + n
 
     def _packed(self) -> bool:
         """Whether causal requests go through packed rows (see ``CausalBackend.score_items``)."""

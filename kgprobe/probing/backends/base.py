@@ -20,6 +20,10 @@ class EngineStats:
     forward_cpu_seconds: float = 0.0
     #: process CPU seconds in the LM head + log_softmax on the read positions (packed path)
     head_cpu_seconds: float = 0.0
+    #: process CPU seconds and request counts per request kind (class name), so a run's
+    #: cost can be split by what measures asked for (benchmarks/bench_probe.py --per-measure)
+    kind_cpu_seconds: dict[str, float] = field(default_factory=dict)
+    kind_requests: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
