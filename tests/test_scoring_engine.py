@@ -298,3 +298,49 @@ def test_seq2seq_span_scoring(t5: LoadedModel) -> None:
     dist = Engine(t5).run([NextTokenRequest("The capital of France is", top_k=None)])[0]
     assert isinstance(dist, NextTokenResult) and dist.full_logprobs is not None
     assert float(np.exp(dist.full_logprobs.astype(np.float64)).sum()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_beam_searches_and_generations_do_not_depend_on_their_batch(causal: LoadedModel) -> None:
+    """Searches and generations are decoded many at once (one key/value cache, right-padded
+    contexts of different lengths); each result must equal the same request run alone, and
+    each hypothesis's log-probability must equal packed scoring of its tokens (another code
+    path: no cache, no padding)."""
+    from kgprobe.probing.requests import GenerateResult
+
+    reqs: list = [
+        BeamSearchRequest("The capital of France is", num_beams=3, max_new_tokens=4),
+        BeamSearchRequest("A", num_beams=2, max_new_tokens=5),
+        BeamSearchRequest("Paris is a city in the north of", num_beams=4,
+                          allowed=(" France", " Paris", " the country", " Europe")),
+        BeamSearchRequest("Answer:", num_beams=1, max_new_tokens=3),
+        GenerateRequest("The capital of France is", max_new_tokens=5),
+        GenerateRequest("Once upon a time there was a", max_new_tokens=6, temperature=1.0, seed=3),
+        GenerateRequest("Hello", max_new_tokens=4, temperature=0.7, top_p=0.8, seed=4),
+    ]
+    together = Engine(causal).run(reqs)
+    for r, got in zip(reqs, together, strict=True):
+        alone = Engine(causal).run([r])[0]
+        if isinstance(got, GenerateResult):
+            assert isinstance(alone, GenerateResult)
+            assert got.token_ids == alone.token_ids and got.text == alone.text
+            assert got.logprob == pytest.approx(alone.logprob, abs=1e-5)
+            continue
+        assert isinstance(got, BeamSearchResult) and isinstance(alone, BeamSearchResult)
+        assert [h.token_ids for h in got.hypotheses] == [h.token_ids for h in alone.hypotheses]
+        for h, a in zip(got.hypotheses, alone.hypotheses, strict=True):
+            assert h.logprob == pytest.approx(a.logprob, abs=1e-5)
+    backend = Engine(causal).causal
+    assert backend is not None
+    tok = causal.tokenization
+    for r, got in zip(reqs, together, strict=True):
+        ctx = tuple(tok.causal_pair(r.context, " x").context_ids)
+        hyps = got.hypotheses if isinstance(got, BeamSearchResult) else [got]
+        scored, _ = backend.score_items([ctx] * len(hyps), [list(h.token_ids) for h in hyps])
+        for h, s in zip(hyps, scored, strict=True):
+            assert h.logprob == pytest.approx(sum(s.logprobs), abs=1e-4)
+    # a beam of width 1 is greedy decoding when no hypothesis ends early
+    beam1, greedy = Engine(causal).run([BeamSearchRequest("Answer:", num_beams=1, max_new_tokens=3),
+                                        GenerateRequest("Answer:", max_new_tokens=3)])
+    assert isinstance(beam1, BeamSearchResult) and isinstance(greedy, GenerateResult)
+    if causal.tokenizer.eos_token_id not in greedy.token_ids:
+        assert beam1.hypotheses[0].token_ids == greedy.token_ids

@@ -157,12 +157,10 @@ class Engine:
                 out.update(zip(nt, self._next_tokens(nt), strict=True))
         if bs:
             with self._timed("BeamSearchRequest", len(bs)):
-                for b in bs:
-                    out[b] = self._beam(b)
+                out.update(zip(bs, self._beams(bs), strict=True))
         if gn:
             with self._timed("GenerateRequest", len(gn)):
-                for g in gn:
-                    out[g] = self._generate(g)
+                out.update(zip(gn, self._generates(gn), strict=True))
         return out
 
     @contextlib.contextmanager
@@ -333,34 +331,43 @@ class Engine:
             raise ConfigError(f"{what} needs a causal language model")
         return self.causal
 
-    def _beam(self, r: BeamSearchRequest) -> BeamSearchResult:
+    def _beams(self, reqs: list[BeamSearchRequest]) -> list[BeamSearchResult]:
+        """All beam searches of a chunk decoded together (``CausalBackend.beam_search_many``)."""
         backend = self._need_causal("beam search")
-        ctx = self._context_ids(r.context)
-        trie = None
-        max_new = r.max_new_tokens
-        names: dict[tuple[int, ...], str] = {}
-        if r.allowed is not None:
-            limit = self.tok.max_length
-            for a in r.allowed:
-                try:
-                    ids = self.tok.causal_pair(r.context, a, r.add_eos).continuation_ids
-                except ConfigError:
-                    continue  # encodes to nothing, or longer than the model's whole context
-                if limit is not None and len(ctx) + len(ids) > limit:
-                    continue  # cannot be generated after this context: not a reachable answer
-                names.setdefault(ids, a)
-            if not names:
-                raise ConfigError(
-                    "beam search: none of the allowed strings fits after the context "
-                    f"(model context length {limit})"
-                )
-            trie = TrieNode.build(list(names))
-            max_new = max(len(s) for s in names)  # the trie's depth bounds the search
-        found = backend.beam_search(ctx, r.num_beams, max_new, trie)
-        return BeamSearchResult(tuple(
-            Hypothesis(names.get(tuple(ids)) or self._continuation_text(ctx, ids), tuple(ids), lp)
-            for ids, lp in found
-        ))
+        searches = []
+        named: list[dict[tuple[int, ...], str]] = []
+        for r in reqs:
+            ctx = self._context_ids(r.context)
+            trie = None
+            max_new = r.max_new_tokens
+            names: dict[tuple[int, ...], str] = {}
+            if r.allowed is not None:
+                limit = self.tok.max_length
+                for a in r.allowed:
+                    try:
+                        ids = self.tok.causal_pair(r.context, a, r.add_eos).continuation_ids
+                    except ConfigError:
+                        continue  # encodes to nothing, or longer than the model's whole context
+                    if limit is not None and len(ctx) + len(ids) > limit:
+                        continue  # cannot be generated after this context: not a reachable answer
+                    names.setdefault(ids, a)
+                if not names:
+                    raise ConfigError(
+                        "beam search: none of the allowed strings fits after the context "
+                        f"(model context length {limit})"
+                    )
+                trie = TrieNode.build(list(names))
+                max_new = max(len(s) for s in names)  # the trie's depth bounds the search
+            searches.append((ctx, r.num_beams, max_new, trie))
+            named.append(names)
+        return [
+            BeamSearchResult(tuple(
+                Hypothesis(names.get(tuple(ids)) or self._continuation_text(ctx, ids), tuple(ids), lp)
+                for ids, lp in found
+            ))
+            for found, names, (ctx, _, _, _) in zip(
+                backend.beam_search_many(searches), named, searches, strict=True)
+        ]
 
     def _continuation_text(self, ctx: Sequence[int], ids: Sequence[int]) -> str:
         """Decode new tokens in their context so a leading space survives (SentencePiece
@@ -372,23 +379,28 @@ class Engine:
             return after[len(before):]
         return tk.decode(list(ids), skip_special_tokens=True)
 
-    def _generate(self, r: GenerateRequest) -> GenerateResult:
+    def _generates(self, reqs: list[GenerateRequest]) -> list[GenerateResult]:
+        """All generations of a chunk decoded together (``CausalBackend.generate_many``)."""
         backend = self._need_causal("generation")
-        ctx = self._context_ids(r.context)
+        ctxs = [self._context_ids(r.context) for r in reqs]
 
-        def stop_check(ids: list[int]) -> bool:
-            if not r.stop:
+        def stop_check(i: int, ids: list[int]) -> bool:
+            if not reqs[i].stop:
                 return False
-            text = self._continuation_text(ctx, ids)
-            return any(s in text for s in r.stop)
+            text = self._continuation_text(ctxs[i], ids)
+            return any(s in text for s in reqs[i].stop)
 
-        ids, lp = backend.generate(ctx, r.max_new_tokens, r.temperature, r.top_p, r.seed,
-                                   stop_check)
-        text = self._continuation_text(ctx, ids)
-        for s in r.stop:
-            if s in text:
-                text = text[: text.index(s)]
-        return GenerateResult(text, tuple(ids), lp)
+        found = backend.generate_many(
+            [(c, r.max_new_tokens, r.temperature, r.top_p, r.seed) for c, r in zip(ctxs, reqs, strict=True)],
+            stop_check)
+        out = []
+        for r, ctx, (ids, lp) in zip(reqs, ctxs, found, strict=True):
+            text = self._continuation_text(ctx, ids)
+            for s in r.stop:
+                if s in text:
+                    text = text[: text.index(s)]
+            out.append(GenerateResult(text, tuple(ids), lp))
+        return out
 
 
 def _span_ids(e: SpanEncoding) -> list[int]:

@@ -43,6 +43,17 @@ def _has_flex() -> bool:
 
 
 @dataclass
+class _Slots:
+    """Sequences decoded together (beam search, generation): one key/value cache whose row j
+    holds slot j's context and the tokens chosen so far."""
+
+    cache: Any
+    mask: torch.Tensor  # (N, T) 1 where the cache holds a real token
+    next_pos: torch.Tensor  # (N,) position id of each slot's next token
+    logits: torch.Tensor  # (N, V) fp32 logits of each slot's next token
+
+
+@dataclass
 class _ContextState:
     """A context's key/value cache (per layer) and the log-probabilities after it."""
 
@@ -457,109 +468,200 @@ class CausalBackend(Backend):
 
     # -- search ---------------------------------------------------------------------------
 
-    def _next_dists(self, state: _ContextState, rows: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Log-probabilities after context + each row (rows may be empty): (n, V) fp32."""
-        out = torch.empty((len(rows), state.last_logprobs.shape[0]), device=self.device)
-        fed = [i for i, r in enumerate(rows) if r]
-        for i, r in enumerate(rows):
-            if not r:
-                out[i] = state.last_logprobs
-        for start in range(0, len(fed), self.batch_size):
-            chunk = fed[start : start + self.batch_size]
-            logits = self._rows_after_context(state, [rows[i] for i in chunk])
-            for row, i in enumerate(chunk):
-                out[i] = torch.log_softmax(logits[row, len(rows[i]) - 1].float(), -1)
-        return out
+    def _decode_logits(self, kwargs: dict[str, Any], last: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        """One forward with a key/value cache: (cache, fp32 logits at position ``last[i]`` of
+        row i). Only those positions go through the LM head when it splits off."""
+        rows = torch.arange(last.shape[0], device=self.device)
+        if self.head_splits():
+            self.stats.forward_calls += 1
+            c0 = time.process_time()
+            with torch.inference_mode():
+                out = self.model.base_model(**kwargs)
+                logits = self._head(out.last_hidden_state[rows, last])
+            self.stats.forward_cpu_seconds += time.process_time() - c0
+        else:
+            out = self._forward(**kwargs)
+            logits = out.logits[rows, last].float()
+        return out.past_key_values, logits
 
-    def beam_search(
-        self,
-        ctx: Sequence[int],
-        num_beams: int,
-        max_new_tokens: int,
-        trie: TrieNode | None,
-    ) -> list[tuple[list[int], float]]:
-        """Beam search; with ``trie`` only token paths of the trie are expanded and only
-        complete entries are returned. Finished hypotheses, best first."""
-        state = self._run_context(ctx, keep_cache=True)
-        eos = self.eos_id
-        live: list[tuple[list[int], float, TrieNode | None]] = [([], 0.0, trie)]
-        finished: list[tuple[list[int], float]] = []
-        for _ in range(max_new_tokens):
-            if not live:
-                break
-            dists = self._next_dists(state, [h[0] for h in live])
-            cands: list[tuple[list[int], float, TrieNode | None]] = []
-            for (seq, score, node), dist in zip(live, dists, strict=True):
-                if node is not None:
-                    toks = list(node.children)
-                    if not toks:
-                        continue
-                    vals = dist[torch.tensor(toks, device=dist.device)].tolist()
-                    for t, v in zip(toks, vals, strict=True):
-                        cands.append((seq + [t], score + v, node.children[t]))
-                else:
-                    v, t = dist.topk(min(num_beams, dist.shape[0]))
-                    for tv, tt in zip(v.tolist(), t.tolist(), strict=True):
-                        cands.append((seq + [tt], score + tv, None))
-            cands.sort(key=lambda c: -c[1])
-            live = []
-            for seq, score, node in cands:
-                done = node.terminal if node is not None else (eos is not None and seq[-1] == eos)
-                if done:
-                    finished.append((seq, score))
-                extendable = not done or (node is not None and bool(node.children))
-                if extendable and len(live) < num_beams:
-                    live.append((seq, score, node))
-            finished.sort(key=lambda f: -f[1])
-            if len(finished) >= num_beams and (
-                not live or live[0][1] < finished[num_beams - 1][1]
-            ):
-                break  # log-probabilities only fall: no live beam can still enter the top
-        if trie is None:
-            finished.extend((seq, score) for seq, score, _ in live)
-        finished.sort(key=lambda f: -f[1])
-        return finished[:num_beams]
-
-    def generate(
-        self,
-        ctx: Sequence[int],
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float,
-        seed: int,
-        stop_check: Any,
-    ) -> tuple[list[int], float]:
-        """Greedy (temperature 0) or seeded nucleus sampling with an incremental KV cache.
-
-        ``stop_check(ids) -> bool`` ends generation early (stop strings)."""
+    def _decode_start(self, ctxs: Sequence[Sequence[int]]) -> _Slots:
+        """Feed many contexts in one right-padded forward and keep their cache: the slots
+        every search and generation step extends (``_decode_step``)."""
         from transformers import DynamicCache
 
-        gen = torch.Generator(device="cpu").manual_seed(seed)
-        cache = DynamicCache()
-        ids = torch.tensor([list(ctx)], device=self.device)
-        out_ids: list[int] = []
-        total = 0.0
-        length = len(ctx)
-        for _ in range(max_new_tokens):
-            pos = torch.arange(length - ids.shape[1], length, device=self.device)[None]
-            out = self._forward(input_ids=ids, position_ids=pos, past_key_values=cache,
-                                use_cache=True)
-            cache = out.past_key_values
-            logits = out.logits[0, -1].float()
-            lp = torch.log_softmax(logits, -1)
-            if temperature == 0:
-                tok = int(lp.argmax())
-            else:
-                probs = torch.softmax(logits / temperature, -1).cpu()
-                if top_p < 1.0:
-                    sp, si = probs.sort(descending=True)
-                    keep = sp.cumsum(0) - sp < top_p
-                    probs = torch.zeros_like(probs).scatter(0, si[keep], sp[keep])
-                tok = int(torch.multinomial(probs, 1, generator=gen))
-            total += float(lp[tok])
-            out_ids.append(tok)
-            length += 1
-            if tok == self.eos_id or stop_check(out_ids):
+        b = len(ctxs)
+        width = max(len(c) for c in ctxs)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((b, width), dtype=torch.long, device=self.device)
+        for i, c in enumerate(ctxs):
+            ids[i, : len(c)] = torch.tensor(list(c), device=self.device)
+            mask[i, : len(c)] = 1
+        lengths = torch.tensor([len(c) for c in ctxs], device=self.device)
+        pos = torch.arange(width, device=self.device).expand(b, -1)
+        cache, logits = self._decode_logits(
+            {"input_ids": ids, "attention_mask": mask, "position_ids": pos,
+             "past_key_values": DynamicCache(), "use_cache": True}, lengths - 1)
+        return _Slots(cache, mask, lengths, logits)
+
+    def _decode_step(self, slots: _Slots, parents: Sequence[int], tokens: Sequence[int]) -> _Slots:
+        """New slots: slot j continues slot ``parents[j]`` by ``tokens[j]``. One token per slot
+        is fed (the cache holds the rest), so a step costs one forward for every live
+        hypothesis of every request in the batch. Right padding sits between a context and
+        its new tokens; the attention mask hides it and position ids skip it."""
+        idx = torch.tensor(list(parents), dtype=torch.long, device=self.device)
+        cache = slots.cache
+        cache.reorder_cache(idx)
+        n = len(parents)
+        mask = torch.cat([slots.mask.index_select(0, idx),
+                          torch.ones((n, 1), dtype=torch.long, device=self.device)], dim=1)
+        pos = slots.next_pos.index_select(0, idx)
+        ids = torch.tensor([[t] for t in tokens], dtype=torch.long, device=self.device)
+        cache, logits = self._decode_logits(
+            {"input_ids": ids, "attention_mask": mask, "position_ids": pos[:, None],
+             "past_key_values": cache, "use_cache": True},
+            torch.zeros(n, dtype=torch.long, device=self.device))
+        return _Slots(cache, mask, pos + 1, logits)
+
+    def _decode_groups(self, ctxs: Sequence[Sequence[int]], width: int) -> list[list[int]]:
+        """Indices of requests decoded together, longest contexts first: as many as keep
+        each forward within the row budget (``batch_tokens``, else ``batch_size`` rows of 64
+        tokens) — the first forward feeds their contexts, each later one ``width`` tokens
+        per request. A step's cost is mostly reading the weights, so more slots per
+        forward is nearly free until the budget is reached."""
+        budget = self.batch_tokens or self.batch_size * 64
+        order = sorted(range(len(ctxs)), key=lambda i: -len(ctxs[i]))
+        groups: list[list[int]] = []
+        start = 0
+        while start < len(order):
+            n = max(1, budget // max(1, len(ctxs[order[start]]), width))
+            groups.append(order[start : start + n])
+            start += n
+        return groups
+
+    def beam_search_many(
+        self, searches: Sequence[tuple[Sequence[int], int, int, TrieNode | None]],
+    ) -> list[list[tuple[list[int], float]]]:
+        """Beam searches ``(context, num_beams, max_new_tokens, trie)``, many at once: their
+        contexts in one forward, then one forward per step for every live beam of every
+        search (one new token each, the rest from the cache). With a trie only its token
+        paths are expanded and only complete entries are returned. Finished hypotheses of
+        each search, best first."""
+        out: list[list[tuple[list[int], float]]] = [[] for _ in searches]
+        width = max((s[1] for s in searches), default=1)
+        for group in self._decode_groups([s[0] for s in searches], width):
+            for i, found in zip(group, self._beam_group([searches[i] for i in group]),
+                                strict=True):
+                out[i] = found
+        return out
+
+    def _beam_group(
+        self, searches: Sequence[tuple[Sequence[int], int, int, TrieNode | None]],
+    ) -> list[list[tuple[list[int], float]]]:
+        eos = self.eos_id
+        slots = self._decode_start([s[0] for s in searches])
+        # per search: live hypotheses (tokens, score, trie node, slot)
+        live: list[list[tuple[list[int], float, TrieNode | None, int]]] = [
+            [([], 0.0, s[3], i)] for i, s in enumerate(searches)]
+        finished: list[list[tuple[list[int], float]]] = [[] for _ in searches]
+        for step in range(max(s[2] for s in searches)):
+            parents: list[int] = []
+            tokens: list[int] = []
+            for i, (_, num_beams, max_new, _) in enumerate(searches):
+                if not live[i]:
+                    continue
+                if step >= max_new:
+                    continue
+                cands: list[tuple[list[int], float, TrieNode | None, int]] = []
+                for seq, score, node, slot in live[i]:
+                    dist = torch.log_softmax(slots.logits[slot], -1)
+                    if node is not None:
+                        toks = list(node.children)
+                        if not toks:
+                            continue
+                        vals = dist[torch.tensor(toks, device=dist.device)].tolist()
+                        for t, v in zip(toks, vals, strict=True):
+                            cands.append((seq + [t], score + v, node.children[t], slot))
+                    else:
+                        top_v, top_t = dist.topk(min(num_beams, dist.shape[0]))
+                        for tv, tt in zip(top_v.tolist(), top_t.tolist(), strict=True):
+                            cands.append((seq + [tt], score + tv, None, slot))
+                cands.sort(key=lambda c: -c[1])
+                nxt: list[tuple[list[int], float, TrieNode | None, int]] = []
+                for seq, score, node, slot in cands:
+                    done = node.terminal if node is not None else (eos is not None and seq[-1] == eos)
+                    if done:
+                        finished[i].append((seq, score))
+                    extendable = not done or (node is not None and bool(node.children))
+                    if extendable and len(nxt) < num_beams:
+                        nxt.append((seq, score, node, slot))
+                finished[i].sort(key=lambda f: -f[1])
+                if len(finished[i]) >= num_beams and (
+                    not nxt or nxt[0][1] < finished[i][num_beams - 1][1]
+                ):
+                    nxt = []  # log-probabilities only fall: no live beam can still enter the top
+                live[i] = []
+                for seq, score, node, slot in nxt:
+                    if step + 1 < max_new:  # it gets a slot in the next step
+                        live[i].append((seq, score, node, len(parents)))
+                        parents.append(slot)
+                        tokens.append(seq[-1])
+                    else:
+                        live[i].append((seq, score, node, -1))
+            if not parents:
                 break
-            ids = torch.tensor([[tok]], device=self.device)
-        return out_ids, total
+            slots = self._decode_step(slots, parents, tokens)
+        results = []
+        for i, (_, num_beams, _, trie) in enumerate(searches):
+            if trie is None:
+                finished[i].extend((seq, score) for seq, score, _, _ in live[i])
+            finished[i].sort(key=lambda f: -f[1])
+            results.append(finished[i][:num_beams])
+        return results
+
+    def generate_many(
+        self,
+        runs: Sequence[tuple[Sequence[int], int, float, float, int]],
+        stop_check: Any,
+    ) -> list[tuple[list[int], float]]:
+        """Greedy (temperature 0) or seeded nucleus sampling ``(context, max_new_tokens,
+        temperature, top_p, seed)``, many at once with one key/value cache; each run draws
+        from its own seeded generator, so a run's output does not depend on its batch.
+        ``stop_check(i, ids) -> bool`` ends run i early (stop strings)."""
+        out: list[tuple[list[int], float]] = [([], 0.0) for _ in runs]
+        for group in self._decode_groups([r[0] for r in runs], 1):
+            slots = self._decode_start([runs[i][0] for i in group])
+            gens = {i: torch.Generator(device="cpu").manual_seed(runs[i][4]) for i in group}
+            active = list(range(len(group)))  # slot -> position in group
+            ids: dict[int, list[int]] = {i: [] for i in group}
+            total: dict[int, float] = {i: 0.0 for i in group}
+            while active:
+                parents: list[int] = []
+                tokens: list[int] = []
+                still: list[int] = []
+                for slot, g in enumerate(active):
+                    i = group[g]
+                    _, max_new, temperature, top_p, _ = runs[i]
+                    logits = slots.logits[slot]
+                    lp = torch.log_softmax(logits, -1)
+                    if temperature == 0:
+                        tok = int(lp.argmax())
+                    else:
+                        probs = torch.softmax(logits / temperature, -1).cpu()
+                        if top_p < 1.0:
+                            sp, si = probs.sort(descending=True)
+                            keep = sp.cumsum(0) - sp < top_p
+                            probs = torch.zeros_like(probs).scatter(0, si[keep], sp[keep])
+                        tok = int(torch.multinomial(probs, 1, generator=gens[i]))
+                    total[i] += float(lp[tok])
+                    ids[i].append(tok)
+                    if len(ids[i]) >= max_new or tok == self.eos_id or stop_check(i, ids[i]):
+                        continue
+                    parents.append(slot)
+                    tokens.append(tok)
+                    still.append(g)
+                active = still
+                if active:
+                    slots = self._decode_step(slots, parents, tokens)
+            for i in group:
+                out[i] = (ids[i], total[i])
+        return out
