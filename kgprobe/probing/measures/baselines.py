@@ -466,9 +466,11 @@ def karr(
                 for lab in f.object.labels(max_aliases):
                     conds.append(_given_subject(t, a, lab))
             den_r.append((sent(a), conds))
-        for beta, conts in num + [x for d in den_s for x in d] + den_r:
-            reqs.append(beta)
-            reqs.extend(conts)
+        den_r = [(b, cs) for b, cs in den_r if cs]  # an alias without a sentence adds 0
+        if s_k or den_r:  # else both ratios are None whatever the model says: score nothing
+            for beta, conts in num + [x for d in den_s for x in d] + den_r:
+                reqs.append(beta)
+                reqs.extend(conts)
         plans.append((item, num, den_s, den_r, len(s_k), len(r_templates)))
     res = dict(zip(reqs, runner.run(reqs), strict=True))
 
@@ -477,9 +479,12 @@ def karr(
 
     out = []
     for item, num, den_s, den_r, ks, kr in plans:
+        if not ks and not den_r:
+            out.append(KarrScore(item.fact, None, None, None, None))
+            continue
         n = total(num)
         ds = sum(total(d) for d in den_s) / ks if ks else None
-        dr = total(den_r) / kr if kr and any(cs for _, cs in den_r) else None
+        dr = total(den_r) / kr if kr and den_r else None
         k_s = None if not ds else max(n / ds, floor)
         k_r = None if not dr else max(n / dr, floor)
         if k_s is None or k_r is None:
