@@ -149,3 +149,74 @@ def test_icl_values_do_not_depend_on_batch_size(graph: Any, engine: Any, gpt2: P
         prompts.append(seen)
     assert len(got[0]) == 3 and got[0] == got[1]
     assert len(prompts[0]) == 3 and prompts[0] == prompts[1]
+
+
+class _CypherLog:
+    """The real graph, with every Cypher text it is sent recorded (the queries still run on
+    the test server: nothing is answered here)."""
+
+    def __init__(self, graph: Any) -> None:
+        self._graph = graph
+        self.cypher: list[str] = []
+
+    def read(self, cypher: str, **params: Any) -> Any:
+        self.cypher.append(cypher)
+        return self._graph.read(cypher, **params)
+
+    def write(self, cypher: str, **params: Any) -> Any:
+        self.cypher.append(cypher)
+        return self._graph.write(cypher, **params)
+
+    def write_many(self, statements: Any) -> Any:
+        self.cypher.extend(c for c, _ in statements)
+        return self._graph.write_many(statements)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._graph, name)
+
+
+def test_icl_needs_follow_the_parameters() -> None:
+    from kgprobe.probing.measures.registry import create
+
+    assert create("belief").needs == {"templates", "distractors", "other_objects"}
+    assert create("belief", {"mode": "vocab"}).needs == {"templates", "distractors", "other_objects"}
+    assert create("belief", {"icl": "zero"}).needs == {"templates"}
+    for icl in ("random", "relation", "template"):
+        for style in ("mp", "qa"):
+            assert create("belief", {"icl": icl, "style": style}).needs == {
+                "templates", "demonstrations"}
+
+
+def test_icl_fetches_no_distractor_and_keeps_its_values(graph: Any, engine: Any,
+                                                        gpt2: Path) -> None:
+    """BELIEF-ICL reads no distractor: no fact-context, typed-candidate or temporal query
+    reaches the graph and the facts carry none; its values equal those of a run where the
+    distractors are fetched (for kmin beside it)."""
+    from kgprobe.graph import distractors as gd
+
+    load(graph)
+    distractor_cypher = {gd.FACT_CONTEXT, gd.TRUE_OBJECTS, gd.TYPED_CANDIDATES,
+                         gd.TYPED_CANDIDATES_LIMITED, gd.OMEGA_CHECK, gd.TEMPORAL_CANDIDATES,
+                         gd.TYPED_IDS}
+    spec = "belief:icl=relation,samples=2,max_new_tokens=3"
+    key = "belief_random_n2_iclrelation_smp2_t3"
+    got = []
+    for measures, force in (((spec,), False), (("kmin", spec), True)):
+        log = _CypherLog(graph)
+        plans: list[Any] = []
+        run_probe(log, engine, _cfg(gpt2, measures=measures, relations=("P36",), force=force),
+                  fingerprint=engine.fingerprint, progress=False,
+                  on_fact=lambda p, _v, plans=plans: plans.append(p))
+        assert len(plans) == 3
+        fetched = [c for c in log.cypher if c in distractor_cypher]
+        if measures == (spec,):
+            assert fetched == []
+            assert all(p.fact.distractors == () and p.fact.other_objects == ()
+                       and p.fact.past == () for p in plans)
+            assert all(p.fact.demonstrations for p in plans)
+        else:  # kmin needs them: the same log sees them fetched, once per fact
+            assert fetched.count(gd.FACT_CONTEXT) == 3
+            assert all(len(p.fact.distractors) == 2 for p in plans)
+        got.append({k: (r["score"], r["ranks"], r["confidences"])
+                    for k, r in _rows(graph, key).items()})
+    assert len(got[0]) == 3 and got[0] == got[1]
