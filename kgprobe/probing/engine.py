@@ -374,7 +374,10 @@ class Engine:
 
     def _generate(self, r: GenerateRequest) -> GenerateResult:
         backend = self._need_causal("generation")
-        ctx = self._context_ids(r.context)
+        # room for every new token: the context is cut from the left (BOS kept) as for a
+        # log-prob, so a long prompt never runs past the model's positions
+        ctx = self.tok._fit(self.tok._with_prefix(self.tok.encode(r.context.rstrip())),
+                            max(1, r.max_new_tokens))
 
         def stop_check(ids: list[int]) -> bool:
             if not r.stop:
