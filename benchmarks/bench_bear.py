@@ -17,6 +17,8 @@ by default the first N facts of every relation and template 0 are used):
 
     .venv/bin/python benchmarks/bench_bear.py /work/shared/data/bear --per-relation 10
     .venv/bin/python benchmarks/bench_bear.py /work/shared/data/bear --per-relation 0 --templates 0,1,2
+    # with lm-evaluation-harness's whole-text path too (its own venv, see docs/benchmarks.md):
+    python benchmarks/bench_bear.py /work/shared/data/bear --per-relation 5 --systems kgprobe,lmpq,harness
 """
 
 from __future__ import annotations
@@ -97,6 +99,38 @@ def kgprobe_counts(lm: Any, meta: dict[str, Any], facts: dict[str, list[dict[str
     return {p: (c[0], c[1]) for p, c in counts.items()}
 
 
+def bear_sentences(meta: dict[str, Any], facts: dict[str, list[dict[str, Any]]],
+                   templates: list[int]) -> list[tuple[str, int, list[str]]]:
+    """(relation, gold index, the filled sentences) per fact and template, as BEAR fills them."""
+    out = []
+    for pid, rows in facts.items():
+        answers = meta[pid]["answer_space_labels"]
+        for row in rows:
+            for t in templates:
+                tpl = meta[pid]["templates"][t]
+                out.append((pid, row["answer_idx"],
+                            [capitalize(tpl.replace("[X]", row["sub_label"]).replace("[Y]", a))
+                             for a in answers]))
+    return out
+
+
+def harness_scores(lm: Any, sentences: list[str], batch_size: int, bos_token: str | None) -> list[float]:
+    """lm-evaluation-harness's whole-text path (``HFLM.loglikelihood_rolling``) on the same
+    model object: every token of the sentence given the prefix token (the conditioning
+    token kgprobe uses for the model), one padded sequence per sentence."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+
+    kw: dict[str, Any] = {}
+    if bos_token is not None:
+        kw["prefix_token_id"] = lm.tokenizer.convert_tokens_to_ids(bos_token)
+    h = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=batch_size,
+             max_length=lm.max_length, **kw)
+    inst = [Instance(request_type="loglikelihood_rolling", doc={}, arguments=(x,), idx=i)
+            for i, x in enumerate(sentences)]
+    return [float(v) for v in h.loglikelihood_rolling(inst, disable_tqdm=True)]
+
+
 def lmpq_counts(lm: Any, subset_dir: Path, templates: list[int], batch_size: int,
                 bos_token: str | None) -> dict[str, tuple[int, int]]:
     from lm_pub_quiz import Dataset, Evaluator
@@ -128,7 +162,10 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--systems", default="kgprobe,lmpq",
+                    help="kgprobe plus any of lmpq (lm-pub-quiz), harness (lm-eval rolling)")
     args = ap.parse_args()
+    systems = {x.strip() for x in args.systems.split(",") if x.strip()}
 
     from kgprobe.probing.models import REGISTRY, load_model
 
@@ -148,15 +185,48 @@ def main() -> None:
     ours = kgprobe_counts(lm, meta, facts, templates, args.batch_size, engine_stats)
     t_ours, c_ours = time.perf_counter() - t0, time.process_time() - c0
     print(f"kgprobe engine: {engine_stats}", flush=True)
-    tmp = Path(tempfile.mkdtemp(prefix="bear-subset-"))
-    try:
-        subset = write_subset(meta, facts, tmp)
-        t0, c0 = time.perf_counter(), time.process_time()
-        theirs = lmpq_counts(lm, subset, templates, args.batch_size, bos)
-        t_theirs, c_theirs = time.perf_counter() - t0, time.process_time() - c0
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    t_theirs = c_theirs = 0.0
+    theirs: dict[str, tuple[int, int]] = {}
+    if "lmpq" in systems:
+        tmp = Path(tempfile.mkdtemp(prefix="bear-subset-"))
+        try:
+            subset = write_subset(meta, facts, tmp)
+            t0, c0 = time.perf_counter(), time.process_time()
+            theirs = lmpq_counts(lm, subset, templates, args.batch_size, bos)
+            t_theirs, c_theirs = time.perf_counter() - t0, time.process_time() - c0
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    harness: dict[str, Any] = {}
+    if "harness" in systems:
+        from kgprobe.probing.engine import Engine
+        from kgprobe.probing.requests import SpanScoreRequest, SpanScoreResult
 
+        plans = bear_sentences(meta, facts, templates)
+        texts = [x for _, _, xs in plans for x in xs]
+        t0, c0 = time.perf_counter(), time.process_time()
+        hv = harness_scores(lm, texts, args.batch_size, bos)
+        t_h, c_h = time.perf_counter() - t0, time.process_time() - c0
+        res = Engine(lm).run([SpanScoreRequest(x, 0, len(x)) for x in texts])
+        kv = [r.logprob for r in res if isinstance(r, SpanScoreResult)]
+        hits = 0
+        at = 0
+        for _, gold, xs in plans:
+            sc = hv[at : at + len(xs)]
+            hits += int(sc.index(max(sc)) == gold)
+            at += len(xs)
+        delta = max(abs(a - b) for a, b in zip(kv, hv, strict=True))
+        harness = {"wall_seconds": t_h, "cpu_seconds": c_h, "accuracy": hits / len(plans),
+                   "max_abs_delta_logprob_vs_kgprobe": delta, "sentences": len(texts)}
+        print(f"harness loglikelihood_rolling: {t_h:.0f} s wall {c_h:.0f} cpu-s, accuracy "
+              f"{hits / len(plans):.4f}; kgprobe {c_h / c_ours:.1f}x faster in CPU time; "
+              f"max |Δ log p| per sentence {delta:.2e}", flush=True)
+    if "lmpq" not in systems:
+        if args.json:
+            args.json.write_text(json.dumps({
+                "model": args.model, "templates": templates, "per_relation": args.per_relation,
+                "cpu_seconds": {"kgprobe": c_ours}, "seconds": {"kgprobe": t_ours},
+                "engine": engine_stats, "harness": harness}, indent=1), encoding="utf-8")
+        return
     print("\n| relation | n | kgprobe acc | lm-pub-quiz acc | diff (pp) |\n|---|---|---|---|---|")
     rows = []
     for pid in facts:
@@ -181,6 +251,7 @@ def main() -> None:
             "kgprobe_accuracy": tot_a / tot_n, "lm_pub_quiz_accuracy": tot_b / tot_m,
             "diff_pp": overall, "relations": rows, "seconds": {"kgprobe": t_ours, "lm_pub_quiz": t_theirs},
             "cpu_seconds": {"kgprobe": c_ours, "lm_pub_quiz": c_theirs}, "engine": engine_stats,
+            "harness": harness,
         }, indent=1), encoding="utf-8")
     sys.exit(0 if abs(overall) <= 0.5 else 1)
 

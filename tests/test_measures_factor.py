@@ -149,3 +149,50 @@ def test_items_from_the_graph(graph: object, gpt2: LoadedModel) -> None:
     assert again[0].completions == biden.completions
     outs = factor_scores(Engine(gpt2), items)
     assert len(outs) == 2
+
+
+def test_cli_max_length_truncates_the_prefix_from_the_left(gpt2_dir: Path) -> None:
+    """``kgprobe factor --max-length 1024`` (the paper's cap): the official script tokenizes
+    prefix + completion with ``truncation_side='left'`` and ``model_max_length=1024`` and
+    scores the completion's tokens after what is left. Two News-FACTOR prefixes are longer
+    than 1024 tokens, the third is not. Expected scores come from the tokenizer and the model
+    called directly (no kgprobe code): the last 1024 ids of the joined text, mean log-prob of
+    the completion's ids."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cap = 1024
+    proc = subprocess.run(
+        [sys.executable, "-m", "kgprobe.cli", "factor", str(FIX / "news_factor_sample.csv"),
+         "--model", str(gpt2_dir), "--max-length", str(cap), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["max_length"] == cap and data["items"] == 3
+
+    tok = AutoTokenizer.from_pretrained(gpt2_dir, truncation_side="left", model_max_length=cap)
+    model = AutoModelForCausalLM.from_pretrained(gpt2_dir).eval()
+    items = read_factor_csv(FIX / "news_factor_sample.csv")
+    truncated = []
+    for it, got in zip(items, data["per_item"], strict=True):
+        expected, untruncated = [], []
+        for c in it.completions:
+            # the official joining: a prefix's final space moves to the completion
+            c = c.lstrip(" ")
+            text, label = ((it.prefix[:-1] + " " + c, " " + c) if it.prefix.endswith(" ")
+                           else (it.prefix + c, c))
+            whole = tok(text, add_special_tokens=False, truncation=False)["input_ids"]
+            kept = tok(text, add_special_tokens=False, truncation=True)["input_ids"]
+            target = tok(label, add_special_tokens=False)["input_ids"]
+            assert kept == whole[-cap:] and kept[-len(target):] == target
+            untruncated.append(len(whole) > cap)
+            with torch.no_grad():
+                logp = torch.log_softmax(model(torch.tensor([kept])).logits[0].double(), -1)
+            start = len(kept) - len(target)
+            expected.append(sum(float(logp[i - 1, kept[i]]) for i in range(start, len(kept)))
+                            / len(target))
+        assert len(set(untruncated)) == 1  # the four completions of an item: all cut or none
+        truncated.append(untruncated[0])
+        assert got["scores"] == pytest.approx(expected, rel=1e-4, abs=1e-5)
+        assert got["correct"] == (got["scores"][0] >= max(got["scores"][1:]))
+    assert truncated == [True, True, False]

@@ -292,10 +292,12 @@ class Engine:
 
     # -- distributions --------------------------------------------------------------------
 
-    def _context_ids(self, context: str) -> list[int]:
-        """Causal context ids as a LogProbRequest would see them (trailing space removed)."""
+    def _context_ids(self, context: str, room: int = 1) -> list[int]:
+        """Causal context ids as a LogProbRequest would see them (trailing space removed),
+        cut from the left (BOS kept) so ``room`` more tokens fit: a generation or search
+        never runs past the model's positions."""
         ids = self.tok._with_prefix(self.tok.encode(context.rstrip()))
-        return self.tok._fit(ids, 1)
+        return self.tok._fit(ids, max(1, room))
 
     def _next_tokens(self, reqs: list[NextTokenRequest]) -> list[NextTokenResult]:
         if self.causal is not None and self._packed():
@@ -337,7 +339,8 @@ class Engine:
         searches = []
         named: list[dict[tuple[int, ...], str]] = []
         for r in reqs:
-            ctx = self._context_ids(r.context)
+            ctx = (self._context_ids(r.context) if r.allowed is not None
+                   else self._context_ids(r.context, r.max_new_tokens))
             trie = None
             max_new = r.max_new_tokens
             names: dict[tuple[int, ...], str] = {}
@@ -382,7 +385,7 @@ class Engine:
     def _generates(self, reqs: list[GenerateRequest]) -> list[GenerateResult]:
         """All generations of a chunk decoded together (``CausalBackend.generate_many``)."""
         backend = self._need_causal("generation")
-        ctxs = [self._context_ids(r.context) for r in reqs]
+        ctxs = [self._context_ids(r.context, r.max_new_tokens) for r in reqs]
 
         def stop_check(i: int, ids: list[int]) -> bool:
             if not reqs[i].stop:

@@ -324,8 +324,12 @@ class Belief(Measure):
                                  (("style", "mp"), ("samples", 100), ("max_new_tokens", 8))):
             raise ConfigError("measure belief: style, samples and max_new_tokens are BELIEF-ICL "
                               "parameters; set icl=zero|random|relation|template")
-        if icl in ("random", "relation", "template"):
-            self.needs = self.needs | {"demonstrations"}  # type: ignore[misc]
+        if icl != "none":
+            # the needs follow the parameters: a BELIEF-ICL prompt is the instruction, the
+            # demonstrations and the query, matched against the fact's object — no distractor
+            # (no strategy query, no semantic index), no other correct object is read
+            self.needs = frozenset(
+                {"templates"} | ({"demonstrations"} if icl != "zero" else set()))
 
     def _icl(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         """BELIEF-ICL (the paper's §ICL): the library's prompts, demonstrations and matching;

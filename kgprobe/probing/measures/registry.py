@@ -6,8 +6,9 @@ Every measure declares
 - its ``name``, the paper ``section`` it implements and its :class:`Param` list — every
   parameter that changes a score is part of its property key (when it differs from its
   default) and always part of the run's configuration hash;
-- ``needs``: what the loop must fetch from the graph for each fact (:data:`NEEDS`); the loop
-  fetches the union once per fact;
+- ``needs``: what the loop must fetch from the graph for each fact (:data:`NEEDS`), which may
+  depend on the measure's parameters (set per instance); the loop fetches the union of the
+  run's measures once per fact and nothing else;
 - ``requests(facts, ctx)``: the scoring requests it emits for a batch, and
   ``values(facts, ctx, results)``: per-fact values (``"score"`` first; extra values become
   ``score__<model>__<key>_<name>`` properties);
@@ -115,7 +116,9 @@ class Measure:
     section: ClassVar[str]
     summary: ClassVar[str]
     params: ClassVar[tuple[Param, ...]] = ()
-    needs: ClassVar[frozenset[str]] = frozenset({"templates"})
+    #: what the loop fetches per fact (:data:`NEEDS`); a measure whose needs depend on its
+    #: parameters sets ``self.needs`` in ``__init__`` (BELIEF-ICL needs no distractor)
+    needs: frozenset[str] = frozenset({"templates"})
     #: names of the extra per-fact values besides ``score`` (property suffixes)
     extras: ClassVar[tuple[str, ...]] = ()
     #: depends on the distractor strategy and n (they go into the key)
