@@ -151,15 +151,18 @@ def plan_figures(lm: LoadedModel, reqs: list[LogProbRequest], batch_tokens: int)
 
 
 def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
-                batch_tokens: int | None) -> tuple[float, float, list[float], dict[str, float]]:
-    engine = Engine(lm, batch_size=batch, batch_tokens=batch_tokens or "auto")
+                batch_tokens: int | None, attention: str = "auto",
+                ) -> tuple[float, float, list[float], dict[str, Any]]:
+    engine = Engine(lm, batch_size=batch, batch_tokens=batch_tokens or "auto", attention=attention)
     assert engine.causal is not None
     engine.causal.packing_works()  # the one-off self-check is not part of the run
+    path = engine.causal.attention_path()
     t0, c0 = time.perf_counter(), time.process_time()
     res = engine.run(reqs)
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     st = engine.stats
-    info = {"forward_calls": st.forward_calls, "tokens_fed_engine": st.tokens_fed,
+    info = {"attention": path, "batch_tokens": engine.causal.batch_tokens,
+            "forward_calls": st.forward_calls, "tokens_fed_engine": st.tokens_fed,
             "tokens_per_forward": st.tokens_fed / max(1, st.forward_calls),
             "forward_cpu_seconds": st.forward_cpu_seconds,
             "head_cpu_seconds": st.head_cpu_seconds,
@@ -213,6 +216,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32, help="kgprobe's padded-path rows")
     ap.add_argument("--batch-tokens", type=int, default=None,
                     help="kgprobe's row budget (default: the engine's, 512 on CPU, 8192 on CUDA)")
+    ap.add_argument("--attention", default="auto", choices=["auto", "flex", "segments", "dense"],
+                    help="kgprobe's attention path over packed rows (auto: flex on CUDA, "
+                    "segments elsewhere)")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto")
     ap.add_argument("--dtype", default="float32", help="float32, bfloat16, float16")
     ap.add_argument("--random-init", choices=sorted(SHAPES), default=None,
@@ -244,7 +250,7 @@ def main() -> None:
     if args.plan_only:
         from kgprobe.probing.backends.causal import default_batch_tokens
 
-        args.batch_tokens = args.batch_tokens or default_batch_tokens(str(lm.device))
+        args.batch_tokens = args.batch_tokens or default_batch_tokens(str(lm.device), lm.model)
         for name, reqs in (("zero-shot", zero), (f"{args.shots}-shot", few)):
             f = plan_figures(lm, reqs, args.batch_tokens)
             naive = fed_tokens(lm, reqs, shared=False)
@@ -281,7 +287,8 @@ def main() -> None:
                 sub = reqs[: args.naive_prompts * args.candidates]
             info: dict[str, float] = {}
             if system == "kgprobe":
-                dt, cpu, vals, info = run_kgprobe(lm, sub, args.batch_size, args.batch_tokens)
+                dt, cpu, vals, info = run_kgprobe(lm, sub, args.batch_size, args.batch_tokens,
+                                                  args.attention)
             elif system == "naive":
                 dt, cpu, vals = run_naive(lm, sub)
             else:
@@ -298,7 +305,8 @@ def main() -> None:
                   f"{len(sub) / dt:7.1f} req/s  {len(sub) / cpu:7.1f} req/cpu-s  "
                   f"{row[system]['gflops_cpu']:6.2f} GFLOP/cpu-s", flush=True)
             if info:
-                print(f"[{label}] {system:8} {info['forward_calls']} forward calls, "
+                print(f"[{label}] {system:8} attention {info['attention']}, row budget "
+                      f"{info['batch_tokens']}: {info['forward_calls']} forward calls, "
                       f"{info['tokens_per_forward']:.0f} tokens/forward, "
                       f"{info['forward_cpu_seconds']:.2f} cpu-s in forward, "
                       f"{info['head_cpu_seconds']:.2f} in LM head + log_softmax, "

@@ -208,3 +208,28 @@ def test_flex_path_matches_dense_or_falls_back(causal: LoadedModel) -> None:
     assert engine.causal is not None
     assert engine.causal.attention_fallback is not None or engine.causal.attention_path() == "flex"
     assert np.allclose(flex, dense, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("budget", [64, 512, 8192])
+def test_segment_attention_matches_plain_forwards(causal: LoadedModel, budget: int) -> None:
+    """The CPU's block-sparse path: SDPA segment by segment inside each packed row. Its
+    scores equal one plain forward per request (no mask, no packing) and the dense-mask path,
+    at every row budget; the rows really are multi-segment, and the model stays a plain SDPA
+    model for any forward outside a packed row."""
+    reqs = _requests()
+    engine = Engine(causal, attention="segments", batch_tokens=budget)
+    got = engine.run(reqs)
+    assert engine.causal is not None and engine.causal.attention_path() == "segments"
+    assert causal.model.config._attn_implementation == "kgprobe_segments"
+    assert engine.stats.forward_calls < len(set(r.context for r in reqs)) or budget == 64
+    dense = Engine(causal, attention="dense", batch_tokens=budget).run(reqs)
+    for r, g, d in zip(reqs, got, dense, strict=True):
+        assert isinstance(g, LogProbResult) and isinstance(d, LogProbResult)
+        want = _plain_pair(causal, r)
+        assert np.allclose(g.token_logprobs, want, atol=TOL, rtol=0)
+        assert g.logprob == pytest.approx(d.logprob, abs=TOL)
+    ids = causal.tokenization.encode("The capital of France is Paris")
+    with torch.no_grad():
+        after = torch.log_softmax(causal.model(torch.tensor([ids])).logits[0].float(), -1)
+    causal.model.set_attn_implementation("sdpa")
+    assert torch.allclose(after, _plain_logprobs(causal, ids), atol=TOL)

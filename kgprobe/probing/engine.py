@@ -50,9 +50,10 @@ class Engine:
     """Runs scoring requests against one loaded model.
 
     Causal models: requests are packed as (context + continuation trie) segments into rows of
-    up to ``batch_tokens`` tokens ("auto": the load-time choice, else 8192 on CUDA and 512 on
-    the CPU, see ``default_batch_tokens``), one forward per row (``attention``: "auto", "flex" or
-    "dense", see ``CausalBackend.attention_path``). ``share_prefix`` off runs every pair as
+    up to ``batch_tokens`` tokens ("auto": the load-time choice, else 8192 where masked-out
+    attention costs nothing and 512 with a dense mask, see ``default_batch_tokens``), one
+    forward per row (``attention``: "auto", "flex", "segments" or "dense", see
+    ``CausalBackend.attention_path``). ``share_prefix`` off runs every pair as
     one full sequence instead (the reference path, ``batch_size`` rows padded on
     ``padding_side``). Masked and seq2seq models batch ``batch_size`` rows, more for short rows
     up to ``batch_tokens``. ``cache`` makes results persistent."""
@@ -74,7 +75,8 @@ class Engine:
         self.tok = model.tokenization
         if batch_tokens == "auto":
             # chosen at load time (--batch-tokens), else per device
-            batch_tokens = model.batch_tokens or default_batch_tokens(str(model.device))
+            batch_tokens = model.batch_tokens or default_batch_tokens(
+                str(model.device), None if attention == "dense" else model.model)
         self.cache = cache
         self.share_prefix = share_prefix
         self.chunk_size = chunk_size
@@ -83,8 +85,9 @@ class Engine:
         kw = {"batch_size": batch_size, "padding_side": padding_side,
               "batch_tokens": batch_tokens, "stats": self.stats}
         self.causal = self.masked = self.seq2seq = None
-        if attention not in ("auto", "flex", "dense"):
-            raise ConfigError(f"unknown attention path {attention!r}; use auto, flex or dense")
+        if attention not in ("auto", "flex", "segments", "dense"):
+            raise ConfigError(
+                f"unknown attention path {attention!r}; use auto, flex, segments or dense")
         if model.kind == "causal":
             self.causal = CausalBackend(model.model, model.tokenizer, **kw)  # type: ignore[arg-type]
             self.causal.attention = attention

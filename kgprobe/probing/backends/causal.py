@@ -13,6 +13,7 @@ to a shared key/value cache with padded rows (``score_pairs_shared``).
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,13 +26,58 @@ from kgprobe.errors import ConfigError
 from kgprobe.probing.backends.base import Backend, ScoredTokens, TrieNode
 from kgprobe.probing.backends.packing import PackedRow, plan
 
+#: the attention implementation kgprobe registers with transformers (``_segment_attention``)
+SEGMENT_ATTENTION = "kgprobe_segments"
+_SEGMENTS: contextvars.ContextVar[list[tuple[int, int]] | None] = contextvars.ContextVar(
+    "kgprobe_segments", default=None)
 
-def default_batch_tokens(device: str) -> int:
-    """The row budget of ``batch_tokens="auto"``: 8192 on CUDA (FlexAttention skips the
-    masked-out blocks, so long rows cost only their segments); 512 on the CPU, where the dense
-    mask makes attention quadratic in the row (measured: a 2048-token row cost 1.5x the
-    forward CPU time of 512-token rows for the same tokens)."""
-    return 8192 if str(device).startswith("cuda") else 512
+
+def _segment_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """SDPA segment by segment over a packed row: segments never see each other, so the
+    row's attention is block-diagonal and each block is computed alone — the cost is the sum
+    of the squared segment lengths, not the square of the row (the CPU's block-sparse path;
+    FlexAttention is CUDA's). Any other forward (no packed row, a key/value cache) is plain
+    SDPA, so the model stays usable by other code."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    base = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    bounds = _SEGMENTS.get()
+    if (bounds is None or len(bounds) < 2 or query.shape[2] != key.shape[2]
+            or bounds[-1][1] != query.shape[2]):
+        return base(module, query, key, value, attention_mask, **kwargs)  # type: ignore[no-any-return]
+    outs = [base(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b],
+                 None if attention_mask is None else attention_mask[..., a:b, a:b], **kwargs)[0]
+            for a, b in bounds]
+    return torch.cat(outs, dim=1), None
+
+
+def _register_segments() -> None:
+    """Register the attention function and SDPA's mask builder under its name: without the
+    mask builder transformers drops a 2D padding mask (padded rows, key/value caches)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(SEGMENT_ATTENTION, _segment_attention)
+    AttentionMaskInterface.register(SEGMENT_ATTENTION, sdpa_mask)
+
+
+def segments_possible(model: Any) -> bool:
+    """Whether a model can run packed rows segment by segment (it attends through SDPA)."""
+    impl = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    return impl in ("sdpa", SEGMENT_ATTENTION)
+
+
+def default_batch_tokens(device: str, model: Any = None) -> int:
+    """The row budget of ``batch_tokens="auto"``: 8192 where masked-out attention costs
+    nothing — FlexAttention's block mask on CUDA, segment-wise SDPA (``_segment_attention``)
+    on any device for SDPA models (measured on the CPU: 8192-token rows cost the same CPU
+    time as 512-token ones, with 1/20 of the forward calls); 512 with a dense mask, whose
+    attention is quadratic in the row (a 4096-token row cost 1.8x the CPU of 512-token rows
+    for the same tokens)."""
+    if str(device).startswith("cuda") or model is None or segments_possible(model):
+        return 8192
+    return 512
 
 
 def _has_flex() -> bool:
@@ -209,24 +255,40 @@ class CausalBackend(Backend):
 
     def attention_path(self) -> str:
         """``flex`` (block-sparse FlexAttention with a BlockMask: masked-out blocks cost
-        nothing) or ``dense`` (a boolean 4D mask through SDPA/eager). ``auto`` picks flex on
-        CUDA when torch has it, dense elsewhere (on the CPU flex needs a ~1 min compile)."""
+        nothing), ``segments`` (SDPA per segment of a row, ``_segment_attention``) or
+        ``dense`` (a boolean 4D mask over the whole row through SDPA/eager). ``auto`` picks
+        flex on CUDA when torch has it, segments for SDPA models elsewhere (on the CPU flex
+        needs a ~1 min compile), dense for the rest."""
         if self._attention_resolved is None:
             want = self.attention
             if want == "auto":
-                want = "flex" if self.device.type == "cuda" and _has_flex() else "dense"
+                if self.device.type == "cuda" and _has_flex():
+                    want = "flex"
+                else:
+                    want = "segments" if segments_possible(self.model) else "dense"
+            self._attn_before = self.model.config._attn_implementation
             if want == "flex":
                 if not _has_flex():
                     raise ConfigError("attention 'flex' needs torch.nn.attention.flex_attention")
-                self._attn_before = self.model.config._attn_implementation
                 try:
                     self.model.set_attn_implementation("flex_attention")
                 except (ValueError, ImportError) as exc:  # the architecture has no flex path
                     self.attention_fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                     self._flex_checked = True
-                    want = "dense"
+                    want = self._fallback()
+            if want == "segments":
+                if not segments_possible(self.model):
+                    raise ConfigError("attention 'segments' needs a model that attends through SDPA")
+                _register_segments()
+                self.model.set_attn_implementation(SEGMENT_ATTENTION)
             self._attention_resolved = want
         return self._attention_resolved
+
+    def _fallback(self) -> str:
+        """Where a failed flex path goes: segments for SDPA models, else the dense mask."""
+        before = self._attn_before or "sdpa"
+        self.model.set_attn_implementation(before)
+        return "segments" if before in ("sdpa", SEGMENT_ATTENTION) else "dense"
 
     def _row_mask(self, row: PackedRow) -> Any:
         """The row's mask from its ``end`` array: allowed[q, kv] = kv <= q < end[kv]."""
@@ -255,8 +317,11 @@ class CausalBackend(Backend):
             except Exception as exc:  # noqa: BLE001 - any compile/kernel failure: go dense
                 # e.g. torch 2.13's CPU inductor fails to compile FlexAttention with GQA
                 self.attention_fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                self.model.set_attn_implementation(self._attn_before or "sdpa")
-                self._attention_resolved = "dense"
+                want = self._fallback()
+                if want == "segments":
+                    _register_segments()
+                    self.model.set_attn_implementation(SEGMENT_ATTENTION)
+                self._attention_resolved = want
             finally:
                 self._flex_checked = True
         return self._row_forward_once(row, keep)
@@ -269,8 +334,19 @@ class CausalBackend(Backend):
         self.stats.forward_calls += 1
         self.stats.tokens_fed += len(row.ids)
         c0 = time.process_time()
+        split = self.head_splits()  # its own check forward runs outside the row's segments
+        starts = np.flatnonzero(row.positions == 0).tolist() + [len(row.ids)]
+        token = _SEGMENTS.set(list(zip(starts[:-1], starts[1:], strict=True))
+                              if self.attention_path() == "segments" else None)
+        try:
+            return self._row_forward_model(ids, pos, at, mask, c0, split)
+        finally:
+            _SEGMENTS.reset(token)
+
+    def _row_forward_model(self, ids: torch.Tensor, pos: torch.Tensor, at: torch.Tensor,
+                           mask: Any, c0: float, split: bool) -> tuple[torch.Tensor, bool]:
         with torch.inference_mode():
-            if self.head_splits():
+            if split:
                 h = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
                                           use_cache=False).last_hidden_state[0, at]
                 out, is_hidden = h, True
@@ -293,7 +369,8 @@ class CausalBackend(Backend):
         Returns per item the log p of each continuation token and whether every token is
         the argmax; for an item with an empty continuation, its fp32 next-token log-prob
         vector instead (second value, by item index)."""
-        p = plan(contexts, continuations, self.batch_tokens or default_batch_tokens(str(self.device)))
+        p = plan(contexts, continuations,
+                 self.batch_tokens or default_batch_tokens(str(self.device), self.model))
         n_reads = len(p.read_pos)
         read_item = np.repeat(np.arange(len(contexts)), np.diff(p.read_start))
         vals = np.zeros(n_reads, dtype=np.float64)
@@ -522,18 +599,21 @@ class CausalBackend(Backend):
             torch.zeros(n, dtype=torch.long, device=self.device))
         return _Slots(cache, mask, pos + 1, logits)
 
-    def _decode_groups(self, ctxs: Sequence[Sequence[int]], width: int) -> list[list[int]]:
+    def _decode_groups(self, ctxs: Sequence[Sequence[int]], width: int, new: int) -> list[list[int]]:
         """Indices of requests decoded together, longest contexts first: as many as keep
         each forward within the row budget (``batch_tokens``, else ``batch_size`` rows of 64
         tokens) — the first forward feeds their contexts, each later one ``width`` tokens
-        per request. A step's cost is mostly reading the weights, so more slots per
-        forward is nearly free until the budget is reached."""
+        per request — and the key/value cache within twice the budget in token slots
+        (``width`` slots of context + ``new`` tokens each). A step's cost is mostly reading
+        the weights, so more slots per forward is nearly free until the budget is reached."""
         budget = self.batch_tokens or self.batch_size * 64
         order = sorted(range(len(ctxs)), key=lambda i: -len(ctxs[i]))
         groups: list[list[int]] = []
         start = 0
         while start < len(order):
-            n = max(1, budget // max(1, len(ctxs[order[start]]), width))
+            longest = len(ctxs[order[start]])
+            n = max(1, min(budget // max(1, longest, width),
+                           2 * budget // max(1, width * (longest + new))))
             groups.append(order[start : start + n])
             start += n
         return groups
@@ -548,7 +628,8 @@ class CausalBackend(Backend):
         each search, best first."""
         out: list[list[tuple[list[int], float]]] = [[] for _ in searches]
         width = max((s[1] for s in searches), default=1)
-        for group in self._decode_groups([s[0] for s in searches], width):
+        new = max((s[2] for s in searches), default=1)
+        for group in self._decode_groups([s[0] for s in searches], width, new):
             for i, found in zip(group, self._beam_group([searches[i] for i in group]),
                                 strict=True):
                 out[i] = found
@@ -628,7 +709,8 @@ class CausalBackend(Backend):
         from its own seeded generator, so a run's output does not depend on its batch.
         ``stop_check(i, ids) -> bool`` ends run i early (stop strings)."""
         out: list[tuple[list[int], float]] = [([], 0.0) for _ in runs]
-        for group in self._decode_groups([r[0] for r in runs], 1):
+        new = max((r[1] for r in runs), default=1)
+        for group in self._decode_groups([r[0] for r in runs], 1, new):
             slots = self._decode_start([runs[i][0] for i in group])
             gens = {i: torch.Generator(device="cpu").manual_seed(runs[i][4]) for i in group}
             active = list(range(len(group)))  # slot -> position in group
