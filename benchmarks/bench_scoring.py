@@ -330,14 +330,14 @@ def main() -> None:
         report["workloads"][label] = row
     # the machine is shared: take the peak again at the end and keep the higher figure
     peak_end = matmul_peak(device=str(lm.device), dtype=torch_dtype(args.dtype))
-    best = max(peak, peak_end)
+    peak_best = max(peak, peak_end)
     report["matmul_peak_end_gflops"] = peak_end / 1e9
     print(f"matmul peak at start {peak / 1e9:.1f}, at end {peak_end / 1e9:.1f} GFLOP/s; "
           f"achieved FLOP per cpu-second as a fraction of the higher one:")
     for label, row in report["workloads"].items():
         for system in systems:
             if system in row:
-                row[system]["peak_fraction"] = row[system]["gflops_cpu"] * 1e9 / best
+                row[system]["peak_fraction"] = row[system]["gflops_cpu"] * 1e9 / peak_best
                 print(f"  [{label}] {system:8} {100 * row[system]['peak_fraction']:.0f}% "
                       f"({row[system]['gflops_cpu']:.1f} GFLOP per cpu-second)")
     if args.json:
