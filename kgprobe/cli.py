@@ -73,7 +73,7 @@ def _version_callback(value: bool) -> None:
 
 
 _DEVICE_OPT = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto (default: CUDA when present).")
-_BATCH_TOKENS_OPT = typer.Option(None, "--batch-tokens", help="Tokens per forward row of the scoring engine (default 8192 on CUDA, 512 on CPU).")
+_BATCH_TOKENS_OPT = typer.Option(None, "--batch-tokens", help="Tokens per forward row of the scoring engine (default 8192; 512 for models without SDPA attention).")
 _MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto); repeatable.")
 _DTYPE_HELP = "float32 (reference), bfloat16 (3-4x faster on CPU), float16 or auto."
 
