@@ -149,6 +149,11 @@ def test_karr_matches_hand_formula(gpt2: LoadedModel) -> None:
     assert k.knows == (k.karr > 22)  # type: ignore[operator]
     [none] = karr(engine, [KarrItem(item.fact, item.templates)])
     assert none.karr is None and none.knows is None
+    # other subjects but no other relation of the object: KaRR cannot exist, nothing is scored
+    fresh = Engine(gpt2)
+    [half] = karr(fresh, [KarrItem(item.fact, item.templates, other_subjects=(Entity("England"),))])
+    assert half.karr is None and half.karr_subject is None and half.karr_relation is None
+    assert fresh.stats.computed == 0 and fresh.stats.forward_calls == 0
 
 
 def test_llm_judge_through_a_real_local_endpoint(gpt2: LoadedModel,

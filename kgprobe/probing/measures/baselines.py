@@ -424,7 +424,9 @@ def karr(
     1/perplexity, as in the reference code); S_k = k other subjects of r and R_k = k other
     relations of o, sampled with ``seed`` (one random template each); aliases are capped at
     ``max_aliases``; a zero ratio is floored at ``floor``. A component without any sampled
-    subject/relation is None, and so is KaRR.
+    subject/relation makes KaRR None; then nothing is scored for the fact and both ratios are
+    None too (on the demo sample 45 of 60 facts have no other relation of their object; their
+    subject ratios used to be computed for nothing).
     """
     rng = random.Random(seed)
     plans = []
@@ -467,7 +469,7 @@ def karr(
                     conds.append(_given_subject(t, a, lab))
             den_r.append((sent(a), conds))
         den_r = [(b, cs) for b, cs in den_r if cs]  # an alias without a sentence adds 0
-        if s_k or den_r:  # else both ratios are None whatever the model says: score nothing
+        if s_k and den_r:  # else KaRR is None whatever the model says: score nothing
             for beta, conts in num + [x for d in den_s for x in d] + den_r:
                 reqs.append(beta)
                 reqs.extend(conts)
@@ -479,7 +481,7 @@ def karr(
 
     out = []
     for item, num, den_s, den_r, ks, kr in plans:
-        if not ks and not den_r:
+        if not ks or not den_r:
             out.append(KarrScore(item.fact, None, None, None, None))
             continue
         n = total(num)
