@@ -182,18 +182,19 @@ def test_icl_needs_follow_the_parameters() -> None:
 
     assert create("belief").needs == {"templates", "distractors", "other_objects"}
     assert create("belief", {"mode": "vocab"}).needs == {"templates", "distractors", "other_objects"}
-    assert create("belief", {"icl": "zero"}).needs == {"templates"}
+    assert create("belief", {"icl": "zero"}).needs == {"templates", "other_objects"}
     for icl in ("random", "relation", "template"):
         for style in ("mp", "qa"):
             assert create("belief", {"icl": icl, "style": style}).needs == {
-                "templates", "demonstrations"}
+                "templates", "other_objects", "demonstrations"}
 
 
 def test_icl_fetches_no_distractor_and_keeps_its_values(graph: Any, engine: Any,
                                                         gpt2: Path) -> None:
-    """BELIEF-ICL reads no distractor: no fact-context, typed-candidate or temporal query
-    reaches the graph and the facts carry none; its values equal those of a run where the
-    distractors are fetched (for kmin beside it)."""
+    """BELIEF-ICL reads no distractor: no typed-candidate or temporal query reaches the graph
+    and the facts carry none — only the fact context, once per fact, for the other correct
+    objects an answer may name; its values equal those of a run where the distractors are
+    fetched (for kmin beside it)."""
     from kgprobe.graph import distractors as gd
 
     load(graph)
@@ -212,9 +213,8 @@ def test_icl_fetches_no_distractor_and_keeps_its_values(graph: Any, engine: Any,
         assert len(plans) == 3
         fetched = [c for c in log.cypher if c in distractor_cypher]
         if measures == (spec,):
-            assert fetched == []
-            assert all(p.fact.distractors == () and p.fact.other_objects == ()
-                       and p.fact.past == () for p in plans)
+            assert fetched == [gd.FACT_CONTEXT] * 3
+            assert all(p.fact.distractors == () and p.fact.past == () for p in plans)
             assert all(p.fact.demonstrations for p in plans)
         else:  # kmin needs them: the same log sees them fetched, once per fact
             assert fetched.count(gd.FACT_CONTEXT) == 3

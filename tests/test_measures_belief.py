@@ -207,6 +207,24 @@ def test_belief_icl_on_tiny_model(gpt2: LoadedModel) -> None:
     assert np.isfinite(rep.mrr.mean)
 
 
+def test_icl_answer_naming_another_correct_object_is_correct(gpt2: LoadedModel) -> None:
+    """The paper counts an answer correct when it contains any correct object of (s, r), not
+    only the probed one. The tiny model's greedy answer, made another correct object of the
+    probed pair, turns a miss into a hit; the prompt and generation are unchanged."""
+    import dataclasses
+
+    engine = Engine(gpt2)
+    cfg = IclConfig(max_new_tokens=3, samples=1, seed=1)
+    probe = dataclasses.replace(ICL_POOL[0], object=Entity("Zzyzx Qwvb"))  # never generated
+    [miss] = belief_icl(engine, [probe], ICL_POOL, setting="zero-shot", config=cfg, max_templates=1)
+    assert miss.prediction.strip() and miss.rank == 2 and not miss.correct_at_1
+    other = Entity(miss.prediction.strip())
+    [hit] = belief_icl(engine, [dataclasses.replace(probe, others=(other,))], ICL_POOL,
+                       setting="zero-shot", config=cfg, max_templates=1)
+    assert hit.prompt == miss.prompt and hit.prediction == miss.prediction
+    assert hit.rank == 1 and hit.correct_at_1
+
+
 def test_vocab_rank_of_the_argmax_is_one(gpt2: LoadedModel) -> None:
     """Issue 11 §3: the gold token's rank is read inside one distribution by token id. The
     argmax token of each prompt's next-token distribution, made the gold answer, must rank 1

@@ -364,6 +364,9 @@ class IclFact:
     relation: str
     object: Entity
     templates: tuple[str, ...]
+    #: the subject's other correct objects for the relation: an answer naming any of them is
+    #: correct (the paper: "contains any of the candidate object entities")
+    others: tuple[Entity, ...] = ()
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -531,7 +534,7 @@ def belief_icl(
     out = []
     for f, t, prompt, greedy, samples in plans:
         g = _gen(res[greedy])
-        ok = answer_matches(g, [f.object])
+        ok = answer_matches(g, [f.object, *f.others])
         conf = (sum(1 for s in samples if same_answer(_gen(res[s]), g)) / len(samples)
                 if samples else 1.0)
         out.append(PromptOutcome(f"{f.subject.key}|{f.relation}", f.relation, t, prompt,

@@ -326,10 +326,10 @@ class Belief(Measure):
                               "parameters; set icl=zero|random|relation|template")
         if icl != "none":
             # the needs follow the parameters: a BELIEF-ICL prompt is the instruction, the
-            # demonstrations and the query, matched against the fact's object — no distractor
-            # (no strategy query, no semantic index), no other correct object is read
+            # demonstrations and the query, matched against every correct object of (s, r) —
+            # no distractor (no strategy query, no semantic index)
             self.needs = frozenset(
-                {"templates"} | ({"demonstrations"} if icl != "zero" else set()))
+                {"templates", "other_objects"} | ({"demonstrations"} if icl != "zero" else set()))
 
     def _icl(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         """BELIEF-ICL (the paper's §ICL): the library's prompts, demonstrations and matching;
@@ -343,7 +343,8 @@ class Belief(Measure):
         )
 
         def icl_fact(f: FactInput) -> IclFact:
-            return IclFact(f.subject, f.pid, _cap(f.object, ctx.max_object_labels), f.templates)
+            return IclFact(f.subject, f.pid, _cap(f.object, ctx.max_object_labels), f.templates,
+                           tuple(_cap(o, ctx.max_object_labels) for o in f.other_objects))
 
         pool = [icl_fact(d) for d in dict.fromkeys(d for f in facts for d in f.demonstrations)]
         cfg = IclConfig(max_new_tokens=int(self.settings["max_new_tokens"]),
