@@ -331,6 +331,14 @@ class Belief(Measure):
             self.needs = frozenset(
                 {"templates", "other_objects"} | ({"demonstrations"} if icl != "zero" else set()))
 
+    def config(self, ctx: RunContext) -> dict[str, Any]:
+        out = super().config(ctx)
+        if self.settings["icl"] != "none":
+            # answers are matched against every correct object of (s, r) since this version:
+            # ICL values stored before are recomputed, not kept under the same configuration
+            out["answer_match"] = "any_correct_object"
+        return out
+
     def _icl(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         """BELIEF-ICL (the paper's §ICL): the library's prompts, demonstrations and matching;
         rank 1 for a correct greedy answer, else 2 (only K = 1 is meaningful)."""
