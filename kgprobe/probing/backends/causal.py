@@ -75,7 +75,7 @@ def default_batch_tokens(device: str, model: Any = None) -> int:
     time as 512-token ones, with 1/20 of the forward calls); 512 with a dense mask, whose
     attention is quadratic in the row (a 4096-token row cost 1.8x the CPU of 512-token rows
     for the same tokens)."""
-    if str(device).startswith("cuda") or model is None or segments_possible(model):
+    if str(device).startswith("cuda") or (model is not None and segments_possible(model)):
         return 8192
     return 512
 
