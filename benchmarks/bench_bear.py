@@ -62,11 +62,13 @@ def write_subset(meta: dict[str, Any], facts: dict[str, list[dict[str, Any]]], o
 
 def kgprobe_counts(lm: Any, meta: dict[str, Any], facts: dict[str, list[dict[str, Any]]],
                    templates: list[int], batch_size: int,
-                   stats_out: dict[str, Any] | None = None) -> dict[str, tuple[int, int]]:
+                   stats_out: dict[str, Any] | None = None, batch_tokens: int | None = None,
+                   attention: str = "auto") -> dict[str, tuple[int, int]]:
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.requests import SpanScoreRequest, SpanScoreResult
 
-    engine = Engine(lm, batch_size=batch_size, progress=True)
+    engine = Engine(lm, batch_size=batch_size, progress=True, batch_tokens=batch_tokens or "auto",
+                    attention=attention)
     plans = []
     reqs = []
     for pid, rows in facts.items():
@@ -162,6 +164,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--batch-tokens", type=int, default=None, help="kgprobe's row budget")
+    ap.add_argument("--attention", default="auto", choices=["auto", "flex", "segments", "dense"])
     ap.add_argument("--systems", default="kgprobe,lmpq",
                     help="kgprobe plus any of lmpq (lm-pub-quiz), harness (lm-eval rolling)")
     args = ap.parse_args()
@@ -182,7 +186,8 @@ def main() -> None:
 
     engine_stats: dict[str, Any] = {}
     t0, c0 = time.perf_counter(), time.process_time()
-    ours = kgprobe_counts(lm, meta, facts, templates, args.batch_size, engine_stats)
+    ours = kgprobe_counts(lm, meta, facts, templates, args.batch_size, engine_stats,
+                          args.batch_tokens, args.attention)
     t_ours, c_ours = time.perf_counter() - t0, time.process_time() - c0
     print(f"kgprobe engine: {engine_stats}", flush=True)
     t_theirs = c_theirs = 0.0
@@ -206,7 +211,8 @@ def main() -> None:
         t0, c0 = time.perf_counter(), time.process_time()
         hv = harness_scores(lm, texts, args.batch_size, bos)
         t_h, c_h = time.perf_counter() - t0, time.process_time() - c0
-        res = Engine(lm).run([SpanScoreRequest(x, 0, len(x)) for x in texts])
+        res = Engine(lm, batch_tokens=args.batch_tokens or "auto",
+                     attention=args.attention).run([SpanScoreRequest(x, 0, len(x)) for x in texts])
         kv = [r.logprob for r in res if isinstance(r, SpanScoreResult)]
         hits = 0
         at = 0

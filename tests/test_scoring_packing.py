@@ -62,8 +62,9 @@ def _requests() -> list[LogProbRequest]:
 # -- the plan, against its definition ---------------------------------------------------------
 
 
-def _check_plan(ctxs: list[tuple[int, ...]], conts: list[tuple[int, ...]], budget: int) -> int:
-    p = plan(ctxs, conts, budget)
+def _check_plan(ctxs: list[tuple[int, ...]], conts: list[tuple[int, ...]], budget: int,
+                segment: int | None = 512) -> int:
+    p = plan(ctxs, conts, budget, segment)
     for i, (cx, ct) in enumerate(zip(ctxs, conts, strict=True)):
         a, b = int(p.read_start[i]), int(p.read_start[i + 1])
         assert b - a == max(1, len(ct))
@@ -112,6 +113,27 @@ def test_plan_respects_the_budget() -> None:
         p = plan(ctxs, conts, budget)
         assert all(len(r.ids) <= budget for r in p.rows)
         _check_plan(ctxs, conts, budget)
+
+
+def test_plan_caps_segments_so_one_big_trie_is_not_one_quadratic_block() -> None:
+    """BEAR's sentences all share one conditioning token: one trie of thousands of nodes.
+    With a segment cap every segment (counted from the rows: positions restart at 0) stays
+    within max(cap, 2 × context), the rows still fill the budget, and every read still sees
+    exactly its context and prefix."""
+    rng = random.Random(2)
+    ctxs = [(7,)] * 300 + [tuple(range(40))] * 50
+    conts = [tuple(rng.randint(0, 50) for _ in range(rng.randint(2, 8))) for _ in range(350)]
+    for cap in (32, 64, 512):
+        p = plan(ctxs, conts, 4096, cap)
+        sizes = []
+        for r in p.rows:
+            starts = np.flatnonzero(r.positions == 0).tolist() + [len(r.ids)]
+            sizes += [b - a for a, b in zip(starts[:-1], starts[1:], strict=True)]
+        assert max(sizes) <= max(cap, 80) and len(sizes) > 1
+        assert all(len(r.ids) <= 4096 for r in p.rows)
+        _check_plan(ctxs, conts, 4096, cap)
+    whole = plan(ctxs, conts, 4096, None)  # uncapped: each context's trie is one segment
+    assert sum(int((r.positions == 0).sum()) for r in whole.rows) == 2 < len(sizes)
 
 
 # -- the engine, against a plain forward per request -----------------------------------------

@@ -66,15 +66,24 @@ def _padded(seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return out, lens
 
 
+#: segment cap of ``plan``: attention inside a segment is computed densely (a trie's tree
+#: mask is sparse, but neither SDPA nor FlexAttention's blocks can skip much of it), so one
+#: 6,700-token trie (BEAR's sentences all share the conditioning token) cost its square
+SEGMENT_TOKENS = 512
+
+
 def plan(
     contexts: Sequence[tuple[int, ...]],
     continuations: Sequence[Sequence[int]],
     budget: int,
+    segment: int | None = SEGMENT_TOKENS,
 ) -> PackPlan:
     """Pack items ``(contexts[i], continuations[i])`` into rows of about ``budget`` tokens.
 
-    A segment never exceeds the budget unless its context alone (plus one continuation's
-    nodes) does; such a segment gets a row of its own."""
+    A context's trie is split into segments of at most ``segment`` tokens (at least twice
+    the context, so a long context is not re-fed for every continuation; never more than
+    the budget), each re-feeding the context; a segment never exceeds that unless its
+    context alone (plus one continuation's nodes) does, and then gets a row of its own."""
     n = len(contexts)
     group_of: dict[tuple[int, ...], int] = {}
     gid = np.fromiter((group_of.setdefault(c, len(group_of)) for c in contexts),
@@ -103,12 +112,13 @@ def plan(
     if n > 1:
         starts[1:] = g[1:] != g[:-1]
 
-    # split contexts whose trie does not fit the budget (rare: a loop per oversized group)
+    # split contexts whose trie does not fit the cap (rare: a loop per oversized group)
     new_count = n_nodes - share
     group_total = np.bincount(g, weights=new_count, minlength=len(ctx_list)) + ctx_len
-    for grp in np.nonzero(group_total > budget)[0]:
+    cap = np.minimum(budget, np.maximum(segment or budget, 2 * ctx_len))
+    for grp in np.nonzero(group_total > cap)[0]:
         members = np.nonzero(g == grp)[0]
-        room = budget - int(ctx_len[grp])
+        room = int(cap[grp] - ctx_len[grp])
         fed = 0
         for i in members:
             add = int(n_nodes[i] - share[i])
