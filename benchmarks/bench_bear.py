@@ -60,47 +60,6 @@ def write_subset(meta: dict[str, Any], facts: dict[str, list[dict[str, Any]]], o
     return d
 
 
-def kgprobe_counts(lm: Any, meta: dict[str, Any], facts: dict[str, list[dict[str, Any]]],
-                   templates: list[int], batch_size: int,
-                   stats_out: dict[str, Any] | None = None, batch_tokens: int | None = None,
-                   attention: str = "auto") -> dict[str, tuple[int, int]]:
-    from kgprobe.probing.engine import Engine
-    from kgprobe.probing.requests import SpanScoreRequest, SpanScoreResult
-
-    engine = Engine(lm, batch_size=batch_size, progress=True, batch_tokens=batch_tokens or "auto",
-                    attention=attention)
-    plans = []
-    reqs = []
-    for pid, rows in facts.items():
-        answers = meta[pid]["answer_space_labels"]
-        for row in rows:
-            for t in templates:
-                tpl = meta[pid]["templates"][t]
-                texts = [capitalize(tpl.replace("[X]", row["sub_label"]).replace("[Y]", a))
-                         for a in answers]
-                rs = [SpanScoreRequest(x, 0, len(x)) for x in texts]
-                reqs.extend(rs)
-                plans.append((pid, row["answer_idx"], rs))
-    results = dict(zip(reqs, engine.run(reqs), strict=True))
-    if stats_out is not None:
-        st = engine.stats
-        stats_out.update(forward_calls=st.forward_calls, tokens_fed=st.tokens_fed,
-                         sentence_tokens=sum(len(e.ids) for e in lm.tokenization.causal_spans(
-                             [(r.text, 0, len(r.text)) for r in reqs])),
-                         forward_cpu_seconds=st.forward_cpu_seconds,
-                         head_cpu_seconds=st.head_cpu_seconds)
-    counts: dict[str, list[int]] = {p: [0, 0] for p in facts}
-    for pid, gold, rs in plans:
-        scores = []
-        for r in rs:
-            res = results[r]
-            assert isinstance(res, SpanScoreResult)
-            scores.append(res.logprob)
-        counts[pid][0] += int(scores.index(max(scores)) == gold)
-        counts[pid][1] += 1
-    return {p: (c[0], c[1]) for p, c in counts.items()}
-
-
 def bear_sentences(meta: dict[str, Any], facts: dict[str, list[dict[str, Any]]],
                    templates: list[int]) -> list[tuple[str, int, list[str]]]:
     """(relation, gold index, the filled sentences) per fact and template, as BEAR fills them."""
@@ -114,6 +73,47 @@ def bear_sentences(meta: dict[str, Any], facts: dict[str, list[dict[str, Any]]],
                             [capitalize(tpl.replace("[X]", row["sub_label"]).replace("[Y]", a))
                              for a in answers]))
     return out
+
+
+def kgprobe_counts(lm: Any, meta: dict[str, Any], facts: dict[str, list[dict[str, Any]]],
+                   templates: list[int], batch_size: int,
+                   stats_out: dict[str, Any] | None = None, batch_tokens: int | None = None,
+                   attention: str = "auto") -> tuple[dict[str, tuple[int, int]], list[float]]:
+    """Hits per relation, and every sentence's log-probability in ``bear_sentences`` order."""
+    from kgprobe.probing.engine import Engine
+    from kgprobe.probing.requests import SpanScoreRequest, SpanScoreResult
+
+    engine = Engine(lm, batch_size=batch_size, progress=True, batch_tokens=batch_tokens or "auto",
+                    attention=attention)
+    plans = bear_sentences(meta, facts, templates)
+    reqs = [SpanScoreRequest(x, 0, len(x)) for _, _, xs in plans for x in xs]
+    results = engine.run(reqs)
+    if stats_out is not None:
+        st = engine.stats
+        stats_out.update(forward_calls=st.forward_calls, tokens_fed=st.tokens_fed,
+                         sentence_tokens=sum(len(e.ids) for e in lm.tokenization.causal_spans(
+                             [(r.text, 0, len(r.text)) for r in reqs])),
+                         forward_cpu_seconds=st.forward_cpu_seconds,
+                         head_cpu_seconds=st.head_cpu_seconds)
+    scores = []
+    for res in results:
+        assert isinstance(res, SpanScoreResult)
+        scores.append(res.logprob)
+    return hits(plans, scores, facts), scores
+
+
+def hits(plans: list[tuple[str, int, list[str]]], scores: list[float],
+         facts: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[int, int]]:
+    """(hits, facts) per relation: a hit when the gold sentence scores highest (ties go to
+    the first answer, as lm-pub-quiz's ``index(max(...))``)."""
+    counts: dict[str, list[int]] = {p: [0, 0] for p in facts}
+    at = 0
+    for pid, gold, xs in plans:
+        sc = scores[at : at + len(xs)]
+        at += len(xs)
+        counts[pid][0] += int(sc.index(max(sc)) == gold)
+        counts[pid][1] += 1
+    return {p: (c[0], c[1]) for p, c in counts.items()}
 
 
 def harness_scores(lm: Any, sentences: list[str], batch_size: int, bos_token: str | None) -> list[float]:
@@ -186,8 +186,8 @@ def main() -> None:
 
     engine_stats: dict[str, Any] = {}
     t0, c0 = time.perf_counter(), time.process_time()
-    ours = kgprobe_counts(lm, meta, facts, templates, args.batch_size, engine_stats,
-                          args.batch_tokens, args.attention)
+    ours, kv = kgprobe_counts(lm, meta, facts, templates, args.batch_size, engine_stats,
+                              args.batch_tokens, args.attention)
     t_ours, c_ours = time.perf_counter() - t0, time.process_time() - c0
     print(f"kgprobe engine: {engine_stats}", flush=True)
     t_theirs = c_theirs = 0.0
@@ -203,28 +203,18 @@ def main() -> None:
             shutil.rmtree(tmp, ignore_errors=True)
     harness: dict[str, Any] = {}
     if "harness" in systems:
-        from kgprobe.probing.engine import Engine
-        from kgprobe.probing.requests import SpanScoreRequest, SpanScoreResult
-
         plans = bear_sentences(meta, facts, templates)
         texts = [x for _, _, xs in plans for x in xs]
         t0, c0 = time.perf_counter(), time.process_time()
         hv = harness_scores(lm, texts, args.batch_size, bos)
         t_h, c_h = time.perf_counter() - t0, time.process_time() - c0
-        res = Engine(lm, batch_tokens=args.batch_tokens or "auto",
-                     attention=args.attention).run([SpanScoreRequest(x, 0, len(x)) for x in texts])
-        kv = [r.logprob for r in res if isinstance(r, SpanScoreResult)]
-        hits = 0
-        at = 0
-        for _, gold, xs in plans:
-            sc = hv[at : at + len(xs)]
-            hits += int(sc.index(max(sc)) == gold)
-            at += len(xs)
+        h_hits = hits(plans, hv, facts)
+        acc_h = sum(a for a, _ in h_hits.values()) / len(plans)
         delta = max(abs(a - b) for a, b in zip(kv, hv, strict=True))
-        harness = {"wall_seconds": t_h, "cpu_seconds": c_h, "accuracy": hits / len(plans),
+        harness = {"wall_seconds": t_h, "cpu_seconds": c_h, "accuracy": acc_h,
                    "max_abs_delta_logprob_vs_kgprobe": delta, "sentences": len(texts)}
         print(f"harness loglikelihood_rolling: {t_h:.0f} s wall {c_h:.0f} cpu-s, accuracy "
-              f"{hits / len(plans):.4f}; kgprobe {c_h / c_ours:.1f}x faster in CPU time; "
+              f"{acc_h:.4f}; kgprobe {c_h / c_ours:.1f}x faster in CPU time; "
               f"max |Δ log p| per sentence {delta:.2e}", flush=True)
     if "lmpq" not in systems:
         if args.json:

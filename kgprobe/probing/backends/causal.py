@@ -146,6 +146,20 @@ class CausalBackend(Backend):
             kv = [(layer.keys, layer.values) for layer in cache.layers]
         return _ContextState(len(ctx), kv, last)
 
+    def _right_padded(
+        self, ctxs: Sequence[Sequence[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids, attention mask, position ids) of contexts right-padded to the longest:
+        padding sits after every real token, so no real position sees it."""
+        b = len(ctxs)
+        width = max(len(c) for c in ctxs)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=self.device)
+        mask = torch.zeros((b, width), dtype=torch.long, device=self.device)
+        for i, c in enumerate(ctxs):
+            ids[i, : len(c)] = torch.tensor(list(c), device=self.device)
+            mask[i, : len(c)] = 1
+        return ids, mask, torch.arange(width, device=self.device).expand(b, -1)
+
     def _run_contexts(
         self, ctxs: Sequence[Sequence[int]], keep_cache: bool
     ) -> list[_ContextState]:
@@ -157,13 +171,7 @@ class CausalBackend(Backend):
         from transformers import DynamicCache
 
         b = len(ctxs)
-        width = max(len(c) for c in ctxs)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=self.device)
-        mask = torch.zeros((b, width), dtype=torch.long, device=self.device)
-        for i, c in enumerate(ctxs):
-            ids[i, : len(c)] = torch.tensor(list(c), device=self.device)
-            mask[i, : len(c)] = 1
-        pos = torch.arange(width, device=self.device).expand(b, -1)
+        ids, mask, pos = self._right_padded(ctxs)
         self.stats.forward_calls += 1
         with torch.inference_mode():
             out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
@@ -566,15 +574,8 @@ class CausalBackend(Backend):
         every search and generation step extends (``_decode_step``)."""
         from transformers import DynamicCache
 
-        b = len(ctxs)
-        width = max(len(c) for c in ctxs)
-        ids = torch.full((b, width), self.pad_id, dtype=torch.long, device=self.device)
-        mask = torch.zeros((b, width), dtype=torch.long, device=self.device)
-        for i, c in enumerate(ctxs):
-            ids[i, : len(c)] = torch.tensor(list(c), device=self.device)
-            mask[i, : len(c)] = 1
+        ids, mask, pos = self._right_padded(ctxs)
         lengths = torch.tensor([len(c) for c in ctxs], device=self.device)
-        pos = torch.arange(width, device=self.device).expand(b, -1)
         cache, logits = self._decode_logits(
             {"input_ids": ids, "attention_mask": mask, "position_ids": pos,
              "past_key_values": DynamicCache(), "use_cache": True}, lengths - 1)
