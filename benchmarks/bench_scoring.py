@@ -125,16 +125,26 @@ def random_init(shape: str, device: str, dtype: str, threads: int) -> LoadedMode
 
 
 def fed_tokens(lm: LoadedModel, reqs: list[LogProbRequest], shared: bool) -> int:
-    """Tokens each system feeds through the model (the harness feeds like naive, minus its
-    last token, which we ignore: the difference is < 1 token per request)."""
+    """Tokens each system must feed through the model: one sequence per request (naive; the
+    harness feeds the same minus its last token, < 1 token per request, ignored), or with
+    ``shared`` the unique tokens of all requests (the FLOP/s figures count these)."""
     encs = [lm.tokenization.causal_pair(r.context, r.continuation) for r in reqs]
     if not shared:
         return sum(len(e.context_ids) + len(e.continuation_ids) - 1 for e in encs)
-    contexts = {e.context_ids for e in encs}
-    # kgprobe feeds each context once and each distinct continuation prefix once (trie)
-    prefixes = {(e.context_ids, e.continuation_ids[:k]) for e in encs
-                for k in range(1, len(e.continuation_ids))}
-    return sum(len(c) for c in contexts) + len(prefixes)
+    # unique tokens: the distinct prefixes of every fed sequence (context + continuation
+    # minus its last token), i.e. one trie over all of them — what kgprobe feeds at best
+    # (contexts sharing their demonstrations share them; the engine re-feeds a shared trunk
+    # once per row and a context once per segment, counted in its own tokens_fed_engine)
+    root: dict[int, Any] = {}
+    nodes = 0
+    for e in encs:
+        node = root
+        for t in (*e.context_ids, *e.continuation_ids[:-1]):
+            if t not in node:
+                node[t] = {}
+                nodes += 1
+            node = node[t]
+    return nodes
 
 
 def plan_figures(lm: LoadedModel, reqs: list[LogProbRequest], batch_tokens: int) -> dict[str, float]:

@@ -28,8 +28,13 @@ from kgprobe.probing.requests import (
 
 torch.set_num_threads(1)
 
+DEMOS = ("Question: What is the capital of France? Answer: Paris.\n"
+         "Question: What is the capital of Spain? Answer: Madrid.\n")
 CONTEXTS = ["The capital of France is", "Answer:", "Berlin is the capital of", "hello world, the",
-            "Question: What is the capital of Italy? Answer:"]
+            "Question: What is the capital of Italy? Answer:",
+            # few-shot contexts: the demonstrations are a trunk shared by both segments
+            DEMOS + "Question: What is the capital of Italy? Answer:",
+            DEMOS + "Question: Where is Lyon? Answer:"]
 CANDIDATES = [" Paris", " London", " Lyon", " Rome.", " the city is old", " Germany and Spain",
               " Madrid", " a large city in France", ",", " Paris is the capital", " the world"]
 TOL = 1e-5
@@ -79,6 +84,17 @@ def _check_plan(ctxs: list[tuple[int, ...]], conts: list[tuple[int, ...]], budge
             assert row.ids[visible].tolist() == list(cx) + list(ct[:t])
             assert row.positions[visible].tolist() == list(range(len(cx) + t))
             assert int(p.read_target[k]) == (ct[t] if ct else -1)
+    for row in p.rows:
+        # the attention blocks tile the row, and every position's visible keys lie in its
+        # block's trunk or in the block itself (what block-wise attention computes)
+        b = row.blocks
+        assert b[0, 0] == 0 and b[-1, 1] == len(row.ids) and (b[1:, 0] == b[:-1, 1]).all()
+        kv = np.arange(len(row.ids))
+        for q0, q1, t0, t1 in b.tolist():
+            assert t0 <= t1 <= q0
+            for q in range(q0, q1):
+                seen = kv[(kv <= q) & (q < row.end)]
+                assert (((seen >= t0) & (seen < t1)) | ((seen >= q0) & (seen <= q))).all()
     return p.tokens
 
 
@@ -104,6 +120,36 @@ def test_plan_feeds_each_context_and_each_prefix_once() -> None:
         expected = sum(len(c) for c in {a for a, _ in items}) + len(
             {(a, b[:k]) for a, b in items for k in range(1, len(b))})
         assert p.tokens == expected and len(p.rows) == 1
+
+
+def test_plan_shares_a_long_common_context_prefix_as_a_trunk() -> None:
+    """Few-shot contexts (the same demonstrations, then a prompt): the demonstrations are
+    fed once per row, not once per context, and every read still sees exactly its own
+    context and prefix at positions 0..n-1."""
+    rng = random.Random(3)
+    for trial in range(200):
+        demos = [tuple(rng.randint(0, 9) for _ in range(rng.randint(0, 30))) for _ in range(2)]
+        pool = [rng.choice(demos) + tuple(rng.randint(0, 9) for _ in range(rng.randint(1, 4)))
+                for _ in range(rng.randint(1, 6))]
+        items = [(rng.choice(pool), tuple(rng.randint(0, 4) for _ in range(
+            rng.randint(0 if trial % 3 == 0 else 1, 5)))) for _ in range(rng.randint(1, 25))]
+        _check_plan([a for a, _ in items], [b for _, b in items],
+                    rng.choice([5, 20, 40, 100, 10**6]), rng.choice([16, 512, None]))
+    demo = tuple(range(100, 130))  # 30 tokens
+    prompts = [(1, 2), (1, 3, 4), (5,), (6, 7), (20, 21), (22,), (23, 24, 25), (26,)]
+    conts = [(8, 9, 10), (8, 9), (11, 12), (13,)]
+    items = [(demo + q, c) for q in prompts for c in conts]
+    ctxs, cnts = [a for a, _ in items], [b for _, b in items]
+    p = plan(ctxs, cnts, 10**6)
+    # by hand: the 30 demonstration tokens once, the prompts' own 15 tokens, and per context
+    # the continuation prefixes (8), (8, 9), (11,): 3 nodes
+    assert p.tokens == 30 + 15 + 8 * 3 and len(p.rows) == 1
+    assert _check_plan(ctxs, cnts, 10**6) == p.tokens
+    # segments of 5, 6, 4, 5, 5, 4, 6, 4 tokens in rows of 60: the trunk and the first six
+    # (59), then the trunk again and the last two (40)
+    small = plan(ctxs, cnts, 60)
+    assert sorted(len(r.ids) for r in small.rows) == [40, 59]
+    _check_plan(ctxs, cnts, 60)
 
 
 def test_plan_respects_the_budget() -> None:

@@ -28,27 +28,32 @@ from kgprobe.probing.backends.packing import PackedRow, plan
 
 #: the attention implementation kgprobe registers with transformers (``_segment_attention``)
 SEGMENT_ATTENTION = "kgprobe_segments"
-_SEGMENTS: contextvars.ContextVar[list[tuple[int, int]] | None] = contextvars.ContextVar(
-    "kgprobe_segments", default=None)
+_SEGMENTS: contextvars.ContextVar[list[tuple[int, int, int, int]] | None] = (
+    contextvars.ContextVar("kgprobe_segments", default=None))
 
 
 def _segment_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
-    """SDPA segment by segment over a packed row: segments never see each other, so the
-    row's attention is block-diagonal and each block is computed alone — the cost is the sum
-    of the squared segment lengths, not the square of the row (the CPU's block-sparse path;
-    FlexAttention is CUDA's). Any other forward (no packed row, a key/value cache) is plain
-    SDPA, so the model stays usable by other code."""
+    """SDPA block by block over a packed row (``PackedRow.blocks``): segments never see each
+    other, so each segment's queries are computed alone against the keys of its trunk and of
+    itself — the cost is the sum of |segment| × (|trunk| + |segment|), not the square of the
+    row (the CPU's block-sparse path; FlexAttention is CUDA's). Any other forward (no packed
+    row, a key/value cache) is plain SDPA, so the model stays usable by other code."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     base = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    bounds = _SEGMENTS.get()
-    if (bounds is None or len(bounds) < 2 or query.shape[2] != key.shape[2]
-            or bounds[-1][1] != query.shape[2]):
+    blocks = _SEGMENTS.get()
+    if (blocks is None or len(blocks) < 2 or query.shape[2] != key.shape[2]
+            or blocks[-1][1] != query.shape[2] or attention_mask is None):
         return base(module, query, key, value, attention_mask, **kwargs)  # type: ignore[no-any-return]
-    outs = [base(module, query[:, :, a:b], key[:, :, a:b], value[:, :, a:b],
-                 None if attention_mask is None else attention_mask[..., a:b, a:b], **kwargs)[0]
-            for a, b in bounds]
+    outs = []
+    for a, b, t0, t1 in blocks:
+        k, v, m = key[:, :, a:b], value[:, :, a:b], attention_mask[..., a:b, a:b]
+        if t1 > t0:
+            k = torch.cat([key[:, :, t0:t1], k], dim=2)
+            v = torch.cat([value[:, :, t0:t1], v], dim=2)
+            m = torch.cat([attention_mask[..., a:b, t0:t1], m], dim=-1)
+        outs.append(base(module, query[:, :, a:b], k, v, m, **kwargs)[0])
     return torch.cat(outs, dim=1), None
 
 
@@ -343,8 +348,7 @@ class CausalBackend(Backend):
         self.stats.tokens_fed += len(row.ids)
         c0 = time.process_time()
         split = self.head_splits()  # its own check forward runs outside the row's segments
-        starts = np.flatnonzero(row.positions == 0).tolist() + [len(row.ids)]
-        token = _SEGMENTS.set(list(zip(starts[:-1], starts[1:], strict=True))
+        token = _SEGMENTS.set([tuple(b) for b in row.blocks.tolist()]  # type: ignore[misc]
                               if self.attention_path() == "segments" else None)
         try:
             return self._row_forward_model(ids, pos, at, mask, c0, split)
