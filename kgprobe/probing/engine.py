@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
-from typing import Literal
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -144,26 +144,15 @@ class Engine:
 
     def _compute(self, reqs: list[Request]) -> dict[Request, Result]:
         out: dict[Request, Result] = {}
-        lp = [r for r in reqs if isinstance(r, LogProbRequest)]
-        sp = [r for r in reqs if isinstance(r, SpanScoreRequest)]
-        nt = [r for r in reqs if isinstance(r, NextTokenRequest)]
-        bs = [r for r in reqs if isinstance(r, BeamSearchRequest)]
-        gn = [r for r in reqs if isinstance(r, GenerateRequest)]
-        if lp:
-            with self._timed("LogProbRequest", len(lp)):
-                out.update(zip(lp, self._logprobs(lp), strict=True))
-        if sp:
-            with self._timed("SpanScoreRequest", len(sp)):
-                out.update(zip(sp, self._spans(sp), strict=True))
-        if nt:
-            with self._timed("NextTokenRequest", len(nt)):
-                out.update(zip(nt, self._next_tokens(nt), strict=True))
-        if bs:
-            with self._timed("BeamSearchRequest", len(bs)):
-                out.update(zip(bs, self._beams(bs), strict=True))
-        if gn:
-            with self._timed("GenerateRequest", len(gn)):
-                out.update(zip(gn, self._generates(gn), strict=True))
+        handlers: tuple[tuple[type, Callable[[Any], Sequence[Result]]], ...] = (
+            (LogProbRequest, self._logprobs), (SpanScoreRequest, self._spans),
+            (NextTokenRequest, self._next_tokens), (BeamSearchRequest, self._beams),
+            (GenerateRequest, self._generates))
+        for kind, handle in handlers:
+            batch = [r for r in reqs if isinstance(r, kind)]
+            if batch:
+                with self._timed(kind.__name__, len(batch)):
+                    out.update(zip(batch, handle(batch), strict=True))
         return out
 
     @contextlib.contextmanager

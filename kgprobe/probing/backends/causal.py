@@ -289,19 +289,27 @@ class CausalBackend(Backend):
                     self.attention_fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                     self._flex_checked = True
                     want = self._fallback()
-            if want == "segments":
-                if not segments_possible(self.model):
-                    raise ConfigError("attention 'segments' needs a model that attends through SDPA")
-                _register_segments()
-                self.model.set_attn_implementation(SEGMENT_ATTENTION)
+            elif want == "segments":
+                self._use_segments()
             self._attention_resolved = want
         return self._attention_resolved
 
+    def _use_segments(self) -> None:
+        """Switch the model to ``_segment_attention`` (registered with transformers)."""
+        if not segments_possible(self.model):
+            raise ConfigError("attention 'segments' needs a model that attends through SDPA")
+        _register_segments()
+        self.model.set_attn_implementation(SEGMENT_ATTENTION)
+
     def _fallback(self) -> str:
-        """Where a failed flex path goes: segments for SDPA models, else the dense mask."""
+        """Where a failed flex path goes, switched to: segments for SDPA models, else the
+        dense mask."""
         before = self._attn_before or "sdpa"
         self.model.set_attn_implementation(before)
-        return "segments" if before in ("sdpa", SEGMENT_ATTENTION) else "dense"
+        if before in ("sdpa", SEGMENT_ATTENTION):
+            self._use_segments()
+            return "segments"
+        return "dense"
 
     def _row_mask(self, row: PackedRow) -> Any:
         """The row's mask from its ``end`` array: allowed[q, kv] = kv <= q < end[kv]."""
@@ -330,11 +338,7 @@ class CausalBackend(Backend):
             except Exception as exc:  # noqa: BLE001 - any compile/kernel failure: go dense
                 # e.g. torch 2.13's CPU inductor fails to compile FlexAttention with GQA
                 self.attention_fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                want = self._fallback()
-                if want == "segments":
-                    _register_segments()
-                    self.model.set_attn_implementation(SEGMENT_ATTENTION)
-                self._attention_resolved = want
+                self._attention_resolved = self._fallback()
             finally:
                 self._flex_checked = True
         return self._row_forward_once(row, keep)
@@ -653,9 +657,7 @@ class CausalBackend(Backend):
             parents: list[int] = []
             tokens: list[int] = []
             for i, (_, num_beams, max_new, _) in enumerate(searches):
-                if not live[i]:
-                    continue
-                if step >= max_new:
+                if not live[i] or step >= max_new:
                     continue
                 cands: list[tuple[list[int], float, TrieNode | None, int]] = []
                 for seq, score, node, slot in live[i]:

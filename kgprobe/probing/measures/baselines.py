@@ -485,8 +485,8 @@ def karr(
             out.append(KarrScore(item.fact, None, None, None, None))
             continue
         n = total(num)
-        ds = sum(total(d) for d in den_s) / ks if ks else None
-        dr = total(den_r) / kr if kr and den_r else None
+        ds = sum(total(d) for d in den_s) / ks
+        dr = total(den_r) / kr  # den_r is not empty, so neither is the relation sample
         k_s = None if not ds else max(n / ds, floor)
         k_r = None if not dr else max(n / dr, floor)
         if k_s is None or k_r is None:
