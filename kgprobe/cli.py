@@ -155,8 +155,6 @@ def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
                   "password": settings.password_from or "not configured (set NEO4J_PASSWORD)",
                   "config": str(config_path())}
     else:
-        from kgprobe.graph.server import USER
-
         server = _server()
         info = server.info()
         status = {
@@ -164,9 +162,11 @@ def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
             "running": info.running,
             "pid": info.pid,
             "uri": info.uri,
-            "user": USER,
+            # The Bolt user's name is a secret like its password: knowing it is what it takes
+            # to lock it out (docs/guarantees.md).
+            "user": f'key "user" of {server.state_file} (mode 0600)',
             "database": info.database,
-            "password": f'key "password" of {server.state_file} (mode 0600)',
+            "password": f'key "user_password" of {server.state_file} (mode 0600)',
             "http_port": info.http_port,
             "home": str(info.home),
             "config": str(config_path()),

@@ -27,7 +27,9 @@ ENV_DATABASE = "NEO4J_DATABASE"
 ENV_HOME = "KGPROBE_HOME"
 ENV_CONFIG = "KGPROBE_CONFIG"
 
-CONFIG_KEYS = ("uri", "user", "password", "database", "home", "bolt_port", "http_port", "heap")
+CONFIG_KEYS = ("uri", "user", "password", "database", "home", "bolt_port", "http_port", "heap", "lockout_wait")
+ENV_LOCKOUT_WAIT = "KGPROBE_LOCKOUT_WAIT"
+DEFAULT_LOCKOUT_WAIT = 120.0  # seconds; ArcadeDB locks a user for 30 s, Neo4j 5 for 5 s
 BOLT_SCHEMES = ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc")
 
 # scheme://user:password@  — the user info of any URI in a piece of text
@@ -125,6 +127,9 @@ class Settings:
     bolt_port: int = 7687
     http_port: int = 2480
     heap: str = "2g"
+    # How long to keep retrying while the server refuses logins after failed attempts by others
+    # (a lock-out, not a wrong password): bounded, so a persistent attacker ends in one clear line.
+    lockout_wait: float = DEFAULT_LOCKOUT_WAIT
     password_from: str | None = None  # where the password came from, for `kgprobe db status`
 
     @property
@@ -169,6 +174,7 @@ class Settings:
             http_port = int(str(pick("KGPROBE_HTTP_PORT", "http_port") or 2480))
         except ValueError as exc:
             raise ConfigError(f"ports must be integers: {exc}") from exc
+        lockout_wait = _seconds(pick(ENV_LOCKOUT_WAIT, "lockout_wait"), ENV_LOCKOUT_WAIT, DEFAULT_LOCKOUT_WAIT)
         return cls(
             uri=str(uri) if uri else None,
             user=str(user or "neo4j"),
@@ -178,5 +184,19 @@ class Settings:
             bolt_port=bolt_port,
             http_port=http_port,
             heap=str(pick("KGPROBE_DB_HEAP", "heap") or "2g"),
+            lockout_wait=lockout_wait,
             password_from=password_from,
         )
+
+
+def _seconds(value: object | None, name: str, default: float) -> float:
+    """A duration setting: a finite number of seconds in [0, 3600] (NaN and negatives refused)."""
+    if value is None or value == "":
+        return default
+    try:
+        seconds = float(str(value))
+    except ValueError:
+        seconds = float("nan")
+    if not 0 <= seconds <= 3600:  # False for NaN
+        raise ConfigError(f"{name} must be a number of seconds between 0 and 3600, not {value!r}")
+    return seconds

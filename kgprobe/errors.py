@@ -21,6 +21,19 @@ class GraphUnavailable(KgprobeError):
     exit_code = 3
 
 
+class LockedOut(GraphUnavailable):
+    """The server refuses logins for a user after repeated failed attempts: not a wrong password."""
+
+    def __init__(self, user: str, waited: float) -> None:
+        super().__init__(
+            f"the graph server refuses logins for user {user}: it locked that user after repeated "
+            "failed logins, which any program on this machine can cause (the password kgprobe uses "
+            f"is right); kgprobe retried for {waited:.0f} s. Find what sends bad logins to the "
+            "server's ports, or raise KGPROBE_LOCKOUT_WAIT"
+        )
+        self.user, self.waited = user, waited
+
+
 class InputError(KgprobeError):
     """Input data is unsupported or malformed beyond the error budget."""
 

@@ -6,6 +6,7 @@ ArcadeDB server, started on demand. Driver failures become `GraphUnavailable` wi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any, TypeVar
@@ -22,7 +23,7 @@ from neo4j.exceptions import (
 )
 
 from kgprobe.config import Settings, redact
-from kgprobe.errors import ConfigError, GraphUnavailable
+from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut
 
 T = TypeVar("T")
 
@@ -38,16 +39,26 @@ class Graph:
 
     Each call runs in its own managed transaction, so a failure rolls back that whole call
     and never leaves half a batch written.
+
+    A server that locks a user after failed logins (by anyone: Neo4j's AuthenticationRateLimit,
+    or ArcadeDB, whose Bolt answer looks like a wrong password, told apart by ``locked_out``) is
+    waited out with backoff for ``lockout_wait`` seconds, then reported as `LockedOut`: at
+    connection and at every later call, since the driver logs in again for each new connection.
     """
 
-    def __init__(self, uri: str, user: str, password: str, database: str | None) -> None:
+    def __init__(
+        self, uri: str, user: str, password: str, database: str | None, *,
+        lockout_wait: float = 0.0, locked_out: Callable[[], bool] | None = None, shown_user: str | None = None,
+    ) -> None:
         self.uri = redact(uri)  # for messages; Settings already strips user info, be sure
         self.database = database
+        # ``shown_user``: how messages name the user, when its name is a secret itself
+        self._user, self._lockout_wait, self._locked_out = shown_user or user, lockout_wait, locked_out
         try:
             self._driver = GraphDatabase.driver(
                 uri, auth=(user, password), connection_timeout=10, max_transaction_retry_time=15
             )
-            self._driver.verify_connectivity()
+            self._waiting_out_lockouts(self._driver.verify_connectivity)
         except AuthError as exc:
             raise GraphUnavailable(
                 f"the graph server at {self.uri} refused the user name or password "
@@ -74,9 +85,30 @@ class Graph:
     def _session(self) -> neo4j.Session:
         return self._driver.session(database=self.database) if self.database else self._driver.session()
 
+    def _is_lockout(self, exc: Neo4jError) -> bool:
+        if (exc.code or "").endswith("Security.AuthenticationRateLimit"):
+            return True
+        return isinstance(exc, AuthError) and self._locked_out is not None and self._locked_out()
+
+    def _waiting_out_lockouts(self, fn: Callable[[], T]) -> T:
+        """``fn()``, retried with backoff while the user is locked out (nothing was done then:
+        a call is one transaction, and the failure came at login)."""
+        waited, delay = 0.0, 1.0
+        while True:
+            try:
+                return fn()
+            except Neo4jError as exc:
+                if not self._is_lockout(exc):
+                    raise
+                if waited >= self._lockout_wait:
+                    raise LockedOut(self._user, waited) from exc
+                step = min(delay, self._lockout_wait - waited)
+                time.sleep(step)
+                waited, delay = waited + step, min(delay * 2, 8.0)
+
     def _call(self, fn: Callable[[], T]) -> T:
         try:
-            return fn()
+            return self._waiting_out_lockouts(fn)
         except AuthError as exc:
             raise GraphUnavailable(f"the graph server at {self.uri} refused the credentials") from exc
         except (ServiceUnavailable, SessionExpired) as exc:
@@ -150,15 +182,19 @@ def connect(settings: Settings | None = None, *, ensure_schema: bool = True, aut
                 f"NEO4J_URI is set to {settings.uri} but no password is configured: set NEO4J_PASSWORD "
                 "or put it in the 0600 config file (kgprobe db status shows where)"
             )
-        graph = Graph(settings.uri, settings.user, settings.password, settings.database)
+        graph = Graph(settings.uri, settings.user, settings.password, settings.database,
+                      lockout_wait=settings.lockout_wait)
     else:
-        from kgprobe.graph.server import USER, ManagedServer
+        from kgprobe.graph.server import ManagedServer
 
         server = ManagedServer(settings)
         info = server.start() if autostart else server.info()
         if not info.running:
             raise GraphUnavailable("the managed graph server is not running; run `kgprobe db start`")
-        graph = Graph(info.uri, USER, server.password, info.database)
+        user, password = server.credentials()
+        graph = Graph(info.uri, user, password, info.database, lockout_wait=settings.lockout_wait,
+                      locked_out=lambda: server.locked_out(user, password),
+                      shown_user=f'kgprobe\'s own (key "user" of {server.state_file})')
     if ensure_schema:
         from kgprobe.graph.schema import ensure_schema as _ensure
 

@@ -12,6 +12,14 @@ Security and concurrency (docs/guarantees.md):
 - start, stop and wipe hold an exclusive lock on ``HOME/server.lock``: one server per home;
 - a process is signalled only when its command line names ArcadeDB's server class and this
   home's root path (and its start time matches the one recorded at start).
+
+Lock-out (docs/guarantees.md): ArcadeDB locks a user name for 30 s after 5 failed logins, counted
+per name and reachable without credentials by every local user over HTTP and Bolt (the numbers
+are hard-coded; HTTP cannot be turned off). kgprobe therefore never logs in over Bolt as ``root``:
+each home gets its own Bolt user with a random, secret name and password (kept in server.json,
+0600), created over HTTP at first start. Nobody else can name that user, so nobody can lock it.
+``root`` is used only over HTTP, at first start and when adopting a server; if someone has locked
+it, kgprobe says so and retries with backoff for ``Settings.lockout_wait`` seconds.
 """
 
 from __future__ import annotations
@@ -34,11 +42,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kgprobe.config import Settings, read_private_json, write_private_json
-from kgprobe.errors import ConfigError, GraphUnavailable
+from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut
 
 DATABASE = "kgprobe"
-USER = "root"  # ArcadeDB's server user; the password is generated per installation
+ADMIN = "root"  # ArcadeDB's administrator: HTTP set-up only, never Bolt (see the module docstring)
 SERVER_CLASS = "com.arcadedb.server.ArcadeDBServer"
+# What ArcadeDB answers, before it checks the password, while a user name is locked.
+LOCKED_OUT = "Too many failed authentication attempts"
+
+
+def _new_user_name() -> str:
+    """A Bolt user name nobody can guess (128 random bits), so nobody can lock it out."""
+    return "kgprobe_" + secrets.token_hex(16)
+
+
 
 
 def _package_dir() -> Path:
@@ -154,6 +171,11 @@ class ManagedServer:
                 "database": DATABASE,
             }
             write_private_json(self.state_file, state)
+        if not state.get("user") or not state.get("user_password"):
+            # A new home, or one made by a kgprobe that logged in as root: give it its own user
+            # (created in ArcadeDB by _ensure_user once the server answers).
+            state.update(user=_new_user_name(), user_password=secrets.token_urlsafe(24))
+            write_private_json(self.state_file, state)
         return state
 
     @staticmethod
@@ -163,11 +185,37 @@ class ManagedServer:
 
     @property
     def password(self) -> str:
+        """The administrator's (root's) password: HTTP set-up only."""
         state = self._state()
         if state.get("password"):
             return str(state["password"])
         with self._locked():
             return str(self._ensure_state()["password"])
+
+    def credentials(self) -> tuple[str, str]:
+        """The Bolt user and password of this home (start the server first: ``start``)."""
+        state = self._state()
+        if not self._user_ready(state):
+            raise GraphUnavailable(
+                f"the graph server of {self.home} has no kgprobe user yet; run `kgprobe db start`"
+            )
+        return str(state["user"]), str(state["user_password"])
+
+    def _user_ready(self, state: dict[str, object] | None = None) -> bool:
+        """True when server.json names a Bolt user and ArcadeDB's users file holds it."""
+        state = self._state() if state is None else state
+        name = state.get("user")
+        if not name or not state.get("user_password"):
+            return False
+        try:
+            lines = self.users_file.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            return False
+        for line in lines:
+            with contextlib.suppress(ValueError):
+                if isinstance(entry := json.loads(line), dict) and entry.get("name") == name:
+                    return True
+        return False
 
     def info(self) -> ServerInfo:
         state = self._state()
@@ -221,18 +269,19 @@ class ManagedServer:
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self, timeout: float = 90.0) -> ServerInfo:
-        """Start the server if it is not running; create the database; return how to reach it."""
+        """Start the server if it is not running; create the database and kgprobe's user."""
         info = self.info()
-        if info.running:
+        if info.running and self._user_ready():
             return info
         with self._locked():
             return self._start_locked(timeout)
 
     def _start_locked(self, timeout: float) -> ServerInfo:
         info = self.info()
-        if info.running:  # another process started it while we waited for the lock
-            return info
         state = self._ensure_state()
+        if info.running:  # another process started it while we waited, or a home made by an older kgprobe
+            self._ensure_user(info.http_port, state)
+            return info
         bolt, http = int(str(state["bolt_port"])), int(str(state["http_port"]))
         password = str(state["password"])
         adopted = self._adopt(state)
@@ -292,6 +341,7 @@ class ManagedServer:
         finally:
             self.password_file.unlink(missing_ok=True)
         self._ensure_database(http, password)
+        self._ensure_user(http, state)
         while not port_open(bolt):
             if time.monotonic() > deadline:
                 raise GraphUnavailable(f"Bolt port {bolt} did not open; see {self.log_file}")
@@ -316,18 +366,70 @@ class ManagedServer:
             if not any(_pid_alive(p) for p in pids):
                 return None
             time.sleep(0.2)
-        answer = self._http(http, str(state["password"]), "list databases") if port_open(http) else {}
-        if len(pids) == 1 and port_open(bolt) and "error" not in answer and answer:
+        if len(pids) == 1 and port_open(bolt) and self._answers(http, bolt, state):
             _write_private_text(self.pid_file, str(pids[0]))
             self._ensure_database(http, str(state["password"]))
+            self._ensure_user(http, state)
             return self.info()
         raise GraphUnavailable(
             f"a graph server for {self.home} runs (pid {', '.join(map(str, pids))}) but does not answer "
             "with this home's credentials; run `kgprobe db stop`, then start again"
         )
 
-    def _http(self, http_port: int, password: str, command: str) -> dict[str, object]:
-        token = base64.b64encode(f"{USER}:{password}".encode()).decode()
+    def _answers(self, http: int, bolt: int, state: dict[str, object]) -> bool:
+        """Does the server answer with this home's credentials? Over Bolt as kgprobe's user
+        when it exists (nobody can lock it), else over HTTP as root (waiting out a lock-out)."""
+        if self._user_ready(state):
+            from neo4j import GraphDatabase
+            from neo4j.exceptions import Neo4jError, ServiceUnavailable
+
+            auth = (str(state["user"]), str(state["user_password"]))
+            try:
+                with GraphDatabase.driver(f"bolt://127.0.0.1:{bolt}", auth=auth, connection_timeout=10) as d:
+                    d.verify_connectivity()
+                return True
+            except (Neo4jError, ServiceUnavailable, OSError):
+                return False
+        if not port_open(http):
+            return False
+        answer = self._admin(http, str(state["password"]), "list databases")
+        return bool(answer) and "error" not in answer
+
+    def _admin(self, http_port: int, password: str, command: str) -> dict[str, object]:
+        """A server command as root over HTTP; while root is locked out (by bad logins from
+        anyone on this machine), retry with backoff for ``lockout_wait`` seconds, then say so."""
+        waited, delay = 0.0, 1.0
+        while True:
+            answer = self._http(http_port, password, command)
+            if LOCKED_OUT not in str(answer.get("error", "")):
+                return answer
+            if waited >= self.settings.lockout_wait:
+                raise LockedOut(repr(ADMIN), waited)
+            step = min(delay, self.settings.lockout_wait - waited)
+            time.sleep(step)
+            waited, delay = waited + step, min(delay * 2, 8.0)
+
+    def _ensure_user(self, http_port: int, state: dict[str, object]) -> None:
+        """Create this home's Bolt user (admin of the kgprobe database only) if ArcadeDB lacks it."""
+        if self._user_ready(state):
+            return
+        spec = {"name": state["user"], "password": state["user_password"], "databases": {DATABASE: ["admin"]}}
+        result = self._admin(http_port, str(state["password"]), "create user " + json.dumps(spec))
+        if "error" in result or not self._user_ready(state):
+            raise GraphUnavailable(
+                f"could not create kgprobe's user in the graph server: {result.get('error', 'not saved')}; "
+                f"see {self.log_file}"
+            )
+
+    def locked_out(self, user: str, password: str) -> bool:
+        """Is ``user`` locked by failed logins right now? ArcadeDB's Bolt answer does not tell a
+        lock-out from a wrong password; its HTTP answer does (checked before the password, so
+        asking never extends the lock)."""
+        http = int(str(self._state().get("http_port", self.settings.http_port)))
+        return LOCKED_OUT in str(self._http(http, password, "list databases", user=user).get("error", ""))
+
+    def _http(self, http_port: int, password: str, command: str, user: str = ADMIN) -> dict[str, object]:
+        token = base64.b64encode(f"{user}:{password}".encode()).decode()
         req = urllib.request.Request(
             f"http://127.0.0.1:{http_port}/api/v1/server",
             data=json.dumps({"command": command}).encode(),
@@ -346,7 +448,7 @@ class ManagedServer:
     def _ensure_database(self, http_port: int, password: str) -> None:
         if (self.root / "databases" / DATABASE).exists():
             return
-        result = self._http(http_port, password, f"create database {DATABASE}")
+        result = self._admin(http_port, password, f"create database {DATABASE}")
         if "error" in result and "exist" not in str(result["error"]).lower():
             raise GraphUnavailable(f"could not create the database: {result['error']}")
 
