@@ -106,8 +106,8 @@ def test_history_keys(graph: Any) -> None:
     p35 = pr.candidate_keys(graph, "P35", 20240601)
     assert len(p35) == 1  # Biden's term; Trump's second term starts later
     assert pr.history_keys(graph, "P35", 20240601) == p35
-    assert pr.history_keys(graph, "P36", 20240601) == []
-    assert pr.history_keys(graph, "P35", 19990101) == []  # Clinton, with nothing before him
+    assert pr.history_keys(graph, "P36", 20240601) == {}
+    assert pr.history_keys(graph, "P35", 19990101) == {}  # Clinton, with nothing before him
 
 
 def _pl(engine: Any, context: str, labels: list[str]) -> float:
@@ -183,7 +183,8 @@ def test_unknown_and_compare_on_known_scores(graph: Any) -> None:
     """Scores written by hand through the write-back path; the queries must return exactly the
     facts below the threshold, and the disagreements."""
     load(graph)
-    keys = [k for p in ("P27", "P35", "P36") for k in pr.candidate_keys(graph, p, 20240601)]
+    subjects = {k: s for p in ("P27", "P35", "P36") for k, s in pr.candidate_keys(graph, p, 20240601).items()}
+    keys = list(subjects)
     assert len(keys) == 11
     a_scores = {k: (i % 4) / 4 for i, k in enumerate(keys)}  # 0, .25, .5, .75, 0, ...
     b_scores = {k: 1.0 - v for k, v in a_scores.items()}
@@ -192,7 +193,7 @@ def test_unknown_and_compare_on_known_scores(graph: Any) -> None:
         run_id = f"run-{name}"
         pr.create_run(graph, run_id, {"model": name, "model_key": name, "measure_keys": [sp.measure_key],
                                       "threshold": 0.5, "status": "finished", "started": "t"})
-        rows = [{"key": k, "props": {sp.score: v, sp.run: run_id}} for k, v in scores.items()]
+        rows = [{"key": k, "s": subjects[k], "props": {sp.score: v, sp.run: run_id}} for k, v in scores.items()]
         pr.write_scores(graph, run_id, rows, scored=len(rows), unscorable=0, now="t")
 
     sc, facts = unknown_in(graph, "alpha")

@@ -73,7 +73,7 @@ def hand_graph(graph: Any) -> Any:
                                       "measure_keys": [sp.measure_key], "threshold": 0.5,
                                       "status": "finished", "started": "t"})
         rows = [
-            {"key": _key(graph, s, p, o),
+            {"key": _key(graph, s, p, o), "s": s,
              "props": {sp.score: (1.0 - v) if flip else v, sp.stale: st, sp.run: run_id}}
             for s, p, o, v, st, _ in HAND
         ]

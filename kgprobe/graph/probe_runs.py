@@ -13,6 +13,11 @@ Scores live on the FACT edges as properties named per model and measure (docs/pr
 Property keys cannot be query parameters in a write, so the two dynamic parts are validated
 against ``[a-z0-9_]`` without ``__`` (the separator) before a key is built; reads use
 ``f[$key]`` with the key as a parameter.
+
+A FACT edge is found by its key only from its subject, bound first through the unique QID index
+(``MATCH (s:Entity {qid: row.s})-[f:FACT {key: row.key}]->``): ArcadeDB answers an unanchored
+``MATCH ()-[f:FACT {key: $k}]->()`` with a scan of every FACT edge (4 s per fact at 765k edges),
+so a fact's key always travels with its subject's QID (``tests/test_cypher_anchoring.py``).
 """
 
 from __future__ import annotations
@@ -20,13 +25,13 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph.client import Graph
-from kgprobe.records import is_pid
+from kgprobe.records import is_pid, is_qid
 
 _PART = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
 MAX_PART = 64
@@ -50,7 +55,7 @@ WHERE f.pid = $pid AND s.label IS NOT NULL AND o.label IS NOT NULL
   AND (f.rank IS NULL OR f.rank <> 'deprecated')
   AND (f.end_sort IS NULL OR f.end_sort > $ref)
   AND (f.start_sort IS NULL OR f.start_sort <= $ref)
-RETURN f.key AS key
+RETURN f.key AS key, s.qid AS s
 """
 
 #: The subset of CANDIDATE_KEYS whose (subject, relation) had another object that ended
@@ -66,14 +71,14 @@ WHERE f.pid = $pid AND s.label IS NOT NULL AND o.label IS NOT NULL
     WHERE g.pid = $pid AND p <> o AND g.end_sort IS NOT NULL AND g.end_sort <= $ref
       AND (g.rank IS NULL OR g.rank <> 'deprecated')
   }
-RETURN DISTINCT f.key AS key
+RETURN DISTINCT f.key AS key, s.qid AS s
 """
 
-#: What a probe needs of some facts, and the configuration hashes already stored on each
-#: (one per ``cfg__`` property in $cfgs, in that order).
+#: What a probe needs of some facts ({key, s} rows), and the configuration hashes already stored
+#: on each (one per ``cfg__`` property in $cfgs, in that order).
 FACT_DETAILS = """
-UNWIND $keys AS k
-MATCH (s:Entity)-[f:FACT {key: k}]->(o:Entity)
+UNWIND $facts AS row
+MATCH (s:Entity {qid: row.s})-[f:FACT {key: row.key}]->(o:Entity)
 RETURN f.key AS key, f.pid AS pid, s.qid AS s, s.label AS s_label, s.aliases AS s_aliases,
        o.qid AS o, o.label AS o_label, o.aliases AS o_aliases, [c IN $cfgs | f[c]] AS cfgs
 """
@@ -85,10 +90,10 @@ MATCH (e:Entity {qid: q})
 RETURN e.qid AS qid, e.label AS label, e.aliases AS aliases
 """
 
-#: One batch of scores: each row is {key, props}; a null in props removes that property.
+#: One batch of scores: each row is {key, s, props}; a null in props removes that property.
 WRITE_SCORES = """
 UNWIND $rows AS row
-MATCH ()-[f:FACT {key: row.key}]->()
+MATCH (:Entity {qid: row.s})-[f:FACT {key: row.key}]->()
 SET f += row.props
 RETURN count(f) AS n
 """
@@ -313,18 +318,23 @@ def relations_with_facts(graph: Graph) -> list[dict[str, Any]]:
     return graph.read(RELATIONS_WITH_FACTS)
 
 
-def candidate_keys(graph: Graph, pid: str, ref: int) -> list[str]:
-    """Keys of the probe-able facts of ``pid`` at reference date ``ref`` (a ``*_sort`` int)."""
+def candidate_keys(graph: Graph, pid: str, ref: int) -> dict[str, str]:
+    """The probe-able facts of ``pid`` at reference date ``ref`` (a ``*_sort`` int): key ->
+    subject QID, in key order (the subject is what a later lookup of the key binds first)."""
     if not is_pid(pid):
         raise ConfigError(f"not a Wikidata property id: {pid!r}")
-    return sorted({r["key"] for r in graph.read(CANDIDATE_KEYS, pid=pid, ref=ref)})
+    return _by_key(graph.read(CANDIDATE_KEYS, pid=pid, ref=ref))
 
 
-def history_keys(graph: Graph, pid: str, ref: int) -> list[str]:
-    """Keys of the probe-able facts of ``pid`` whose (subject, relation) has a past object."""
+def history_keys(graph: Graph, pid: str, ref: int) -> dict[str, str]:
+    """The probe-able facts of ``pid`` whose (subject, relation) has a past object: key -> subject."""
     if not is_pid(pid):
         raise ConfigError(f"not a Wikidata property id: {pid!r}")
-    return sorted({r["key"] for r in graph.read(HISTORY_KEYS, pid=pid, ref=ref)})
+    return _by_key(graph.read(HISTORY_KEYS, pid=pid, ref=ref))
+
+
+def _by_key(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
+    return {r["key"]: r["s"] for r in sorted(rows, key=lambda r: r["key"])}
 
 
 def allocate(available: dict[str, int], total: int | None, seed: int) -> dict[str, int]:
@@ -396,9 +406,13 @@ def shard_keys(keys: Sequence[str], shard: tuple[int, int] | None) -> list[str]:
             if int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % n == k - 1]
 
 
-def fact_details(graph: Graph, keys: Sequence[str], cfg_props: Sequence[str]) -> list[dict[str, Any]]:
-    """Subject, object, labels and the stored configuration hashes of each key, in key order."""
-    rows = graph.read(FACT_DETAILS, keys=list(keys), cfgs=list(cfg_props))
+def fact_details(
+    graph: Graph, keys: Sequence[str], subjects: Mapping[str, str], cfg_props: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Subject, object, labels and the stored configuration hashes of each key, in key order;
+    ``subjects`` maps each key to its subject's QID (from ``candidate_keys``)."""
+    facts = [{"key": k, "s": subjects[k]} for k in keys]
+    rows = graph.read(FACT_DETAILS, facts=facts, cfgs=list(cfg_props))
     by_key = {r["key"]: r for r in rows}
     return [by_key[k] for k in keys if k in by_key]
 
@@ -434,9 +448,11 @@ def update_run(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
 def write_scores(
     graph: Graph, run_id: str, rows: list[dict[str, Any]], *, scored: int, unscorable: int, now: str
 ) -> None:
-    """One batch of ``{key, props}`` rows and the run's counters, in ONE transaction: a batch is
-    either written with its count or not at all."""
+    """One batch of ``{key, s, props}`` rows (``s``: the subject's QID) and the run's counters,
+    in ONE transaction: a batch is either written with its count or not at all."""
     for row in rows:
+        if not is_qid(str(row.get("s"))):
+            raise ConfigError(f"a score row needs its fact's subject QID, got {row.get('s')!r}")
         for name in row["props"]:
             kind, _, rest = name.partition("__")
             if kind not in ("score", "known", "stale", "run", "cfg") or "__" not in rest:

@@ -460,14 +460,17 @@ def run_probe(
                      # the unsharded configuration hashes, so the union is one run
                      **({"shard": list(config.shard)} if config.shard else {})})
 
-    keys_by_pid = {p: pr.candidate_keys(graph, p, ref) for p in relations}
-    first = {p: pr.history_keys(graph, p, ref) for p in relations} if config.history_first else None
+    subject_by_pid = {p: pr.candidate_keys(graph, p, ref) for p in relations}
+    keys_by_pid = {p: list(by_key) for p, by_key in subject_by_pid.items()}
+    first = ({p: list(pr.history_keys(graph, p, ref)) for p in relations}
+             if config.history_first else None)
     chosen = pr.shard_keys(pr.sample_keys(keys_by_pid, config.sample, config.seed, first),
                            config.shard)
+    subjects = {k: s for by_key in subject_by_pid.values() for k, s in by_key.items()}
     cfg_props = [props[m.name].cfg for m in measures]
     details = []
     for batch in _chunks(chosen, 500):
-        details.extend(pr.fact_details(graph, batch, cfg_props))
+        details.extend(pr.fact_details(graph, batch, subjects, cfg_props))
 
     def stale_measures(d: dict[str, Any]) -> list[Any]:
         return [m for m, c in zip(measures, d["cfgs"], strict=True)
@@ -554,7 +557,7 @@ def run_probe(
                         n_ok += 1
                     else:
                         reasons[(why or "no value").split(";")[0][:120]] += 1
-                    rows.append({"key": p.row["key"], "props": fact_props})
+                    rows.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
                 pr.write_scores(graph, run_id, rows, scored=n_ok, unscorable=len(rows) - n_ok, now=_now())
                 summary.scored += n_ok
                 summary.unscorable += len(rows) - n_ok

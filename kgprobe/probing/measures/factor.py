@@ -236,8 +236,10 @@ def run_factor_graph(
         available = probe_relations(g)
         chosen = choose_relations(available, relations)
         ref = gd.date_sort_key(at)
-        keys = pr.sample_keys({p: pr.candidate_keys(g, p, ref) for p in chosen}, sample, seed)
-        facts = [(d["s"], d["pid"], d["o"]) for d in pr.fact_details(g, keys, [])]
+        by_pid = {p: pr.candidate_keys(g, p, ref) for p in chosen}
+        keys = pr.sample_keys({p: list(k) for p, k in by_pid.items()}, sample, seed)
+        subjects = {k: s for by_key in by_pid.values() for k, s in by_key.items()}
+        facts = [(d["s"], d["pid"], d["o"]) for d in pr.fact_details(g, keys, subjects, [])]
         kw: dict[str, Any] = {}
         if strategy in ("sem", "temp+sem"):
             from kgprobe.graph.semantic import ensure_index
