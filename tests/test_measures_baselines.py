@@ -222,6 +222,26 @@ def test_judge_verdicts_are_read_as_written() -> None:
     assert parse_verdict("") == 0.0
 
 
+#: Issue 21 §5: judge answers and the verdict a reader gives them (by hand, not by the parser).
+JUDGE_PHRASINGS = [
+    ("correct", 1.0), ("Correct.", 1.0), ("CORRECT", 1.0), ("  correct\n", 1.0),
+    ("The prediction is correct.", 1.0), ("Yes, it is correct.", 1.0),
+    ("Correct? Yes, correct.", 1.0), ("correct. The prediction does not contradict the references.", 1.0),
+    ("Correctness: Correct", 1.0),
+    ("not correct", 0.0), ("Not Correct", 0.0), ("NOT CORRECT.", 0.0), ("isn't correct", 0.0),
+    ("It isn\u2019t correct.", 0.0), ("The prediction is not correct.", 0.0),
+    ("Correct? No, incorrect.", 0.0), ("Correct? No.", 0.0), ("Is it correct? No, it is wrong.", 0.0),
+    ("No, that is not correct.", 0.0), ("partially correct", 0.0), ("Partly correct.", 0.0),
+    ("correct or incorrect", 0.0), ("Incorrect", 0.0), ("WRONG", 0.0), ("never correct", 0.0),
+    ("Correctness:", 0.0), ("I cannot tell.", 0.0),
+]
+
+
+@pytest.mark.parametrize(("answer", "verdict"), JUDGE_PHRASINGS)
+def test_judge_verdicts_of_negations_questions_and_case(answer: str, verdict: float) -> None:
+    assert parse_verdict(answer) == verdict
+
+
 def test_judge_retries_honour_retry_after_and_cache(tmp_path: Path) -> None:
     """429 with Retry-After, then 503 without it, then an answer: three requests to a real
     local HTTP server, the waits taken from the header and the backoff; the verdict cached."""

@@ -331,19 +331,36 @@ def judge_prompt(query: str, references: Sequence[str], prediction: str) -> str:
             .replace("[PREDICTION]", prediction))
 
 
-_VERDICT = re.compile(r"\b(incorrect|correct)\b")
+#: Words that make a verdict sentence anything but a plain "correct": negations, the opposite
+#: verdicts and hedges ("partially correct" is not the binary verdict the prompt asks for).
+_NOT_CORRECT = frozenset({
+    "incorrect", "not", "no", "n't", "never", "wrong", "false", "untrue", "partially", "partly",
+    "somewhat", "mostly", "neither", "nor", "hardly", "barely", "in-correct", "unsure",
+})
+_VERDICT_WORDS = frozenset({"correct", "incorrect", "wrong", "right", "yes", "no", "true", "false"})
+_WORD = re.compile(r"n't|[a-z]+(?:-[a-z]+)*")
 
 
 def parse_verdict(text: str) -> float:
-    """1.0 for a "correct" verdict, 0.0 for "incorrect" or anything else.
+    """1.0 for a plain "correct" verdict, 0.0 for anything else.
 
-    The verdict is the first whole word ``correct`` or ``incorrect`` after an optional
-    ``Correctness:`` echo of the prompt's field name, quotes and punctuation ignored: so
-    ``Correctness: incorrect`` is incorrect and ``"correct"`` is correct."""
-    t = unicodedata.normalize("NFKC", text).casefold().strip()
+    The verdict is the first sentence of the answer that holds a verdict word (correct,
+    incorrect, wrong, right, yes, no, true, false), after an optional echoed ``Correctness:``
+    and leaving out sentences that end in ``?`` (an echo of the question, as in "Correct? No,
+    incorrect."). It is correct only when it says ``correct`` and holds no negation, opposite or
+    hedge (``not``, ``n't``, ``no``, ``incorrect``, ``wrong``, ``partially`` …): "not correct",
+    "isn't correct" and "partially correct" are 0, as are answers with no verdict. Case, quotes,
+    markdown and punctuation are ignored."""
+    t = unicodedata.normalize("NFKC", text).casefold().replace("\u2019", "'").strip()
     t = re.sub(r"^\W*correctness\W*", "", t)
-    m = _VERDICT.search(t)
-    return 1.0 if m is not None and m.group(1) == "correct" else 0.0
+    for sentence in re.findall(r"[^.!;:\n?]*[.!;:\n?]?", t):
+        if sentence.rstrip().endswith("?"):
+            continue
+        words = _WORD.findall(sentence.replace("n't", " n't"))
+        if not _VERDICT_WORDS.intersection(words):
+            continue
+        return 1.0 if "correct" in words and not _NOT_CORRECT.intersection(words) else 0.0
+    return 0.0
 
 
 def judge_measure(

@@ -219,6 +219,9 @@ class BertScore(_BeamMeasure):
 @register
 class Judge(_BeamMeasure):
     name = "judge"
+    # 2: negated, hedged and question-echo verdicts ("not correct", "Correct? No, incorrect.")
+    # read as 0 (parse_verdict); values stored under version 1 are recomputed
+    version = 2
     section = "Ammar Khodja et al. 2025, Table 2 and Appendix D (LLM-as-a-judge)"
     summary = ("mean over cloze sentences of the best judge verdict over the beam outputs "
                "(an OpenAI-compatible endpoint: KGPROBE_JUDGE_URL, KGPROBE_JUDGE_MODEL)")
