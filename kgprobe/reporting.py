@@ -798,6 +798,8 @@ def _measures_html(rep: Report) -> str:
             if isinstance(v.get("range"), float):
                 extra = f" (range {v['range']:.3f}, sd {v.get('sd') or 0.0:.3f}, {v.get('runs')} samples)"
             return f"{v['mean']:.3f}{extra}"
+        if isinstance(v, int) and not isinstance(v, bool):
+            return str(v)  # e.g. BELIEF's "candidates facts": a population's n
         return f"{v:.3f}" if isinstance(v, float) else ""
 
     trs = []

@@ -170,7 +170,13 @@ def test_every_measure_round_trips_probe_edge_report(world: tuple[Any, Any], eng
     assert 0.0 <= belief["acc@1"]["mean"] <= belief["acc@10"]["mean"] <= 1.0
     assert belief["calibration@10"] and "overconf@10" in belief
     for r in d["measures"]:
-        assert r["score"]["n"] == r["facts"] >= 1
+        assert r["facts"] >= 1
+        if r["measure"] != "belief":
+            assert r["score"]["n"] == r["facts"]
+            continue
+        # BELIEF: one population per rank scale (issue 21 §2), whose sizes add up to the facts
+        others = sum(v for k, v in r.items() if k.endswith(" facts") and k != "scale facts")
+        assert r["score"]["n"] == r["scale facts"] and r["scale facts"] + others == r["facts"]
     from rich.console import Console
 
     from kgprobe.reporting import print_report
@@ -183,14 +189,18 @@ def test_every_measure_round_trips_probe_edge_report(world: tuple[Any, Any], eng
     assert all(0.0 <= v <= 1.0 for v in judge.values())
 
     # the HTML report shows every measure and BELIEF's reliability diagram: one (confidence,
-    # rank == 1) pair per prompt, read here straight off the FACT edges
+    # rank == 1) pair per prompt ranked over the vocabulary (mode=auto's primary scale; the
+    # candidate set's prompts are another scale), read here straight off the FACT edges
     from kgprobe.reporting import render_html
 
     bp = pr.ScoreProps("gpt2", keys["belief"])
     edges = graph.read(f"MATCH ()-[f:FACT]->() WHERE f.`{bp.score}` IS NOT NULL "
-                       f"RETURN f.`{bp.extra('ranks')}` AS ranks, f.`{bp.extra('confidences')}` AS confs")
-    want = sorted((float(c), int(k) == 1) for e in edges for k, c in zip(e["ranks"], e["confs"], strict=True))
-    assert len(want) >= 5 and sorted(rep.calibration or []) == want
+                       f"RETURN f.`{bp.extra('ranks')}` AS ranks, f.`{bp.extra('confidences')}` AS confs, "
+                       f"f.`{bp.extra('scale')}` AS scale")
+    assert {e["scale"] for e in edges} <= {"vocab", "candidates"}
+    want = sorted((float(c), int(k) == 1) for e in edges if e["scale"] == "vocab"
+                  for k, c in zip(e["ranks"], e["confs"], strict=True))
+    assert len(want) >= 1 and sorted(rep.calibration or []) == want
     page = render_html(rep)
     assert 'id="measures"' in page and "belief_random_n2" in page and "range" in page
     # the report's own measure is not repeated there with other intervals

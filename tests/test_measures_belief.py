@@ -274,3 +274,94 @@ def test_vocab_rank_does_not_depend_on_another_batchs_rounding(gpt2: LoadedModel
     pair = BeliefPair(Entity("England"), "P1", (Entity(tok.strip()),), ("[X] is a city in [Y].",))
     [o] = rank_prompts(UlpApart(), [pair], mode="vocab")
     assert o.rank == 1 and o.prediction == tok.strip()
+
+
+# --- issue 21 §2–3: no pooled rank scales; the paper's N with one template per relation ------------
+
+
+def _row(ranks: list[int], templates: list[int], scale: str | None, conf: float = 0.5) -> dict[str, Any]:
+    row: dict[str, Any] = {"score": sum(r == 1 for r in ranks) / len(ranks), "ranks": ranks,
+                           "confidences": [conf] * len(ranks), "templates": templates}
+    if scale is not None:
+        row["scale"] = scale
+    return row
+
+
+def test_report_never_pools_the_vocabulary_and_the_candidate_set() -> None:
+    """Two facts ranked over the vocabulary (ranks 1,1 and 3,3: Acc@1 = 1/2 in every trial, by
+    hand) and one among candidates (rank 1: a hit whatever the scale). Pooled, Acc@1 would be
+    2/3; the candidate fact is reported apart, with its n."""
+    from kgprobe.probing.measures.builtin import Belief
+
+    rows = [_row([1, 1], [0, 1], "vocab"), _row([3, 3], [0, 1], "vocab"), _row([1], [0], "candidates")]
+    agg = Belief({"runs": 2000}).aggregate(rows, seed=0)
+    assert agg["scale"] == "vocab" and agg["scale facts"] == 2
+    assert agg["acc@1"]["mean"] == 0.5 and agg["acc@1"]["range"] == 0.0
+    assert agg["acc@10"]["mean"] == 1.0
+    assert agg["mrr"]["mean"] == pytest.approx((1 + 1 / 3) / 2)
+    assert agg["score"]["n"] == 2 and agg["score"]["mean"] == 0.5
+    assert agg["candidates facts"] == 1 and agg["candidates acc@1"]["mean"] == 1.0
+    assert agg["candidates score"]["n"] == 1
+    # mode=candidates: the candidate set is the population, the vocabulary facts apart
+    cand = Belief({"runs": 100, "mode": "candidates"}).aggregate(rows, seed=0)
+    assert cand["scale"] == "candidates" and cand["acc@1"]["mean"] == 1.0 and cand["vocab facts"] == 2
+
+
+def test_report_trials_share_one_template_per_relation_at_the_papers_n() -> None:
+    """Two facts whose template 0 ranks the gold first and template 1 fifth. Sharing a template
+    per trial (§4.1), a trial's Acc@1 is 0 or 1, each half the time: mean 1/2, range 1, sd 1/2
+    (a Bernoulli(1/2)); drawn per fact independently it would be 1/2 in half the trials
+    (sd 0.354). N is the paper's 50,000 by default."""
+    from kgprobe.probing.measures.builtin import Belief
+
+    rows = [_row([1, 5], [0, 1], "vocab"), _row([1, 5], [0, 1], "vocab")]
+    agg = Belief().aggregate(rows, seed=0)
+    acc = agg["acc@1"]
+    assert acc["runs"] == 50_000
+    assert acc["range"] == 1.0 and acc["sd"] == pytest.approx(0.5, abs=0.005)
+    assert acc["mean"] == pytest.approx(0.5, abs=0.01)  # 4.5 standard errors
+    assert Belief().aggregate(rows, seed=0) == agg  # the same trials for the same seed
+    assert Belief().aggregate(rows, seed=1)["acc@1"]["mean"] != acc["mean"]
+
+
+def test_rows_stored_before_scales_form_their_own_population() -> None:
+    from kgprobe.probing.measures.builtin import Belief
+
+    rows = [_row([1, 1], [0, 1], "vocab"), _row([2, 2], [0, 1], None)]
+    agg = Belief({"runs": 100}).aggregate(rows, seed=0)
+    assert agg["scale facts"] == 1 and agg["acc@1"]["mean"] == 1.0
+    assert agg["unseparated facts"] == 1 and agg["unseparated acc@1"]["mean"] == 0.0
+
+
+def test_draw_trials_by_hand_and_in_blocks() -> None:
+    """Units of one relation share the drawn template; a unit without it draws among all its
+    prompts; every prompt of a unit is drawn about equally often; blocks do not change a draw."""
+    from kgprobe.probing.measures.belief import TRIAL_BLOCK, draw_trials
+
+    rel = ["r", "r", "r"]
+    tpl = [["a", "b"], ["a", "b", "b"], ["c"]]
+    idx = np.concatenate(list(draw_trials(rel, tpl, 3000, seed=5)))
+    assert idx.shape == (3000, 3)
+    first = np.array(tpl[0])[idx[:, 0]]
+    second = np.array(tpl[1])[idx[:, 1]]
+    shared = first == second
+    assert (idx[:, 2] == 0).all()
+    # templates a, b, c are drawn 1/3 each. Under a or b both units take it (they agree); under
+    # c (which only the third unit has) they draw among all their prompts and agree with
+    # P = 1/2·1/3 + 1/2·2/3 = 1/2. So P(agree) = 2/3 + 1/3·1/2 = 5/6.
+    assert shared.mean() == pytest.approx(5 / 6, abs=0.03)
+    # the second unit: prompt 0 (a) under a, or 1/3 of c; prompts 1, 2 (b) half of b, 1/3 of c
+    counts = np.bincount(idx[:, 1], minlength=3) / 3000
+    assert np.allclose(counts, [4 / 9, 5 / 18, 5 / 18], atol=0.03)
+    blocks = list(draw_trials(rel, tpl, TRIAL_BLOCK + 5, seed=5))
+    assert [len(b) for b in blocks] == [TRIAL_BLOCK, 5]
+    again = np.concatenate(list(draw_trials(rel, tpl, TRIAL_BLOCK + 5, seed=5)))
+    assert (np.concatenate(blocks) == again).all()
+
+
+def test_belief_report_refuses_mixed_scales() -> None:
+    outs = [_o("a", "t1", 1, "x", 0.5), _o("b", "t1", 1, "x", 0.5)]
+    mixed = [outs[0], PromptOutcome(**{**outs[1].__dict__, "scale": "candidates"})]
+    with pytest.raises(ConfigError, match="never pooled"):
+        belief_report(mixed, runs=10)
+    assert belief_report(outs, ks=(1,), runs=10).acc[1].mean == 1.0

@@ -28,7 +28,15 @@ arg-max token, confidence its probability. ``mode="candidates"``: over the candi
 log Pl (Σ over its labels of P(λ + EOS | c)); rank = 1 + #{candidates scored higher};
 prediction the arg-max candidate; confidence its share of the candidate set's plausibility.
 ``mode="auto"`` takes ``vocab`` for a prompt whose correct labels include a single-token one,
-else ``candidates``.
+else ``candidates``. The two are different scales (a rank among ≤ 6 candidates is a hit@10 by
+construction) and are never pooled: each outcome records its ``scale``, and ``belief_report``
+refuses a mix. The paper evaluates single-token objects only (§2, "our study focuses exclusively
+on ... triples in which the object is represented as a single token"); the probe's measure
+(``kgprobe.probing.measures.builtin.Belief``) reports the candidate-set facts as a separate
+population with its own n.
+
+**Trials.** N = 50,000 by default, the paper's §4.1 figure, with one template per relation in each
+trial (:func:`draw_trials`, vectorized: no model call, a few array operations per block).
 """
 
 from __future__ import annotations
@@ -37,9 +45,8 @@ import itertools
 import math
 import random
 import re
-import statistics
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -97,6 +104,9 @@ class PromptOutcome:
     prediction: str
     confidence: float
     correct_at_1: bool
+    #: the rank's scale: "vocab" (over the vocabulary, the paper's single-token objects) or
+    #: "candidates" (among the correct objects and the distractors); never pooled
+    scale: str = "vocab"
 
 
 def acc_at_k(ranks: Sequence[int], k: int) -> float:
@@ -113,52 +123,118 @@ def mrr(ranks: Sequence[int]) -> float:
     return sum(1.0 / r for r in ranks) / len(ranks)
 
 
-@dataclass(frozen=True)
+#: The paper's number of trials (Zhao et al. 2024, §4.1: "a large sample number (N = 50,000)").
+PAPER_RUNS = 50_000
+#: Trials drawn per block: fixed, so a seed reproduces the same trials whatever the data size.
+TRIAL_BLOCK = 1024
+
+
+@dataclass(frozen=True, eq=False)
 class Fluctuation:
     """Mean, range (eq. 3) and population stdev (eq. 4) of N repeated values."""
 
     mean: float
     range: float
     stdev: float
-    values: tuple[float, ...]
+    values: np.ndarray
 
     @classmethod
-    def of(cls, values: Sequence[float]) -> Fluctuation:
-        if not values:
+    def of(cls, values: Sequence[float] | np.ndarray) -> Fluctuation:
+        v = np.asarray(values, dtype=np.float64)
+        if v.size == 0:
             raise ConfigError("no values")
-        return cls(statistics.fmean(values), max(values) - min(values),
-                   statistics.pstdev(values), tuple(values))
+        return cls(float(v.mean()), float(v.max() - v.min()), float(v.std()), v)
+
+
+def draw_trials(
+    relations: Sequence[str], templates: Sequence[Sequence[Hashable]], runs: int, seed: int = 0,
+    share_template: bool = True,
+) -> Iterator[np.ndarray]:
+    """The N trials of §3.2 as blocks of a (trials × units) matrix of prompt indices: unit j
+    (a subject–relation pair, or a fact) has prompts whose templates are ``templates[j]``.
+
+    With ``share_template`` (the paper's §4.1 setting: "in each of the N trials, we share the
+    same template for facts with the same relation") each trial draws one template per relation,
+    uniformly among the templates its units have, then for each unit one of its prompts of that
+    template uniformly, or any of its prompts when it has none of it. Vectorized (numpy's
+    ``default_rng(seed)``, blocks of ``TRIAL_BLOCK`` trials), so N = 50,000 costs no more than a
+    few array operations per block; the same seed and N give the same trials."""
+    if runs < 1:
+        raise ConfigError("runs must be >= 1")
+    if len(relations) != len(templates) or any(len(t) == 0 for t in templates):
+        raise ConfigError("every unit needs a relation and at least one prompt")
+    rng = np.random.default_rng(seed)
+    groups = []
+    for rel in sorted(set(relations)):
+        units = np.array([j for j, r in enumerate(relations) if r == rel], dtype=np.int64)
+        tids: list[Hashable] = list(dict.fromkeys(t for j in units for t in templates[j]))
+        if not share_template:
+            tids = [_ANY]
+        width = max(len(templates[j]) for j in units)
+        pool = np.zeros((len(units), len(tids), width), dtype=np.int64)
+        count = np.zeros((len(units), len(tids)), dtype=np.int64)
+        for a, j in enumerate(units):
+            for b, t in enumerate(tids):
+                idx = [i for i, ti in enumerate(templates[j]) if ti == t] or list(range(len(templates[j])))
+                pool[a, b, : len(idx)] = idx
+                count[a, b] = len(idx)
+        groups.append((units, pool, count))
+    done = 0
+    while done < runs:
+        c = min(TRIAL_BLOCK, runs - done)
+        chosen = [rng.integers(0, pool.shape[1], size=c) for _, pool, _ in groups]
+        u = rng.random((c, len(relations)))
+        out = np.empty((c, len(relations)), dtype=np.int64)
+        for (units, pool, count), drawn in zip(groups, chosen, strict=True):
+            n = count[:, drawn].T  # c × units: prompts of the drawn template, per unit
+            k = np.minimum((u[:, units] * n).astype(np.int64), n - 1)
+            out[:, units] = pool[np.arange(len(units))[None, :], drawn[:, None], k]
+        yield out
+        done += c
+
+
+_ANY = object()  # the one "template" of a draw that does not share templates
+
+
+def trial_fluctuations(
+    ranks: Sequence[Sequence[int]], relations: Sequence[str], templates: Sequence[Sequence[Hashable]],
+    runs: int, seed: int = 0, ks: Sequence[int] = (1,), share_template: bool = True,
+) -> tuple[dict[int, Fluctuation], Fluctuation]:
+    """Acc@K (eq. 1) per K and MRR (eq. 2) over the trials of :func:`draw_trials`: unit j's
+    prompt i has rank ``ranks[j][i]``."""
+    width = max(len(r) for r in ranks)
+    table = np.ones((len(ranks), width), dtype=np.float64)
+    for j, r in enumerate(ranks):
+        table[j, : len(r)] = r
+    rows = np.arange(len(ranks))[None, :]
+    accs: dict[int, list[np.ndarray]] = {k: [] for k in ks}
+    rrs: list[np.ndarray] = []
+    for idx in draw_trials(relations, templates, runs, seed, share_template):
+        got = table[rows, idx]
+        for k in ks:
+            accs[k].append((got <= k).mean(axis=1))
+        rrs.append((1.0 / got).mean(axis=1))
+    return ({k: Fluctuation.of(np.concatenate(v)) for k, v in accs.items()},
+            Fluctuation.of(np.concatenate(rrs)))
 
 
 def sample_prompt_sets(
     outcomes: Sequence[PromptOutcome], runs: int, seed: int = 0, share_template: bool = True
 ) -> list[list[PromptOutcome]]:
-    """N samples P = one prompt per pair. With ``share_template`` (the paper's §4.1 setting:
-    "in each of the N trials, we share the same template for facts with the same relation")
-    each run first draws one template per relation, then a prompt of that template (a random
-    subject alias) for each pair, falling back to any prompt of the pair when the pair has
-    none with that template. Run i uses ``random.Random(seed + i)``."""
-    if runs < 1:
-        raise ConfigError("runs must be >= 1")
+    """The trials of :func:`draw_trials` as prompt sets P (one prompt per pair, pairs in key
+    order): what :func:`belief_report` computes its fluctuation over."""
+    by_pair = _by_pair(outcomes)
+    keys = sorted(by_pair)
+    blocks = draw_trials([by_pair[k][0].relation for k in keys],
+                         [[o.template for o in by_pair[k]] for k in keys], runs, seed, share_template)
+    return [[by_pair[k][i] for k, i in zip(keys, row, strict=True)] for block in blocks for row in block]
+
+
+def _by_pair(outcomes: Sequence[PromptOutcome]) -> dict[str, list[PromptOutcome]]:
     by_pair: dict[str, list[PromptOutcome]] = {}
     for o in outcomes:
         by_pair.setdefault(o.pair, []).append(o)
-    templates: dict[str, list[str]] = {}
-    for o in outcomes:
-        ts = templates.setdefault(o.relation, [])
-        if o.template not in ts:
-            ts.append(o.template)
-    out = []
-    for i in range(runs):
-        rng = random.Random(seed + i)
-        chosen_t = {r: rng.choice(ts) for r, ts in sorted(templates.items())} if share_template else {}
-        picks = []
-        for key in sorted(by_pair):
-            ps = by_pair[key]
-            pool = [p for p in ps if p.template == chosen_t.get(p.relation)] or ps
-            picks.append(rng.choice(pool))
-        out.append(picks)
-    return out
+    return by_pair
 
 
 @dataclass
@@ -219,17 +295,25 @@ def belief_report(
     outcomes: Sequence[PromptOutcome],
     *,
     ks: Sequence[int] = (1, 10),
-    runs: int = 50,
+    runs: int = PAPER_RUNS,
     seed: int = 0,
     bins: int = 10,
     share_template: bool = True,
 ) -> BeliefReport:
-    """All BELIEF metrics from per-prompt outcomes. Overconf@K uses every prompt."""
+    """All BELIEF metrics from per-prompt outcomes of ONE rank scale (report the vocabulary's
+    and the candidate set's apart). Overconf@K uses every prompt."""
     if not outcomes:
         raise ConfigError("BELIEF needs at least one prompt outcome")
-    samples = sample_prompt_sets(outcomes, runs, seed, share_template)
-    acc = {k: Fluctuation.of([acc_at_k([p.rank for p in s], k) for s in samples]) for k in ks}
-    m = Fluctuation.of([mrr([p.rank for p in s]) for s in samples])
+    scales = sorted({o.scale for o in outcomes})
+    if len(scales) > 1:
+        raise ConfigError(f"BELIEF ranks on different scales ({', '.join(scales)}) are never pooled: "
+                          "report each scale's outcomes apart")
+    by_pair = _by_pair(outcomes)
+    keys = sorted(by_pair)
+    acc, m = trial_fluctuations([[o.rank for o in by_pair[k]] for k in keys],
+                                [by_pair[k][0].relation for k in keys],
+                                [[o.template for o in by_pair[k]] for k in keys], runs, seed, ks,
+                                share_template)
     over = {k: overconfidence([o.confidence for o in outcomes], [o.rank <= k for o in outcomes],
                               bins) for k in ks}
     return BeliefReport(acc, m, consist_at_1(outcomes), over, len(outcomes),
@@ -324,7 +408,7 @@ def rank_prompts(
             pred = top.tokens[0] if isinstance(top, NextTokenResult) and top.tokens else ""
             conf = float(np.exp(full.max()))
             out.append(PromptOutcome(p.pair.key, p.pair.relation, p.template, p.context, rank,
-                                     pred.strip(), conf, rank == 1))
+                                     pred.strip(), conf, rank == 1, "vocab"))
         else:
             scores = [(o, is_true, logsumexp(_lp(res[r]).logprob for r in reqs))
                       for o, is_true, reqs in p.cand_reqs]
@@ -334,7 +418,7 @@ def rank_prompts(
             norm = logsumexp(s for _, _, s in scores)
             conf = math.exp(best[2] - norm) if norm != -math.inf else 0.0
             out.append(PromptOutcome(p.pair.key, p.pair.relation, p.template, p.context, rank,
-                                     best[0].label, conf, rank == 1))
+                                     best[0].label, conf, rank == 1, "candidates"))
     return out
 
 
@@ -538,11 +622,11 @@ def belief_icl(
         conf = (sum(1 for s in samples if same_answer(_gen(res[s]), g)) / len(samples)
                 if samples else 1.0)
         out.append(PromptOutcome(f"{f.subject.key}|{f.relation}", f.relation, t, prompt,
-                                 1 if ok else 2, g.strip(), conf, ok))
+                                 1 if ok else 2, g.strip(), conf, ok, "generation"))
     return out
 
 
-def icl_report(outcomes: Sequence[PromptOutcome], *, runs: int = 50, seed: int = 0,
+def icl_report(outcomes: Sequence[PromptOutcome], *, runs: int = PAPER_RUNS, seed: int = 0,
                bins: int = 10) -> BeliefReport:
     """BELIEF metrics for ICL outcomes: Acc@1, MRR (of ranks 1/2: not meaningful), Consist@1
     by bidirectional containment, Overconf@1."""

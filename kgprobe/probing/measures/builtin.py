@@ -299,8 +299,8 @@ class Belief(Measure):
               Param("mode", "auto", "rank over the vocabulary (single-token gold) or the "
                     "candidate set (gold objects + distractors)", "m",
                     ("auto", "vocab", "candidates"), str),
-              Param("runs", 50, "N seeded prompt-set samples for the fluctuation (report)", "r",
-                    stored=False),
+              Param("runs", 50_000, "N seeded trials (one prompt per fact, one template per "
+                    "relation) for the fluctuation (report); the paper's N", "r", stored=False),
               Param("bins", 10, "calibration bins of Overconf (report)", "bins", stored=False),
               Param("icl", "none", "BELIEF-ICL: none (rank the gold object after the cloze, "
                     "no instruction), zero (zero-shot), random / relation / template "
@@ -312,8 +312,13 @@ class Belief(Measure):
               Param("max_new_tokens", 8, "BELIEF-ICL: tokens of the greedy answer", "t"))
     needs = frozenset({"templates", "distractors", "other_objects"})
     uses_distractors = True
-    extras = ("rank", "hit_k", "rr", "consistency", "confidence", "ranks", "confidences")
+    extras = ("rank", "hit_k", "rr", "consistency", "confidence", "ranks", "confidences", "scale",
+              "templates")
     has_known = False
+    # 2: one rank scale per fact ("scale": the vocabulary where the fact has single-token prompts,
+    # else the candidate set), its prompts' template indices ("templates") for the report's
+    # template-sharing trials; values stored under version 1 mixed scales and are recomputed
+    version = 2
 
     ICL_SETTING: ClassVar[dict[str, str]] = {"zero": "zero-shot", "random": "4-random",
                                                "relation": "4-relation", "template": "4-template"}
@@ -379,6 +384,7 @@ class Belief(Measure):
                 "consistency": consist_at_1(os_, same_answer),
                 "confidence": statistics.fmean(o.confidence for o in os_),
                 "ranks": ranks, "confidences": [o.confidence for o in os_],
+                "scale": "generation", "templates": _template_ids(f, os_),
             })
         return out
 
@@ -397,8 +403,11 @@ class Belief(Measure):
         for o in outcomes:
             by_pair.setdefault(o.pair, []).append(o)
         out: list[Values] = []
-        for _f, pair in zip(facts, pairs, strict=True):
+        for f, pair in zip(facts, pairs, strict=True):
             os_ = by_pair.get(pair.key, [])
+            # one scale per fact, never two pooled: the vocabulary's (the paper's single-token
+            # population) wherever the fact has such prompts, else the candidate set's
+            os_ = [o for o in os_ if o.scale == "vocab"] or os_
             if not os_:
                 out.append(_none("no usable prompt"))
                 continue
@@ -412,44 +421,68 @@ class Belief(Measure):
                 "confidence": statistics.fmean(o.confidence for o in os_),
                 "ranks": ranks,
                 "confidences": [o.confidence for o in os_],
+                "scale": os_[0].scale, "templates": _template_ids(f, os_),
             })
         return out
 
+    def primary_scale(self) -> str:
+        """The rank scale the paper's metrics are about, for these settings."""
+        if self.settings["icl"] != "none":
+            return "generation"
+        return "candidates" if self.settings["mode"] == "candidates" else "vocab"
+
     def aggregate(self, rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
-        """Acc@1, Acc@K and MRR over N samples of one prompt per fact (mean, range, sd),
-        Consist@1 (mean over facts with two or more prompts), Overconf@K with its bins."""
+        """The paper's metrics over the facts ranked on the primary scale (the vocabulary, the
+        paper's single-token objects, unless mode=candidates or BELIEF-ICL); the facts of any
+        other scale as a separate population, every key prefixed with its scale (e.g.
+        ``candidates acc@1``) and its own n — never pooled (rows stored before scales were
+        recorded form the population ``unseparated``)."""
+        groups: dict[str, list[Mapping[str, Any]]] = {}
+        for r in rows:
+            groups.setdefault(str(r.get("scale") or "unseparated"), []).append(r)
+        primary = self.primary_scale()
+        out = self._population(groups.pop(primary, []), seed)
+        out["scale facts"] = sum(1 for r in rows if r.get("scale") == primary)
+        out["scale"] = primary
+        for scale, rs in sorted(groups.items()):
+            out[f"{scale} facts"] = len(rs)
+            for name, v in self._population(rs, seed).items():
+                out[f"{scale} {name}"] = v
+        return out
+
+    def _population(self, rows: Sequence[Mapping[str, Any]], seed: int) -> dict[str, Any]:
+        """Acc@1, Acc@K and MRR over N trials of one prompt per fact with one template per
+        relation (mean, range, sd), Consist@1 (mean over facts with two or more prompts),
+        Overconf@K with its bins — of facts ranked on one scale."""
         import numpy as np
 
-        from kgprobe.probing.measures.belief import Fluctuation, acc_at_k, mrr, overconfidence
+        from kgprobe.probing.measures.belief import overconfidence, trial_fluctuations
 
-        out = super().aggregate([{k: v for k, v in r.items() if k not in ("ranks", "confidences")}
-                                 for r in rows], seed)
-        out.pop("ranks", None)
-        out.pop("confidences", None)
-        per = [(list(r["ranks"]), list(r["confidences"])) for r in rows
+        drop = ("ranks", "confidences", "scale", "templates")
+        out = super().aggregate([{k: v for k, v in r.items() if k not in drop} for r in rows], seed)
+        for name in drop:
+            out.pop(name, None)
+        per = [(list(r["ranks"]), list(r["confidences"]), list(r.get("templates") or [])) for r in rows
                if r.get("ranks") and r.get("confidences")]
         if not per:
             return out
-        import random
-
         k, runs, nbins = int(self.settings["k"]), int(self.settings["runs"]), int(self.settings["bins"])
         if self.settings["icl"] != "none":
             k = 1  # ICL ranks are 1 (correct) or 2: only K = 1 means anything
-        samples = []
-        for i in range(runs):
-            rng = random.Random(seed + i)
-            samples.append([rr[rng.randrange(len(rr))] for rr, _ in per])
-        flu = {"acc@1": Fluctuation.of([acc_at_k(s, 1) for s in samples]),
-               f"acc@{k}": Fluctuation.of([acc_at_k(s, k) for s in samples]),
-               "mrr": Fluctuation.of([mrr(s) for s in samples])}
+        # rows are one relation's facts; a fact without template ids (stored before they were
+        # recorded) draws among all its prompts
+        tids = [t if len(t) == len(rr) else [0] * len(rr) for rr, _, t in per]
+        accs, m = trial_fluctuations([rr for rr, _, _ in per], ["r"] * len(per), tids, runs, seed,
+                                     ks=sorted({1, k}))
+        flu = {"acc@1": accs[1], f"acc@{k}": accs[k], "mrr": m}
         if self.settings["icl"] != "none":
             del flu["mrr"]
         for name, f in flu.items():
             out[name] = {"mean": f.mean, "range": f.range, "sd": f.stdev, "runs": runs}
         cons = [float(r["consistency"]) for r in rows if _is_num(r.get("consistency"))]
         out["consist@1"] = statistics.fmean(cons) if cons else None
-        confs = [c for _, cs in per for c in cs]
-        hits = [rank <= k for rr, _ in per for rank in rr]
+        confs = [c for _, cs, _ in per for c in cs]
+        hits = [rank <= k for rr, _, _ in per for rank in rr]
         out[f"overconf@{k}"] = overconfidence(confs, hits, nbins)
         order = np.argsort(-np.asarray(confs), kind="stable")
         bins = []
@@ -458,6 +491,13 @@ class Belief(Measure):
                          "accuracy": float(np.mean([hits[i] for i in idx]))})
         out[f"calibration@{k}"] = bins
         return out
+
+
+def _template_ids(f: FactInput, outcomes: Sequence[Any]) -> list[int]:
+    """Each outcome's template as its index in the fact's relation templates (the same list for
+    every fact of the relation, so the report can share one template across facts per trial)."""
+    ids = {t: i for i, t in enumerate(f.templates)}
+    return [ids.get(o.template, -1) for o in outcomes]
 
 
 # --- information-theoretic ----------------------------------------------------------------------------

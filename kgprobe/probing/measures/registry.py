@@ -381,14 +381,20 @@ def belief_calibration(graph: Any, model_key: str) -> list[tuple[float, bool]] |
     A prompt is correct when the gold object is ranked first (rank 1)."""
     from kgprobe.graph import probe_runs as pr
 
-    seen, _ = _probed_specs(graph, model_key)
+    seen, params = _probed_specs(graph, model_key)
     keys = sorted(k for k, (name, extras) in seen.items()
                   if name == "belief" and {"ranks", "confidences"} <= set(extras))
     if not keys:
         return None
     props = pr.ScoreProps(model_key, keys[0])
     rows = pr.measure_rows(graph, {"score": props.score, "ranks": props.extra("ranks"),
-                                   "confidences": props.extra("confidences")})
+                                   "confidences": props.extra("confidences"),
+                                   "scale": props.extra("scale")})
+    cls = load_all().get("belief")
+    primary = cls(params.get(keys[0])).primary_scale() if cls is not None else "vocab"  # type: ignore[attr-defined]
+    # one rank scale only (never the vocabulary's and the candidate set's pooled); rows stored
+    # before scales were recorded have none and are taken as they are
     pairs = [(float(c), int(rank) == 1) for r in rows if r.get("ranks") and r.get("confidences")
+             and r.get("scale") in (None, primary)
              for rank, c in zip(r["ranks"], r["confidences"], strict=False)]
     return pairs or None
