@@ -171,7 +171,9 @@ def write_results(
     rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, Path]:
     """``results.json``, ``samples.jsonl`` and (with pyarrow) ``samples.parquet`` in ``out``,
-    put in place as one output (kgprobe.outputs.write_files)."""
+    put in place as one output (kgprobe.outputs.write_files): files kgprobe wrote there before
+    that this does not write (a previous report's CSVs and page) are removed, so a directory
+    never mixes two outputs. ``write_report`` writes these files together with the report."""
     from kgprobe.outputs import write_files
 
     names, files = results_files(rep, details)
