@@ -157,17 +157,20 @@ def test_a_report_directory_holds_one_reports_files(hostile_graph: Any, kgprobe_
 
 # --- 4, 5. bad output paths: one line, exit code, before the graph or a model ---------------------
 @contextlib.contextmanager
-def mounted_tmpfs(where: Path, options: str) -> Iterator[Path]:
-    """A small tmpfs mounted at ``where`` (root only), always unmounted again."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a tmpfs (a real full or read-only filesystem)")
+def tmpfs(where: Path, options: str) -> Iterator[str | None]:
+    """Mount a small tmpfs at ``where``, always unmounted again; yields None when mounted, else
+    why it could not be (not root, or no permission to mount in this container)."""
     where.mkdir()
+    if os.geteuid() != 0:
+        yield "needs root to mount a tmpfs (a real full or read-only filesystem)"
+        return
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+        yield f"cannot mount a tmpfs here: {mounted.stderr.strip()}"
+        return
     try:
-        yield where
+        yield None
     finally:
         subprocess.run(["umount", "-l", str(where)], check=False)
 
@@ -191,12 +194,10 @@ def test_bad_output_paths_are_one_line_before_the_graph_or_the_model(tmp_path: P
     ]
     ro = tmp_path / "ro"
     try:
-        with contextlib.ExitStack() as stack:
-            if os.geteuid() == 0:
-                stack.enter_context(mounted_tmpfs(ro, "ro,size=64k"))
+        with tmpfs(ro, "ro,size=64k") as not_mounted:
+            if not_mounted is None:  # root: a real read-only filesystem
                 cases.append((str(ro / "out"), 6, "Read-only file system"))
-            else:  # chmod stops a non-root user
-                ro.mkdir()
+            elif os.geteuid() != 0:  # chmod stops a non-root user (not root)
                 ro.chmod(0o555)
                 cases.append((str(ro / "out"), 6, "Permission denied"))
             for out, code, says in cases:
@@ -213,7 +214,10 @@ def test_bad_output_paths_are_one_line_before_the_graph_or_the_model(tmp_path: P
 
 def test_a_full_disk_leaves_the_previous_report_whole(hostile_graph: Any, kgprobe_env: dict[str, str],
                                                       tmp_path: Path) -> None:
-    with mounted_tmpfs(tmp_path / "disk", "size=4m") as disk:
+    disk = tmp_path / "disk"
+    with tmpfs(disk, "size=4m") as not_mounted:
+        if not_mounted is not None:
+            pytest.skip(not_mounted)
         d = disk / "rep"
         assert report(kgprobe_env, d).returncode == 0
         before = snapshot(d)
