@@ -154,6 +154,10 @@ def demo(
     from kgprobe.reporting import report as build_report
     from kgprobe.results import FactDetails
 
+    if out:
+        from kgprobe.outputs import check_output_dir
+
+        check_output_dir(out)  # before anything is ingested or probed
     settings = settings or Settings.load()
     graph_file, _ = demo_paths()
     started = time.monotonic()
@@ -202,6 +206,9 @@ def probe(model: str = "smollm2-135m", *, output_path: str | Path | None = None,
 
     if output_path is None:
         return run(model, **kwargs)
+    from kgprobe.outputs import check_output_dir
+
+    check_output_dir(output_path, "--output-path")  # before the model is loaded or a fact scored
     from kgprobe.graph import probe_runs as pr
     from kgprobe.reporting import report as build
     from kgprobe.results import FactDetails

@@ -38,3 +38,9 @@ class InputError(KgprobeError):
     """Input data is unsupported or malformed beyond the error budget."""
 
     exit_code = 4
+
+
+class OutputError(KgprobeError):
+    """An output file cannot be written: no permission, a read-only filesystem, a full disk."""
+
+    exit_code = 6

@@ -22,7 +22,6 @@ resource). Every number is computed here from the per-fact rows the graph return
 
 from __future__ import annotations
 
-import csv
 import datetime as dt
 import html
 import io
@@ -425,6 +424,10 @@ def report(
     from kgprobe.graph.client import connect
 
     check_grouping(by, type_of)  # before the graph is contacted
+    if out is not None:
+        from kgprobe.outputs import check_output_dir
+
+        check_output_dir(out)
     g = graph if graph is not None else connect(settings)
     try:
         rep = build_report(g, model, vs=vs, measure=measure, threshold=threshold, seed=seed, by=by,
@@ -525,45 +528,43 @@ def write_report(
     rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, Path]:
     """report.json, relations.csv, groups.csv, popularity.csv, report.html, results.json and
-    samples.jsonl (+ samples.parquet with pyarrow) in ``out``."""
-    from kgprobe.results import write_results
+    samples.jsonl (+ samples.parquet with pyarrow) in ``out``, put in place as one output
+    (kgprobe.outputs.write_files: a failed write leaves the previous report whole, and files
+    of a previous report that this one does not write are removed). CSV text cells go through
+    the spreadsheet-formula rule (kgprobe.outputs.csv_cell)."""
+    from kgprobe.outputs import csv_text, write_files
+    from kgprobe.results import results_files
 
-    d = Path(out)
-    d.mkdir(parents=True, exist_ok=True)
-    paths = {"json": d / "report.json", "csv": d / "relations.csv",
-             "popularity_csv": d / "popularity.csv", "html": d / "report.html"}
-    paths["json"].write_text(json.dumps(rep.to_dict(), indent=1, ensure_ascii=False), encoding="utf-8")
     head = ["model", "measure", "key", "label", "facts", "mean", "ci_low", "ci_high",
             "known", "known_share", "history_facts", "staleness"]
+    models = [m for m in (rep.primary, rep.other) if m is not None]
 
-    def write_groups(path: Path, attr: str) -> None:
-        with path.open("w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow(head)
-            for m in (rep.primary, rep.other):
-                if m is None:
-                    continue
-                for g in [*getattr(m, attr), m.overall]:
-                    w.writerow([m.model_key, m.measure_key, g.key, g.label or "", g.facts, g.mean,
-                                g.ci_low, g.ci_high, g.known, g.known_share, g.history_facts, g.staleness])
+    def groups_csv(attr: str) -> str:
+        return csv_text(head, (
+            [m.model_key, m.measure_key, g.key, g.label or "", g.facts, g.mean, g.ci_low, g.ci_high,
+             g.known, g.known_share, g.history_facts, g.staleness]
+            for m in models for g in [*getattr(m, attr), m.overall]))
 
-    write_groups(paths["csv"], "relations")
+    names = {"json": "report.json", "csv": "relations.csv", "popularity_csv": "popularity.csv",
+             "html": "report.html"}
+    files: dict[str, str | bytes] = {
+        "report.json": json.dumps(rep.to_dict(), indent=1, ensure_ascii=False),
+        "relations.csv": groups_csv("relations"),
+    }
     if rep.by != "relation":
-        paths["groups_csv"] = d / f"by_{rep.by}.csv"
-        write_groups(paths["groups_csv"], "groups")
-    with paths["popularity_csv"].open("w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(["model", "key", "bucket", "edges", "facts", "mean", "ci_low", "ci_high", "known_share"])
-        for m in (rep.primary, rep.other):
-            if m is None:
-                continue
-            for g in [*m.relations, m.overall]:
-                for bname, bg in g.by_popularity.items():
-                    w.writerow([m.model_key, g.key, bname, bucket_label(bname, rep.popularity_edges),
-                                bg.facts, bg.mean, bg.ci_low, bg.ci_high, bg.known_share])
-    paths["html"].write_text(render_html(rep), encoding="utf-8")
-    paths.update(write_results(rep, d, details=details))
-    return paths
+        names["groups_csv"] = f"by_{rep.by}.csv"
+        files[names["groups_csv"]] = groups_csv("groups")
+    files["popularity.csv"] = csv_text(
+        ["model", "key", "bucket", "edges", "facts", "mean", "ci_low", "ci_high", "known_share"],
+        ([m.model_key, g.key, bname, bucket_label(bname, rep.popularity_edges),
+          bg.facts, bg.mean, bg.ci_low, bg.ci_high, bg.known_share]
+         for m in models for g in [*m.relations, m.overall] for bname, bg in g.by_popularity.items()))
+    files["report.html"] = render_html(rep)
+    result_names, result_files = results_files(rep, details)
+    files.update(result_files)
+    names.update(result_names)
+    written = write_files(out, files)
+    return {key: written[name] for key, name in names.items()}
 
 
 # --- plots: matplotlib, SVG, inlined -----------------------------------------------------------------

@@ -11,6 +11,7 @@ is installed. The schema is docs/results.md; :func:`load` reads a directory back
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -143,27 +144,41 @@ def sample_records(rep: Report, details: dict[str, dict[str, Any]] | None = None
     return out
 
 
-def write_results(
-    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
-) -> dict[str, Path]:
-    """``results.json``, ``samples.jsonl`` and (with pyarrow) ``samples.parquet`` in ``out``."""
-    d = Path(out)
-    d.mkdir(parents=True, exist_ok=True)
-    paths = {"results": d / RESULTS, "samples": d / SAMPLES}
-    paths["results"].write_text(json.dumps(results_document(rep), indent=1, ensure_ascii=False,
-                                           default=str), encoding="utf-8")
+def results_files(
+    rep: Report, details: dict[str, dict[str, Any]] | None = None
+) -> tuple[dict[str, str], dict[str, str | bytes]]:
+    """The results files' contents, not yet written: ({key: file name}, {file name: content}).
+    ``samples.parquet`` only with pyarrow."""
+    names = {"results": RESULTS, "samples": SAMPLES}
     records = sample_records(rep, details)
-    with paths["samples"].open("w", encoding="utf-8") as fh:
-        for r in records:
-            fh.write(json.dumps(r, ensure_ascii=False, default=str) + "\n")
+    files: dict[str, str | bytes] = {
+        RESULTS: json.dumps(results_document(rep), indent=1, ensure_ascii=False, default=str),
+        SAMPLES: "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records),
+    }
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        return paths
-    pq.write_table(pa.Table.from_pylist(_parquet_rows(records)), d / SAMPLES_PARQUET)
-    paths["parquet"] = d / SAMPLES_PARQUET
-    return paths
+        return names, files
+    buf = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist(_parquet_rows(records)), buf)
+    names["parquet"] = SAMPLES_PARQUET
+    files[SAMPLES_PARQUET] = buf.getvalue()
+    return names, files
+
+
+def write_results(
+    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
+) -> dict[str, Path]:
+    """``results.json``, ``samples.jsonl`` and (with pyarrow) ``samples.parquet`` in ``out``,
+    put in place as one output (kgprobe.outputs.write_files): files kgprobe wrote there before
+    that this does not write (a previous report's CSVs and page) are removed, so a directory
+    never mixes two outputs. ``write_report`` writes these files together with the report."""
+    from kgprobe.outputs import write_files
+
+    names, files = results_files(rep, details)
+    written = write_files(out, files)
+    return {key: written[name] for key, name in names.items()}
 
 
 def _parquet_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
