@@ -61,7 +61,7 @@ def hostile_graph(graph: Any) -> Any:
     for s, p, o, v in FACTS:
         key = graph.read("MATCH (s:Entity {qid: $s})-[f:FACT]->(o:Entity {qid: $o}) WHERE f.pid = $p "
                          "RETURN f.key AS k", s=s, p=p, o=o)[0]["k"]
-        rows.append({"key": key, "props": {SP.score: v, SP.stale: None, SP.run: "run-hand"}})
+        rows.append({"key": key, "s": s, "props": {SP.score: v, SP.stale: None, SP.run: "run-hand"}})
     pr.write_scores(graph, "run-hand", rows, scored=len(rows), unscorable=0, now="t")
     return graph
 
