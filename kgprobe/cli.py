@@ -82,11 +82,11 @@ def _check_number(option: str, value: float | None, low: float | None = None,
     if value is None:
         return
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{option} must be a finite number, not {value}")
+        raise ConfigError(f"{option} must be a finite number, got {value}")
     if low is not None and value < low:
-        raise ConfigError(f"{option} must be at least {low:g}, not {value:g}")
+        raise ConfigError(f"{option} must be at least {low:g}, got {value:g}")
     if high is not None and value > high:
-        raise ConfigError(f"{option} must be at most {high:g}, not {value:g}")
+        raise ConfigError(f"{option} must be at most {high:g}, got {value:g}")
 
 
 def _check_threshold(value: float | None, option: str = "--threshold") -> None:
@@ -286,9 +286,7 @@ def ingest(
     from kgprobe.api import ingest_sources
 
     _check_pids(relation or [])
-    _check_number("--limit", limit, 0)
-    _check_number("--batch-size", batch_size, 1)
-    _check_number("--max-errors", max_errors, 0)
+    _check_number("--limit", limit, 0)  # --batch-size and --max-errors: ingest_sources, before the graph
     summary = ingest_sources(
         sources or [], sparql=sparql, relations=relation, subjects=subject, language=language,
         ranks=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=as_json,
