@@ -64,6 +64,79 @@ def _require_file(path: str, what: str = "file") -> None:
         raise InputError(f"no such {what}: {path}")
 
 
+#: Seeds are 0 <= seed < 2**32 (what every random generator kgprobe seeds accepts).
+MAX_SEED = 2**32 - 1
+#: CPU threads for torch: at least 1, at most this.
+MAX_THREADS = 1024
+
+
+def _check_number(option: str, value: float | None, low: float | None = None,
+                  high: float | None = None) -> None:
+    """One line (exit 2) for a numeric option that is not finite or outside its documented
+    range, before any graph or model is touched (NaN compares false with every bound, so
+    it is caught explicitly: ``--threshold nan`` once listed no fact and exited 0)."""
+    import math
+
+    from kgprobe.errors import ConfigError
+
+    if value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{option} must be a finite number, got {value}")
+    if low is not None and value < low:
+        raise ConfigError(f"{option} must be at least {low:g}, got {value:g}")
+    if high is not None and value > high:
+        raise ConfigError(f"{option} must be at most {high:g}, got {value:g}")
+
+
+def _check_threshold(value: float | None, option: str = "--threshold") -> None:
+    """A known threshold: finite and >= 0 (every measure's score is >= 0)."""
+    _check_number(option, value, 0)
+
+
+def _check_seed(value: int | None, option: str = "--seed") -> None:
+    _check_number(option, value, 0, MAX_SEED)
+
+
+def _check_threads(value: int | None) -> None:
+    _check_number("--threads", value, 1, MAX_THREADS)
+
+
+def _check_pids(values: list[str], option: str = "--relation") -> None:
+    """Every ``--relation`` a Wikidata property id (``P36``; case and spaces forgiven as the
+    probe does), checked before the graph is contacted."""
+    from kgprobe.errors import ConfigError
+    from kgprobe.records import is_pid
+
+    for v in values:
+        if not is_pid(v.strip().upper()):
+            raise ConfigError(f"{option} {v!r} is not a Wikidata property id (P1, P2, ...)")
+
+
+def _check_date(value: str | None, option: str = "--at") -> None:
+    """A reference date YYYY-MM-DD, checked before the graph is contacted."""
+    import datetime as dt
+
+    from kgprobe.errors import ConfigError
+
+    if value is None:
+        return
+    text = value.strip()
+    try:
+        y, m, d = (int(p) for p in text.lstrip("+-").split("-"))
+        if 1 <= y <= 9999:
+            dt.date(y, m, d)  # a real calendar day
+        elif not (1 <= m <= 12 and 1 <= d <= 31):
+            raise ValueError("month or day")
+    except ValueError:
+        raise ConfigError(f"{option} {value!r} is not a date YYYY-MM-DD") from None
+
+
+def _check_model_options(batch_tokens: int | None, threads: int | None = None) -> None:
+    _check_number("--batch-tokens", batch_tokens, 1)
+    _check_threads(threads)
+
+
 def _version_callback(value: bool) -> None:
     if value:
         from kgprobe import __version__
@@ -110,12 +183,14 @@ db_app = typer.Typer(help="Manage the local graph server (ArcadeDB over Bolt, 12
 app.add_typer(db_app, name="db")
 
 
-def _server() -> Any:
+def _server(*, secrets: bool = True) -> Any:
+    """The managed server; ``secrets=False`` for commands that use no password from the config
+    file (``db stop``), so they work whatever that file's mode."""
     from kgprobe.config import Settings
     from kgprobe.errors import ConfigError
     from kgprobe.graph.server import ManagedServer
 
-    settings = Settings.load()
+    settings = Settings.load(secrets=secrets)
     if settings.uri:
         raise ConfigError(f"NEO4J_URI is set ({settings.uri}): that server is not managed by kgprobe")
     return ManagedServer(settings)
@@ -134,7 +209,7 @@ def db_start(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
 @db_app.command("stop")
 def db_stop(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Stop the managed graph server (only a process that is this home's server is signalled)."""
-    stopped = _server().stop()
+    stopped = _server(secrets=False).stop()
     if as_json:
         _print_json({"stopped": stopped})
         return
@@ -210,6 +285,8 @@ def ingest(
     """Load Wikidata facts into the graph (idempotent: re-running creates no duplicates)."""
     from kgprobe.api import ingest_sources
 
+    _check_pids(relation or [])
+    _check_number("--limit", limit, 0)  # --batch-size and --max-errors: ingest_sources, before the graph
     summary = ingest_sources(
         sources or [], sparql=sparql, relations=relation, subjects=subject, language=language,
         ranks=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=as_json,
@@ -278,6 +355,7 @@ def templates_import(
         raise ConfigError(f"unknown template format {fmt!r}; one of {', '.join(FORMATS)}")
     _require_file(file, "file or folder")
     wanted = _relations(relation)
+    _check_pids(wanted)
     records = read_templates(file, fmt, wanted[0] if len(wanted) == 1 else None)
     if len(wanted) > 1:
         records = (t for t in records if t.pid in wanted)
@@ -302,6 +380,7 @@ def templates_list(
     from kgprobe.graph.templates import list_templates
 
     wanted = _relations(relation)
+    _check_pids(wanted)
     with connect() as graph:
         rows = [t for pid in wanted for t in list_templates(graph, pid)] if wanted else list_templates(graph, None)
     if as_json or as_jsonl:
@@ -334,6 +413,8 @@ def demo(
     from kgprobe.api import demo as run_demo
     from kgprobe.reporting import print_report
 
+    _check_number("--per-relation", per_relation, 1)
+    _check_model_options(batch_tokens)
     _model_options(device, batch_tokens, model_arg)
     result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json)
     rep = result.pop("report")
@@ -375,6 +456,15 @@ def distractors(
 
     from kgprobe.probing.distractors import distractors_command
 
+    _check_number("-n", n, 1)
+    _check_seed(seed)
+    _check_date(at)
+    if template is not None:
+        from kgprobe.errors import ConfigError
+        from kgprobe.records import template_too_long
+
+        if template_too_long(template):
+            raise ConfigError(f"--template: {template_too_long(template)}")
     res = distractors_command(
         subject, relation, obj, strategy=strategy, n=n, seed=seed, at=at, model=model,
         template=template, index_dir=index_dir,
@@ -417,6 +507,7 @@ def score(
 
     from kgprobe.probing.score import default_score_cache, score_candidates
 
+    _check_model_options(batch_tokens, threads)
     _model_options(device, batch_tokens, model_arg)
     rows = score_candidates(context, candidates, model=model, dtype=dtype, threads=threads,
                             add_eos=add_eos, cache_path=None if no_cache else default_score_cache())
@@ -458,6 +549,13 @@ def factor(
     from kgprobe.errors import ConfigError
     from kgprobe.probing.measures.factor import run_factor_file, run_factor_graph
 
+    _check_pids(relations or [])
+    _check_number("--sample", sample, 0)
+    _check_number("-n", n, 1)
+    _check_seed(seed)
+    _check_number("--max-length", max_length, 2)
+    _check_number("--limit", limit, 1)
+    _check_model_options(batch_tokens, threads)
     _model_options(device, batch_tokens, model_arg)
     if from_graph == (file is not None):
         raise ConfigError("give a FACTOR CSV file or --from-graph (one of them)")
@@ -486,8 +584,8 @@ def probe(
     relations_alias: list[str] = typer.Option(None, "--relations", hidden=True, help="Old name of --relation."),
     sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
     measure: list[str] = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin."),
-    strategy: str = typer.Option("temp+sem", "--strategy", "-s", help="Distractors: random, sem, temp+sem or appropt."),
-    n: int = typer.Option(5, "-n", help="Distractors per fact."),
+    strategy: str | None = typer.Option(None, "--strategy", "-s", help="Distractors: random, sem, temp+sem (default) or appropt; or kmin:strategy=..."),
+    n: int | None = typer.Option(None, "-n", help="Distractors per fact (default 5; or kmin:n=...)."),
     seed: int = typer.Option(0, help="Seed of the fact sample and the random strategy."),
     threshold: float = typer.Option(0.5, help="A fact is known when its score is at least this."),
     at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today)."),
@@ -515,6 +613,17 @@ def probe(
     from kgprobe.api import probe as run
     from kgprobe.graph.probe_runs import parse_shard
 
+    _check_pids(_relations(relation, relations_alias))
+    _check_number("--sample", sample, 0)
+    _check_number("-n", n, 1)
+    _check_seed(seed)
+    _check_threshold(threshold)
+    _check_date(at)
+    _check_number("--max-labels", max_labels, 1)
+    _check_number("--max-subject-labels", max_subject_labels, 1)
+    _check_number("--max-templates", max_templates, 1)
+    _check_number("--batch-facts", batch_facts, 1)
+    _check_model_options(batch_tokens, threads)
     _model_options(device, batch_tokens, model_arg)
     summary = run(
         model, relations=_relations(relation, relations_alias), sample=sample or None, measures=measure or ("kmin",),
@@ -580,6 +689,8 @@ def evaluate(
 
     if vs_model is None and human is None:
         raise ConfigError("give --human FILE (tau against human scores) or --vs-model (robustness)")
+    _check_number("--folds", folds, 2)
+    _check_seed(seed)
     scores = ev.read_human_scores(human, score_column) if human is not None else None
     g = connect()
     try:
@@ -634,8 +745,11 @@ def unknown(
 
     from kgprobe.api import unknown as find
 
+    _check_threshold(threshold)
+    _check_threshold(below, "--below")
     limit = threshold if threshold is not None else below
     wanted = _relations(relation)
+    _check_pids(wanted)
     facts = ([f for pid in wanted for f in find(model, relation=pid, below=limit, measure=measure)]
              if wanted else find(model, below=limit, measure=measure))
     if as_json or as_jsonl:
@@ -663,6 +777,7 @@ def compare(
 
     from kgprobe.api import compare as run
 
+    _check_threshold(threshold)
     res = run(a, b, measure=measure, threshold=threshold)
     if as_json:
         print(json.dumps(res.to_dict(), ensure_ascii=False))
@@ -700,6 +815,7 @@ def report(
     from kgprobe.api import report as build
     from kgprobe.reporting import print_report
 
+    _check_seed(seed)
     rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed, by=by, type_of=type_of)
     if as_json:
         doc = rep.to_dict()

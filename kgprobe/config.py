@@ -83,10 +83,13 @@ def config_path() -> Path:
     return Path(env).expanduser() if env else Path(platformdirs.user_config_dir("kgprobe")) / "config.json"
 
 
-def read_private_json(path: Path) -> dict[str, object]:
-    """Read a JSON file that may hold a password; refuse it unless only its owner can read it."""
+def read_private_json(path: Path, *, private: bool = True) -> dict[str, object]:
+    """Read a JSON file that may hold a password; refuse it unless only its owner can read it.
+
+    ``private=False`` skips the mode check for a caller that uses no secret from the file (the
+    caller must drop the password; see ``Settings.load(secrets=False)``)."""
     mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
+    if private and mode & 0o077:
         raise ConfigError(
             f"{path} is readable by others (mode {mode:o}); run: chmod 600 {path}"
         )
@@ -137,12 +140,18 @@ class Settings:
         return self.uri is None
 
     @classmethod
-    def load(cls) -> Settings:
-        """Environment first, then the config file, then defaults."""
+    def load(cls, *, secrets: bool = True) -> Settings:
+        """Environment first, then the config file, then defaults.
+
+        ``secrets=False`` is for commands that need no password (``kgprobe db stop`` signals
+        the managed server by its home): the config file is read whatever its mode, and its
+        password is ignored."""
         file_values: dict[str, object] = {}
         path = config_path()
         if path.exists():
-            file_values = read_private_json(path)
+            file_values = read_private_json(path, private=secrets)
+            if not secrets:
+                file_values.pop("password", None)
             unknown = set(file_values) - set(CONFIG_KEYS)
             if unknown:
                 raise ConfigError(

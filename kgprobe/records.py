@@ -25,6 +25,20 @@ POINT_IN_TIME = "P585"
 
 RANKS = ("preferred", "normal", "deprecated")
 
+#: The longest template text kgprobe imports or probes with, in characters after the slots
+#: are normalized (docs/templates.md). The longest template of LAMA, ParaRel, LPAQA, BEAR,
+#: KAMEL and TempLAMA is well under 200 characters; a longer text is a mistake (a whole file
+#: in one field) and would cost time and memory per fact and exceed small models' context.
+MAX_TEMPLATE_CHARS = 1000
+
+
+def template_too_long(text: str) -> str | None:
+    """Why ``text`` is refused as a template (None when its length is fine)."""
+    if len(text) <= MAX_TEMPLATE_CHARS:
+        return None
+    return (f"template of {len(text):,} characters is longer than the limit of "
+            f"{MAX_TEMPLATE_CHARS:,} (docs/templates.md): {text[:60]!r}...")
+
 
 def is_qid(value: str) -> bool:
     """True for a Wikidata item id such as ``Q42``."""

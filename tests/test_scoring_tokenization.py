@@ -109,13 +109,23 @@ def test_eos_is_appended_when_asked(gpt2: LoadedModel) -> None:
     assert r_eos.logprob < r_plain.logprob
 
 
-def test_long_context_is_cut_from_the_left(gpt2: LoadedModel) -> None:
+def test_long_context_is_cut_from_the_left_only_when_asked(gpt2: LoadedModel) -> None:
+    """Issue 22: a context too long for the model is an error, never a silent cut (it would
+    drop the subject); FACTOR's --max-length asks for the cut (truncate_left)."""
     tok = gpt2.tokenization
     assert tok.max_length == 64
-    enc = tok.causal_pair("the city is old. " * 40, " Paris")
-    assert len(enc.context_ids) + len(enc.continuation_ids) == 64
-    r = Engine(gpt2).run([LogProbRequest("the city is old. " * 40, " Paris")])[0]
-    assert torch.isfinite(torch.tensor(r.logprob))
+    with pytest.raises(ConfigError, match="never cuts a context silently"):
+        tok.causal_pair("the city is old. " * 40, " Paris")
+    with pytest.raises(ConfigError, match="never cuts a context silently"):
+        Engine(gpt2).run([LogProbRequest("the city is old. " * 40, " Paris")])
+    tok.truncate_left = True
+    try:
+        enc = tok.causal_pair("the city is old. " * 40, " Paris")
+        assert len(enc.context_ids) + len(enc.continuation_ids) == 64
+        r = Engine(gpt2).run([LogProbRequest("the city is old. " * 40, " Paris")])[0]
+        assert torch.isfinite(torch.tensor(r.logprob))
+    finally:
+        tok.truncate_left = False
     with pytest.raises(ConfigError):
         tok.causal_pair("a", " Paris" * 80)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from kgprobe.errors import InputError
 from kgprobe.graph.client import Graph
-from kgprobe.records import TemplateRecord, is_pid
+from kgprobe.records import TemplateRecord, is_pid, template_too_long
 
 _MERGE_RELATIONS = """
 UNWIND $rows AS row
@@ -63,6 +63,9 @@ def import_templates(graph: Graph, records: Iterable[TemplateRecord], batch_size
     """
     rows: dict[str, dict[str, Any]] = {}
     for rec in records:
+        too_long = template_too_long(rec.text)
+        if too_long:  # records built in code bypass the file readers' check
+            raise InputError(f"{rec.pid}: {too_long}")
         row = _row(rec)
         rows.setdefault(row["id"], row)
     if not rows:
@@ -89,6 +92,21 @@ def list_templates(graph: Graph, relation: str | None = None) -> list[TemplateRe
         for r in rows
     ]
     out.sort(key=lambda t: (int(t.pid[1:]), t.source, t.text))
+    return out
+
+
+def probe_templates(graph: Graph, relation: str | None = None) -> list[TemplateRecord]:
+    """``list_templates`` for scoring: a template over ``MAX_TEMPLATE_CHARS`` (written by an
+    older kgprobe or by hand) is refused with one line naming it, never probed (a 2 MB
+    template once ran for 400 s on one fact, and a long context would be cut from the left)."""
+    out = list_templates(graph, relation)
+    for t in out:
+        too_long = template_too_long(t.text)
+        if too_long:
+            raise InputError(
+                f"template {t.id} of {t.pid} in the graph: {too_long}; delete it "
+                f"(MATCH (t:Template {{id: '{t.id}'}}) DETACH DELETE t) and import a shorter one"
+            )
     return out
 
 

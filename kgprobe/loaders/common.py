@@ -217,6 +217,91 @@ def open_text(path: str | Path) -> IO[str]:
         raise InputError(f"{p}: cannot open ({exc})") from exc
 
 
+#: The largest single JSON document kgprobe parses whole, in MiB of text: a file that is one
+#: JSON value (a Wikidata API response, a templates or scores ``.json``). Parsing takes about 13
+#: times the text in memory (an 89 MB one-line file took 1.19 GB), so beyond this the file is
+#: refused with one line (exit 4). JSON lines and Wikidata dumps stream one entity per line and
+#: have no such limit. ``KGPROBE_MAX_JSON_MB`` raises or lowers it.
+MAX_JSON_MB = 32
+ENV_MAX_JSON_MB = "KGPROBE_MAX_JSON_MB"
+
+
+def max_json_chars() -> int:
+    """The single-document limit in characters (``KGPROBE_MAX_JSON_MB`` or ``MAX_JSON_MB``)."""
+    import math
+    import os
+
+    from kgprobe.errors import ConfigError
+
+    raw = os.environ.get(ENV_MAX_JSON_MB)
+    if not raw:
+        return MAX_JSON_MB << 20
+    try:
+        mb = float(raw)
+    except ValueError:
+        mb = math.nan
+    if not (math.isfinite(mb) and mb > 0):
+        raise ConfigError(f"{ENV_MAX_JSON_MB} must be a positive number of MiB, not {raw!r}")
+    return int(mb * (1 << 20))
+
+
+def json_too_large(path: Path | str) -> InputError:
+    """The one line for a single JSON document over the limit."""
+    mb = max_json_chars() / (1 << 20)
+    return InputError(
+        f"{path}: a single JSON document larger than {mb:g} MiB is not parsed whole (it would "
+        f"take about {13 * mb:,.0f} MiB of memory); split it into JSON lines (one object per "
+        f"line), or raise the limit with {ENV_MAX_JSON_MB}"
+    )
+
+
+def check_json_file_size(path: Path) -> None:
+    """Refuse an uncompressed file that is one JSON document over the limit, before reading it."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return  # the reader reports a missing or unreadable file in its own words
+    if size > max_json_chars() * 4:  # 4 bytes per character at most (UTF-8, UTF-32)
+        raise json_too_large(path)
+
+
+_BOMS: tuple[tuple[bytes, str], ...] = (  # longest first: the UTF-32 LE mark starts like UTF-16's
+    (b"\xef\xbb\xbf", "utf-8"),
+    (b"\xff\xfe\x00\x00", "utf-32-le"),
+    (b"\x00\x00\xfe\xff", "utf-32-be"),
+    (b"\xff\xfe", "utf-16-le"),
+    (b"\xfe\xff", "utf-16-be"),
+)
+
+
+def read_text_file(path: Path | str, what: str = "file") -> str:
+    """A text input (CSV, TSV, JSON lines) as ``str``: UTF-8 with or without a byte-order mark,
+    or UTF-16/UTF-32 told by their byte-order mark. Anything else (Latin-1, a binary file) is
+    one InputError line naming the file and the byte offset of the first byte that is not
+    text, never a UnicodeDecodeError traceback."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"no such {what}: {p}") from None
+    except OSError as exc:
+        raise InputError(f"cannot read {p}: {exc.strerror or exc}") from None
+    bom, encoding = next(((b, e) for b, e in _BOMS if data.startswith(b)), (b"", "utf-8"))
+    name = encoding.upper().split("-")[0] + "-" + encoding.split("-")[1]  # UTF-8, UTF-16, UTF-32
+    hint = "save it as UTF-8 (UTF-16 with a byte-order mark is also read)"
+    try:
+        text = data[len(bom):].decode(encoding)
+    except UnicodeDecodeError as exc:
+        at = len(bom) + exc.start
+        raise InputError(f"{p}: not {name} text: byte 0x{data[at:at + 1].hex()} at offset {at} "
+                         f"({exc.reason}); {hint}") from None
+    nul = text.find("\x00")
+    if nul >= 0:
+        at = len(bom) + len(text[:nul].encode(encoding))
+        raise InputError(f"{p}: a NUL character at byte offset {at}: a binary file, not {name} text; {hint}")
+    return text
+
+
 def guarded(path: Path, records: Iterator[Record]) -> Iterator[Record]:
     """Turn read failures mid-stream (truncated download, bad bytes) into one InputError line
     that says how far the file was read; every record before that point was handed on."""

@@ -22,6 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from kgprobe.errors import InputError
+from kgprobe.loaders.common import (
+    check_json_file_size,
+    json_too_large,
+    max_json_chars,
+    read_text_file,
+)
 from kgprobe.records import (
     STYLE_OBJECT_INSIDE,
     STYLE_OBJECT_LAST,
@@ -30,6 +36,7 @@ from kgprobe.records import (
     TemplateRecord,
     derive_style,
     is_pid,
+    template_too_long,
 )
 
 SUBJECT = "[X]"
@@ -60,6 +67,9 @@ def make_record(
     if not is_pid(pid):
         raise InputError(f"not a Wikidata property id: {pid!r}{where}")
     text = normalize_text(raw, subject, obj)
+    too_long = template_too_long(text)
+    if too_long:
+        raise InputError(f"{too_long}{where}")
     if text.count(SUBJECT) != 1:
         raise InputError(f"template needs exactly one subject slot {SUBJECT}: {raw!r}{where}")
     if text.count(OBJECT) > 1:
@@ -84,12 +94,8 @@ def _files(path: Path, suffixes: tuple[str, ...]) -> list[Path]:
 
 
 def _read_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise InputError(f"no such file: {path}") from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read {path}: {exc}") from exc
+    """UTF-8 (BOM or not) or UTF-16/32 with a BOM; else one line naming the byte offset."""
+    return read_text_file(path)
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -106,8 +112,13 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _json(path: Path) -> Any:
+    """One JSON document, parsed whole: refused beyond ``MAX_JSON_MB`` (exit 4)."""
+    check_json_file_size(path)
+    text = _read_text(path)
+    if len(text) > max_json_chars():
+        raise json_too_large(path)
     try:
-        return json.loads(_read_text(path))
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not JSON: {exc.msg} (line {exc.lineno})") from exc
 

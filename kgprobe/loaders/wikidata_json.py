@@ -18,6 +18,8 @@ from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
 from kgprobe.loaders.common import (
     Filters,
     guarded,
+    json_too_large,
+    max_json_chars,
     open_text,
     skip_entity,
     time_from_json,
@@ -259,20 +261,24 @@ def load_json(
     """Stream records from a Wikidata JSON dump or entity document (plain, .gz or .bz2).
 
     The layout is detected from the first line: ``[`` alone (the dump), a complete entity
-    object (JSON lines), or anything else (one document, parsed whole). A truncated or corrupt
-    file ends the stream with an InputError naming the file.
+    object (JSON lines), or anything else (one document, parsed whole, so refused beyond
+    ``MAX_JSON_MB``, see kgprobe.loaders.common). A truncated or corrupt file ends the stream
+    with an InputError naming the file.
     """
     return validated(guarded(Path(path), _load_json(Path(path), filters or Filters(), source)))
 
 
 def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
+    cap = max_json_chars()  # one document parsed whole: at most this many characters
     with open_text(p) as fh:
         try:
-            first = fh.readline()
+            first = fh.readline(cap + 1)
             lineno = 1
             while first and not first.strip():
-                first = fh.readline()
+                first = fh.readline(cap + 1)
                 lineno += 1
+            if len(first) > cap:  # one line longer than a whole document may be
+                raise json_too_large(p)
         except UnicodeDecodeError as exc:
             raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from exc
         head = first.strip()
@@ -293,7 +299,10 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
                 yield from _entity_stream(lines(), f, source)
                 return
         try:
-            doc = json.loads(first + fh.read())
+            rest = fh.read(cap + 1 - len(first))
+            if len(first) + len(rest) > cap:
+                raise json_too_large(p)
+            doc = json.loads(first + rest)
         except json.JSONDecodeError as exc:
             raise InputError(f"{p}:{exc.lineno + lineno - 1}: not valid JSON ({exc.msg})") from exc
         except RecursionError as exc:

@@ -7,9 +7,11 @@ Full next-token vectors are not cached (too large; cheap to recompute relative t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sqlite3
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -68,44 +70,104 @@ def _load(req: Request, text: str) -> Result:
     return result
 
 
+#: Environment variable naming the cache file (``kgprobe.probing.score.default_score_cache``).
+ENV_SCORE_CACHE = "KGPROBE_SCORE_CACHE"
+#: Seconds to wait for another process's write lock before running without the cache.
+LOCK_TIMEOUT = 2.0
+
+
+def _warn(message: str) -> None:
+    """One line on stderr (stdout may be a --json document)."""
+    from kgprobe.config import redact
+
+    print(f"warning: {redact(message)}", file=sys.stderr, flush=True)
+
+
 class ScoreCache:
-    """SQLite table (fingerprint, key) -> result JSON. Safe to share between runs."""
+    """SQLite table (fingerprint, key) -> result JSON. Safe to share between runs.
+
+    The cache only saves time, so it never stops a run: a file that is not a database, a
+    truncated one, or one another process holds write-locked for more than ``LOCK_TIMEOUT``
+    seconds gives ONE warning line on stderr (with how to relocate or skip the cache) and the
+    run goes on without it (``usable`` is then False)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path))
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
-            "CREATE TABLE IF NOT EXISTS scores (fingerprint TEXT NOT NULL, key TEXT NOT NULL, "
-            "value TEXT NOT NULL, PRIMARY KEY (fingerprint, key))"
-        )
-        self._db.commit()
+        self._db: sqlite3.Connection | None = None
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(str(self.path), timeout=LOCK_TIMEOUT)
+            self._db = db
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS scores (fingerprint TEXT NOT NULL, key TEXT NOT NULL, "
+                "value TEXT NOT NULL, PRIMARY KEY (fingerprint, key))"
+            )
+            db.commit()
+            db.execute("SELECT COUNT(*) FROM scores LIMIT 1").fetchone()
+        except (sqlite3.Error, OSError) as exc:
+            self._give_up(exc)
+
+    @property
+    def usable(self) -> bool:
+        return self._db is not None
+
+    def _give_up(self, exc: BaseException) -> None:
+        """Close the cache and say once why, and how to avoid it."""
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+        self._db = None
+        _warn(f"score cache {self.path} is unusable ({_reason(exc)}); going on without it. "
+              f"Use --no-cache, or set {ENV_SCORE_CACHE}=PATH to use another file")
 
     def get_many(self, fingerprint: str, requests: Iterable[Request]) -> dict[Request, Result]:
         """Stored results for those of ``requests`` the cache holds."""
         found: dict[Request, Result] = {}
-        for req in requests:
-            if not cacheable(req):
-                continue
-            row = self._db.execute(
-                "SELECT value FROM scores WHERE fingerprint = ? AND key = ?",
-                (fingerprint, request_key(req)),
-            ).fetchone()
-            if row is not None:
-                found[req] = _load(req, row[0])
+        if self._db is None:
+            return found
+        try:
+            for req in requests:
+                if not cacheable(req):
+                    continue
+                row = self._db.execute(
+                    "SELECT value FROM scores WHERE fingerprint = ? AND key = ?",
+                    (fingerprint, request_key(req)),
+                ).fetchone()
+                if row is not None:
+                    found[req] = _load(req, row[0])
+        except sqlite3.Error as exc:
+            self._give_up(exc)
+            return {}
         return found
 
     def put_many(self, fingerprint: str, items: Iterable[tuple[Request, Result]]) -> None:
         """Store results (one transaction)."""
+        if self._db is None:
+            return
         rows = [(fingerprint, request_key(q), _dump(r)) for q, r in items if cacheable(q)]
-        with self._db:
-            self._db.executemany(
-                "INSERT OR REPLACE INTO scores (fingerprint, key, value) VALUES (?, ?, ?)", rows
-            )
+        try:
+            with self._db:
+                self._db.executemany(
+                    "INSERT OR REPLACE INTO scores (fingerprint, key, value) VALUES (?, ?, ?)", rows
+                )
+        except sqlite3.Error as exc:
+            self._give_up(exc)
 
     def __len__(self) -> int:
+        if self._db is None:
+            return 0
         return int(self._db.execute("SELECT COUNT(*) FROM scores").fetchone()[0])
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, sqlite3.OperationalError) and "locked" in text:
+        return f"{text}: another process holds it for more than {LOCK_TIMEOUT:g} s"
+    return text

@@ -326,10 +326,10 @@ def pick_object(graph: Graph, subject: str, pid: str, at: dt.date | str | int | 
 
 def default_template(graph: Graph, pid: str) -> str:
     """The relation's first object-last template in the store, else ``[X] <label> [Y].``."""
-    from kgprobe.graph.templates import list_templates
+    from kgprobe.graph.templates import probe_templates
     from kgprobe.records import STYLE_OBJECT_LAST
 
-    for t in list_templates(graph, pid):
+    for t in probe_templates(graph, pid):
         if t.style == STYLE_OBJECT_LAST:
             return t.text
     rows = graph.read(gd.RELATION_BY_PID, pid=pid)
@@ -398,8 +398,11 @@ def find_distractors(
 
 def default_index_dir() -> Path:
     from kgprobe.config import Settings
+    from kgprobe.graph.semantic import tighten_index_dir
 
-    return Path(Settings.load().home) / "indexes" / "semantic"
+    indexes = Path(Settings.load().home) / "indexes"
+    tighten_index_dir(indexes)  # owner-only like the rest of KGPROBE_HOME (0700/0600)
+    return indexes / "semantic"
 
 
 def distractors_command(

@@ -287,9 +287,11 @@ class Engine:
     def _context_ids(self, context: str, room: int = 1) -> list[int]:
         """Causal context ids as a LogProbRequest would see them (trailing space removed),
         cut from the left (BOS kept) so ``room`` more tokens fit: a generation or search
-        never runs past the model's positions."""
+        never runs past the model's positions. Prompts put the question last (BELIEF-ICL's
+        demonstrations first), so a cut drops demonstrations; it is counted in
+        ``Tokenization.cut_count`` (a probe run records it as ``contexts_cut``)."""
         ids = self.tok._with_prefix(self.tok.encode(context.rstrip()))
-        return self.tok._fit(ids, max(1, room))
+        return self.tok._fit(ids, max(1, room), cut=True)
 
     def _next_tokens(self, reqs: list[NextTokenRequest]) -> list[NextTokenResult]:
         if self.causal is not None and self._packed():

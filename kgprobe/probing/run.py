@@ -18,6 +18,7 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import math
 import subprocess
 import time
 import uuid
@@ -103,6 +104,12 @@ class ProbeConfig:
             raise ConfigError(f"unknown strategy {self.strategy!r}; choose from: {', '.join(STRATEGIES)}")
         if self.n < 1:
             raise ConfigError("-n (distractors per fact) must be at least 1")
+        if not (math.isfinite(self.threshold) and self.threshold >= 0):
+            raise ConfigError(f"the threshold must be a finite number >= 0, not {self.threshold}")
+        if self.at is not None:
+            from kgprobe.graph.distractors import date_sort_key
+
+            date_sort_key(self.at)  # a bad --at is refused before the graph is contacted
         if self.sample is not None and self.sample < 1:
             raise ConfigError("--sample must be at least 1 (or leave it out for every fact)")
         if self.batch_facts < 1:
@@ -130,6 +137,8 @@ class ProbeSummary:
     status: str = "running"
     unscorable_reasons: dict[str, int] = field(default_factory=dict)
     interrupted_runs: list[str] = field(default_factory=list)
+    #: generation/search prompts cut from the left to fit the model (docs/probing.md)
+    contexts_cut: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -228,11 +237,11 @@ def probe_relations(graph: Graph, max_templates: int | None = None) -> dict[str,
     """Relations that have facts and at least one usable template: pid -> [(template id, text)]
     (object-last statements and questions; templates with the object inside cannot end in the
     object's label, which the distractor measure scores)."""
-    from kgprobe.graph.templates import list_templates
+    from kgprobe.graph.templates import probe_templates
 
     with_facts = {r["pid"] for r in pr.relations_with_facts(graph)}
     out: dict[str, list[tuple[int, str, str]]] = {}
-    for t in list_templates(graph):
+    for t in probe_templates(graph):
         if t.pid in with_facts and t.style in USABLE_STYLES:
             out.setdefault(t.pid, []).append((USABLE_STYLES.index(t.style), t.id or "", t.text))
     return {
@@ -371,10 +380,10 @@ class _Gatherer:
 
     def _relation_templates(self) -> dict[str, tuple[str, ...]]:
         if self._all_templates is None:
-            from kgprobe.graph.templates import list_templates
+            from kgprobe.graph.templates import probe_templates
 
             acc: dict[str, list[str]] = {}
-            for t in list_templates(self.graph):
+            for t in probe_templates(self.graph):
                 acc.setdefault(t.pid, []).append(t.text)
             self._all_templates = {p: tuple(v) for p, v in acc.items()}
         return self._all_templates
@@ -524,6 +533,8 @@ def run_probe(
     gather = _Gatherer(graph, config, needs, ref, available, index, engine, ctx.label_rule, ctx.end)
 
     started = time.monotonic()
+    tok = getattr(runner, "tok", None)
+    cuts_before = int(getattr(tok, "cut_count", 0))
     reasons: Counter[str] = Counter()
     try:
         with _progress(progress, len(todo)) as (bar, task):
@@ -576,9 +587,11 @@ def run_probe(
     summary.seconds = round(time.monotonic() - started, 2)
     summary.status = "finished"
     summary.unscorable_reasons = dict(reasons.most_common())
+    summary.contexts_cut = int(getattr(tok, "cut_count", 0)) - cuts_before
     pr.update_run(graph, run_id, {
         "status": "finished", "finished": _now(), "seconds": summary.seconds,
         "unscorable_reasons": json.dumps(summary.unscorable_reasons),
+        "contexts_cut": summary.contexts_cut,
     })
     return summary
 
@@ -675,8 +688,8 @@ def probe(
     relations: Sequence[str] = (),
     sample: int | None = 60,
     measures: Sequence[str] = DEFAULT_MEASURES,
-    strategy: str = DEFAULT_STRATEGY,
-    n: int = 5,
+    strategy: str | None = None,
+    n: int | None = None,
     seed: int = 0,
     threshold: float = DEFAULT_THRESHOLD,
     at: str | None = None,
@@ -702,7 +715,15 @@ def probe(
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores back.
 
     Idempotent: facts already scored with the same configuration are skipped, so re-running
-    after an interruption finishes the rest. Returns what was done (see ``ProbeSummary``)."""
+    after an interruption finishes the rest. Returns what was done (see ``ProbeSummary``).
+
+    ``n`` (default 5) and ``strategy`` (default temp+sem) may also come from a distractor
+    measure's spec (``kmin:n=3``); they are one per run."""
+    from kgprobe.probing.measures.registry import run_wide_settings
+
+    measures, spec_n, spec_strategy = run_wide_settings(measures, n, strategy)
+    n = spec_n if spec_n is not None else 5
+    strategy = spec_strategy if spec_strategy is not None else DEFAULT_STRATEGY
     config = ProbeConfig(
         model=model, relations=tuple(relations), sample=sample, measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
@@ -772,6 +793,8 @@ def resolve_scores(
     """The score properties of ``model`` (a model key, or the name it was probed under) and
     ``measure`` (a measure key like ``kmin_temp_sem_n5``, or a measure name like ``kmin``);
     without ``measure``, the first measure of the model's latest run."""
+    if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
+        raise ConfigError(f"the threshold must be a finite number >= 0, not {threshold}")
     runs_by_model = probed(graph)
     if not runs_by_model:
         raise ConfigError("no probe run in the graph yet; run `kgprobe probe --model M` first")

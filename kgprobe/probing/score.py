@@ -10,12 +10,10 @@ from pathlib import Path
 import platformdirs
 
 from kgprobe.errors import ConfigError
-from kgprobe.probing.cache import ScoreCache
+from kgprobe.probing.cache import ENV_SCORE_CACHE, ScoreCache
 from kgprobe.probing.engine import Engine
 from kgprobe.probing.models import DEFAULT_MODEL, load_model
 from kgprobe.probing.requests import LogProbRequest, LogProbResult
-
-ENV_SCORE_CACHE = "KGPROBE_SCORE_CACHE"
 
 
 def default_score_cache() -> Path:

@@ -10,7 +10,12 @@ Rules, each a lesson of lm-evaluation-harness users:
 - an explicit BOS policy per model (harness #1455, #3333): BOS is prepended by us, once,
   never by the tokenizer as well (texts are encoded with ``add_special_tokens=False``);
 - EOS appended to the continuation when a request asks for it;
-- too long a context is cut from the left (BOS kept) to fit the model's context length.
+- too long a scored context (a cloze, a FACTOR prefix) is an error (:class:`ContextTooLong`),
+  never silently cut: cutting from the left would drop the subject; only a caller that asks
+  for it (``truncate_left``, FACTOR's ``--max-length``) has it cut from the left (BOS kept).
+  A prompt for generation or search (BELIEF-ICL demonstrations, question last) is cut from
+  the left to leave room for the new tokens, and each cut is counted (``cut_count``; a probe
+  run records it as ``contexts_cut``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from typing import Any, Literal
 from kgprobe.errors import ConfigError
 
 BosPolicy = Literal["auto", "always", "never"]
+
+
+class ContextTooLong(ConfigError):
+    """A context and its continuation exceed the model's context length (never cut silently)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,11 @@ class Tokenization:
             bos if self.add_bos else (eos if eos is not None else bos)
         )
         self.max_length = max_length
+        #: cut too long a context from the left instead of raising ContextTooLong (only when a
+        #: caller asks for it and says so: FACTOR's --max-length, the paper's protocol)
+        self.truncate_left = False
+        #: contexts cut from the left so far (generation prompts, or with truncate_left)
+        self.cut_count = 0
         self._decoded: dict[int, str] = {}
 
     # -- low level ------------------------------------------------------------------------
@@ -190,16 +204,24 @@ class Tokenization:
             out.append(PairEncoding(tuple(ctx), tuple(cont), merged))
         return out
 
-    def _fit(self, ctx: list[int], n_cont: int) -> list[int]:
-        """Cut the context from the left (keeping BOS) so context+continuation fit."""
+    def _fit(self, ctx: list[int], n_cont: int, cut: bool = False) -> list[int]:
+        """``ctx`` when context+continuation fit; else ContextTooLong, or with ``cut`` or
+        ``truncate_left`` the context cut from the left (keeping BOS) so they fit (counted)."""
         if self.max_length is None or len(ctx) + n_cont <= self.max_length:
             return ctx
         room = self.max_length - n_cont
         if room < 1:
-            raise ConfigError(
+            raise ContextTooLong(
                 f"continuation of {n_cont} tokens does not fit the model's context length "
                 f"{self.max_length}"
             )
+        if not (cut or self.truncate_left):
+            raise ContextTooLong(
+                f"a context of {len(ctx)} tokens and {n_cont} more do not fit the model's context "
+                f"length {self.max_length}; kgprobe never cuts a context silently (it would drop "
+                f"its start, e.g. the subject): shorten the template or the demonstrations"
+            )
+        self.cut_count += 1
         keep_bos = self.add_bos and ctx[:1] == self._prefix()
         if keep_bos and room >= 2:
             return ctx[:1] + ctx[len(ctx) - (room - 1) :]

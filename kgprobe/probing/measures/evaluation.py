@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import io
 import itertools
 import json
 import math
@@ -19,6 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from kgprobe.errors import ConfigError, InputError
+from kgprobe.loaders.common import (
+    check_json_file_size,
+    json_too_large,
+    max_json_chars,
+    read_text_file,
+)
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
@@ -42,17 +49,21 @@ def read_scores(path: str | Path, id_column: str = "fact", score_column: str = "
     out: dict[str, float] = {}
     try:
         if p.suffix == ".json":
-            data = json.loads(p.read_text(encoding="utf-8"))
+            check_json_file_size(p)
+            text = read_text_file(p, "score file")
+            if len(text) > max_json_chars():
+                raise json_too_large(p)
+            data = json.loads(text)
             if not isinstance(data, dict):
                 raise InputError(f"{p.name}: expected a JSON object {{fact id: score}}")
             return {str(k): float(v) for k, v in data.items()}
         if p.suffix == ".jsonl":
-            for line in p.read_text(encoding="utf-8").splitlines():
+            for line in read_text_file(p, "score file").splitlines():
                 if line.strip():
                     row = json.loads(line)
                     out[str(row[id_column])] = float(row[score_column])
             return out
-        with p.open(encoding="utf-8", newline="") as fh:
+        with io.StringIO(read_text_file(p, "score file"), newline="") as fh:
             dialect = "excel-tab" if p.suffix in (".tsv", ".tab") else "excel"
             for row in csv.DictReader(fh, dialect=dialect):
                 out[str(row[id_column])] = float(row[score_column])
@@ -180,14 +191,15 @@ def read_human_scores(path: str | Path, score_column: str = "score") -> dict[str
         raise InputError(f"score file {p} does not exist")
     rows: list[dict[str, Any]] = []
     if p.suffix == ".jsonl":
-        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(read_text_file(p, "score file").splitlines(), 1):
             if line.strip():
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError:
                     raise InputError(f"{p.name}:{n}: not JSON") from None
     else:
-        with p.open(encoding="utf-8", newline="") as fh:
+        # UTF-8 (with or without BOM) or UTF-16/32 with BOM; else one line with the byte offset
+        with io.StringIO(read_text_file(p, "score file"), newline="") as fh:
             dialect = "excel-tab" if p.suffix in (".tsv", ".tab") else "excel"
             rows = list(csv.DictReader(fh, dialect=dialect))
     out: dict[str, float] = {}
@@ -205,6 +217,8 @@ def read_human_scores(path: str | Path, score_column: str = "score") -> dict[str
             raise InputError(f"{p.name}:{n}: missing column {score_column!r}") from None
         except (TypeError, ValueError):
             raise InputError(f"{p.name}:{n}: score {row.get(score_column)!r} is not a number") from None
+        if not math.isfinite(out[sid]):
+            raise InputError(f"{p.name}:{n}: score {row.get(score_column)!r} is not a finite number")
     if not out:
         raise InputError(f"{p.name}: no scores")
     return out

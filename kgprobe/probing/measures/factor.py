@@ -23,6 +23,7 @@ benchmark.
 from __future__ import annotations
 
 import csv
+import io
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kgprobe.errors import ConfigError, InputError
+from kgprobe.loaders.common import read_text_file
 from kgprobe.probing.measures.common import Entity, Fact, Runner
 from kgprobe.probing.requests import LogProbRequest, LogProbResult, Request
 from kgprobe.probing.verbalize import fill
@@ -61,7 +63,8 @@ def read_factor_csv(path: str | Path, prefix_column: str = "turncated_prefixes",
         raise ConfigError(f"prefix column must be one of {', '.join(PREFIX_COLUMNS)}")
     csv.field_size_limit(min(sys.maxsize, 1 << 30))
     out = []
-    with p.open(encoding="utf-8", newline="") as fh:
+    # UTF-8 (with or without BOM) or UTF-16/32 with BOM; else one line with the byte offset
+    with io.StringIO(read_text_file(p, "FACTOR file"), newline="") as fh:
         reader = csv.DictReader(fh)
         cols = reader.fieldnames or []
         contra = sorted(c for c in cols if c.startswith("contradiction_"))
@@ -186,6 +189,7 @@ def _score_items(items: Sequence[FactorItem], model: str, *, batch_size: int, dt
     truncated request must never be served as an untruncated one."""
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.models import load_model
+    from kgprobe.probing.tokenization import ContextTooLong
 
     if max_length is not None and max_length < 2:
         raise ConfigError("--max-length must be at least 2 tokens")
@@ -193,8 +197,15 @@ def _score_items(items: Sequence[FactorItem], model: str, *, batch_size: int, dt
     if max_length is not None:
         cur = lm.tokenization.max_length
         lm.tokenization.max_length = max_length if cur is None else min(cur, max_length)
+        lm.tokenization.truncate_left = True  # asked for: the paper's left-cut prefixes
     engine = Engine(lm, batch_size=batch_size, progress=progress, chunk_size=64)
-    outcomes = factor_scores(engine, items)
+    try:
+        outcomes = factor_scores(engine, items)
+    except ContextTooLong as exc:
+        if max_length is not None:
+            raise
+        raise ContextTooLong(f"{exc}; or pass --max-length N to cut FACTOR prefixes from the "
+                             "left as the paper does (1024)") from None
     return {
         "model": model,
         "items": len(items),

@@ -135,9 +135,12 @@ class Measure:
         settings = dict(settings or {})
         unknown = sorted(set(settings) - {p.name for p in self.params})
         if unknown:
+            own = [p.name for p in self.params]
+            if self.uses_distractors:  # listed by `kgprobe measures`; set per run
+                own = [*RUN_WIDE, *own]
             raise ConfigError(
                 f"measure {self.name}: unknown parameter {', '.join(unknown)}; "
-                f"parameters: {', '.join(p.name for p in self.params) or '(none)'}"
+                f"parameters: {', '.join(own) or '(none)'}"
             )
         self.settings: dict[str, Any] = {p.name: p.parse(settings.get(p.name, p.default))
                                          for p in self.params}
@@ -298,6 +301,46 @@ def parse_measure(spec: str) -> tuple[str, dict[str, str]]:
             raise ConfigError(f"--measure {spec!r}: parameters are name=value, comma-separated")
         params[k.strip().replace("-", "_")] = v.strip()
     return name.strip(), params
+
+
+#: Parameters ``kgprobe measures`` lists for every distractor measure that belong to the whole
+#: run (the distractors are found once per fact): ``kmin:n=3`` means ``-n 3``.
+RUN_WIDE = ("strategy", "n")
+
+
+def run_wide_settings(
+    specs: Sequence[str], n: int | None, strategy: str | None,
+) -> tuple[tuple[str, ...], int | None, str | None]:
+    """Move ``n`` and ``strategy`` out of the ``--measure`` specs of distractor measures into
+    the run's settings (they are listed as those measures' parameters, but one run finds one
+    set of distractors per fact). A value that contradicts ``-n``/``--strategy`` or another
+    spec is refused; ``n``/``strategy`` on a measure without distractors stays an unknown
+    parameter. Returns the specs without them, and the run's n and strategy (None = default)."""
+    reg = load_all()
+    given: dict[str, tuple[str, Any]] = {}
+    if n is not None:
+        given["n"] = ("-n", n)
+    if strategy is not None:
+        given["strategy"] = ("--strategy", strategy)
+    out = []
+    for spec in specs:
+        name, params = parse_measure(spec)
+        cls = reg.get(name)
+        if cls is None or not cls.uses_distractors or not set(RUN_WIDE) & set(params):
+            out.append(spec)
+            continue
+        for k in RUN_WIDE:
+            if k not in params:
+                continue
+            raw = params.pop(k)
+            value: Any = Param(k, 0, "", k).parse(raw) if k == "n" else raw
+            if k in given and given[k][1] != value:
+                raise ConfigError(f"--measure {spec!r}: {k}={raw} contradicts {given[k][0]} "
+                                  f"{given[k][1]}; {k} is one per run (distractors are found once per fact)")
+            given[k] = (f"--measure {spec!r}", value)
+        out.append(name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else ""))
+    return (tuple(out), given["n"][1] if "n" in given else None,
+            given["strategy"][1] if "strategy" in given else None)
 
 
 def describe() -> list[dict[str, Any]]:
