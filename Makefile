@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kgprobe-installed
 
-.PHONY: install demo test lint bench clean chromium
+.PHONY: install demo test test-arcadedb test-neo4j lint bench clean chromium
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,9 +36,19 @@ demo: $(STAMP)
 test: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -rs
 
+test-arcadedb: $(STAMP) chromium
+	$(BIN)/python -m pytest -q -rs
+
+# The suite on a real Neo4j 5.26 (tools/neo4j-test-server: Java 17+ and Maven; Neo4j is fetched
+# into Maven's cache on the first build). The run ends by naming the server it talked to.
+test-neo4j: $(STAMP) chromium
+	@why=$$($(BIN)/python tests/neo4j_server.py check) || { echo "test-neo4j: $$why"; exit 1; }
+	cd tools/neo4j-test-server && mvn -q -B package
+	KGPROBE_TEST_SERVER=neo4j $(BIN)/python -m pytest -q -rs
+
 lint: $(STAMP)
 	$(BIN)/ruff check kgprobe tests benchmarks
 	$(BIN)/mypy kgprobe
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tools/neo4j-test-server/target

@@ -70,10 +70,18 @@ def _session_graph(graph_settings: object) -> Iterator[object]:
     from kgprobe.graph.client import connect
 
     g = connect(graph_settings)  # type: ignore[arg-type]
+    from neo4j_server import is_neo4j_agent
+
     agent = g._driver.get_server_info().agent  # type: ignore[attr-defined]
     _SERVER_SEEN.update(agent=agent, uri=g.uri)
-    if TEST_SERVER == "neo4j" and not os.environ.get("NEO4J_URI") and not agent.startswith("Neo4j/5."):
-        pytest.exit(f"KGPROBE_TEST_SERVER=neo4j but the server says it is {agent!r}", returncode=3)
+    if TEST_SERVER == "neo4j" and not os.environ.get("NEO4J_URI"):
+        # ArcadeDB's Bolt says "Neo4j/5.26.0 compatible (ArcadeDB …)": only Neo4j's own agent and
+        # its kernel component count as proof
+        kernel = g.read("CALL dbms.components() YIELD name, versions, edition RETURN name, versions, edition")
+        if not (is_neo4j_agent(agent) and kernel and kernel[0]["name"] == "Neo4j Kernel"
+                and str(kernel[0]["versions"][0]).startswith("5.")):
+            pytest.exit(f"KGPROBE_TEST_SERVER=neo4j but the server is {agent!r} {kernel!r}", returncode=3)
+        _SERVER_SEEN["agent"] += f" ({kernel[0]['name']} {kernel[0]['versions'][0]} {kernel[0]['edition']})"
     try:
         yield g
     finally:

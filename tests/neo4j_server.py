@@ -33,6 +33,12 @@ BUILD_TIMEOUT_S = 1800
 START_TIMEOUT_S = 180
 
 
+def is_neo4j_agent(agent: str) -> bool:
+    """Neo4j 5's own Bolt agent ("Neo4j/5.26.30"); ArcadeDB's Bolt plugin says
+    "Neo4j/5.26.0 compatible (ArcadeDB …)", which is not."""
+    return re.fullmatch(r"Neo4j/5\.\d+\.\d+", agent) is not None
+
+
 class Unavailable(RuntimeError):
     """Java 17+ or Maven is missing: the Neo4j test server cannot be built here."""
 
@@ -199,3 +205,25 @@ def running(base: Path, config: Mapping[str, str] | None = None) -> Iterator[Neo
         yield server
     finally:
         server.stop()
+
+
+def main(argv: list[str]) -> int:
+    """``python tests/neo4j_server.py check``: exit 0 when Java 17+ and Maven are there, else print
+    why not (one line) and exit 1. ``… build``: build the launcher (as the suite would)."""
+    if argv == ["check"]:
+        why = missing_prerequisite()
+        if why:
+            print(why)
+            return 1
+        return 0
+    if argv == ["build"]:
+        build(force=True)
+        return 0
+    print("usage: python tests/neo4j_server.py check|build")
+    return 2
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))
