@@ -1,8 +1,10 @@
 """Where ArcadeDB and Neo4j 5 really differ (DESIGN.md §2), shown on whichever server the suite
-runs against (`make test` runs it on both): the FACT key index that per-fact statements use."""
+runs against (`make test` runs it on both): the FACT key index that per-fact statements use, and
+what two writers MERGEing one new node meet (a lock, or a ConstraintError)."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from neo4j_server import is_neo4j_agent
@@ -62,3 +64,52 @@ def test_a_per_fact_score_write_finds_its_fact_by_key_and_on_neo4j_through_the_i
         seeks = [(op, details) for op, details in ops if "RelationshipIndexSeek" in op]
         assert seeks and all("INDEX" in details and ":FACT(key)" in details for _, details in seeks), ops
         assert not any("AllRelationshipsScan" in op or "RelationshipTypeScan" in op for op, _ in ops), ops
+
+
+def test_two_writers_merging_one_new_entity_end_with_one_node_on_either_server(graph: Any) -> None:
+    """Two transactions MERGE the same new :Entity (unique qid) at once. Neo4j makes the second
+    wait on the first's lock, then it finds the node; ArcadeDB lets both run and refuses one commit
+    with a ConstraintError (DESIGN.md §2). Either way one node results, and ingest's
+    `write_retrying` treats that refusal as retryable, so a re-run batch completes."""
+    from neo4j.exceptions import ConstraintError, Neo4jError
+
+    from kgprobe.graph.ingest import _transient  # the classifier write_retrying uses
+
+    merge = "MERGE (e:Entity {qid: 'Q42'}) ON CREATE SET e.label = $who"
+    driver = graph._driver
+    outcome: dict[str, Any] = {}
+    with driver.session(database=graph.database) as s1, driver.session(database=graph.database) as s2:
+        tx1 = s1.begin_transaction()
+        tx1.run(merge, who="first").consume()
+
+        def second() -> None:
+            try:
+                with s2.begin_transaction() as tx2:
+                    tx2.run(merge, who="second").consume()
+                    tx2.commit()
+                outcome["second"] = "committed"
+            except Neo4jError as exc:
+                outcome["second"] = exc
+
+        worker = threading.Thread(target=second)
+        worker.start()
+        worker.join(3.0)
+        blocked = worker.is_alive()
+        try:
+            tx1.commit()
+            outcome["first"] = "committed"
+        except Neo4jError as exc:
+            outcome["first"] = exc
+        worker.join(60)
+        assert not worker.is_alive()
+
+    assert graph.read("MATCH (e:Entity {qid: 'Q42'}) RETURN count(e) AS n") == [{"n": 1}]
+    if is_neo4j_agent(server_agent(graph)):
+        assert blocked, "Neo4j's second MERGE waits for the first transaction's lock"
+        assert outcome == {"first": "committed", "second": "committed"}
+        assert graph.read("MATCH (e:Entity {qid: 'Q42'}) RETURN e.label AS who") == [{"who": "first"}]
+    else:
+        refused = [v for v in outcome.values() if v != "committed"]
+        assert not blocked and len(refused) == 1, outcome
+        assert isinstance(refused[0], ConstraintError) or "Duplicated key" in str(refused[0]), outcome
+        assert _transient(refused[0])
