@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kgprobe-installed
 
-.PHONY: install demo test lint bench clean chromium
+.PHONY: install demo test test-arcadedb test-neo4j lint bench clean chromium java-maven
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,15 +30,38 @@ chromium:
 	  || echo "chromium: apt-get install failed; the screenshot test will be skipped"; \
 	else echo "chromium: not installed; the screenshot test will be skipped"; fi
 
+# Java 17+ and Maven for the Neo4j half of the tests (tools/neo4j-test-server), from Debian's
+# packages where that needs no questions (root, apt-get, CI=true); elsewhere only a note, and
+# `make test` then runs the ArcadeDB half alone (with CI=true a missing Java/Maven fails it).
+java-maven: $(STAMP)
+	@if $(BIN)/python tests/neo4j_server.py check >/dev/null 2>&1; then :; \
+	elif [ "$$CI" = "true" ] && [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null) \
+	  || echo "java-maven: apt-get install failed"; \
+	else echo "java-maven: $$($(BIN)/python tests/neo4j_server.py check)"; fi
+
 demo: $(STAMP)
 	$(BIN)/kgprobe demo
 
-test: $(STAMP) chromium
+# The whole suite on the managed ArcadeDB server, then on Neo4j 5 (test-neo4j), then both pytest
+# summaries. Without Java 17+ or Maven the Neo4j half is skipped with one line saying why; with
+# CI=true that is a failure.
+test: $(STAMP) chromium java-maven
+	bash scripts/test_both_servers.sh $(BIN)/python
+
+test-arcadedb: $(STAMP) chromium
 	$(BIN)/python -m pytest -q -rs
+
+# The suite on a real Neo4j 5.26 (tools/neo4j-test-server: Java 17+ and Maven; Neo4j is fetched
+# into Maven's cache on the first build). The run ends by naming the server it talked to.
+test-neo4j: $(STAMP) chromium java-maven
+	@why=$$($(BIN)/python tests/neo4j_server.py check) || { echo "test-neo4j: $$why"; exit 1; }
+	cd tools/neo4j-test-server && mvn -q -B package
+	KGPROBE_TEST_SERVER=neo4j $(BIN)/python -m pytest -q -rs
 
 lint: $(STAMP)
 	$(BIN)/ruff check kgprobe tests benchmarks
 	$(BIN)/mypy kgprobe
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tools/neo4j-test-server/target

@@ -1,8 +1,10 @@
 """Shared fixtures: a REAL graph server for the whole session (never a mock).
 
 By default a managed ArcadeDB server is started in a temporary KGPROBE_HOME on free loopback
-ports; when NEO4J_URI is set the suite runs against that server instead (e.g. Neo4j 5 from
-docker-compose.yml). Each test that asks for `graph` gets it emptied first.
+ports; with KGPROBE_TEST_SERVER=neo4j a real Neo4j 5 (tests/neo4j_server.py: built with Maven,
+no Docker) is started instead, authentication on; when NEO4J_URI is set the suite runs against
+that server (e.g. Neo4j 5 from docker-compose.yml). Each test that asks for `graph` gets it
+emptied first. The server's agent string is printed at the end of the run (which server it was).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +22,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 FIXTURES = Path(__file__).parent / "fixtures"
+TEST_SERVER = os.environ.get("KGPROBE_TEST_SERVER", "arcadedb").strip().lower() or "arcadedb"
+if TEST_SERVER not in ("arcadedb", "neo4j"):
+    raise pytest.UsageError(f"KGPROBE_TEST_SERVER={TEST_SERVER!r}: expected arcadedb or neo4j")
+_SERVER_SEEN: dict[str, str] = {}  # agent and URI of the session's graph server, for the summary
 
 # Property tests: no per-example deadline (shared 2-core machines, real servers); in CI the
 # examples are derandomized so a run is reproducible, locally they vary and explore.
@@ -37,6 +44,17 @@ def graph_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]
     if os.environ.get("NEO4J_URI"):
         yield Settings.load()
         return
+    if TEST_SERVER == "neo4j":
+        from neo4j_server import USER, Neo4jTestServer
+
+        neo4j = Neo4jTestServer(tmp_path_factory.mktemp("neo4j-server"))
+        uri = neo4j.start()
+        try:
+            yield Settings(uri=uri, user=USER, password=neo4j.password,
+                           home=tmp_path_factory.mktemp("kgprobe-home"))
+        finally:
+            neo4j.stop()
+        return
     home = tmp_path_factory.mktemp("kgprobe-home")
     settings = Settings(home=home, bolt_port=free_port(), http_port=free_port(), heap="1g")
     server = ManagedServer(settings)
@@ -52,6 +70,18 @@ def _session_graph(graph_settings: object) -> Iterator[object]:
     from kgprobe.graph.client import connect
 
     g = connect(graph_settings)  # type: ignore[arg-type]
+    from neo4j_server import is_neo4j_agent
+
+    agent = g._driver.get_server_info().agent  # type: ignore[attr-defined]
+    _SERVER_SEEN.update(agent=agent, uri=g.uri)
+    if TEST_SERVER == "neo4j" and not os.environ.get("NEO4J_URI"):
+        # ArcadeDB's Bolt says "Neo4j/5.26.0 compatible (ArcadeDB …)": only Neo4j's own agent and
+        # its kernel component count as proof
+        kernel = g.read("CALL dbms.components() YIELD name, versions, edition RETURN name, versions, edition")
+        if not (is_neo4j_agent(agent) and kernel and kernel[0]["name"] == "Neo4j Kernel"
+                and str(kernel[0]["versions"][0]).startswith("5.")):
+            pytest.exit(f"KGPROBE_TEST_SERVER=neo4j but the server is {agent!r} {kernel!r}", returncode=3)
+        _SERVER_SEEN["agent"] += f" ({kernel[0]['name']} {kernel[0]['versions'][0]} {kernel[0]['edition']})"
     try:
         yield g
     finally:
@@ -83,3 +113,19 @@ def kgprobe_env(graph_settings: object, monkeypatch: pytest.MonkeyPatch) -> dict
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return env
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if os.environ.get("NEO4J_URI"):
+        return "graph server: NEO4J_URI (the server named in the environment)"
+    if TEST_SERVER == "neo4j":
+        return "graph server: Neo4j 5 test server (KGPROBE_TEST_SERVER=neo4j, tools/neo4j-test-server)"
+    return "graph server: managed ArcadeDB (KGPROBE_TEST_SERVER=neo4j runs the suite on Neo4j 5)"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _SERVER_SEEN:
+        terminalreporter.write_line(
+            f"graph server: {_SERVER_SEEN['agent']} at {_SERVER_SEEN['uri']}"
+            + (" (KGPROBE_TEST_SERVER=neo4j)" if TEST_SERVER == "neo4j" and not os.environ.get("NEO4J_URI") else "")
+        )

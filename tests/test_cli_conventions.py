@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 from _scoring_models import build
 from probe_world import REF, load
@@ -81,14 +80,18 @@ def test_inputs_are_checked_before_the_graph_is_contacted(tmp_path: Path) -> Non
 
 
 def test_neo4j_username_and_db_status_say_how_to_connect(graph_settings: Any, tmp_path: Path) -> None:
-    if graph_settings.uri:
-        pytest.skip("uses the managed server's root user")
     from kgprobe.graph.server import ManagedServer
 
-    server = ManagedServer(graph_settings)
-    uri = server.info().uri
-    env = clean_env(NEO4J_URI=uri, NEO4J_USERNAME="root", NEO4J_PASSWORD=server.password,
+    if graph_settings.uri:  # the suite's server is a configured one (Neo4j): its user and password
+        server = None
+        uri, user, password = graph_settings.uri, graph_settings.user, graph_settings.password
+    else:  # the managed ArcadeDB server's root user
+        server = ManagedServer(graph_settings)
+        uri, user, password = server.info().uri, "root", server.password
+    env = clean_env(NEO4J_URI=uri, NEO4J_USERNAME=user, NEO4J_PASSWORD=password,
                     KGPROBE_CONFIG=str(tmp_path / "none.json"))
+    if graph_settings.database:
+        env["NEO4J_DATABASE"] = graph_settings.database
     stats = kgprobe("stats", "--json", env=env)
     assert stats.returncode == 0, stats.stderr  # the user came from NEO4J_USERNAME
     wrong = kgprobe("stats", env={**env, "NEO4J_USERNAME": "nobody-here"})
@@ -97,10 +100,12 @@ def test_neo4j_username_and_db_status_say_how_to_connect(graph_settings: Any, tm
     status = kgprobe("db", "status", env=env)
     assert status.returncode == 0
     lines = dict(line.split(None, 1) for line in status.stdout.splitlines())
-    assert lines["uri"] == uri and lines["user"] == "root"
+    assert lines["uri"] == uri and lines["user"] == user
     assert lines["password"] == "environment variable NEO4J_PASSWORD"
-    assert server.password not in status.stdout
+    assert password not in status.stdout
 
+    if server is None:
+        return  # what follows is the managed server's own status
     managed = one_document(["db", "status", "--json"], clean_env(
         KGPROBE_HOME=str(graph_settings.home), KGPROBE_BOLT_PORT=str(graph_settings.bolt_port),
         KGPROBE_HTTP_PORT=str(graph_settings.http_port), KGPROBE_CONFIG=str(tmp_path / "none.json")))
@@ -120,7 +125,12 @@ def test_every_json_is_one_document(graph: Any, kgprobe_env: dict[str, str], tmp
     gpt2, llama = str(models["gpt2"]), str(models["llama"])
 
     status = one_document(["db", "status", "--json"], env)
-    assert status["uri"].startswith(("bolt://", "neo4j://")) and status["running"] is not False
+    assert status["uri"].startswith(("bolt://", "neo4j://"))
+    if status["managed"]:
+        assert status["running"] is not False
+    else:  # a configured server (the Neo4j test server, NEO4J_URI): where its password comes from
+        assert status["uri"] == env["NEO4J_URI"] and status["password"] == "environment variable NEO4J_PASSWORD"
+        assert env["NEO4J_PASSWORD"] not in json.dumps(status)
     assert one_document(["stats", "--json"], env)["facts"] > 0
     tfile = tmp_path / "t.jsonl"
     tfile.write_text(json.dumps({"relation": "P36", "template": "[X]'s capital city is [Y] ."}) + "\n")

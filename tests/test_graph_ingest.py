@@ -173,7 +173,8 @@ def test_ingest_killed_midway_then_rerun_matches(graph: Any, graph_settings: Any
             from kgprobe.graph.ingest import ingest
             from test_graph_ingest import synthetic_records
             s = Settings(uri={graph_settings.uri!r}, user={graph_settings.user!r},
-                         password={graph_settings.password!r}, database={graph_settings.database!r},
+                         password=sys.stdin.readline().strip() or None,
+                         database={graph_settings.database!r},
                          home=Path({str(graph_settings.home)!r}), bolt_port={graph_settings.bolt_port},
                          http_port={graph_settings.http_port})
             g = connect(s)
@@ -185,8 +186,11 @@ def test_ingest_killed_midway_then_rerun_matches(graph: Any, graph_settings: Any
             """
         )
     )
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
+    # the password on standard input: never in the script file or the child's argv
+    proc = subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write((graph_settings.password or "") + "\n")
+    proc.stdin.close()
     seen = 0
     deadline = time.monotonic() + 120
     while seen < 4 and time.monotonic() < deadline:

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# `make test`: the whole suite on the managed ArcadeDB server, then on Neo4j 5 (the test server of
+# tools/neo4j-test-server, KGPROBE_TEST_SERVER=neo4j), then both pytest summaries. Fails if either
+# fails. Without Java 17+ or Maven the Neo4j half is not run (one line says why), except with
+# CI=true, where that is a failure.
+set -uo pipefail
+PY=${1:?usage: test_both_servers.sh PYTHON}
+cd "$(dirname "$0")/.."
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+summary() { grep -E '^[0-9]+ (passed|failed|error|skipped|deselected)|^no tests ran' "$1" | tail -n1; }
+
+echo "== test suite on the managed ArcadeDB server"
+"$PY" -m pytest -q -rs 2>&1 | tee "$logs/arcadedb.log"
+arcadedb_rc=${PIPESTATUS[0]}
+
+neo4j_rc=0
+if why=$("$PY" tests/neo4j_server.py check); then
+  echo "== test suite on Neo4j 5 (KGPROBE_TEST_SERVER=neo4j)"
+  # what `make test-neo4j` does
+  { (cd tools/neo4j-test-server && mvn -q -B package) && KGPROBE_TEST_SERVER=neo4j "$PY" -m pytest -q -rs; } \
+    2>&1 | tee "$logs/neo4j.log"
+  neo4j_rc=${PIPESTATUS[0]}
+  neo4j_line="neo4j: $(summary "$logs/neo4j.log")"
+elif [ "${CI:-}" = "true" ]; then
+  neo4j_rc=1
+  neo4j_line="neo4j: not run, and CI=true requires it: $why"
+else
+  neo4j_line="neo4j: not run: $why (ArcadeDB users need neither Java nor Maven)"
+fi
+
+echo "== both servers"
+echo "arcadedb: $(summary "$logs/arcadedb.log")"
+echo "$neo4j_line"
+[ "$arcadedb_rc" -eq 0 ] && [ "$neo4j_rc" -eq 0 ]
