@@ -218,8 +218,9 @@ def db_stop(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
 
 @db_app.command("status")
 def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Say whether the graph server runs, where, and how to connect to it (Neo4j Browser,
-    cypher-shell): URI, user, database and where the password is kept — never the password."""
+    """Say whether the graph server runs, which server it is (product and version), where, and
+    how to connect to it (Neo4j Browser, cypher-shell): URI, user, database and where the
+    password is kept — never the password."""
     from kgprobe.config import Settings, config_path, redact
 
     settings = Settings.load()
@@ -246,11 +247,25 @@ def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
             "home": str(info.home),
             "config": str(config_path()),
         }
+    status["server"] = _server_agent(settings, running=status.get("running", True))
     if as_json:
         _print_json(status)
     else:
         for key, value in status.items():
             console.print(f"{key:10} {value}", highlight=False, soft_wrap=True)
+
+
+def _server_agent(settings: Any, running: bool) -> str:
+    """Which server answers, and its version — never starting one, never failing the status."""
+    from kgprobe.graph.client import connect
+
+    if not running:
+        return "not running"
+    try:
+        with connect(settings, ensure_schema=False, autostart=False) as graph:
+            return graph.server_agent()
+    except KgprobeError as exc:
+        return f"not reachable: {exc}"
 
 
 @db_app.command("wipe")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import torch
 from _scoring_models import build
 from probe_world import REF, load
 from test_cli_graph import clean_env, fresh_home_env, kgprobe
+
+from kgprobe.graph.server import free_port
 
 torch.set_num_threads(1)
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -103,13 +106,20 @@ def test_neo4j_username_and_db_status_say_how_to_connect(graph_settings: Any, tm
     assert lines["uri"] == uri and lines["user"] == user
     assert lines["password"] == "environment variable NEO4J_PASSWORD"
     assert password not in status.stdout
+    # which server answers, with its version (issue 19 §6): Neo4j's own agent, or ArcadeDB's
+    if server is None:
+        assert re.fullmatch(r"Neo4j/5\.\d+\.\d+", lines["server"]), lines["server"]
+    else:
+        assert re.fullmatch(r"Neo4j/5\.\d+\.\d+ compatible \(ArcadeDB \d+\.\d+\.\d+\)", lines["server"])
+    down = kgprobe("db", "status", env={**env, "NEO4J_URI": f"bolt://127.0.0.1:{free_port()}"})
+    assert down.returncode == 0 and "server     not reachable: no graph server reachable" in down.stdout
 
     if server is None:
         return  # what follows is the managed server's own status
     managed = one_document(["db", "status", "--json"], clean_env(
         KGPROBE_HOME=str(graph_settings.home), KGPROBE_BOLT_PORT=str(graph_settings.bolt_port),
         KGPROBE_HTTP_PORT=str(graph_settings.http_port), KGPROBE_CONFIG=str(tmp_path / "none.json")))
-    assert managed["uri"] == uri and managed["database"] == "kgprobe"
+    assert managed["uri"] == uri and managed["database"] == "kgprobe" and "ArcadeDB" in managed["server"]
     # kgprobe's Bolt user: its name is a secret like its password (no one else can lock it out)
     user, password = server.credentials()
     assert str(server.state_file) in managed["user"] and str(server.state_file) in managed["password"]

@@ -81,6 +81,11 @@ class Graph:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def server_agent(self) -> str:
+        """The server's own name and version, as its Bolt handshake gives it (e.g.
+        ``Neo4j/5.26.30`` or ``Neo4j/5.26.0 compatible (ArcadeDB 26.10.2)``)."""
+        return str(self._call(lambda: self._driver.get_server_info().agent))
+
     # --- queries ---------------------------------------------------------------------------
     def _session(self) -> neo4j.Session:
         return self._driver.session(database=self.database) if self.database else self._driver.session()
