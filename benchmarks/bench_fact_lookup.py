@@ -3,7 +3,8 @@
     python benchmarks/bench_fact_lookup.py --graph demo
     python benchmarks/bench_fact_lookup.py --graph synthetic --statements 1000000 --heap 4g
 
-Loads the graph into a fresh managed ArcadeDB server (its own home and ports), samples facts the
+Loads the graph into a fresh server (``--server``: the managed ArcadeDB, default, or a real Neo4j 5;
+its own directory and ports), samples facts the
 way a probe does (``candidate_keys`` + ``sample_keys``, seed 0), then times, side by side in one
 run on the same server:
 
@@ -30,11 +31,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gen_dump import write_dump  # noqa: E402
-from kgprobe.config import Settings  # noqa: E402
+from benchmarks.servers import SERVERS, fresh_graph  # noqa: E402
 from kgprobe.graph import ingest as ing  # noqa: E402
 from kgprobe.graph import probe_runs as pr  # noqa: E402
-from kgprobe.graph.client import Graph, connect  # noqa: E402
-from kgprobe.graph.server import ManagedServer, free_port  # noqa: E402
+from kgprobe.graph.client import Graph  # noqa: E402
 from kgprobe.graph.templates import demo_paths  # noqa: E402
 from kgprobe.loaders.wikidata_json import load_json  # noqa: E402
 
@@ -73,32 +73,27 @@ def main() -> None:
     ap.add_argument("--old-facts", type=int, default=4, help="facts for the unanchored statements")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--heap", default="2g")
+    ap.add_argument("--server", choices=SERVERS, default="arcadedb",
+                    help="a fresh managed ArcadeDB, or a real Neo4j 5 (Java 17+ and Maven)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="kgprobe-bench-") as tmp:
-        settings = Settings(home=Path(tmp) / "home", bolt_port=free_port(), http_port=free_port(),
-                            heap=args.heap)
-        server = ManagedServer(settings)
-        server.start()
-        try:
-            graph = connect(settings)
-            if args.graph == "demo":
-                source = demo_paths()[0]
-            else:
-                source = args.dump or Path(tmp) / "dump.json"
-                if args.dump is None:
-                    write_dump(source, args.statements, seed=0)
-            t0 = time.perf_counter()
-            loaded = ing.ingest(graph, load_json(source), batch_size=5000)
-            ingest_s = time.perf_counter() - t0
-            result = measure(graph, args)
-            result.update(graph=args.graph, statements=args.statements if args.graph == "synthetic" else None,
-                          facts_in_graph=pr.graph_counts(graph)["facts"], ingest_s=round(ingest_s, 1),
-                          facts_ingested=loaded.facts)
-            graph.close()
-        finally:
-            server.stop()
+    with (tempfile.TemporaryDirectory(prefix="kgprobe-bench-") as tmp,
+          fresh_graph(args.server, Path(tmp) / "server", args.heap) as (graph, _)):
+        if args.graph == "demo":
+            source = demo_paths()[0]
+        else:
+            source = args.dump or Path(tmp) / "dump.json"
+            if args.dump is None:
+                write_dump(source, args.statements, seed=0)
+        t0 = time.perf_counter()
+        loaded = ing.ingest(graph, load_json(source), batch_size=5000)
+        ingest_s = time.perf_counter() - t0
+        result = measure(graph, args)
+        result.update(server=args.server, graph=args.graph,
+                      statements=args.statements if args.graph == "synthetic" else None,
+                      facts_in_graph=pr.graph_counts(graph)["facts"], ingest_s=round(ingest_s, 1),
+                      facts_ingested=loaded.facts)
     if args.json:
         print(json.dumps(result))
         return

@@ -23,10 +23,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gen_dump import write_dump  # noqa: E402
-from kgprobe.config import Settings  # noqa: E402
+from benchmarks.servers import SERVERS, fresh_graph  # noqa: E402
 from kgprobe.graph import ingest as ing  # noqa: E402
-from kgprobe.graph.client import Graph, connect  # noqa: E402
-from kgprobe.graph.server import ManagedServer, free_port  # noqa: E402
+from kgprobe.graph.client import Graph  # noqa: E402
 from kgprobe.loaders.wikidata_json import load_json  # noqa: E402
 from kgprobe.records import EntityRecord, FactRecord  # noqa: E402
 
@@ -38,13 +37,6 @@ def jvm_peak_mb(pid: int | None) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
-
-
-def fresh_server(root: Path, heap: str) -> tuple[ManagedServer, Graph]:
-    settings = Settings(home=root, bolt_port=free_port(), http_port=free_port(), heap=heap)
-    server = ManagedServer(settings)
-    server.start()
-    return server, connect(settings)
 
 
 def raw_rows(records: list[Any]) -> dict[str, list[Any]]:
@@ -87,6 +79,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--heap", default="4g")
+    ap.add_argument("--server", choices=SERVERS, default="arcadedb",
+                    help="a fresh managed ArcadeDB, or a real Neo4j 5 (Java 17+ and Maven)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -98,31 +92,24 @@ def main() -> None:
         gen_s = time.perf_counter() - t0
 
         # kgprobe: file → loader → records → writer
-        server, graph = fresh_server(root / "a", args.heap)
-        try:
+        with fresh_graph(args.server, root / "a", args.heap) as (graph, pid):
             t0 = time.perf_counter()
             summary = ing.ingest(graph, load_json(dump), batch_size=args.batch_size)
             kg_s = time.perf_counter() - t0
-            kg_jvm = jvm_peak_mb(server.info().pid)
-        finally:
-            graph.close()
-            server.stop()
+            kg_jvm = jvm_peak_mb(pid)
         py_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         statements = summary.facts + summary.type_edges
 
         # raw: the same rows, pre-built, written with the same statements
         rows = raw_rows(list(load_json(dump)))
-        server, graph = fresh_server(root / "b", args.heap)
-        try:
+        with fresh_graph(args.server, root / "b", args.heap) as (graph, pid):
             t0 = time.perf_counter()
             write_raw(graph, rows, args.batch_size)
             raw_s = time.perf_counter() - t0
-            raw_jvm = jvm_peak_mb(server.info().pid)
-        finally:
-            graph.close()
-            server.stop()
+            raw_jvm = jvm_peak_mb(pid)
 
     result = {
+        "server": args.server,
         "statements_in_dump": args.statements,
         "statements_written": statements,
         "entities": summary.entities,
