@@ -29,7 +29,6 @@ import json
 import re
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +36,11 @@ import numpy as np
 
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph import results as gres
+from kgprobe.report_data import POPULARITY_UNIT as POPULARITY_UNIT
+from kgprobe.report_data import Chance, Group, ModelReport, PairedGroup, Report
+from kgprobe.report_data import RelationStats as RelationStats  # kept for callers
+from kgprobe.stats import BOOTSTRAP, MIN_N_CI, mcnemar, paired_bootstrap_ci
+from kgprobe.stats import bootstrap_ci as bootstrap_ci  # moved to kgprobe.stats; kept here
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -47,92 +51,8 @@ if TYPE_CHECKING:  # pragma: no cover
 BUCKETS = ("low", "mid", "high")
 NO_POPULARITY = "no popularity"
 NO_TYPE = "(no type)"
-BOOTSTRAP = 1000
-#: Fewest facts for which an interval is reported (below: "n too small").
-MIN_N_CI = 10
 BY = ("relation", "type", "popularity")
-POPULARITY_UNIT = (
-    "Entity.popularity as ingested (the demo graph: DistFactAssessLM's WikidataPopularity, "
-    "a log scale of Wikipedia page views; larger = more popular)"
-)
 TOO_SMALL = "n too small"
-
-
-@dataclass
-class Group:
-    """Aggregates over a set of probed facts (a relation, a type, a popularity bucket)."""
-
-    key: str
-    label: str | None
-    facts: int
-    mean: float | None
-    ci_low: float | None  # None when facts < MIN_N_CI
-    ci_high: float | None
-    known: int
-    known_share: float | None
-    history_facts: int = 0
-    staleness: float | None = None
-    stale_ci_low: float | None = None
-    stale_ci_high: float | None = None
-    by_popularity: dict[str, Group] = field(default_factory=dict)
-
-    @property
-    def pid(self) -> str:  # the key of a per-relation group
-        return self.key
-
-    @property
-    def name(self) -> str:
-        if self.key == "all":
-            return "all facts"
-        return f"{self.key} {self.label}" if self.label and self.label != self.key else self.key
-
-
-#: Kept for callers of the per-relation API.
-RelationStats = Group
-
-
-@dataclass
-class ModelReport:
-    model: str
-    model_key: str
-    measure_key: str
-    measure_label: str
-    score_property: str
-    threshold: float
-    runs: list[str]
-    relations: list[Group]  # sorted by mean score, best first
-    overall: Group
-    groups: list[Group]  # by ``Report.by`` (== relations for "relation")
-    run_info: list[dict[str, Any]] = field(default_factory=list)
-    facts: list[dict[str, Any]] = field(default_factory=list)  # per-fact rows (not in to_dict)
-
-
-@dataclass
-class Report:
-    primary: ModelReport
-    other: ModelReport | None
-    popularity_edges: list[float] | None  # tertile edges of the subjects' popularity
-    comparison: dict[str, int] | None
-    seed: int
-    bootstrap: int
-    #: per relation, every measure probed for the primary model
-    #: (:func:`kgprobe.probing.measures.registry.relation_aggregates`)
-    measures: list[dict[str, Any]] = field(default_factory=list)
-    by: str = "relation"
-    type_of: str = "subject"
-    min_n_ci: int = MIN_N_CI
-    popularity_facts: int = 0  # probed facts (primary) whose subject has a popularity
-    popularity_unit: str = POPULARITY_UNIT
-    generated: str = ""
-    code: dict[str, str | None] = field(default_factory=dict)
-    calibration: list[tuple[float, bool]] | None = None  # BELIEF (confidence, correct) pairs
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for m in ("primary", "other"):
-            if d.get(m):
-                d[m].pop("facts", None)
-        return d
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -154,21 +74,6 @@ def measure_label(key: str) -> str:
 
 
 # --- statistics ---------------------------------------------------------------------------------
-
-
-def bootstrap_ci(values: Sequence[float], seed: int, n_boot: int = BOOTSTRAP) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the mean (``scipy.stats.bootstrap``, ``n_boot``
-    resamples drawn by ``numpy.random.default_rng(seed)``)."""
-    from scipy.stats import bootstrap
-
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError("no values")
-    if np.ptp(arr) == 0:  # every resample has the same mean; scipy would warn "degenerate"
-        return float(arr[0]), float(arr[0])
-    res = bootstrap((arr,), np.mean, n_resamples=n_boot, confidence_level=0.95,
-                    method="percentile", vectorized=True, rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def interval(values: Sequence[float], seed: int, n_boot: int = BOOTSTRAP,
@@ -229,6 +134,47 @@ def group_stats(
             if sub:
                 g.by_popularity[b] = group_stats(f"{key}:{b}", b, sub, threshold, None, seed, n_boot, False)
     return g
+
+
+def paired_group(
+    key: str, label: str | None, pairs: list[tuple[float, float]], threshold: float,
+    seed: int = 0, n_boot: int = BOOTSTRAP,
+) -> PairedGroup:
+    """Two models' scores ``(a, b)`` on the same facts: both means, mean(b) − mean(a) with its
+    paired-bootstrap interval (where n >= MIN_N_CI) and McNemar's exact test on known
+    (score >= ``threshold``)."""
+    xa = [a for a, _ in pairs]
+    xb = [b for _, b in pairs]
+    n = len(pairs)
+    lo, hi = (paired_bootstrap_ci(xa, xb, _seed_of(seed, key) + 2, n_boot) if n >= MIN_N_CI
+              else (None, None))
+    ka = [v >= threshold for v in xa]
+    kb = [v >= threshold for v in xb]
+    mc = mcnemar(ka, kb)
+    mean_a = float(np.mean(xa)) if n else None
+    mean_b = float(np.mean(xb)) if n else None
+    diff = mean_b - mean_a if mean_a is not None and mean_b is not None else None
+    return PairedGroup(key, label, n, mean_a, mean_b, diff, lo, hi,
+                       sum(ka), sum(kb), mc.b, mc.c, mc.p)
+
+
+def paired_groups(
+    rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], order: list[str],
+    labels: dict[str, str | None], threshold: float, seed: int = 0, n_boot: int = BOOTSTRAP,
+) -> list[PairedGroup]:
+    """Per relation (in ``order``, then any other) and ``all``: the facts both models were
+    scored on, matched by fact key."""
+    sb = {r["key"]: float(r["score"]) for r in rows_b}
+    by_pid: dict[str, list[tuple[float, float]]] = {}
+    every: list[tuple[float, float]] = []
+    for r in rows_a:
+        if r["key"] in sb:
+            pair = (float(r["score"]), sb[r["key"]])
+            by_pid.setdefault(r["pid"], []).append(pair)
+            every.append(pair)
+    pids = [p for p in order if p in by_pid] + sorted(p for p in by_pid if p not in order)
+    return [*(paired_group(p, labels.get(p), by_pid[p], threshold, seed, n_boot) for p in pids),
+            paired_group("all", "all facts", every, threshold, seed, n_boot)]
 
 
 def _sorted(groups: list[Group]) -> list[Group]:
@@ -364,13 +310,14 @@ def build_report(
     type_of: str = "subject", calibration: list[tuple[float, bool]] | None = None,
 ) -> Report:
     """Read the scores of ``model`` (and ``vs``) from the graph and compute the report."""
-    from kgprobe.probing.run import code_version, compare_in, resolve_scores
+    from kgprobe.probing.run import code_version, compare_in, paired_scores, resolve_scores
 
     check_grouping(by, type_of)
-    sa = resolve_scores(graph, model, measure, threshold)
     sb = None
-    if vs is not None:
-        sb = resolve_scores(graph, vs, sa.props.measure_key, threshold if threshold is not None else sa.threshold)
+    if vs is not None:  # one measure key for both (the latest they share, unless given)
+        sa, sb = paired_scores(graph, model, vs, measure, threshold)
+    else:
+        sa = resolve_scores(graph, model, measure, threshold)
 
     def rows_of(sc: Any) -> list[dict[str, Any]]:
         runs = run_info(graph, sc.runs)
@@ -398,18 +345,29 @@ def build_report(
                            list(sc.runs), per, overall, groups, run_info(graph, sc.runs), rows)
 
     comparison = None
+    paired: list[PairedGroup] = []
+    ra = model_report(sa, rows_a)
     if vs is not None:
         comparison = compare_in(graph, model, vs, measure=sa.props.measure_key, threshold=sa.threshold).counts
-    from kgprobe.probing.measures.registry import belief_calibration, relation_aggregates
+        paired = paired_groups(rows_a, rows_b, [g.key for g in ra.relations], labels, sa.threshold,
+                               seed, n_boot)
+    from kgprobe.probing.measures.registry import (
+        belief_calibration,
+        chance_level,
+        relation_aggregates,
+    )
+
+    level = chance_level(graph, sa.props.model_key, sa.props.measure_key)
 
     if calibration is None:
         calibration = belief_calibration(graph, sa.props.model_key)
     return Report(
-        model_report(sa, rows_a), model_report(sb, rows_b) if sb is not None else None,
+        ra, model_report(sb, rows_b) if sb is not None else None,
         edges, comparison, seed, n_boot, by=by, type_of=type_of, popularity_facts=len(pops),
         generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), code=code_version(),
         calibration=calibration,
         measures=relation_aggregates(graph, sa.props.model_key, seed=seed),
+        paired=paired, chance=Chance(*level) if level is not None else None,
     )
 
 
@@ -470,6 +428,31 @@ def _stale(g: Group | None) -> str:
     return f"{100 * g.staleness:.0f}%{ci} (n={g.history_facts})"
 
 
+def _diff(pg: PairedGroup) -> str:
+    """The paired difference with its interval, or "n too small" (the same rule as means)."""
+    if pg.diff is None:
+        return "–"
+    if pg.diff_ci_low is None or pg.diff_ci_high is None:
+        return f"{pg.diff:+.3f} ({TOO_SMALL})"
+    return f"{pg.diff:+.3f} [{pg.diff_ci_low:+.3f}, {pg.diff_ci_high:+.3f}]"
+
+
+def _p(p: float) -> str:
+    return f"{p:.3g}"
+
+
+def _chance(rep: Report) -> str:
+    if rep.chance is None:
+        return "chance level: not defined for this measure"
+    return (f"chance level: {rep.chance.level:.3f} ({rep.chance.rule}; what a model that knows "
+            "nothing scores in expectation)")
+
+
+_PAIRED_NOTE = ("paired: the same facts for both models; difference = mean(B) − mean(A) with a "
+                "95% paired bootstrap (facts resampled, same facts for both); McNemar's exact "
+                "test on known: b = only A knows, c = only B knows, two-sided p")
+
+
 def _by_title(rep: Report) -> str:
     return {"relation": "relation", "popularity": "popularity of the subject",
             "type": f"type of the {rep.type_of} (P31 closed over P279)"}[rep.by]
@@ -496,6 +479,7 @@ def print_report(rep: Report, console: Console) -> None:
     console.print(table)
     console.print(f"intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "
                   f"only for n ≥ {rep.min_n_ci}", highlight=False)
+    console.print(_chance(rep), highlight=False)
     if rep.popularity_edges is not None and rep.by != "popularity":
         pt = Table("popularity", "n", "mean [95% CI]", "known",
                    title=f"by popularity of the subject ({rep.popularity_facts} of "
@@ -509,6 +493,17 @@ def print_report(rep: Report, console: Console) -> None:
             Text(f"on {c['both_probed']} facts probed for both: {a.model_key} knows {c['a_known']}, "
                    f"{b.model_key} knows {c['b_known']}, both {c['both_known']}"), highlight=False,
         )
+    if rep.paired and b is not None:
+        ptab = Table("relation", "n", f"{a.model_key} mean", f"{b.model_key} mean",
+                     f"{b.model_key} − {a.model_key} [95% paired CI]", "known A / B",
+                     "McNemar b / c", "p",
+                     title=Text(f"paired: {b.model_key} vs {a.model_key} on the same facts"))
+        for pg in rep.paired:
+            ptab.add_row(*map(Text, [pg.name, str(pg.facts), _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg),
+                                     f"{pg.a_known} / {pg.b_known}", f"{pg.b} / {pg.c}", _p(pg.p)]),
+                         end_section=len(rep.paired) > 1 and pg is rep.paired[-2])
+        console.print(ptab)
+        console.print(Text(_PAIRED_NOTE), highlight=False)
     others = _other_measures(rep)
     if others:
         mt = Table("measure", "relation", "facts", "mean [95% CI]", "more",
@@ -527,7 +522,8 @@ def print_report(rep: Report, console: Console) -> None:
 def write_report(
     rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, Path]:
-    """report.json, relations.csv, groups.csv, popularity.csv, report.html, results.json and
+    """report.json, relations.csv, groups.csv, popularity.csv, paired.csv (with a second
+    model), report.html, results.json and
     samples.jsonl (+ samples.parquet with pyarrow) in ``out``, put in place as one output
     (kgprobe.outputs.write_files: a failed write leaves the previous report whole, and files
     of a previous report that this one does not write are removed). CSV text cells go through
@@ -559,6 +555,14 @@ def write_report(
         ([m.model_key, g.key, bname, bucket_label(bname, rep.popularity_edges),
           bg.facts, bg.mean, bg.ci_low, bg.ci_high, bg.known_share]
          for m in models for g in [*m.relations, m.overall] for bname, bg in g.by_popularity.items()))
+    if rep.paired and rep.other is not None:
+        names["paired_csv"] = "paired.csv"
+        files["paired.csv"] = csv_text(
+            ["model_a", "model_b", "measure", "key", "label", "facts", "mean_a", "mean_b", "diff",
+             "diff_ci_low", "diff_ci_high", "a_known", "b_known", "mcnemar_b", "mcnemar_c", "mcnemar_p"],
+            ([rep.primary.model_key, rep.other.model_key, rep.primary.measure_key, pg.key, pg.label or "",
+              pg.facts, pg.mean_a, pg.mean_b, pg.diff, pg.diff_ci_low, pg.diff_ci_high, pg.a_known,
+              pg.b_known, pg.b, pg.c, pg.p] for pg in rep.paired))
     files["report.html"] = render_html(rep)
     result_names, result_files = results_files(rep, details)
     files.update(result_files)
@@ -635,10 +639,13 @@ def forest_svg(rep: Report) -> str:
     ax.set_ylim(-0.7, len(groups) - 0.3)
     ax.axvline(0, color="#999", lw=0.8)
     ax.axhline(0.5, color="#bbb", lw=0.8, ls=":")
+    if rep.chance is not None:
+        ax.axvline(rep.chance.level, color="#b33", lw=0.8, ls="--",
+                   label=f"chance {rep.chance.level:.3f}")
     ax.grid(axis="x", color="#eee")
     ax.set_xlabel(f"mean {a.measure_label} per fact (dot); 95% bootstrap CI (bar) where n ≥ {rep.min_n_ci}; "
                   "hollow dot: n too small", fontsize=8)
-    if b is not None:
+    if b is not None or rep.chance is not None:
         ax.legend(fontsize=8, loc="lower right")
     return _svg(fig, "forest")
 
@@ -875,6 +882,26 @@ def _provenance_html(rep: Report) -> str:
     return f'<table class="prov" id="provenance">{body}</table>'
 
 
+def _paired_html(rep: Report) -> str:
+    """The paired comparison table: both means, the paired difference with its interval and
+    McNemar's test, per relation and overall."""
+    a, b = rep.primary, rep.other
+    if not rep.paired or b is None:
+        return ""
+    head = ["relation", "n", f"{a.model_key} mean", f"{b.model_key} mean",
+            f"{b.model_key} − {a.model_key} [95% paired CI]", "known A / B", "McNemar b / c", "p"]
+    trs = []
+    for pg in rep.paired:
+        cells = [pg.name, pg.facts, _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg),
+                 f"{pg.a_known} / {pg.b_known}", f"{pg.b} / {pg.c}", _p(pg.p)]
+        cls = ' class="total"' if pg.key == "all" else ""
+        trs.append(f"<tr{cls}>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
+    return (f"<p class=note>{_esc(_PAIRED_NOTE)}. Two marginal intervals that overlap do not mean "
+            "the models differ by nothing: the paired interval removes what both share.</p>"
+            f'<table id="paired"><thead><tr>{"".join(f"<th>{_esc(h)}</th>" for h in head)}</tr></thead>'
+            f"<tbody>{''.join(trs)}</tbody></table>")
+
+
 def render_html(rep: Report) -> str:
     """One self-contained page: provenance, the groups sorted by score with n and intervals, and
     matplotlib plots (SVG, inline)."""
@@ -913,7 +940,7 @@ def render_html(rep: Report) -> str:
                   f"value; overall staleness {_esc(_stale(a.overall))}.</p>{stale}" if stale
                   else "<p class=note>No probed fact has a past value.</p>")
     vs_fact, vs_group = vs_svgs(rep)
-    vs_html = (f"<h2>{_esc(a.model_key)} vs {_esc(b.model_key)}</h2>{comparison}"
+    vs_html = (f"<h2>{_esc(a.model_key)} vs {_esc(b.model_key)}</h2>{comparison}{_paired_html(rep)}"
                f'<div style="display:flex;gap:12px;flex-wrap:wrap">{vs_fact}{vs_group}</div>'
                if b is not None else "")
     measures_html = _measures_html(rep)
@@ -935,6 +962,7 @@ def render_html(rep: Report) -> str:
 {a.overall.facts} facts over {len(a.relations)} relations; overall mean {_esc(_ci(a.overall))}.</p>
 <p class="meta">Intervals: 95% percentile bootstrap (scipy.stats.bootstrap, {rep.bootstrap} resamples,
 seed {rep.seed}), shown only where n ≥ {rep.min_n_ci}; otherwise "{TOO_SMALL}".</p>
+<p class="meta" id="chance">{_esc(_chance(rep))}.</p>
 <h2>By {_esc(_by_title(rep))}, best first</h2>
 {forest_svg(rep)}
 <table id="groups"><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in head)}</tr></thead>
