@@ -448,9 +448,13 @@ def _chance(rep: Report) -> str:
             "nothing scores in expectation)")
 
 
-_PAIRED_NOTE = ("paired: the same facts for both models; difference = mean(B) − mean(A) with a "
-                "95% paired bootstrap (facts resampled, same facts for both); McNemar's exact "
-                "test on known: b = only A knows, c = only B knows, two-sided p")
+def _paired_note(rep: Report) -> str:
+    a = rep.primary.model_key
+    b = rep.other.model_key if rep.other is not None else "B"
+    return (f"paired: the same facts for both models; difference = mean({b}) − mean({a}) with a "
+            f"95% paired bootstrap (facts resampled, the same facts for both; only where n ≥ "
+            f"{rep.min_n_ci}); McNemar's exact test on known: b = only {a} knows, c = only {b} "
+            "knows, two-sided p")
 
 
 def _by_title(rep: Report) -> str:
@@ -495,7 +499,7 @@ def print_report(rep: Report, console: Console) -> None:
         )
     if rep.paired and b is not None:
         ptab = Table("relation", "n", f"{a.model_key} mean", f"{b.model_key} mean",
-                     f"{b.model_key} − {a.model_key} [95% paired CI]", "known A / B",
+                     f"{b.model_key} − {a.model_key} [95% paired CI]", f"known {a.model_key} / {b.model_key}",
                      "McNemar b / c", "p",
                      title=Text(f"paired: {b.model_key} vs {a.model_key} on the same facts"))
         for pg in rep.paired:
@@ -503,7 +507,7 @@ def print_report(rep: Report, console: Console) -> None:
                                      f"{pg.a_known} / {pg.b_known}", f"{pg.b} / {pg.c}", _p(pg.p)]),
                          end_section=len(rep.paired) > 1 and pg is rep.paired[-2])
         console.print(ptab)
-        console.print(Text(_PAIRED_NOTE), highlight=False)
+        console.print(Text(_paired_note(rep)), highlight=False)
     others = _other_measures(rep)
     if others:
         mt = Table("measure", "relation", "facts", "mean [95% CI]", "more",
@@ -889,14 +893,14 @@ def _paired_html(rep: Report) -> str:
     if not rep.paired or b is None:
         return ""
     head = ["relation", "n", f"{a.model_key} mean", f"{b.model_key} mean",
-            f"{b.model_key} − {a.model_key} [95% paired CI]", "known A / B", "McNemar b / c", "p"]
+            f"{b.model_key} − {a.model_key} [95% paired CI]", f"known {a.model_key} / {b.model_key}", "McNemar b / c", "p"]
     trs = []
     for pg in rep.paired:
         cells = [pg.name, pg.facts, _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg),
                  f"{pg.a_known} / {pg.b_known}", f"{pg.b} / {pg.c}", _p(pg.p)]
         cls = ' class="total"' if pg.key == "all" else ""
         trs.append(f"<tr{cls}>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
-    return (f"<p class=note>{_esc(_PAIRED_NOTE)}. Two marginal intervals that overlap do not mean "
+    return (f"<p class=note>{_esc(_paired_note(rep))}. Two marginal intervals that overlap do not mean "
             "the models differ by nothing: the paired interval removes what both share.</p>"
             f'<table id="paired"><thead><tr>{"".join(f"<th>{_esc(h)}</th>" for h in head)}</tr></thead>'
             f"<tbody>{''.join(trs)}</tbody></table>")
