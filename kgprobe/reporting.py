@@ -471,25 +471,32 @@ def print_report(rep: Report, console: Console) -> None:
     cols = [rep.by, "n", "mean [95% CI]", "known", "stale (n)"]
     if b is not None:
         title += f"  vs  {b.model_key}"
-        cols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
+        cols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known",
+                 f"{b.model_key} stale (n)"]
     table = Table(*cols, title=Text(title))
     b_by = {g.key: g for g in b.groups} if b is not None else {}
     for g in [*a.groups, a.overall]:
         row = [g.name, str(g.facts), _ci(g), _known(g), _stale(g)]
         if b is not None:
             gb = b.overall if g.key == "all" else b_by.get(g.key)
-            row += [str(gb.facts) if gb else "–", _ci(gb), _known(gb)]
+            row += [str(gb.facts) if gb else "–", _ci(gb), _known(gb), _stale(gb)]
         table.add_row(*map(Text, row), end_section=bool(a.groups) and g.key == a.groups[-1].key)
     console.print(table)
     console.print(f"intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "
                   f"only for n ≥ {rep.min_n_ci}", highlight=False)
     console.print(_chance(rep), highlight=False)
     if rep.popularity_edges is not None and rep.by != "popularity":
-        pt = Table("popularity", "n", "mean [95% CI]", "known",
-                   title=f"by popularity of the subject ({rep.popularity_facts} of "
-                         f"{a.overall.facts} facts have one; tertile edges)")
+        pcols = ["popularity", "n", "mean [95% CI]", "known"]
+        if b is not None:
+            pcols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
+        pt = Table(*pcols, title=Text(f"by popularity of the subject ({rep.popularity_facts} of "
+                                      f"{a.overall.facts} facts have one; tertile edges"
+                                      + (f", the same for {b.model_key}" if b is not None else "") + ")"))
         for bname, g in a.overall.by_popularity.items():
-            pt.add_row(bucket_label(bname, rep.popularity_edges), str(g.facts), _ci(g), _known(g))
+            prow = [bucket_label(bname, rep.popularity_edges), str(g.facts), _ci(g), _known(g)]
+            if b is not None:
+                prow += _bucket_cells(b.overall.by_popularity.get(bname))
+            pt.add_row(*map(Text, prow))
         console.print(pt)
     if rep.comparison is not None and b is not None:
         c = rep.comparison
@@ -650,7 +657,7 @@ def forest_svg(rep: Report) -> str:
     ax.set_xlabel(f"mean {a.measure_label} per fact (dot); 95% bootstrap CI (bar) where n ≥ {rep.min_n_ci}; "
                   "hollow dot: n too small", fontsize=8)
     if b is not None or rep.chance is not None:
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="best")
     return _svg(fig, "forest")
 
 
@@ -677,54 +684,88 @@ def _jitter(values: Sequence[float], seed: int, width: float = 0.02) -> np.ndarr
 
 
 def popularity_svg(rep: Report) -> str:
-    a = rep.primary
-    pts = [(float(r["popularity"]), float(r["score"])) for r in a.facts if _num(r.get("popularity")) is not None]
-    if not pts or rep.popularity_edges is None:
+    """Per-fact score against subject popularity with the bucket means; with ``--vs`` both
+    models in their colours, on the same (the primary's) tertile edges."""
+    models = [m for m in (rep.primary, rep.other) if m is not None]
+    two = len(models) > 1
+    series = [(m, [(float(r["popularity"]), float(r["score"])) for r in m.facts
+                   if _num(r.get("popularity")) is not None]) for m in models]
+    if not series[0][1] or rep.popularity_edges is None:
         return ""
     fig = _figure(6.5, 3.0)
     ax = fig.add_subplot()
-    xs, ys = zip(*pts, strict=True)
-    ax.scatter(xs, _jitter(ys, rep.seed), s=12, alpha=0.6, color=_COLORS[0],
-               label=f"one fact (n={len(pts)}), score jittered ±0.02")
+    for si, (m, pts) in enumerate(series):
+        if not pts:
+            continue
+        xs, ys = zip(*pts, strict=True)
+        who = f"{m.model_key}: " if two else ""
+        ax.scatter(xs, _jitter(ys, rep.seed + si), s=12, alpha=0.6 if not two else 0.45,
+                   color=_COLORS[si], label=f"{who}one fact (n={len(pts)}), score jittered ±0.02")
     for e in rep.popularity_edges:
         ax.axvline(e, color="#999", ls="--", lw=0.8)
-    for i, (bname, g) in enumerate(a.overall.by_popularity.items()):
-        sub = [x for x, _ in pts if bucket_of(x, rep.popularity_edges) == bname]
-        if g.mean is not None and sub:
-            ax.plot([min(sub), max(sub)], [g.mean, g.mean], color="#111", lw=2)
-            ax.annotate(f"{bname}: {g.mean:.2f} (n={g.facts})", (float(np.median(sub)), g.mean),
-                        xytext=(0, 5 if i % 2 == 0 else -11), textcoords="offset points",
-                        ha="center", fontsize=7)
+    for si, (m, pts) in enumerate(series):
+        for i, (bname, g) in enumerate(m.overall.by_popularity.items()):
+            sub = [x for x, _ in pts if bucket_of(x, rep.popularity_edges) == bname]
+            if g.mean is not None and sub:
+                ax.plot([min(sub), max(sub)], [g.mean, g.mean], color=_COLORS[si] if two else "#111", lw=2)
+                who = f"{m.model_key} " if two else ""
+                ax.annotate(f"{who}{bname}: {g.mean:.2f} (n={g.facts})", (float(np.median(sub)), g.mean),
+                            xytext=(0, 5 if (i + si) % 2 == 0 else -11), textcoords="offset points",
+                            ha="center", fontsize=7)
     ax.set_ylim(-0.05, 1.08)
     ax.set_xlabel("subject popularity (Entity.popularity; dashed: tertile edges; line: bucket mean)",
                   fontsize=8)
     ax.set_ylabel("per-fact score", fontsize=8)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="best" if two else "lower right")
     return _svg(fig, "popularity")
 
 
+def _stale_relations(rep: Report) -> list[str]:
+    """Relations with a fact that has a past value for any model: the primary's order first."""
+    keys = [g.key for g in rep.primary.relations if g.history_facts]
+    if rep.other is not None:
+        keys += [g.key for g in rep.other.relations if g.history_facts and g.key not in keys]
+    return keys
+
+
 def staleness_svg(rep: Report) -> str:
-    rels = [g for g in rep.primary.relations if g.history_facts]
-    if not rels:
+    """Staleness per relation with n; with ``--vs`` both models' dots per row."""
+    keys = _stale_relations(rep)
+    if not keys:
         return ""
-    fig = _figure(6.5, 0.8 + 0.35 * len(rels))
+    models = [m for m in (rep.primary, rep.other) if m is not None]
+    two = len(models) > 1
+    off = 0.18 if two else 0.0
+    fig = _figure(6.5, 0.8 + (0.5 if two else 0.35) * len(keys))
     ax = fig.add_subplot()
-    ys = np.arange(len(rels))[::-1].astype(float)
-    for y, g in zip(ys, rels, strict=True):
-        assert g.staleness is not None
-        if g.stale_ci_low is not None and g.stale_ci_high is not None:
-            ax.plot([g.stale_ci_low, g.stale_ci_high], [y, y], color=_COLORS[0], lw=2)
-        ax.plot([g.staleness], [y], "o", color=_COLORS[0],
-                mfc=_COLORS[0] if g.stale_ci_low is not None else "white", mew=1.5)
-        ax.annotate(f"n={g.history_facts}" + ("" if g.stale_ci_low is not None else f" ({TOO_SMALL})"),
-                    (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0),
-                    textcoords="offset points", va="center", fontsize=8, color="#444")
-    ax.set_yticks(ys, [_wrap(g.name) for g in rels], fontsize=8)
+    ys = np.arange(len(keys))[::-1].astype(float)
+    names: dict[str, str] = {}
+    for si, m in enumerate(models):
+        by = {g.key: g for g in m.relations}
+        labelled = not two
+        for y, k in zip(ys, keys, strict=True):
+            g = by.get(k)
+            if g is None or g.staleness is None:
+                continue
+            names.setdefault(k, g.name)
+            yy = y + (off if si == 0 else -off)
+            if g.stale_ci_low is not None and g.stale_ci_high is not None:
+                ax.plot([g.stale_ci_low, g.stale_ci_high], [yy, yy], color=_COLORS[si], lw=2)
+            ax.plot([g.staleness], [yy], "o", color=_COLORS[si],
+                    mfc=_COLORS[si] if g.stale_ci_low is not None else "white", mew=1.5,
+                    label=None if labelled else m.model_key)
+            labelled = True
+            ax.annotate(f"n={g.history_facts}" + ("" if g.stale_ci_low is not None else f" ({TOO_SMALL})"),
+                        (1.0, yy), xycoords=("axes fraction", "data"), xytext=(6, 0),
+                        textcoords="offset points", va="center", fontsize=8 if not two else 7, color="#444")
+    ax.set_yticks(ys, [_wrap(names.get(k, k)) for k in keys], fontsize=8)
     ax.set_xlim(-0.03, 1.03)
-    ax.set_ylim(-0.7, len(rels) - 0.3)
+    ax.set_ylim(-0.7, len(keys) - 0.3)
     ax.axvline(0, color="#999", lw=0.8)
     ax.set_xlabel("staleness: share of cloze sentences preferring a past value (facts with a past value only)",
                   fontsize=8)
+    if two:
+        ax.legend(fontsize=8, loc="best")
     return _svg(fig, "staleness")
 
 
@@ -886,6 +927,10 @@ def _provenance_html(rep: Report) -> str:
     return f'<table class="prov" id="provenance">{body}</table>'
 
 
+def _bucket_cells(g: Group | None) -> list[str]:
+    return [str(g.facts) if g else "–", _ci(g), _known(g)]
+
+
 def _paired_html(rep: Report) -> str:
     """The paired comparison table: both means, the paired difference with its interval and
     McNemar's test, per relation and overall."""
@@ -913,13 +958,14 @@ def render_html(rep: Report) -> str:
     b_by = {g.key: g for g in b.groups} if b is not None else {}
     head = [rep.by, "n", "mean [95% CI]", "known", "staleness (n)"]
     if b is not None:
-        head += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
+        head += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known",
+                 f"{b.model_key} staleness (n)"]
     trs = []
     for g in [*a.groups, a.overall]:
         cells = [g.name, g.facts, _ci(g), _known(g), _stale(g)]
         if b is not None:
             gb = b.overall if g.key == "all" else b_by.get(g.key)
-            cells += [gb.facts if gb else "–", _ci(gb), _known(gb)]
+            cells += [gb.facts if gb else "–", _ci(gb), _known(gb), _stale(gb)]
         cls = ' class="total"' if g.key == "all" else ""
         trs.append(f"<tr{cls}>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
     comparison = ""
@@ -933,15 +979,25 @@ def render_html(rep: Report) -> str:
         e = rep.popularity_edges
         ptr = "".join(
             f"<tr><td>{_esc(bucket_label(k, e))}</td><td>{g.facts}</td><td>{_esc(_ci(g))}</td>"
-            f"<td>{_esc(_known(g))}</td></tr>" for k, g in a.overall.by_popularity.items())
+            f"<td>{_esc(_known(g))}</td>" + (
+                "".join(f"<td>{_esc(c)}</td>" for c in _bucket_cells(b.overall.by_popularity.get(k)))
+                if b is not None else "") + "</tr>"
+            for k, g in a.overall.by_popularity.items())
+        bhead = ("".join(f"<th>{_esc(h)}</th>" for h in (f"{b.model_key} n", f"{b.model_key} mean [95% CI]",
+                                                          f"{b.model_key} known"))
+                 if b is not None else "")
+        same = (f" {_esc(b.model_key)}'s facts are bucketed on the same edges." if b is not None else "")
         pop = (f"<p class=note>{rep.popularity_facts} of {a.overall.facts} probed facts have a subject "
                f"popularity; buckets are its tertiles over those facts (edges {e[0]:.2f} and {e[1]:.2f}; "
-               f"unit: {_esc(rep.popularity_unit)}).</p>"
-               f"<table><thead><tr><th>bucket</th><th>n</th><th>mean [95% CI]</th><th>known</th></tr>"
-               f"</thead><tbody>{ptr}</tbody></table>{popularity_svg(rep)}")
+               f"unit: {_esc(rep.popularity_unit)}).{same}</p>"
+               f"<table id=\"popularity\"><thead><tr><th>bucket</th><th>n</th><th>mean [95% CI]</th>"
+               f"<th>known</th>{bhead}</tr></thead><tbody>{ptr}</tbody></table>{popularity_svg(rep)}")
     stale = staleness_svg(rep)
-    stale_html = (f"<p class=note>{a.overall.history_facts} of {a.overall.facts} probed facts have a past "
-                  f"value; overall staleness {_esc(_stale(a.overall))}.</p>{stale}" if stale
+    stale_notes = "".join(
+        f"<p class=note>{_esc(m.model_key + ': ') if b is not None else ''}{m.overall.history_facts} of "
+        f"{m.overall.facts} probed facts have a past value; overall staleness {_esc(_stale(m.overall))}.</p>"
+        for m in (a, b) if m is not None)
+    stale_html = (f"{stale_notes}{stale}" if stale
                   else "<p class=note>No probed fact has a past value.</p>")
     vs_fact, vs_group = vs_svgs(rep)
     vs_html = (f"<h2>{_esc(a.model_key)} vs {_esc(b.model_key)}</h2>{comparison}{_paired_html(rep)}"

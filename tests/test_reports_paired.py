@@ -49,14 +49,17 @@ def _key(graph: Any, subject: str, pid: str, obj: str) -> str:
     return str(rows[0]["k"])
 
 
-def _seed(graph: Any, model: str, measure: str, scores: list[float], started: str) -> None:
-    """One finished run of ``model`` with ``measure`` and these scores on PAIRS' facts."""
+def _seed(graph: Any, model: str, measure: str, scores: list[float], started: str,
+          stale: float | None = None) -> None:
+    """One finished run of ``model`` with ``measure`` and these scores on PAIRS' facts;
+    ``stale`` on the first fact (USA P35) only."""
     sp = pr.ScoreProps(model, measure)
     run_id = f"run-{model}-{measure}"
     pr.create_run(graph, run_id, {"model": model, "model_key": model, "measure_keys": [measure],
                                   "threshold": 0.5, "status": "finished", "started": started})
-    rows = [{"key": _key(graph, s, p, o), "s": s, "props": {sp.score: v, sp.run: run_id}}
-            for (s, p, o, *_), v in zip(PAIRS, scores, strict=True)]
+    rows = [{"key": _key(graph, s, p, o), "s": s,
+             "props": {sp.score: v, sp.run: run_id, sp.stale: stale if i == 0 else None}}
+            for i, ((s, p, o, *_), v) in enumerate(zip(PAIRS, scores, strict=True))]
     pr.write_scores(graph, run_id, rows, scored=len(rows), unscorable=0, now=started)
 
 
@@ -67,8 +70,8 @@ B_SCORES = [p[4] for p in PAIRS]
 @pytest.fixture()
 def pair_graph(graph: Any) -> Any:
     load(graph)
-    _seed(graph, "hand", KMIN, A_SCORES, "t1")
-    _seed(graph, "other", KMIN, B_SCORES, "t1")
+    _seed(graph, "hand", KMIN, A_SCORES, "t1", stale=1.0)
+    _seed(graph, "other", KMIN, B_SCORES, "t1", stale=0.0)
     return graph
 
 
@@ -315,3 +318,37 @@ def test_chance_line(pair_graph: Any, tmp_path: Path) -> None:
     con = Console(record=True, width=300)
     print_report(prob, con)
     assert "chance level: not defined for this measure" in con.export_text()
+
+
+# --- popularity and staleness for every model ---------------------------------------------------------
+
+
+def test_popularity_and_staleness_for_both_models(pair_graph: Any, tmp_path: Path) -> None:
+    """Subject popularity in probe_world: USA 9 (two facts), FRANCE 8, GERMANY 7, OBAMA 6,
+    TRUMP 5.5, BIDEN 5, BUSH 4, CLINTON 3, CURIE 1.5, BACH 1: tertile edges 4.33 and 6.67.
+    B ("other") per bucket: low (BUSH, CLINTON, CURIE, BACH) 1, .25, 0, 1 -> 0.5625, 2/4 known;
+    mid (OBAMA, TRUMP, BIDEN) 1, .75, .5 -> 0.75, 3/3; high 1, 1, 0, 0 -> 0.5, 2/4. Staleness
+    on USA P35 only: A 1.0, B 0.0."""
+    from rich.console import Console
+
+    from kgprobe.reporting import build_report, print_report, write_report
+
+    rep = build_report(pair_graph, "hand", vs="other", seed=0)
+    assert rep.other is not None
+    bp = rep.other.overall.by_popularity
+    assert bp["low"].mean == pytest.approx(0.5625) and bp["mid"].mean == pytest.approx(0.75)
+    assert (bp["mid"].known, bp["mid"].facts) == (3, 3) and bp["high"].mean == pytest.approx(0.5)
+    con = Console(record=True, width=300)
+    print_report(rep, con)
+    lines = con.export_text().splitlines()
+    mid = next(line for line in lines if line.startswith("│ mid (4.33 – 6.67)"))
+    assert "0.083 (n too small)" in mid and "0.750 (n too small)" in mid and "3/3 (100%)" in mid
+    p35 = next(line for line in lines if line.startswith("│ P35 head of state") and "100%" in line)
+    assert "100% (n=1)" in p35 and "0% (n=1)" in p35.replace("100% (n=1)", "", 1)
+    page = write_report(rep, tmp_path)["html"].read_text()
+    pop_table = page[page.index('<table id="popularity">'):]
+    pop_table = pop_table[:pop_table.index("</table>")]
+    assert "other mean [95% CI]" in pop_table and "0.750 (n too small)" in pop_table
+    assert "other: 1 of 11 probed facts have a past value; overall staleness 0% (n=1)" in page
+    assert "hand: 1 of 11 probed facts have a past value; overall staleness 100% (n=1)" in page
+    assert "other staleness (n)" in page
