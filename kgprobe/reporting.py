@@ -13,7 +13,12 @@ Statistics (docs/reports.md):
 * **staleness**: on a fact whose (subject, relation) had other objects in the past,
   stale(f) = share of the fact's cloze sentences on which the model prefers some past value to
   the current one (written by the probe); a group's staleness is the mean over its facts with a
-  history, reported with that n.
+  history, reported with that n;
+* **with a second model** (``--vs``), on the facts both were scored on, per relation and
+  overall: the paired difference of the means with a paired-bootstrap interval and McNemar's
+  exact test on known (``kgprobe.stats``; docs/reports.md says why two marginal intervals are
+  not the comparison);
+* **chance level** of the measure where it declares one (``Measure.chance``).
 
 Outputs: a rich table, CSV, JSON, ``results.json`` + per-fact ``samples.jsonl`` (kgprobe.results)
 and one self-contained HTML page whose plots are matplotlib SVG, inlined (no script, no external
