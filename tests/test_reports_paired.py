@@ -258,6 +258,24 @@ def test_vs_picks_the_common_measure(graph: Any) -> None:
     assert build_report(graph, "hand", seed=0).primary.measure_key == "kavg_temp_sem_n5"
 
 
+def test_vs_measure_name_picks_the_key_both_have(graph: Any) -> None:
+    """``--measure kmin``: A's latest kmin key is kmin_random_n5, B has only kmin_temp_sem_n5,
+    which A also has; both the report and ``compare`` use that one."""
+    from kgprobe.probing.run import compare_in
+    from kgprobe.reporting import build_report
+
+    load(graph)
+    _seed(graph, "hand", KMIN, A_SCORES, "t1")
+    _seed(graph, "hand", "kmin_random_n5", [1.0] * len(PAIRS), "t2")
+    _seed(graph, "other", KMIN, B_SCORES, "t1")
+    rep = build_report(graph, "hand", vs="other", measure="kmin", seed=0)
+    assert rep.primary.measure_key == KMIN and (rep.paired[-1].b, rep.paired[-1].c) == (2, 5)
+    cmp = compare_in(graph, "hand", "other", measure="kmin")
+    assert cmp.measure == KMIN and cmp.counts["a_known"] == 4 and cmp.counts["b_known"] == 7
+    with pytest.raises(ConfigError, match="share no 'kavg' measure key"):
+        build_report(graph, "hand", vs="other", measure="kavg", seed=0)
+
+
 def test_vs_exact_measure_key_wins_over_a_longer_one(graph: Any) -> None:
     """B's latest key extends A's (``kmin_temp_sem_n5_lrall``): the exact key is used, not the
     first key it is a prefix of."""

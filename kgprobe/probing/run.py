@@ -823,28 +823,28 @@ def paired_scores(
 ) -> tuple[Scores, Scores]:
     """The scores of two models under one measure key, for comparing them fact by fact.
 
-    With ``measure``, both must have it. Without, A's latest measure when B has it too, else
-    the latest of A's measure keys that B was also probed with (the two models' latest runs
-    may have used different measures). No common key: one ConfigError line naming both lists.
+    Of the keys both were probed with (only those ``measure`` names, when given: the exact key,
+    else the keys of that measure name), A's latest: A's latest measure when B has it too, else
+    the latest of A's keys that B also has (the two models' latest runs may have used different
+    measures). No common key: one ConfigError line naming both lists.
     ``threshold`` defaults to A's, for both."""
-    if measure is None:
-        _, _, keys_a = _model_measures(graph, a)
-        kb, _, keys_b = _model_measures(graph, b)
-        common = [k for k in keys_a if k in keys_b]
-        if not common:
-            ka = _model_measures(graph, a)[0]
-            raise ConfigError(
-                f"{ka} and {kb} share no measure, so they cannot be compared fact by fact "
-                f"({ka}: {', '.join(keys_a)}; {kb}: {', '.join(keys_b)}); probe one with the other's measure"
-            )
-        measure = common[0]
-    sa = resolve_scores(graph, a, measure, threshold)
-    sb = resolve_scores(graph, b, sa.props.measure_key, threshold if threshold is not None else sa.threshold)
-    if sb.props.measure_key != sa.props.measure_key:
+    ka, _, keys_a = _model_measures(graph, a)
+    kb, _, keys_b = _model_measures(graph, b)
+
+    def wanted(keys: list[str]) -> list[str]:
+        if measure is None or measure in keys:
+            return keys if measure is None else [measure]
+        return [k for k in keys if k.startswith(pr.key_part(measure) + "_")]
+
+    common = [k for k in wanted(keys_a) if k in wanted(keys_b)]
+    if not common:
+        what = "no measure" if measure is None else f"no {measure!r} measure key"
         raise ConfigError(
-            f"{a} and {b} were not probed with the same measure ({sa.props.measure_key} vs "
-            f"{sb.props.measure_key}); pass --measure"
+            f"{ka} and {kb} share {what}, so they cannot be compared fact by fact "
+            f"({ka}: {', '.join(keys_a)}; {kb}: {', '.join(keys_b)}); probe one with the other's measure"
         )
+    sa = resolve_scores(graph, a, common[0], threshold)  # an exact key: the same for both
+    sb = resolve_scores(graph, b, common[0], threshold if threshold is not None else sa.threshold)
     return sa, sb
 
 
