@@ -13,7 +13,12 @@ Statistics (docs/reports.md):
 * **staleness**: on a fact whose (subject, relation) had other objects in the past,
   stale(f) = share of the fact's cloze sentences on which the model prefers some past value to
   the current one (written by the probe); a group's staleness is the mean over its facts with a
-  history, reported with that n.
+  history, reported with that n;
+* **with a second model** (``--vs``), on the facts both were scored on, per relation and
+  overall: the paired difference of the means with a paired-bootstrap interval and McNemar's
+  exact test on known (``kgprobe.stats``; docs/reports.md says why two marginal intervals are
+  not the comparison);
+* **chance level** of the measure where it declares one (``Measure.chance``).
 
 Outputs: a rich table, CSV, JSON, ``results.json`` + per-fact ``samples.jsonl`` (kgprobe.results)
 and one self-contained HTML page whose plots are matplotlib SVG, inlined (no script, no external
@@ -29,7 +34,6 @@ import json
 import re
 import textwrap
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +41,11 @@ import numpy as np
 
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph import results as gres
+from kgprobe.report_data import POPULARITY_UNIT as POPULARITY_UNIT
+from kgprobe.report_data import Chance, Group, ModelReport, PairedGroup, Report
+from kgprobe.report_data import RelationStats as RelationStats  # kept for callers
+from kgprobe.stats import BOOTSTRAP, MIN_N_CI, mcnemar, paired_bootstrap_ci
+from kgprobe.stats import bootstrap_ci as bootstrap_ci  # moved to kgprobe.stats; kept here
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -47,92 +56,8 @@ if TYPE_CHECKING:  # pragma: no cover
 BUCKETS = ("low", "mid", "high")
 NO_POPULARITY = "no popularity"
 NO_TYPE = "(no type)"
-BOOTSTRAP = 1000
-#: Fewest facts for which an interval is reported (below: "n too small").
-MIN_N_CI = 10
 BY = ("relation", "type", "popularity")
-POPULARITY_UNIT = (
-    "Entity.popularity as ingested (the demo graph: DistFactAssessLM's WikidataPopularity, "
-    "a log scale of Wikipedia page views; larger = more popular)"
-)
 TOO_SMALL = "n too small"
-
-
-@dataclass
-class Group:
-    """Aggregates over a set of probed facts (a relation, a type, a popularity bucket)."""
-
-    key: str
-    label: str | None
-    facts: int
-    mean: float | None
-    ci_low: float | None  # None when facts < MIN_N_CI
-    ci_high: float | None
-    known: int
-    known_share: float | None
-    history_facts: int = 0
-    staleness: float | None = None
-    stale_ci_low: float | None = None
-    stale_ci_high: float | None = None
-    by_popularity: dict[str, Group] = field(default_factory=dict)
-
-    @property
-    def pid(self) -> str:  # the key of a per-relation group
-        return self.key
-
-    @property
-    def name(self) -> str:
-        if self.key == "all":
-            return "all facts"
-        return f"{self.key} {self.label}" if self.label and self.label != self.key else self.key
-
-
-#: Kept for callers of the per-relation API.
-RelationStats = Group
-
-
-@dataclass
-class ModelReport:
-    model: str
-    model_key: str
-    measure_key: str
-    measure_label: str
-    score_property: str
-    threshold: float
-    runs: list[str]
-    relations: list[Group]  # sorted by mean score, best first
-    overall: Group
-    groups: list[Group]  # by ``Report.by`` (== relations for "relation")
-    run_info: list[dict[str, Any]] = field(default_factory=list)
-    facts: list[dict[str, Any]] = field(default_factory=list)  # per-fact rows (not in to_dict)
-
-
-@dataclass
-class Report:
-    primary: ModelReport
-    other: ModelReport | None
-    popularity_edges: list[float] | None  # tertile edges of the subjects' popularity
-    comparison: dict[str, int] | None
-    seed: int
-    bootstrap: int
-    #: per relation, every measure probed for the primary model
-    #: (:func:`kgprobe.probing.measures.registry.relation_aggregates`)
-    measures: list[dict[str, Any]] = field(default_factory=list)
-    by: str = "relation"
-    type_of: str = "subject"
-    min_n_ci: int = MIN_N_CI
-    popularity_facts: int = 0  # probed facts (primary) whose subject has a popularity
-    popularity_unit: str = POPULARITY_UNIT
-    generated: str = ""
-    code: dict[str, str | None] = field(default_factory=dict)
-    calibration: list[tuple[float, bool]] | None = None  # BELIEF (confidence, correct) pairs
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        for m in ("primary", "other"):
-            if d.get(m):
-                d[m].pop("facts", None)
-        return d
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -154,21 +79,6 @@ def measure_label(key: str) -> str:
 
 
 # --- statistics ---------------------------------------------------------------------------------
-
-
-def bootstrap_ci(values: Sequence[float], seed: int, n_boot: int = BOOTSTRAP) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the mean (``scipy.stats.bootstrap``, ``n_boot``
-    resamples drawn by ``numpy.random.default_rng(seed)``)."""
-    from scipy.stats import bootstrap
-
-    arr = np.asarray(values, dtype=np.float64)
-    if arr.size == 0:
-        raise ValueError("no values")
-    if np.ptp(arr) == 0:  # every resample has the same mean; scipy would warn "degenerate"
-        return float(arr[0]), float(arr[0])
-    res = bootstrap((arr,), np.mean, n_resamples=n_boot, confidence_level=0.95,
-                    method="percentile", vectorized=True, rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def interval(values: Sequence[float], seed: int, n_boot: int = BOOTSTRAP,
@@ -229,6 +139,47 @@ def group_stats(
             if sub:
                 g.by_popularity[b] = group_stats(f"{key}:{b}", b, sub, threshold, None, seed, n_boot, False)
     return g
+
+
+def paired_group(
+    key: str, label: str | None, pairs: list[tuple[float, float]], threshold: float,
+    seed: int = 0, n_boot: int = BOOTSTRAP,
+) -> PairedGroup:
+    """Two models' scores ``(a, b)`` on the same facts: both means, mean(b) − mean(a) with its
+    paired-bootstrap interval (where n >= MIN_N_CI) and McNemar's exact test on known
+    (score >= ``threshold``)."""
+    xa = [a for a, _ in pairs]
+    xb = [b for _, b in pairs]
+    n = len(pairs)
+    lo, hi = (paired_bootstrap_ci(xa, xb, _seed_of(seed, key) + 2, n_boot) if n >= MIN_N_CI
+              else (None, None))
+    ka = [v >= threshold for v in xa]
+    kb = [v >= threshold for v in xb]
+    mc = mcnemar(ka, kb)
+    mean_a = float(np.mean(xa)) if n else None
+    mean_b = float(np.mean(xb)) if n else None
+    diff = mean_b - mean_a if mean_a is not None and mean_b is not None else None
+    return PairedGroup(key, label, n, mean_a, mean_b, diff, lo, hi,
+                       sum(ka), sum(kb), mc.b, mc.c, mc.p)
+
+
+def paired_groups(
+    rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], order: list[str],
+    labels: dict[str, str | None], threshold: float, seed: int = 0, n_boot: int = BOOTSTRAP,
+) -> list[PairedGroup]:
+    """Per relation (in ``order``, then any other) and ``all``: the facts both models were
+    scored on, matched by fact key."""
+    sb = {r["key"]: float(r["score"]) for r in rows_b}
+    by_pid: dict[str, list[tuple[float, float]]] = {}
+    every: list[tuple[float, float]] = []
+    for r in rows_a:
+        if r["key"] in sb:
+            pair = (float(r["score"]), sb[r["key"]])
+            by_pid.setdefault(r["pid"], []).append(pair)
+            every.append(pair)
+    pids = [p for p in order if p in by_pid] + sorted(p for p in by_pid if p not in order)
+    return [*(paired_group(p, labels.get(p), by_pid[p], threshold, seed, n_boot) for p in pids),
+            paired_group("all", "all facts", every, threshold, seed, n_boot)]
 
 
 def _sorted(groups: list[Group]) -> list[Group]:
@@ -364,13 +315,14 @@ def build_report(
     type_of: str = "subject", calibration: list[tuple[float, bool]] | None = None,
 ) -> Report:
     """Read the scores of ``model`` (and ``vs``) from the graph and compute the report."""
-    from kgprobe.probing.run import code_version, compare_in, resolve_scores
+    from kgprobe.probing.run import code_version, compare_in, paired_scores, resolve_scores
 
     check_grouping(by, type_of)
-    sa = resolve_scores(graph, model, measure, threshold)
     sb = None
-    if vs is not None:
-        sb = resolve_scores(graph, vs, sa.props.measure_key, threshold if threshold is not None else sa.threshold)
+    if vs is not None:  # one measure key for both (the latest they share, unless given)
+        sa, sb = paired_scores(graph, model, vs, measure, threshold)
+    else:
+        sa = resolve_scores(graph, model, measure, threshold)
 
     def rows_of(sc: Any) -> list[dict[str, Any]]:
         runs = run_info(graph, sc.runs)
@@ -398,18 +350,29 @@ def build_report(
                            list(sc.runs), per, overall, groups, run_info(graph, sc.runs), rows)
 
     comparison = None
+    paired: list[PairedGroup] = []
+    ra = model_report(sa, rows_a)
     if vs is not None:
         comparison = compare_in(graph, model, vs, measure=sa.props.measure_key, threshold=sa.threshold).counts
-    from kgprobe.probing.measures.registry import belief_calibration, relation_aggregates
+        paired = paired_groups(rows_a, rows_b, [g.key for g in ra.relations], labels, sa.threshold,
+                               seed, n_boot)
+    from kgprobe.probing.measures.registry import (
+        belief_calibration,
+        chance_level,
+        relation_aggregates,
+    )
+
+    level = chance_level(graph, sa.props.model_key, sa.props.measure_key)
 
     if calibration is None:
         calibration = belief_calibration(graph, sa.props.model_key)
     return Report(
-        model_report(sa, rows_a), model_report(sb, rows_b) if sb is not None else None,
+        ra, model_report(sb, rows_b) if sb is not None else None,
         edges, comparison, seed, n_boot, by=by, type_of=type_of, popularity_facts=len(pops),
         generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), code=code_version(),
         calibration=calibration,
         measures=relation_aggregates(graph, sa.props.model_key, seed=seed),
+        paired=paired, chance=Chance(*level) if level is not None else None,
     )
 
 
@@ -470,6 +433,35 @@ def _stale(g: Group | None) -> str:
     return f"{100 * g.staleness:.0f}%{ci} (n={g.history_facts})"
 
 
+def _diff(pg: PairedGroup) -> str:
+    """The paired difference with its interval, or "n too small" (the same rule as means)."""
+    if pg.diff is None:
+        return "–"
+    if pg.diff_ci_low is None or pg.diff_ci_high is None:
+        return f"{pg.diff:+.3f} ({TOO_SMALL})"
+    return f"{pg.diff:+.3f} [{pg.diff_ci_low:+.3f}, {pg.diff_ci_high:+.3f}]"
+
+
+def _p(p: float) -> str:
+    return f"{p:.3g}"
+
+
+def _chance(rep: Report) -> str:
+    if rep.chance is None:
+        return "chance level: not defined for this measure"
+    return (f"chance level: {rep.chance.level:.3f} ({rep.chance.rule}; what a model that knows "
+            "nothing scores in expectation)")
+
+
+def _paired_note(rep: Report) -> str:
+    a = rep.primary.model_key
+    b = rep.other.model_key if rep.other is not None else "B"
+    return (f"paired: the same facts for both models; difference = mean({b}) − mean({a}) with a "
+            f"95% paired bootstrap (facts resampled, the same facts for both; only where n ≥ "
+            f"{rep.min_n_ci}); McNemar's exact test on known: b = only {a} knows, c = only {b} "
+            "knows, two-sided p")
+
+
 def _by_title(rep: Report) -> str:
     return {"relation": "relation", "popularity": "popularity of the subject",
             "type": f"type of the {rep.type_of} (P31 closed over P279)"}[rep.by]
@@ -484,24 +476,32 @@ def print_report(rep: Report, console: Console) -> None:
     cols = [rep.by, "n", "mean [95% CI]", "known", "stale (n)"]
     if b is not None:
         title += f"  vs  {b.model_key}"
-        cols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
+        cols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known",
+                 f"{b.model_key} stale (n)"]
     table = Table(*cols, title=Text(title))
     b_by = {g.key: g for g in b.groups} if b is not None else {}
     for g in [*a.groups, a.overall]:
         row = [g.name, str(g.facts), _ci(g), _known(g), _stale(g)]
         if b is not None:
             gb = b.overall if g.key == "all" else b_by.get(g.key)
-            row += [str(gb.facts) if gb else "–", _ci(gb), _known(gb)]
+            row += [str(gb.facts) if gb else "–", _ci(gb), _known(gb), _stale(gb)]
         table.add_row(*map(Text, row), end_section=bool(a.groups) and g.key == a.groups[-1].key)
     console.print(table)
     console.print(f"intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "
                   f"only for n ≥ {rep.min_n_ci}", highlight=False)
+    console.print(_chance(rep), highlight=False)
     if rep.popularity_edges is not None and rep.by != "popularity":
-        pt = Table("popularity", "n", "mean [95% CI]", "known",
-                   title=f"by popularity of the subject ({rep.popularity_facts} of "
-                         f"{a.overall.facts} facts have one; tertile edges)")
+        pcols = ["popularity", "n", "mean [95% CI]", "known"]
+        if b is not None:
+            pcols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
+        pt = Table(*pcols, title=Text(f"by popularity of the subject ({rep.popularity_facts} of "
+                                      f"{a.overall.facts} facts have one; tertile edges"
+                                      + (f", the same for {b.model_key}" if b is not None else "") + ")"))
         for bname, g in a.overall.by_popularity.items():
-            pt.add_row(bucket_label(bname, rep.popularity_edges), str(g.facts), _ci(g), _known(g))
+            prow = [bucket_label(bname, rep.popularity_edges), str(g.facts), _ci(g), _known(g)]
+            if b is not None:
+                prow += _bucket_cells(b.overall.by_popularity.get(bname))
+            pt.add_row(*map(Text, prow))
         console.print(pt)
     if rep.comparison is not None and b is not None:
         c = rep.comparison
@@ -509,6 +509,17 @@ def print_report(rep: Report, console: Console) -> None:
             Text(f"on {c['both_probed']} facts probed for both: {a.model_key} knows {c['a_known']}, "
                    f"{b.model_key} knows {c['b_known']}, both {c['both_known']}"), highlight=False,
         )
+    if rep.paired and b is not None:
+        ptab = Table("relation", "n", f"{a.model_key} mean", f"{b.model_key} mean",
+                     f"{b.model_key} − {a.model_key} [95% paired CI]", f"known {a.model_key} / {b.model_key}",
+                     "McNemar b / c", "p",
+                     title=Text(f"paired: {b.model_key} vs {a.model_key} on the same facts"))
+        for pg in rep.paired:
+            ptab.add_row(*map(Text, [pg.name, str(pg.facts), _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg),
+                                     f"{pg.a_known} / {pg.b_known}", f"{pg.b} / {pg.c}", _p(pg.p)]),
+                         end_section=len(rep.paired) > 1 and pg is rep.paired[-2])
+        console.print(ptab)
+        console.print(Text(_paired_note(rep)), highlight=False)
     others = _other_measures(rep)
     if others:
         mt = Table("measure", "relation", "facts", "mean [95% CI]", "more",
@@ -527,7 +538,8 @@ def print_report(rep: Report, console: Console) -> None:
 def write_report(
     rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
 ) -> dict[str, Path]:
-    """report.json, relations.csv, groups.csv, popularity.csv, report.html, results.json and
+    """report.json, relations.csv, groups.csv, popularity.csv, paired.csv (with a second
+    model), report.html, results.json and
     samples.jsonl (+ samples.parquet with pyarrow) in ``out``, put in place as one output
     (kgprobe.outputs.write_files: a failed write leaves the previous report whole, and files
     of a previous report that this one does not write are removed). CSV text cells go through
@@ -559,6 +571,14 @@ def write_report(
         ([m.model_key, g.key, bname, bucket_label(bname, rep.popularity_edges),
           bg.facts, bg.mean, bg.ci_low, bg.ci_high, bg.known_share]
          for m in models for g in [*m.relations, m.overall] for bname, bg in g.by_popularity.items()))
+    if rep.paired and rep.other is not None:
+        names["paired_csv"] = "paired.csv"
+        files["paired.csv"] = csv_text(
+            ["model_a", "model_b", "measure", "key", "label", "facts", "mean_a", "mean_b", "diff",
+             "diff_ci_low", "diff_ci_high", "a_known", "b_known", "mcnemar_b", "mcnemar_c", "mcnemar_p"],
+            ([rep.primary.model_key, rep.other.model_key, rep.primary.measure_key, pg.key, pg.label or "",
+              pg.facts, pg.mean_a, pg.mean_b, pg.diff, pg.diff_ci_low, pg.diff_ci_high, pg.a_known,
+              pg.b_known, pg.b, pg.c, pg.p] for pg in rep.paired))
     files["report.html"] = render_html(rep)
     result_names, result_files = results_files(rep, details)
     files.update(result_files)
@@ -635,11 +655,14 @@ def forest_svg(rep: Report) -> str:
     ax.set_ylim(-0.7, len(groups) - 0.3)
     ax.axvline(0, color="#999", lw=0.8)
     ax.axhline(0.5, color="#bbb", lw=0.8, ls=":")
+    if rep.chance is not None:
+        ax.axvline(rep.chance.level, color="#b33", lw=0.8, ls="--",
+                   label=f"chance {rep.chance.level:.3f}")
     ax.grid(axis="x", color="#eee")
     ax.set_xlabel(f"mean {a.measure_label} per fact (dot); 95% bootstrap CI (bar) where n ≥ {rep.min_n_ci}; "
                   "hollow dot: n too small", fontsize=8)
-    if b is not None:
-        ax.legend(fontsize=8, loc="lower right")
+    if b is not None or rep.chance is not None:
+        ax.legend(fontsize=8, loc="best")
     return _svg(fig, "forest")
 
 
@@ -666,54 +689,88 @@ def _jitter(values: Sequence[float], seed: int, width: float = 0.02) -> np.ndarr
 
 
 def popularity_svg(rep: Report) -> str:
-    a = rep.primary
-    pts = [(float(r["popularity"]), float(r["score"])) for r in a.facts if _num(r.get("popularity")) is not None]
-    if not pts or rep.popularity_edges is None:
+    """Per-fact score against subject popularity with the bucket means; with ``--vs`` both
+    models in their colours, on the same (the primary's) tertile edges."""
+    models = [m for m in (rep.primary, rep.other) if m is not None]
+    two = len(models) > 1
+    series = [(m, [(float(r["popularity"]), float(r["score"])) for r in m.facts
+                   if _num(r.get("popularity")) is not None]) for m in models]
+    if not series[0][1] or rep.popularity_edges is None:
         return ""
     fig = _figure(6.5, 3.0)
     ax = fig.add_subplot()
-    xs, ys = zip(*pts, strict=True)
-    ax.scatter(xs, _jitter(ys, rep.seed), s=12, alpha=0.6, color=_COLORS[0],
-               label=f"one fact (n={len(pts)}), score jittered ±0.02")
+    for si, (m, pts) in enumerate(series):
+        if not pts:
+            continue
+        xs, ys = zip(*pts, strict=True)
+        who = f"{m.model_key}: " if two else ""
+        ax.scatter(xs, _jitter(ys, rep.seed + si), s=12, alpha=0.6 if not two else 0.45,
+                   color=_COLORS[si], label=f"{who}one fact (n={len(pts)}), score jittered ±0.02")
     for e in rep.popularity_edges:
         ax.axvline(e, color="#999", ls="--", lw=0.8)
-    for i, (bname, g) in enumerate(a.overall.by_popularity.items()):
-        sub = [x for x, _ in pts if bucket_of(x, rep.popularity_edges) == bname]
-        if g.mean is not None and sub:
-            ax.plot([min(sub), max(sub)], [g.mean, g.mean], color="#111", lw=2)
-            ax.annotate(f"{bname}: {g.mean:.2f} (n={g.facts})", (float(np.median(sub)), g.mean),
-                        xytext=(0, 5 if i % 2 == 0 else -11), textcoords="offset points",
-                        ha="center", fontsize=7)
+    for si, (m, pts) in enumerate(series):
+        for i, (bname, g) in enumerate(m.overall.by_popularity.items()):
+            sub = [x for x, _ in pts if bucket_of(x, rep.popularity_edges) == bname]
+            if g.mean is not None and sub:
+                ax.plot([min(sub), max(sub)], [g.mean, g.mean], color=_COLORS[si] if two else "#111", lw=2)
+                who = f"{m.model_key} " if two else ""
+                ax.annotate(f"{who}{bname}: {g.mean:.2f} (n={g.facts})", (float(np.median(sub)), g.mean),
+                            xytext=(0, 5 if (i + si) % 2 == 0 else -11), textcoords="offset points",
+                            ha="center", fontsize=7)
     ax.set_ylim(-0.05, 1.08)
     ax.set_xlabel("subject popularity (Entity.popularity; dashed: tertile edges; line: bucket mean)",
                   fontsize=8)
     ax.set_ylabel("per-fact score", fontsize=8)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="best" if two else "lower right")
     return _svg(fig, "popularity")
 
 
+def _stale_relations(rep: Report) -> list[str]:
+    """Relations with a fact that has a past value for any model: the primary's order first."""
+    keys = [g.key for g in rep.primary.relations if g.history_facts]
+    if rep.other is not None:
+        keys += [g.key for g in rep.other.relations if g.history_facts and g.key not in keys]
+    return keys
+
+
 def staleness_svg(rep: Report) -> str:
-    rels = [g for g in rep.primary.relations if g.history_facts]
-    if not rels:
+    """Staleness per relation with n; with ``--vs`` both models' dots per row."""
+    keys = _stale_relations(rep)
+    if not keys:
         return ""
-    fig = _figure(6.5, 0.8 + 0.35 * len(rels))
+    models = [m for m in (rep.primary, rep.other) if m is not None]
+    two = len(models) > 1
+    off = 0.18 if two else 0.0
+    fig = _figure(6.5, 0.8 + (0.5 if two else 0.35) * len(keys))
     ax = fig.add_subplot()
-    ys = np.arange(len(rels))[::-1].astype(float)
-    for y, g in zip(ys, rels, strict=True):
-        assert g.staleness is not None
-        if g.stale_ci_low is not None and g.stale_ci_high is not None:
-            ax.plot([g.stale_ci_low, g.stale_ci_high], [y, y], color=_COLORS[0], lw=2)
-        ax.plot([g.staleness], [y], "o", color=_COLORS[0],
-                mfc=_COLORS[0] if g.stale_ci_low is not None else "white", mew=1.5)
-        ax.annotate(f"n={g.history_facts}" + ("" if g.stale_ci_low is not None else f" ({TOO_SMALL})"),
-                    (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0),
-                    textcoords="offset points", va="center", fontsize=8, color="#444")
-    ax.set_yticks(ys, [_wrap(g.name) for g in rels], fontsize=8)
+    ys = np.arange(len(keys))[::-1].astype(float)
+    names: dict[str, str] = {}
+    for si, m in enumerate(models):
+        by = {g.key: g for g in m.relations}
+        labelled = not two
+        for y, k in zip(ys, keys, strict=True):
+            g = by.get(k)
+            if g is None or g.staleness is None:
+                continue
+            names.setdefault(k, g.name)
+            yy = y + (off if si == 0 else -off)
+            if g.stale_ci_low is not None and g.stale_ci_high is not None:
+                ax.plot([g.stale_ci_low, g.stale_ci_high], [yy, yy], color=_COLORS[si], lw=2)
+            ax.plot([g.staleness], [yy], "o", color=_COLORS[si],
+                    mfc=_COLORS[si] if g.stale_ci_low is not None else "white", mew=1.5,
+                    label=None if labelled else m.model_key)
+            labelled = True
+            ax.annotate(f"n={g.history_facts}" + ("" if g.stale_ci_low is not None else f" ({TOO_SMALL})"),
+                        (1.0, yy), xycoords=("axes fraction", "data"), xytext=(6, 0),
+                        textcoords="offset points", va="center", fontsize=8 if not two else 7, color="#444")
+    ax.set_yticks(ys, [_wrap(names.get(k, k)) for k in keys], fontsize=8)
     ax.set_xlim(-0.03, 1.03)
-    ax.set_ylim(-0.7, len(rels) - 0.3)
+    ax.set_ylim(-0.7, len(keys) - 0.3)
     ax.axvline(0, color="#999", lw=0.8)
     ax.set_xlabel("staleness: share of cloze sentences preferring a past value (facts with a past value only)",
                   fontsize=8)
+    if two:
+        ax.legend(fontsize=8, loc="best")
     return _svg(fig, "staleness")
 
 
@@ -875,6 +932,30 @@ def _provenance_html(rep: Report) -> str:
     return f'<table class="prov" id="provenance">{body}</table>'
 
 
+def _bucket_cells(g: Group | None) -> list[str]:
+    return [str(g.facts) if g else "–", _ci(g), _known(g)]
+
+
+def _paired_html(rep: Report) -> str:
+    """The paired comparison table: both means, the paired difference with its interval and
+    McNemar's test, per relation and overall."""
+    a, b = rep.primary, rep.other
+    if not rep.paired or b is None:
+        return ""
+    head = ["relation", "n", f"{a.model_key} mean", f"{b.model_key} mean",
+            f"{b.model_key} − {a.model_key} [95% paired CI]", f"known {a.model_key} / {b.model_key}", "McNemar b / c", "p"]
+    trs = []
+    for pg in rep.paired:
+        cells = [pg.name, pg.facts, _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg),
+                 f"{pg.a_known} / {pg.b_known}", f"{pg.b} / {pg.c}", _p(pg.p)]
+        cls = ' class="total"' if pg.key == "all" else ""
+        trs.append(f"<tr{cls}>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
+    return (f"<p class=note>{_esc(_paired_note(rep))}. Two marginal intervals that overlap do not mean "
+            "the models differ by nothing: the paired interval removes what both share.</p>"
+            f'<table id="paired"><thead><tr>{"".join(f"<th>{_esc(h)}</th>" for h in head)}</tr></thead>'
+            f"<tbody>{''.join(trs)}</tbody></table>")
+
+
 def render_html(rep: Report) -> str:
     """One self-contained page: provenance, the groups sorted by score with n and intervals, and
     matplotlib plots (SVG, inline)."""
@@ -882,13 +963,14 @@ def render_html(rep: Report) -> str:
     b_by = {g.key: g for g in b.groups} if b is not None else {}
     head = [rep.by, "n", "mean [95% CI]", "known", "staleness (n)"]
     if b is not None:
-        head += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
+        head += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known",
+                 f"{b.model_key} staleness (n)"]
     trs = []
     for g in [*a.groups, a.overall]:
         cells = [g.name, g.facts, _ci(g), _known(g), _stale(g)]
         if b is not None:
             gb = b.overall if g.key == "all" else b_by.get(g.key)
-            cells += [gb.facts if gb else "–", _ci(gb), _known(gb)]
+            cells += [gb.facts if gb else "–", _ci(gb), _known(gb), _stale(gb)]
         cls = ' class="total"' if g.key == "all" else ""
         trs.append(f"<tr{cls}>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
     comparison = ""
@@ -902,18 +984,28 @@ def render_html(rep: Report) -> str:
         e = rep.popularity_edges
         ptr = "".join(
             f"<tr><td>{_esc(bucket_label(k, e))}</td><td>{g.facts}</td><td>{_esc(_ci(g))}</td>"
-            f"<td>{_esc(_known(g))}</td></tr>" for k, g in a.overall.by_popularity.items())
+            f"<td>{_esc(_known(g))}</td>" + (
+                "".join(f"<td>{_esc(c)}</td>" for c in _bucket_cells(b.overall.by_popularity.get(k)))
+                if b is not None else "") + "</tr>"
+            for k, g in a.overall.by_popularity.items())
+        bhead = ("".join(f"<th>{_esc(h)}</th>" for h in (f"{b.model_key} n", f"{b.model_key} mean [95% CI]",
+                                                          f"{b.model_key} known"))
+                 if b is not None else "")
+        same = (f" {_esc(b.model_key)}'s facts are bucketed on the same edges." if b is not None else "")
         pop = (f"<p class=note>{rep.popularity_facts} of {a.overall.facts} probed facts have a subject "
                f"popularity; buckets are its tertiles over those facts (edges {e[0]:.2f} and {e[1]:.2f}; "
-               f"unit: {_esc(rep.popularity_unit)}).</p>"
-               f"<table><thead><tr><th>bucket</th><th>n</th><th>mean [95% CI]</th><th>known</th></tr>"
-               f"</thead><tbody>{ptr}</tbody></table>{popularity_svg(rep)}")
+               f"unit: {_esc(rep.popularity_unit)}).{same}</p>"
+               f"<table id=\"popularity\"><thead><tr><th>bucket</th><th>n</th><th>mean [95% CI]</th>"
+               f"<th>known</th>{bhead}</tr></thead><tbody>{ptr}</tbody></table>{popularity_svg(rep)}")
     stale = staleness_svg(rep)
-    stale_html = (f"<p class=note>{a.overall.history_facts} of {a.overall.facts} probed facts have a past "
-                  f"value; overall staleness {_esc(_stale(a.overall))}.</p>{stale}" if stale
+    stale_notes = "".join(
+        f"<p class=note>{_esc(m.model_key + ': ') if b is not None else ''}{m.overall.history_facts} of "
+        f"{m.overall.facts} probed facts have a past value; overall staleness {_esc(_stale(m.overall))}.</p>"
+        for m in (a, b) if m is not None)
+    stale_html = (f"{stale_notes}{stale}" if stale
                   else "<p class=note>No probed fact has a past value.</p>")
     vs_fact, vs_group = vs_svgs(rep)
-    vs_html = (f"<h2>{_esc(a.model_key)} vs {_esc(b.model_key)}</h2>{comparison}"
+    vs_html = (f"<h2>{_esc(a.model_key)} vs {_esc(b.model_key)}</h2>{comparison}{_paired_html(rep)}"
                f'<div style="display:flex;gap:12px;flex-wrap:wrap">{vs_fact}{vs_group}</div>'
                if b is not None else "")
     measures_html = _measures_html(rep)
@@ -935,6 +1027,7 @@ def render_html(rep: Report) -> str:
 {a.overall.facts} facts over {len(a.relations)} relations; overall mean {_esc(_ci(a.overall))}.</p>
 <p class="meta">Intervals: 95% percentile bootstrap (scipy.stats.bootstrap, {rep.bootstrap} resamples,
 seed {rep.seed}), shown only where n ≥ {rep.min_n_ci}; otherwise "{TOO_SMALL}".</p>
+<p class="meta" id="chance">{_esc(_chance(rep))}.</p>
 <h2>By {_esc(_by_title(rep))}, best first</h2>
 {forest_svg(rep)}
 <table id="groups"><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in head)}</tr></thead>

@@ -14,7 +14,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,7 @@ from kgprobe.errors import InputError
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from kgprobe.reporting import Group, ModelReport, Report
+    from kgprobe.report_data import Group, ModelReport, Report
 
 SCHEMA = "kgprobe-results/1"
 RESULTS = "results.json"
@@ -107,6 +107,8 @@ def results_document(rep: Report) -> dict[str, Any]:
                        "unit": rep.popularity_unit},
         "graph_snapshot": last.get("graph_snapshot"),
         "comparison": rep.comparison,
+        "paired": [asdict(pg) for pg in rep.paired],
+        "chance": asdict(rep.chance) if rep.chance is not None else None,
         "models": [_model_block(m, rep) for m in (rep.primary, rep.other) if m is not None],
     }
     doc["results"] = doc["models"][0]["results"]  # the harness's top-level key: the primary model

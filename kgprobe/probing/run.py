@@ -787,14 +787,9 @@ def probed(graph: Graph) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def resolve_scores(
-    graph: Graph, model: str, measure: str | None = None, threshold: float | None = None
-) -> Scores:
-    """The score properties of ``model`` (a model key, or the name it was probed under) and
-    ``measure`` (a measure key like ``kmin_temp_sem_n5``, or a measure name like ``kmin``);
-    without ``measure``, the first measure of the model's latest run."""
-    if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
-        raise ConfigError(f"the threshold must be a finite number >= 0, not {threshold}")
+def _model_measures(graph: Graph, model: str) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """The model key ``model`` names (a key, or the name it was probed under), its runs (oldest
+    first) and its measure keys, latest run's first."""
     runs_by_model = probed(graph)
     if not runs_by_model:
         raise ConfigError("no probe run in the graph yet; run `kgprobe probe --model M` first")
@@ -816,10 +811,25 @@ def resolve_scores(
         for k in r.get("measure_keys") or []:
             if k not in keys_in_order:
                 keys_in_order.append(k)
+    return key, runs, keys_in_order
+
+
+def resolve_scores(
+    graph: Graph, model: str, measure: str | None = None, threshold: float | None = None
+) -> Scores:
+    """The score properties of ``model`` (a model key, or the name it was probed under) and
+    ``measure`` (a measure key like ``kmin_temp_sem_n5``, or a measure name like ``kmin``);
+    without ``measure``, the first measure of the model's latest run. An exact measure key wins
+    over a longer key it is a prefix of."""
+    if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
+        raise ConfigError(f"the threshold must be a finite number >= 0, not {threshold}")
+    key, runs, keys_in_order = _model_measures(graph, model)
     if measure is None:
         chosen = keys_in_order[0]
+    elif measure in keys_in_order:
+        chosen = measure
     else:
-        matches = [k for k in keys_in_order if k == measure or k.startswith(pr.key_part(measure) + "_")]
+        matches = [k for k in keys_in_order if k.startswith(pr.key_part(measure) + "_")]
         if not matches:
             raise ConfigError(
                 f"no {measure!r} scores for model {key}; measures probed: {', '.join(keys_in_order)}"
@@ -829,6 +839,36 @@ def resolve_scores(
     thr = threshold if threshold is not None else float(used[-1].get("threshold") or DEFAULT_THRESHOLD)
     return Scores(pr.ScoreProps(key, chosen), str(used[-1].get("model") or key), thr,
                   tuple(str(r["id"]) for r in used))
+
+
+def paired_scores(
+    graph: Graph, a: str, b: str, measure: str | None = None, threshold: float | None = None
+) -> tuple[Scores, Scores]:
+    """The scores of two models under one measure key, for comparing them fact by fact.
+
+    Of the keys both were probed with (only those ``measure`` names, when given: the exact key,
+    else the keys of that measure name), A's latest: A's latest measure when B has it too, else
+    the latest of A's keys that B also has (the two models' latest runs may have used different
+    measures). No common key: one ConfigError line naming both lists.
+    ``threshold`` defaults to A's, for both."""
+    ka, _, keys_a = _model_measures(graph, a)
+    kb, _, keys_b = _model_measures(graph, b)
+
+    def wanted(keys: list[str]) -> list[str]:
+        if measure is None or measure in keys:
+            return keys if measure is None else [measure]
+        return [k for k in keys if k.startswith(pr.key_part(measure) + "_")]
+
+    common = [k for k in wanted(keys_a) if k in wanted(keys_b)]
+    if not common:
+        what = "no measure" if measure is None else f"no {measure!r} measure key"
+        raise ConfigError(
+            f"{ka} and {kb} share {what}, so they cannot be compared fact by fact "
+            f"({ka}: {', '.join(keys_a)}; {kb}: {', '.join(keys_b)}); probe one with the other's measure"
+        )
+    sa = resolve_scores(graph, a, common[0], threshold)  # an exact key: the same for both
+    sb = resolve_scores(graph, b, common[0], threshold if threshold is not None else sa.threshold)
+    return sa, sb
 
 
 @dataclass(frozen=True)
@@ -896,13 +936,7 @@ class Comparison:
 def compare_in(
     graph: Graph, a: str, b: str, *, measure: str | None = None, threshold: float | None = None
 ) -> Comparison:
-    sa = resolve_scores(graph, a, measure, threshold)
-    sb = resolve_scores(graph, b, sa.props.measure_key if measure is None else measure, threshold)
-    if sb.props.measure_key != sa.props.measure_key:
-        raise ConfigError(
-            f"{a} and {b} were not probed with the same measure ({sa.props.measure_key} vs "
-            f"{sb.props.measure_key}); pass --measure"
-        )
+    sa, sb = paired_scores(graph, a, b, measure, threshold)
     thr = threshold if threshold is not None else sa.threshold
     rows, counts = pr.compare_facts(graph, sa.props, sb.props, thr)
     facts = [ComparedFact(**r) for r in rows]

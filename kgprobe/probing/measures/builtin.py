@@ -127,12 +127,28 @@ class KMin(_DistractorK):
     summary = ("Min@n: 1 for a cloze sentence only if the object beats all n distractors; "
                "mean over the fact's cloze sentences")
 
+    @classmethod
+    def chance(cls, n: int | None) -> tuple[float, str] | None:
+        """A model whose plausibilities of the object and its n distractors are exchangeable
+        (no knowledge, no ties) ranks the object first on a cloze with probability 1/(n+1), so
+        E[Min@n] = 1/(n+1) (eq. 2-3 with Agg = min; not a number the paper states). A fact with
+        fewer than n distractors has a higher chance level; a tie counts as a loss."""
+        if not n:
+            return None
+        return 1.0 / (n + 1), f"1/(n+1) for n = {n} distractors"
+
 
 @register
 class KAvg(_DistractorK):
     name = "kavg"
     agg = "avg"
     summary = "Avg@n: share of the n distractors the object beats; mean over cloze sentences"
+
+    @classmethod
+    def chance(cls, n: int | None) -> tuple[float, str] | None:
+        """With exchangeable plausibilities (no knowledge, no ties) the object beats each
+        distractor with probability 1/2, so E[Avg@n] = 1/2 for any n."""
+        return 0.5, "1/2 (each distractor beaten with probability 1/2)"
 
 
 # --- distractor paper Table 2 baselines ------------------------------------------------------------

@@ -177,6 +177,12 @@ class Measure:
 
     version: ClassVar[int] = 1
 
+    @classmethod
+    def chance(cls, n: int | None) -> tuple[float, str] | None:
+        """The expected score of a model that knows nothing, and how it is derived; None where
+        the measure defines no such level (most do not). ``n``: the key's distractor count."""
+        return None
+
     # --- the two phases the loop calls ---------------------------------------------------------
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
@@ -196,7 +202,7 @@ class Measure:
     def aggregate(self, rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
         """Per-relation summary of the stored per-fact values: n and mean of each value, with a
         bootstrap interval only where n allows (``MIN_N_CI``, as everywhere in the report)."""
-        from kgprobe.reporting import MIN_N_CI, bootstrap_ci
+        from kgprobe.stats import MIN_N_CI, bootstrap_ci
 
         out: dict[str, Any] = {}
         for name in ("score", *self.extras):
@@ -396,6 +402,20 @@ def relation_aggregates(
             out.append({"measure": name, "measure_key": mkey, "pid": pid,
                         "facts": len(by_pid[pid]), **agg})
     return out
+
+
+def chance_level(graph: Any, model_key: str, measure_key: str) -> tuple[float, str] | None:
+    """The chance level the measure of ``measure_key`` declares (:meth:`Measure.chance`), with
+    n read from the key's ``_n<N>`` part; None for an unknown measure or one without a level."""
+    import re
+
+    seen, _ = _probed_specs(graph, model_key)
+    name = seen[measure_key][0] if measure_key in seen else measure_key.split("_", 1)[0]
+    cls = load_all().get(name)
+    if cls is None:
+        return None
+    m = re.search(r"_n(\d+)(?:_|$)", measure_key)
+    return cls.chance(int(m.group(1)) if m else None)
 
 
 def _probed_specs(

@@ -1,0 +1,130 @@
+"""The report's data: plain dataclasses that ``kgprobe.reporting`` builds and
+``kgprobe.results`` writes. They live apart so that neither of those modules imports the other
+(reporting imports results to write results files; results needs only these types)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from kgprobe.stats import MIN_N_CI
+
+POPULARITY_UNIT = (
+    "Entity.popularity as ingested (the demo graph: DistFactAssessLM's WikidataPopularity, "
+    "a log scale of Wikipedia page views; larger = more popular)"
+)
+
+
+@dataclass
+class Group:
+    """Aggregates over a set of probed facts (a relation, a type, a popularity bucket)."""
+
+    key: str
+    label: str | None
+    facts: int
+    mean: float | None
+    ci_low: float | None  # None when facts < MIN_N_CI
+    ci_high: float | None
+    known: int
+    known_share: float | None
+    history_facts: int = 0
+    staleness: float | None = None
+    stale_ci_low: float | None = None
+    stale_ci_high: float | None = None
+    by_popularity: dict[str, Group] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> str:  # the key of a per-relation group
+        return self.key
+
+    @property
+    def name(self) -> str:
+        if self.key == "all":
+            return "all facts"
+        return f"{self.key} {self.label}" if self.label and self.label != self.key else self.key
+
+
+#: Kept for callers of the per-relation API.
+RelationStats = Group
+
+
+@dataclass
+class ModelReport:
+    model: str
+    model_key: str
+    measure_key: str
+    measure_label: str
+    score_property: str
+    threshold: float
+    runs: list[str]
+    relations: list[Group]  # sorted by mean score, best first
+    overall: Group
+    groups: list[Group]  # by ``Report.by`` (== relations for "relation")
+    run_info: list[dict[str, Any]] = field(default_factory=list)
+    facts: list[dict[str, Any]] = field(default_factory=list)  # per-fact rows (not in to_dict)
+
+
+@dataclass
+class Report:
+    primary: ModelReport
+    other: ModelReport | None
+    popularity_edges: list[float] | None  # tertile edges of the subjects' popularity
+    comparison: dict[str, int] | None
+    seed: int
+    bootstrap: int
+    #: per relation, every measure probed for the primary model
+    #: (:func:`kgprobe.probing.measures.registry.relation_aggregates`)
+    measures: list[dict[str, Any]] = field(default_factory=list)
+    by: str = "relation"
+    type_of: str = "subject"
+    min_n_ci: int = MIN_N_CI
+    popularity_facts: int = 0  # probed facts (primary) whose subject has a popularity
+    popularity_unit: str = POPULARITY_UNIT
+    generated: str = ""
+    code: dict[str, str | None] = field(default_factory=dict)
+    calibration: list[tuple[float, bool]] | None = None  # BELIEF (confidence, correct) pairs
+    #: with ``other``: per relation (sorted as the primary's relations) then ``all``
+    paired: list[PairedGroup] = field(default_factory=list)
+    chance: Chance | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for m in ("primary", "other"):
+            if d.get(m):
+                d[m].pop("facts", None)
+        return d
+
+
+@dataclass
+class PairedGroup:
+    """Two models on the same facts (a relation, or ``all``): both means, the paired difference
+    mean(B) − mean(A) with its paired-bootstrap interval (only where n >= MIN_N_CI) and McNemar's
+    exact test on known/unknown (``b``: only A knows, ``c``: only B knows)."""
+
+    key: str
+    label: str | None
+    facts: int
+    mean_a: float | None  # None only when no fact was scored for both
+    mean_b: float | None
+    diff: float | None
+    diff_ci_low: float | None
+    diff_ci_high: float | None
+    a_known: int
+    b_known: int
+    b: int
+    c: int
+    p: float
+
+    @property
+    def name(self) -> str:
+        if self.key == "all":
+            return "all facts"
+        return f"{self.key} {self.label}" if self.label and self.label != self.key else self.key
+
+
+@dataclass
+class Chance:
+    """The score a model with no knowledge gets in expectation, where the measure defines one."""
+
+    level: float
+    rule: str  # how it is derived, e.g. "1/(n+1) for n = 5 distractors"
