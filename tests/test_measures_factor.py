@@ -196,3 +196,32 @@ def test_cli_max_length_truncates_the_prefix_from_the_left(gpt2_dir: Path) -> No
         assert got["scores"] == pytest.approx(expected, rel=1e-4, abs=1e-5)
         assert got["correct"] == (got["scores"][0] >= max(got["scores"][1:]))
     assert truncated == [True, True, False]
+
+
+def test_moved_spaces_are_not_part_of_the_completion(gpt2_dir: Path, gpt2: LoadedModel) -> None:
+    """A prefix ending in two or more spaces: the joining takes one, the engine moves the rest
+    in front of every completion, and the official script (which scores exactly the tokens of
+    " c", counted by tokenizing it alone) does not score them. Expected values: the tokenizer
+    and the model called directly, the official algorithm (issue 21, item 4)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(gpt2_dir)
+    model = AutoModelForCausalLM.from_pretrained(gpt2_dir).eval()
+    comps = ("Paris is the capital.", "Lyon is the capital.", " Nice is the capital.")
+    for prefix in ("Question: what is it? Answer:  ", "Answer: it is.   ", "Line one.\n",
+                   "Line one.\n ", "Answer:"):
+        [out] = factor_scores(Engine(gpt2), [FactorItem(prefix, comps)])
+        expected = []
+        for c in comps:
+            c = c.lstrip(" ")
+            text, label = ((prefix[:-1] + " " + c, " " + c) if prefix.endswith(" ")
+                           else (prefix + c, c))
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            target = tok(label, add_special_tokens=False)["input_ids"]
+            assert ids[-len(target):] == target
+            with torch.no_grad():
+                logp = torch.log_softmax(model(torch.tensor([ids])).logits[0].double(), -1)
+            start = len(ids) - len(target)
+            expected.append(sum(float(logp[i - 1, ids[i]]) for i in range(start, len(ids)))
+                            / len(target))
+        assert list(out.scores) == pytest.approx(expected, rel=1e-4, abs=1e-5), prefix

@@ -10,10 +10,14 @@ CSV files follow the official release (AI21Labs/factor): columns ``turncated_pre
 what the official script scores with; ``full_prefix`` on request), ``completion``,
 ``contradiction_0..2``, ``doc_id``. Joining follows the official ``format_data``: completions
 are left-stripped; a prefix ending in a space loses it and the completion gets one; otherwise
-(a newline) prefix and completion are concatenated. The engine moves a context's trailing
-newline into the continuation; that newline's token is the same for every candidate and is
-not part of c in the official scoring, so leading whitespace-only tokens are left out of
-log p(c|t) and |c|. Ties go to c⁺ (the official ``argmin`` takes the first, c⁺ is first).
+(a newline) prefix and completion are concatenated. The official script then scores exactly
+the tokens of that completion text c (it counts them by tokenizing c alone and takes that
+many tokens off the end of prefix + c). The engine moves all of the context's trailing
+whitespace into the continuation (a newline, or the spaces left after the one the joining
+takes: a prefix ending in two spaces keeps one); the tokens that lie wholly in that moved
+whitespace are the same for every candidate and not part of c, so they are left out of
+log p(c|t) and |c| — what is averaged is exactly the official script's span. Ties go to c⁺
+(the official ``argmin`` takes the first, c⁺ is first).
 
 Items can also be generated from facts: the verbalized fact is c⁺ and the same sentence with
 the object replaced by typed distractors are C⁻, so any relation becomes a multiple-choice
@@ -102,29 +106,37 @@ class FactorOutcome:
     correct: bool
 
 
-def mean_logprob(result: object, moved_newline: bool) -> float:
-    """Mean per-token log-prob of the completion, leading whitespace-only tokens left out
-    when the context's newline was moved into the continuation."""
+def mean_logprob(result: object, moved: str = "") -> float:
+    """Mean per-token log-prob of the completion c: the leading tokens that lie wholly in
+    ``moved`` (the context's trailing whitespace the engine moved in front of c) are left
+    out, as the official script scores only c's own tokens. A token that also covers a
+    character of c (or of the context: ``boundary_merged``) is kept; at least one is."""
     if not isinstance(result, LogProbResult):
         raise ConfigError("expected a log-prob result")
     lps = list(result.token_logprobs)
     toks = list(result.tokens)
-    if moved_newline:
-        while len(lps) > 1 and toks and not toks[0].strip():
+    if moved and not result.boundary_merged and len(toks) == len(lps):
+        used = 0
+        while len(lps) > 1 and toks[0] and not toks[0].strip() and used + len(toks[0]) <= len(moved):
+            used += len(toks.pop(0))
             lps.pop(0)
-            toks.pop(0)
     return sum(lps) / len(lps)
 
 
+def moved_whitespace(context: str) -> str:
+    """The trailing whitespace the engine moves from ``context`` into the continuation."""
+    return context[len(context.rstrip()):]
+
+
 def factor_scores(runner: Runner, items: Sequence[FactorItem]) -> list[FactorOutcome]:
-    """Eq. 1 for each item."""
+    """Eq. 1 for each item, each completion scored over the span the official script scores."""
     reqs: list[Request] = []
-    moved: list[bool] = []
+    moved: list[str] = []
     for it in items:
         for c in it.completions:
             ctx, cont = factor_pair(it.prefix, c)
             reqs.append(LogProbRequest(ctx, cont))
-            moved.append(ctx != ctx.rstrip() and "\n" in ctx[len(ctx.rstrip()):])
+            moved.append(moved_whitespace(ctx))
     res = runner.run(reqs)
     out = []
     i = 0
