@@ -1,6 +1,9 @@
-"""Time a probe run on the graph kgprobe is configured for (the demo graph after `kgprobe demo`).
+"""Time a probe run on the graph kgprobe is configured for (the demo graph after `kgprobe demo`),
+or with ``--server arcadedb|neo4j`` on a fresh server of that kind loaded with the demo graph and
+its templates (the same run on both servers, for docs/benchmarks.md).
 
     python benchmarks/bench_probe.py --sample 60 -n 5 --strategy temp+sem [--dtype bfloat16]
+    python benchmarks/bench_probe.py --server neo4j --relations demo --history-first --sample 60
     python benchmarks/bench_probe.py --relations demo --history-first --sample 60 \
         --per-measure --measure kmin --measure belief ...   # the demo sample, cost per measure
 
@@ -13,9 +16,40 @@ repeated runs comparable; the score cache is off.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def _graph(server: str | None, heap: str) -> Iterator[tuple[Any, str | None]]:
+    """The configured graph; or a fresh server of ``server``'s kind with the demo graph and its
+    templates loaded, and a semantic-index directory of its own."""
+    if server is None:
+        from kgprobe.graph.client import connect
+
+        with connect() as graph:
+            yield graph, None
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from benchmarks.servers import fresh_graph
+    from kgprobe.api import write_records
+    from kgprobe.graph.templates import demo_paths, import_own_templates
+    from kgprobe.loaders.wikidata_json import load_json
+
+    with tempfile.TemporaryDirectory(prefix="kgprobe-bench-") as tmp, \
+            fresh_graph(server, Path(tmp) / "server", heap) as (graph, _):
+        t0 = time.monotonic()
+        write_records(graph, load_json(demo_paths()[0]), quiet=True)
+        import_own_templates(graph)
+        print(f"{server}: demo graph and templates loaded in {time.monotonic() - t0:.1f} s; "
+              f"server {graph.server_agent()}")
+        yield graph, str(Path(tmp) / "index")
 
 
 def main() -> None:
@@ -35,13 +69,20 @@ def main() -> None:
     ap.add_argument("--history-first", action="store_true", help="as kgprobe demo samples")
     ap.add_argument("--per-measure", action="store_true",
                     help="also probe each --measure alone first, to split the cost by measure")
+    ap.add_argument("--server", choices=("arcadedb", "neo4j"), default=None,
+                    help="a fresh server of this kind with the demo graph (default: the configured graph)")
+    ap.add_argument("--heap", default="2g", help="with --server: the server's heap")
     args = ap.parse_args()
+    with _graph(args.server, args.heap) as (graph, index_dir):
+        _bench(args, graph, index_dir)
+
+
+def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None) -> None:
 
     import torch
 
     torch.set_num_threads(1)
     from kgprobe.api import DEMO_RELATIONS
-    from kgprobe.graph.client import connect
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.measures.common import end_marker_for
     from kgprobe.probing.models import load_model
@@ -53,7 +94,6 @@ def main() -> None:
     elif args.relations:
         relations = tuple(r.strip() for r in args.relations.split(",") if r.strip())
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    graph = connect()
 
     def clock() -> tuple[float, float]:
         return time.monotonic(), time.process_time()
@@ -67,7 +107,7 @@ def main() -> None:
         from kgprobe.graph.semantic import ensure_index
         from kgprobe.probing.distractors import default_index_dir
 
-        index = ensure_index(graph, args.index_dir or default_index_dir())
+        index = ensure_index(graph, args.index_dir or index_dir or default_index_dir())
         w2, c2 = clock()
         print(f"semantic index (load or build): {w2 - w1:.1f} s wall, {c2 - c1:.1f} s CPU")
     end = end_marker_for(lm.name)
@@ -96,7 +136,6 @@ def main() -> None:
               f"per fact); engine {sum(st.kind_cpu_seconds.values()):.1f} CPU-s ({kinds}), "
               f"{st.forward_calls} forward calls", flush=True)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
-    graph.close()
 
 
 if __name__ == "__main__":
