@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gen_dump import write_dump  # noqa: E402
-from benchmarks.servers import SERVERS, fresh_graph  # noqa: E402
+from benchmarks.servers import add_server_option, fresh_graph  # noqa: E402
 from kgprobe.graph import ingest as ing  # noqa: E402
 from kgprobe.graph import probe_runs as pr  # noqa: E402
 from kgprobe.graph.client import Graph  # noqa: E402
@@ -73,8 +73,7 @@ def main() -> None:
     ap.add_argument("--old-facts", type=int, default=4, help="facts for the unanchored statements")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--heap", default="2g")
-    ap.add_argument("--server", choices=SERVERS, default="arcadedb",
-                    help="a fresh managed ArcadeDB, or a real Neo4j 5 (Java 17+ and Maven)")
+    add_server_option(ap)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 

@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gen_dump import write_dump  # noqa: E402
-from benchmarks.servers import SERVERS, fresh_graph  # noqa: E402
+from benchmarks.servers import add_server_option, fresh_graph  # noqa: E402
 from kgprobe.graph import ingest as ing  # noqa: E402
 from kgprobe.graph.client import Graph  # noqa: E402
 from kgprobe.loaders.wikidata_json import load_json  # noqa: E402
@@ -79,8 +79,7 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--heap", default="4g")
-    ap.add_argument("--server", choices=SERVERS, default="arcadedb",
-                    help="a fresh managed ArcadeDB, or a real Neo4j 5 (Java 17+ and Maven)")
+    add_server_option(ap)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 

@@ -6,6 +6,7 @@ of its own with an empty database. Both benchmarks that write (ingest, FACT look
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
 from collections.abc import Iterator
@@ -18,6 +19,12 @@ from kgprobe.graph.client import Graph, connect  # noqa: E402
 from kgprobe.graph.server import ManagedServer, free_port  # noqa: E402
 
 SERVERS = ("arcadedb", "neo4j")
+
+
+def add_server_option(ap: argparse.ArgumentParser) -> None:
+    """``--server``: which fresh server a benchmark writes to (the same option everywhere)."""
+    ap.add_argument("--server", choices=SERVERS, default="arcadedb",
+                    help="a fresh managed ArcadeDB, or a real Neo4j 5 (Java 17+ and Maven)")
 
 
 @contextlib.contextmanager
