@@ -114,21 +114,15 @@ def _check_pids(values: list[str], option: str = "--relation") -> None:
 
 
 def _check_date(value: str | None, option: str = "--at") -> None:
-    """A reference date YYYY-MM-DD, checked before the graph is contacted."""
-    import datetime as dt
-
+    """A reference date YYYY-MM-DD (the probe's own parser), checked before the graph is contacted."""
     from kgprobe.errors import ConfigError
+    from kgprobe.graph.distractors import date_sort_key
 
     if value is None:
         return
-    text = value.strip()
     try:
-        y, m, d = (int(p) for p in text.lstrip("+-").split("-"))
-        if 1 <= y <= 9999:
-            dt.date(y, m, d)  # a real calendar day
-        elif not (1 <= m <= 12 and 1 <= d <= 31):
-            raise ValueError("month or day")
-    except ValueError:
+        date_sort_key(value)
+    except ConfigError:
         raise ConfigError(f"{option} {value!r} is not a date YYYY-MM-DD") from None
 
 

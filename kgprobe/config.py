@@ -102,20 +102,48 @@ def read_private_json(path: Path, *, private: bool = True) -> dict[str, object]:
     return data
 
 
-def write_private_json(path: Path, data: dict[str, object]) -> None:
-    """Write JSON created with mode 0600 from the start (no window where it is world-readable)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A fresh name created with O_EXCL and mode 0600 (mkstemp): a stale or planted temp file,
-    # whatever its mode, is never reused.
+def write_private_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` created 0600 from the start: a fresh name made with O_EXCL
+    (mkstemp), so a stale or planted temp file, whatever its mode, is never reused; then renamed
+    into place (no window where the file is world-readable or half written)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, indent=2)
+            fh.write(text)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_private_json(path: Path, data: dict[str, object]) -> None:
+    """Write JSON created with mode 0600 from the start (``write_private_text``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_private_text(path, json.dumps(data, indent=2))
+
+
+def private_dir(path: Path) -> None:
+    """Create ``path`` and its missing parents owner-only (``mkdir(parents=True)`` would give
+    the parents the umask's mode); tighten ``path`` if it exists with a wider mode."""
+    for q in reversed([q for q in (path, *path.parents) if not q.exists()]):
+        q.mkdir(mode=0o700, exist_ok=True)
+    if path.stat().st_mode & 0o077:
+        path.chmod(0o700)
+
+
+def tighten_tree(root: Path) -> None:
+    """Make an existing tree owner-only: directories 0700, files 0600, links left alone (data
+    directories made by older kgprobe versions were 0755/0644)."""
+    if not root.is_dir() or root.is_symlink():
+        return
+    if root.stat().st_mode & 0o077:
+        root.chmod(0o700)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name, mode in [(n, 0o700) for n in dirnames] + [(n, 0o600) for n in filenames]:
+            p = Path(dirpath, name)
+            if not p.is_symlink() and p.stat().st_mode & 0o077:
+                p.chmod(mode)
 
 
 @dataclass

@@ -363,6 +363,11 @@ def date_sort_key(at: dt.date | str | int | None = None) -> int:
         raise ConfigError(f"not a date (YYYY-MM-DD): {at!r}") from exc
     if not (1 <= m <= 12 and 1 <= d <= 31):
         raise ConfigError(f"not a date (YYYY-MM-DD): {at!r}")
+    if 1 <= y <= 9999:  # a real calendar day where Python's calendar reaches (not 2023-02-30)
+        try:
+            dt.date(y, m, d)
+        except ValueError as exc:
+            raise ConfigError(f"not a date (YYYY-MM-DD): {at!r}") from exc
     return sign * (y * 10000 + m * 100 + d)
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kgprobe.config import private_dir, write_private_text
 from kgprobe.errors import ConfigError, KgprobeError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -447,12 +448,12 @@ class SemanticIndex:
         import faiss
 
         d = Path(directory)
-        private_dir(d)
+        private_dir(d)  # the index names the graph's entities: owner-only like KGPROBE_HOME
         (d / MANIFEST).unlink(missing_ok=True)
         faiss.write_index(self.index, str(d / INDEX_FILE))
         os.chmod(d / INDEX_FILE, 0o600)
-        _write_private(d / QIDS_FILE, json.dumps(self.qids))
-        _write_private(d / MANIFEST, json.dumps(self.manifest(), indent=2, sort_keys=True))
+        write_private_text(d / QIDS_FILE, json.dumps(self.qids))
+        write_private_text(d / MANIFEST, json.dumps(self.manifest(), indent=2, sort_keys=True))
         return d
 
     @classmethod
@@ -520,35 +521,6 @@ def staleness(
         ):
             problems.append("feature bags changed since the index was built (hash differs)")
     return problems
-
-
-def private_dir(d: Path) -> None:
-    """Create ``d`` and any missing parent 0700, and tighten ``d`` itself (an index built by an
-    older kgprobe was 0755): the index names the graph's entities, which are the user's data
-    (docs/guarantees.md: KGPROBE_HOME is owner-only)."""
-    missing = [q for q in (d, *d.parents) if not q.exists()]
-    for q in reversed(missing):
-        q.mkdir(mode=0o700, exist_ok=True)
-    os.chmod(d, 0o700)
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to a file that is 0600 from its creation on (and tighten an old one)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    os.fchmod(fd, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-
-
-def tighten_index_dir(d: Path) -> None:
-    """Directories 0700 and files 0600 under ``d`` (an index tree left by an older kgprobe)."""
-    if not d.is_dir():
-        return
-    os.chmod(d, 0o700)
-    for q in d.rglob("*"):
-        if q.is_symlink():
-            continue
-        os.chmod(q, 0o700 if q.is_dir() else 0o600)
 
 
 def current_state(graph: Graph, *, deep: bool = True) -> GraphState:

@@ -41,7 +41,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from kgprobe.config import Settings, read_private_json, write_private_json
+from kgprobe.config import (
+    Settings,
+    private_dir,
+    read_private_json,
+    tighten_tree,
+    write_private_json,
+    write_private_text,
+)
 from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut
 
 DATABASE = "kgprobe"
@@ -259,7 +266,7 @@ class ManagedServer:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         """Hold HOME/server.lock: start, stop and wipe of one home never run at once."""
-        _private_dir(self.home)
+        private_dir(self.home)
         fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -295,11 +302,11 @@ class ManagedServer:
                 )
         pkg = _package_dir()
         java = pkg / "jre" / "bin" / "java"
-        _private_dir(self.root)
-        _tighten(self.root)
+        private_dir(self.root)
+        tighten_tree(self.root)
         # ArcadeDB reads the root password from this file at its first start only (afterwards
         # from its users file): never from argv, where every local user could read it.
-        _write_private_text(self.password_file, password)
+        write_private_text(self.password_file, password)
         cmd = [
             str(java),
             f"-Xmx{self.settings.heap}",
@@ -352,7 +359,7 @@ class ManagedServer:
         state = self._state()
         state.update(pid=pid, pid_start=_start_time(pid))
         write_private_json(self.state_file, state)
-        _write_private_text(self.pid_file, str(pid))
+        write_private_text(self.pid_file, str(pid))
 
     def _adopt(self, state: dict[str, object]) -> ServerInfo | None:
         """A server of this home that runs without a valid server.pid (e.g. an earlier command
@@ -367,7 +374,7 @@ class ManagedServer:
                 return None
             time.sleep(0.2)
         if len(pids) == 1 and port_open(bolt) and self._answers(http, bolt, state):
-            _write_private_text(self.pid_file, str(pids[0]))
+            write_private_text(self.pid_file, str(pids[0]))
             self._ensure_database(http, str(state["password"]))
             self._ensure_user(http, state)
             return self.info()
@@ -487,41 +494,6 @@ class ManagedServer:
             shutil.rmtree(self.root / "databases" / DATABASE, ignore_errors=True)
             if was_running:
                 self._start_locked(90.0)
-
-
-def _private_dir(path: Path) -> None:
-    """Create ``path`` (and parents) owner-only; tighten it if it exists with a wider mode."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_mode & 0o077:
-        path.chmod(0o700)
-
-
-def _tighten(root: Path) -> None:
-    """Make an existing data tree owner-only (homes created by older kgprobe were 0755/0644)."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames:
-            p = Path(dirpath, name)
-            if not p.is_symlink() and p.stat().st_mode & 0o077:
-                p.chmod(0o700)
-        for name in filenames:
-            p = Path(dirpath, name)
-            if not p.is_symlink() and p.stat().st_mode & 0o077:
-                p.chmod(0o600)
-
-
-def _write_private_text(path: Path, text: str) -> None:
-    """Write a small file created 0600 under a fresh name (O_EXCL), then renamed into place."""
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def _reap(pid: int) -> None:

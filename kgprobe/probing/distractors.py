@@ -397,11 +397,10 @@ def find_distractors(
 
 
 def default_index_dir() -> Path:
-    from kgprobe.config import Settings
-    from kgprobe.graph.semantic import tighten_index_dir
+    from kgprobe.config import Settings, tighten_tree
 
     indexes = Path(Settings.load().home) / "indexes"
-    tighten_index_dir(indexes)  # owner-only like the rest of KGPROBE_HOME (0700/0600)
+    tighten_tree(indexes)  # owner-only like the rest of KGPROBE_HOME (0700/0600)
     return indexes / "semantic"
 
 
