@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 class KgprobeError(Exception):
     """Base class: an expected failure whose message is meant for the user."""
@@ -32,6 +34,16 @@ class LockedOut(GraphUnavailable):
             "server's ports, or raise KGPROBE_LOCKOUT_WAIT"
         )
         self.user, self.waited = user, waited
+
+
+def lockout_waits(limit: float) -> Iterator[float]:
+    """Seconds to sleep between tries while a user is locked out: 1, 2, 4, 8, 8, … until
+    ``limit`` seconds in all (the last one cut to fit); nothing when ``limit`` is 0."""
+    waited, delay = 0.0, 1.0
+    while waited < limit:
+        step = min(delay, limit - waited)
+        yield step
+        waited, delay = waited + step, min(delay * 2, 8.0)
 
 
 class InputError(KgprobeError):

@@ -23,7 +23,7 @@ from neo4j.exceptions import (
 )
 
 from kgprobe.config import Settings, redact
-from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut
+from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut, lockout_waits
 
 T = TypeVar("T")
 
@@ -98,18 +98,18 @@ class Graph:
     def _waiting_out_lockouts(self, fn: Callable[[], T]) -> T:
         """``fn()``, retried with backoff while the user is locked out (nothing was done then:
         a call is one transaction, and the failure came at login)."""
-        waited, delay = 0.0, 1.0
+        waits, waited = lockout_waits(self._lockout_wait), 0.0
         while True:
             try:
                 return fn()
             except Neo4jError as exc:
                 if not self._is_lockout(exc):
                     raise
-                if waited >= self._lockout_wait:
+                step = next(waits, None)
+                if step is None:
                     raise LockedOut(self._user, waited) from exc
-                step = min(delay, self._lockout_wait - waited)
                 time.sleep(step)
-                waited, delay = waited + step, min(delay * 2, 8.0)
+                waited += step
 
     def _call(self, fn: Callable[[], T]) -> T:
         try:

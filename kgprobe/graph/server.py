@@ -49,7 +49,7 @@ from kgprobe.config import (
     write_private_json,
     write_private_text,
 )
-from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut
+from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut, lockout_waits
 
 DATABASE = "kgprobe"
 ADMIN = "root"  # ArcadeDB's administrator: HTTP set-up only, never Bolt (see the module docstring)
@@ -405,16 +405,16 @@ class ManagedServer:
     def _admin(self, http_port: int, password: str, command: str) -> dict[str, object]:
         """A server command as root over HTTP; while root is locked out (by bad logins from
         anyone on this machine), retry with backoff for ``lockout_wait`` seconds, then say so."""
-        waited, delay = 0.0, 1.0
+        waits, waited = lockout_waits(self.settings.lockout_wait), 0.0
         while True:
             answer = self._http(http_port, password, command)
             if LOCKED_OUT not in str(answer.get("error", "")):
                 return answer
-            if waited >= self.settings.lockout_wait:
+            step = next(waits, None)
+            if step is None:
                 raise LockedOut(repr(ADMIN), waited)
-            step = min(delay, self.settings.lockout_wait - waited)
             time.sleep(step)
-            waited, delay = waited + step, min(delay * 2, 8.0)
+            waited += step
 
     def _ensure_user(self, http_port: int, state: dict[str, object]) -> None:
         """Create this home's Bolt user (admin of the kgprobe database only) if ArcadeDB lacks it."""
