@@ -30,9 +30,11 @@ import math
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, ClassVar
 
-from kgprobe.errors import ConfigError
+from kgprobe.errors import ConfigError, PluginError
+from kgprobe.plugins import MEASURES, load_plugins
 from kgprobe.probing.measures.common import EndMarker, Entity, LabelRule, Runner
 from kgprobe.probing.requests import Request, Result
 
@@ -274,8 +276,10 @@ def register(cls: type[Measure]) -> type[Measure]:
     for attr in ("name", "section", "summary"):
         if not getattr(cls, attr, None):
             raise TypeError(f"measure {cls.__name__} has no {attr}")
-    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
-        raise TypeError(f"measure {cls.name!r} is registered twice")
+    old = REGISTRY.get(cls.name)
+    if old is not None and old is not cls:
+        raise TypeError(f"measure name {cls.name!r} of {_where(cls)} is taken by "
+                        f"{'the built-in measure' if _builtin(old) else 'the measure'} {_where(old)}")
     bad = set(cls.needs) - set(NEEDS)
     if bad:
         raise TypeError(f"measure {cls.name}: unknown needs {sorted(bad)}")
@@ -283,10 +287,33 @@ def register(cls: type[Measure]) -> type[Measure]:
     return cls
 
 
-def load_all() -> dict[str, type[Measure]]:
-    """Import the modules that register the built-in measures; the registry by name."""
-    from kgprobe.probing.measures import builtin  # noqa: F401
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
 
+
+def _builtin(cls: type) -> bool:
+    return cls.__module__.startswith("kgprobe.")
+
+
+def load_all() -> dict[str, type[Measure]]:
+    """The registry by name: the built-in measures, then the plug-ins (entry points of
+    ``kgprobe.measures``, ``--plugin`` and ``KGPROBE_PLUGINS`` modules; :mod:`kgprobe.plugins`).
+    Built-ins come first, so a plug-in that takes a built-in's name is the one refused."""
+    try:
+        from kgprobe.probing.measures import builtin  # noqa: F401
+    except TypeError as exc:  # a plug-in imported earlier by other code took a built-in name
+        raise PluginError(str(exc)) from exc
+    for plugin in load_plugins(MEASURES):
+        obj = plugin.obj
+        if isinstance(obj, ModuleType):
+            continue  # a module registers its measures when imported (``@register``)
+        if not (isinstance(obj, type) and issubclass(obj, Measure)):
+            raise PluginError(f"plugin {plugin.origin}: names {obj!r}, not a module or a Measure subclass")
+        if REGISTRY.get(getattr(obj, "name", None) or "") is not obj:
+            try:
+                register(obj)
+            except TypeError as exc:
+                raise PluginError(f"plugin {plugin.origin}: {exc}") from exc
     return REGISTRY
 
 
