@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kgprobe.errors import ConfigError, GraphUnavailable
 from kgprobe.graph import probe_runs as pr
+from kgprobe.progress import Progress
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION, is_pid
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -537,7 +538,7 @@ def run_probe(
     cuts_before = int(getattr(tok, "cut_count", 0))
     reasons: Counter[str] = Counter()
     try:
-        with _progress(progress, len(todo)) as (bar, task):
+        with Progress("probing", len(todo), "facts", enabled=progress) as bar:
             for batch in _chunks(todo, config.batch_facts):
                 planned = gather.batch(batch)
                 # a measure already stored with this configuration is not recomputed
@@ -572,8 +573,7 @@ def run_probe(
                 pr.write_scores(graph, run_id, rows, scored=n_ok, unscorable=len(rows) - n_ok, now=_now())
                 summary.scored += n_ok
                 summary.unscorable += len(rows) - n_ok
-                if bar is not None:
-                    bar.advance(task, len(batch))
+                bar.advance(len(batch))
     except GraphUnavailable as exc:
         summary.status = "interrupted"
         raise GraphUnavailable(
@@ -645,38 +645,6 @@ def _try_update(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
 
 def _chunks(rows: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
-
-
-class _progress:
-    """A rich progress bar with an ETA, or nothing when ``enabled`` is false."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled and total > 0
-        self.total = total
-        self.bar: Any = None
-
-    def __enter__(self) -> tuple[Any, Any]:
-        if not self.enabled:
-            return None, None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(
-            TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TextColumn("facts"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        )
-        self.bar.__enter__()
-        return self.bar, self.bar.add_task("probing", total=self.total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
 
 
 # --- the entry point the CLI and the Python API call ------------------------------------------------
