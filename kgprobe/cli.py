@@ -39,6 +39,14 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, ensure_ascii=False, default=str))
 
 
+def _heading(title: str) -> None:
+    """A rule with a title, as wide as the terminal but at most 100 columns (a console that is
+    not a terminal has no width limit, so that tables do not wrap: a rule would be endless)."""
+    from rich.rule import Rule
+
+    console.print(Rule(title), width=min(console.width, 100))
+
+
 def _print_jsonl(rows: Any) -> None:
     """``--jsonl``: one JSON object per line, for streams of records."""
     import json
@@ -457,12 +465,12 @@ def demo(
         print(json.dumps(result, ensure_ascii=False, default=str))
         return
     graph = result["graph"]
-    console.rule("demo graph")
+    _heading("demo graph")
     console.print(
         f"{graph['entities']:,} entities, {graph['facts']:,} facts ({graph['temporal_facts']:,} dated) "
         f"over {len(graph['per_relation'])} relations; {graph['templates']} templates"
     )
-    console.rule("knowledge gaps per relation")
+    _heading("knowledge gaps per relation")
     print_report(rep, console)
     secs = result["seconds"]
     console.print(
