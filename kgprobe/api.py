@@ -255,3 +255,22 @@ def report(
 
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
                  type_of=type_of, settings=settings)
+
+
+def ladder(
+    models: Sequence[str], *, out: str | Path | None = None, measure: str | None = None,
+    threshold: float | None = None, seed: int = 0, settings: Settings | None = None,
+) -> tuple[Any, dict[str, Path]]:
+    """Three or more models on the facts all were probed on (``kgprobe.ladder.Ladder``): each
+    model's mean with its interval, and each consecutive pair compared fact by fact; with
+    ``out``, ladder.json/.csv/.md/.svg written there."""
+    from kgprobe.ladder import build_ladder, write_ladder
+
+    if out:
+        from kgprobe.outputs import check_output_dir
+
+        check_output_dir(out)
+    with connect(settings) as graph:
+        lad = build_ladder(graph, list(models), measure=measure, threshold=threshold, seed=seed)
+    return lad, (write_ladder(lad, out) if out else {})
+

@@ -838,6 +838,35 @@ def report(
         console.print(f"{kind}: {path}", highlight=False)
 
 
+@app.command()
+def ladder(
+    models: list[str] = typer.Option(..., "--model", "-m", help="A probed model; three or more, in ladder order (repeat)."),
+    out: str | None = typer.Option(None, "--out", help="Write ladder.json, ladder.csv, ladder.md and ladder.svg here."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: one all models share)."),
+    threshold: float | None = typer.Option(None, "--threshold", help="Known when score >= this (default: the first model's run)."),
+    seed: int = typer.Option(0, help="Seed of the bootstraps."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Three or more models on the facts all of them were probed on: each model's mean with its
+    interval per relation, and each step up the ladder compared fact by fact (paired bootstrap
+    interval of the difference, McNemar's exact test)."""
+    import json
+
+    from kgprobe.api import ladder as build
+    from kgprobe.ladder import print_ladder
+
+    _check_seed(seed)
+    lad, paths = build(models, out=out, measure=measure, threshold=threshold, seed=seed)
+    if as_json:
+        doc = lad.to_dict()
+        doc["files"] = {k: str(v) for k, v in paths.items()}
+        print(json.dumps(doc, ensure_ascii=False, default=str))
+        return
+    print_ladder(lad, console)
+    for name, path in paths.items():
+        console.print(f"{name}: {path}", highlight=False)
+
+
 def main() -> None:
     """Entry point: run the app, turning expected errors into one line and an exit code."""
     import logging
