@@ -22,6 +22,13 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rich's switches that make any stream a terminal (or set a width) are the test's to set."""
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS"):
+        monkeypatch.delenv(name, raising=False)
+
+
 class Clock:
     def __init__(self) -> None:
         self.t = 100.0
@@ -124,7 +131,7 @@ def test_help_completion_quiet_verbose(tmp_path: Path) -> None:
 
 
 def test_measures_is_readable_at_80_columns_and_unbroken_in_a_log(tmp_path: Path) -> None:
-    env = clean_env(KGPROBE_CONFIG=str(tmp_path / "none.json"))
+    env = clean_env(KGPROBE_CONFIG=str(tmp_path / "none.json"))  # after the fixture: no COLUMNS
     names = [m["name"] for m in json.loads(kgprobe("measures", "--json", env=env).stdout)["measures"]]
     narrow = kgprobe("measures", env={**env, "COLUMNS": "80"}).stdout.splitlines()
     assert max(map(len, narrow)) <= 80
