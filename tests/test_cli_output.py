@@ -8,6 +8,8 @@ from __future__ import annotations
 import io
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -118,8 +120,12 @@ def test_help_completion_quiet_verbose(tmp_path: Path) -> None:
     for args in (["-h"], ["probe", "-h"], ["db", "start", "-h"], ["--help"]):
         r = kgprobe(*args, env=env)
         assert r.returncode == 0 and "Usage: kgprobe" in r.stdout, (args, r.stderr)
-    shown = kgprobe("--show-completion", "bash", env=env)
-    assert shown.returncode == 0 and "_KGPROBE_COMPLETE=complete_bash" in shown.stdout
+    # --show-completion detects the shell it runs under (shellingham: a bash parent here)
+    shown = subprocess.run(["bash", "-c", f"{sys.executable} -m kgprobe.cli --show-completion"], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and "_KGPROBE_COMPLETE=complete_bash" in shown.stdout, shown.stdout + shown.stderr
+    named = kgprobe(env={**env, "_KGPROBE_COMPLETE": "source_zsh"})  # a shell named, not detected
+    assert named.returncode == 0 and named.stdout.lstrip().startswith("#compdef kgprobe")
     done = kgprobe(env={**env, "_KGPROBE_COMPLETE": "complete_bash", "COMP_WORDS": "kgprobe pro", "COMP_CWORD": "1"})
     assert done.stdout.split() == ["probe"]
     done = kgprobe(env={**env, "_KGPROBE_COMPLETE": "complete_bash", "COMP_WORDS": "kgprobe probe --meas",
