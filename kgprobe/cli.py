@@ -12,6 +12,7 @@ line; `--relation/-r` is repeatable; `-s` is always `--strategy`; the known thre
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import typer
@@ -864,19 +865,27 @@ def report(
 ) -> None:
     """Knowledge gaps per relation (or type, or popularity bucket): n, mean score with a
     bootstrap CI where n >= 10, share known, popularity buckets and temporal staleness."""
-    import json
 
     from kgprobe.api import report as build
     from kgprobe.reporting import print_report
 
     _check_seed(seed)
     rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed, by=by, type_of=type_of)
+    _print_with_files(rep, paths, as_json, print_report)
+
+
+def _print_with_files(doc_of: Any, paths: dict[str, Any], as_json: bool,
+                      show: Callable[[Any, Any], None]) -> None:
+    """A report-like result: one JSON document (with the files written), or the tables and
+    then one line per file."""
+    import json
+
     if as_json:
-        doc = rep.to_dict()
+        doc = doc_of.to_dict()
         doc["files"] = {k: str(v) for k, v in paths.items()}
         print(json.dumps(doc, ensure_ascii=False, default=str))
         return
-    print_report(rep, console)
+    show(doc_of, console)
     for kind, path in paths.items():
         console.print(f"{kind}: {path}", highlight=False)
 
@@ -893,21 +902,13 @@ def ladder(
     """Three or more models on the facts all of them were probed on: each model's mean with its
     interval per relation, and each step up the ladder compared fact by fact (paired bootstrap
     interval of the difference, McNemar's exact test)."""
-    import json
 
     from kgprobe.api import ladder as build
     from kgprobe.ladder import print_ladder
 
     _check_seed(seed)
     lad, paths = build(models, out=out, measure=measure, threshold=threshold, seed=seed)
-    if as_json:
-        doc = lad.to_dict()
-        doc["files"] = {k: str(v) for k, v in paths.items()}
-        print(json.dumps(doc, ensure_ascii=False, default=str))
-        return
-    print_ladder(lad, console)
-    for name, path in paths.items():
-        console.print(f"{name}: {path}", highlight=False)
+    _print_with_files(lad, paths, as_json, print_ladder)
 
 
 def main() -> None:
