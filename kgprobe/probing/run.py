@@ -74,6 +74,7 @@ class ProbeConfig:
     history_first: bool = False  # sample facts with a past value (staleness) first
     end: str = "auto"  # Eq. 1 end marker: auto (the model's documented one), eos, tail, none
     label_rule: str = "names"  # which aliases are labels (LabelRule): names or all
+    verbalizer: str = "careful"  # how labels are written into templates: careful or raw
     on_model_mismatch: str = "suffix"  # another model's weights under this key: suffix or refuse
     shard: tuple[int, int] | None = None  # (K, N): only shard K of N of the sampled facts
 
@@ -98,6 +99,7 @@ class ProbeConfig:
             raise ConfigError("a measure is given twice")
         SHARED["end"].parse(self.end)
         SHARED["label_rule"].parse(self.label_rule)
+        SHARED["verbalizer"].parse(self.verbalizer)
         if self.on_model_mismatch not in ("suffix", "refuse"):
             raise ConfigError("on a model mismatch choose suffix or refuse")
         if self.strategy not in STRATEGIES:
@@ -176,6 +178,7 @@ def _run_context(cfg: ProbeConfig, model_name: str | None) -> Any:
     return RunContext(end=end, max_subject_labels=cfg.max_subject_labels,
                       max_object_labels=cfg.max_object_labels,
                       label_rule=LabelRule(cfg.label_rule),  # type: ignore[arg-type]
+                      verbalizer=cfg.verbalizer,
                       n=cfg.n, strategy=cfg.strategy, seed=cfg.seed, end_choice=cfg.end)
 
 
@@ -295,9 +298,13 @@ class _Gatherer:
         self._all_templates: dict[str, tuple[str, ...]] | None = None
         self._demos: tuple[Any, ...] | None = None
 
-    def _ent(self, row: dict[str, Any] | None, qid: str) -> Any:
+    def _ent(self, row: dict[str, Any] | None, qid: str, pid: str | None = None) -> Any:
+        from kgprobe.probing.verbalize import entity_facts
+
         row = row or {}
-        return self.rule.entity(row.get("label"), row.get("aliases"), qid)
+        facts = (None if self.cfg.verbalizer == "raw" else  # pid: the relation it is subject of
+                 entity_facts(row.get("label") or "", row.get("aliases") or (), row.get("types") or (), pid))
+        return self.rule.entity(row.get("label"), row.get("aliases"), qid, facts)
 
     def batch(self, rows: Sequence[dict[str, Any]]) -> list[_Planned]:
         from kgprobe.graph import distractors as gd
@@ -342,13 +349,15 @@ class _Gatherer:
         for row, ds, past, others, subjects, orel, why, err in pre:
             fact = FactInput(
                 key=row["key"], pid=row["pid"],
-                subject=self._ent({"label": row["s_label"], "aliases": row["s_aliases"]}, row["s"]),
-                object=self._ent({"label": row["o_label"], "aliases": row["o_aliases"]}, row["o"]),
+                subject=self._ent({"label": row["s_label"], "aliases": row["s_aliases"],
+                                   "types": row.get("s_types")}, row["s"], row["pid"]),
+                object=self._ent({"label": row["o_label"], "aliases": row["o_aliases"],
+                                  "types": row.get("o_types")}, row["o"]),
                 templates=tuple(text for _, text in self.templates[row["pid"]]),
                 distractors=tuple(self._ent(labels.get(q), q) for q in ds),
                 past=tuple(self._ent(labels.get(q), q) for q in past),
                 other_objects=tuple(self._ent(labels.get(q), q) for q in others),
-                other_subjects=tuple(self._ent(labels.get(q), q) for q in subjects),
+                other_subjects=tuple(self._ent(labels.get(q), q, row["pid"]) for q in subjects),
                 object_relation_templates=tuple(all_t[p] for p in orel if all_t.get(p)),
                 demonstrations=self._demonstrations() if "demonstrations" in self.needs else (),
                 distractor_reason=why,
@@ -367,8 +376,10 @@ class _Gatherer:
                 for r in pr.relation_facts(self.graph, pid, self.cfg.seed):
                     pool.append(FactInput(
                         key=r["key"], pid=pid,
-                        subject=self._ent({"label": r["s_label"], "aliases": r["s_aliases"]}, r["s"]),
-                        object=self._ent({"label": r["o_label"], "aliases": r["o_aliases"]}, r["o"]),
+                        subject=self._ent({"label": r["s_label"], "aliases": r["s_aliases"],
+                                           "types": r.get("s_types")}, r["s"], pid),
+                        object=self._ent({"label": r["o_label"], "aliases": r["o_aliases"],
+                                          "types": r.get("o_types")}, r["o"]),
                         templates=tuple(text for _, text in self.templates[pid])))
             self._demos = tuple(pool)
         return self._demos
@@ -506,7 +517,7 @@ def run_probe(
         "measure_params": json.dumps({**settings, "threshold": config.threshold,
                                       "measures": m_cfg}, default=str),
         "end_marker": json.dumps({"choice": config.end, "kind": ctx.end.kind, "text": ctx.end.text}),
-        "label_rule": config.label_rule,
+        "label_rule": config.label_rule, "verbalizer": config.verbalizer,
         "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "threshold": config.threshold, "sample": config.sample, "relations": relations,
         "history_first": config.history_first,
@@ -702,6 +713,7 @@ def probe(
     history_first: bool = False,
     end: str = "auto",
     label_rule: str = "names",
+    verbalizer: str = "careful",
     max_subject_labels: int = 1,
     on_model_mismatch: str = "suffix",
     shard: tuple[int, int] | None = None,
@@ -728,7 +740,7 @@ def probe(
         model=model, relations=tuple(relations), sample=sample, measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
         dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
-        history_first=history_first, end=end, label_rule=label_rule,
+        history_first=history_first, end=end, label_rule=label_rule, verbalizer=verbalizer,
         max_subject_labels=max_subject_labels, on_model_mismatch=on_model_mismatch, shard=shard,
     )
     config.validate()

@@ -28,7 +28,7 @@ def _cap(e: Entity, n: int | None) -> Entity:
     """``e`` with at most ``n`` labels (label + aliases), so library functions that read every
     label honour the run's --max-labels."""
     labels = e.labels(n)
-    return Entity(labels[0] if labels else e.label, tuple(labels[1:]), e.qid)
+    return Entity(labels[0] if labels else e.label, tuple(labels[1:]), e.qid, e.facts)
 
 
 def _fact(f: FactInput, ctx: RunContext) -> Fact:
@@ -279,7 +279,8 @@ class Karr(Measure):
     uses_labels = False  # KaRR has its own alias cap and its own probability (no end marker)
 
     def config(self, ctx: RunContext) -> dict[str, Any]:
-        return {**super().config(ctx), "seed": ctx.seed, "label_rule": ctx.label_rule.name}
+        return {**super().config(ctx), "seed": ctx.seed, "label_rule": ctx.label_rule.name,
+                **({} if ctx.verbalizer == "raw" else {"verbalizer": ctx.verbalizer})}
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         from kgprobe.probing.measures.baselines import KarrItem, karr
@@ -589,7 +590,7 @@ class InfoKL(Measure):
         for i, f in enumerate(facts):
             for c in cloze_sentences(f.templates, f.subject, max_subject_labels=ctx.max_subject_labels):
                 prompts.append(c.context)
-                stated.append(fill(c.template, c.subject_label, f.object.label))
+                stated.append(fill(c.template, c.subject_label, f.object.name))
                 owners.append(i)
         k = int(self.settings["top_k"])
         res: list[Any] = []

@@ -100,6 +100,8 @@ class RunContext:
     max_subject_labels: int = 1
     max_object_labels: int = 3
     label_rule: LabelRule = field(default_factory=LabelRule)
+    #: how labels are written into templates: careful or raw (kgprobe.probing.verbalize)
+    verbalizer: str = "careful"
     n: int = 5
     strategy: str = "temp+sem"
     seed: int = 0
@@ -255,13 +257,18 @@ SHARED: dict[str, Param] = {
                  ("auto", "eos", "tail", "none"), str),
     "label_rule": Param("label_rule", "names", "which aliases are labels: names or all", "lr",
                         ("names", "all"), str),
+    "verbalizer": Param("verbalizer", "careful",
+                        "how labels are written: careful (articles, capitals, quoted titles) "
+                        "or raw (the label as it is, as the DFA paper)", "v",
+                        ("careful", "raw"), str),
 }
 
 
 def shared_values(ctx: RunContext) -> dict[str, Any]:
     return {"max_subject_labels": ctx.max_subject_labels,
             "max_object_labels": ctx.max_object_labels,
-            "end": ctx.end_choice, "label_rule": ctx.label_rule.name}
+            "end": ctx.end_choice, "label_rule": ctx.label_rule.name,
+            "verbalizer": ctx.verbalizer}
 
 
 # --- the registry -------------------------------------------------------------------------------
