@@ -97,6 +97,8 @@ def test_keys_carry_every_score_changing_setting() -> None:
     assert measure_key("kmin", "temp+sem", 5, max_object_labels=1) == "kmin_temp_sem_n5_o1"
     assert measure_key("kmin", "temp+sem", 5, end="eos") == "kmin_temp_sem_n5_eeos"
     assert measure_key("kmin", "temp+sem", 5, label_rule="all") == "kmin_temp_sem_n5_lrall"
+    assert measure_key("kmin", "temp+sem", 5, verbalizer="raw") == "kmin_temp_sem_n5_vraw"
+    assert measure_key("kmin", "temp+sem", 5, verbalizer="careful") == "kmin_temp_sem_n5"
     assert measure_key("kmin", "temp+sem", 5, max_subject_labels=2) == "kmin_temp_sem_n5_s2"
     assert measure_key("belief:k=5", "random", 3) == "belief_random_n3_k5"
     # report-only parameters change no stored value and no key
@@ -110,7 +112,7 @@ def test_cli_measures_json_is_one_document() -> None:
     doc = json.loads(out.stdout)
     assert {m["name"] for m in doc["measures"]} >= {"kmin", "belief", "factor"}
     assert {p["name"] for p in doc["shared_parameters"]} == {
-        "max_subject_labels", "max_object_labels", "end", "label_rule"}
+        "max_subject_labels", "max_object_labels", "end", "label_rule", "verbalizer"}
 
 
 def _cfg(model: Path, **kw: Any) -> ProbeConfig:

@@ -255,6 +255,14 @@ def surface(label: str, before: str = "") -> str:
     return _capitalize(text) if initial else text
 
 
+def join_tail(label: str, written: str, tail: str) -> str:
+    """``tail`` after a written name: a careful name that ends in a period ("Chelsea F.C.",
+    "Apple Inc.") takes no second one ("… played for Chelsea F.C.", not "F.C..")."""
+    if isinstance(label, Name) and written.endswith(".") and tail.startswith("."):
+        return tail[1:]
+    return tail
+
+
 @dataclass(frozen=True)
 class Cloze:
     """An object-last prompt cut before the object: score ``continuation(obj)`` after ``context``.
@@ -272,7 +280,8 @@ class Cloze:
         return f"{self.separator}{surface(obj, self.context + self.separator)}"
 
     def sentence(self, obj: str) -> str:
-        return f"{self.context}{self.continuation(obj)}{self.tail}"
+        cont = self.continuation(obj)
+        return f"{self.context}{cont}{join_tail(obj, cont, self.tail)}"
 
 
 def fill(template: str, subject: str, obj: str | None = None) -> str:
@@ -291,9 +300,11 @@ def fill(template: str, subject: str, obj: str | None = None) -> str:
             return "".join(out)
         k, slot = min(hits)
         out.append(rest[:k])
-        value = subject if slot == SUBJECT else obj
-        out.append(surface(value, "".join(out)))  # type: ignore[arg-type]
+        value: str = subject if slot == SUBJECT else obj  # type: ignore[assignment]
+        written = surface(value, "".join(out))
+        out.append(written)
         rest = rest[k + len(slot):]
+        rest = join_tail(value, written, rest)
 
 
 def cloze(template: str, subject: str, style: str | None = None) -> Cloze:

@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.probing.requests import Request, Result
-from kgprobe.probing.verbalize import OBJECT, SUBJECT, Cloze, Facts, cloze, fill, name
+from kgprobe.probing.verbalize import OBJECT, SUBJECT, Cloze, Facts, cloze, fill, join_tail, name
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION, derive_style
 
 
@@ -149,8 +149,8 @@ class EndMarker:
             return base, False
         if self.kind == "tail":
             tail = c.tail.rstrip()
-            return base + (tail if tail else self.text), False
-        return base + self.text, False
+            return base + join_tail(label, base, tail if tail else self.text), False
+        return base + join_tail(label, base, self.text), False
 
 
 #: Per-model end markers (documented in docs/measures.md). Models not listed use ``tail``.
