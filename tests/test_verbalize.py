@@ -85,6 +85,16 @@ CASES = [
     ("[X] was born in [Y].", ent("The Weeknd", ("Q5",)), ent("Toronto", ("Q515",)), "The Weeknd was born in Toronto."),
     ("The spouse of [X] is [Y].", ent("Kate Winslet", ("Q5",)), ent("The Edge", ("Q5",)),
      "The spouse of Kate Winslet is The Edge."),
+    # an untyped subject of a relation whose subjects are people is a person: no article
+    ("[X] is married to [Y].", ent("Gabrielle Union", subject_of="P26"), ent("Dwyane Wade", ("Q5",)),
+     "Gabrielle Union is married to Dwyane Wade."),
+    ("[X] was educated at [Y].", ent("Beatrix of the Netherlands", subject_of="P69"),
+     ent("Leiden University", ("Q3918",)), "Beatrix of the Netherlands was educated at Leiden University."),
+    # ... and of a relation that does not say: the form decides
+    ("[X] is a member of [Y].", ent("Netherlands", subject_of="P463"), ent("NATO", ("Q43229",)),
+     "The Netherlands is a member of NATO."),
+    ("[X] is developed by [Y].", ent("Blitz: The League"), ent("Midway Games", ("Q4830453",)),
+     "Blitz: The League is developed by Midway Games."),
     # templates that already determine the slot: no "the the", no article in an appositive
     ("[X] is a member of the political party [Y].", ent("Clarence Thomas", ("Q5",)),
      ent("Republican Party", ("Q7278",)), "Clarence Thomas is a member of the political party Republican Party."),

@@ -67,6 +67,13 @@ WORK_CLASSES = frozenset({
 #: film or TV show" are creative works. Relations whose subjects mix works with other
 #: things (P170 "creator": paintings and fictional characters) are left out.
 WORK_SUBJECT_RELATIONS = frozenset({"P50", "P57", "P58", "P449", "P364"})
+#: Likewise, relations whose subjects Wikidata constrains to humans (subject type constraint
+#: Q5): an untyped subject of these is a person, written as it is ("Gabrielle Union" is
+#: no union, "Beatrix of the Netherlands" no country).
+PERSON_SUBJECT_RELATIONS = frozenset({
+    "P19", "P20", "P26", "P27", "P39", "P54", "P69", "P102", "P103", "P108", "P509", "P1303",
+    "P1412", "P3373", "P6886",
+})
 
 # --- the rules for "the" ---------------------------------------------------------------------------
 
@@ -151,6 +158,8 @@ def entity_facts(label: str, aliases: Iterable[str] = (), types: Iterable[str] =
     """:class:`Facts` of an entity from its graph row; ``subject_of`` is a relation it is the
     subject of (its class stands in for missing types, for titles only)."""
     ts = frozenset(types)
+    if not ts and subject_of in PERSON_SUBJECT_RELATIONS:
+        ts = frozenset({HUMAN})
     the_forms = frozenset(_LEADING_THE.sub("", a).strip().lower() for a in aliases
                           if a and _LEADING_THE.match(a))
     work = bool(ts & WORK_CLASSES) or (not ts and subject_of in WORK_SUBJECT_RELATIONS)
@@ -177,17 +186,18 @@ def _takes_the(label: str, f: Facts) -> bool:
         return f.main_takes_the and (len(text.replace(".", "")) <= 3
                                      or not re.search(r"[AEIOU]", text))
     words = text.replace(",", " ").split()
-    if not words[0][:1].isupper():
-        return False  # a common noun phrase ("independent politician", "statelessness")
+    if not words[0][:1].isupper() or ": " in text:
+        return False  # a common noun phrase ("independent politician"); a subtitled title
     if f.types & SPORTS_TEAM:
         if _NATIONAL_TEAM.search(text):
             return True  # "the Brazil national football team"
         last = words[-1]
         return (not _CLUB_MARK.search(text) and len(words) > 1 and last[:1].isupper()
+                and text.isascii()  # English plural nicknames, not "… de Desportos"
                 and last.endswith("s") and not last.endswith(("ss", "us", "is")))  # the Chicago Bulls
-    if any(w in THE_NAMES for w in words):
-        return True
     head, of, _ = text.partition(" of ")
+    if not of and words[-1] in THE_NAMES:
+        return True  # "the Netherlands", "the Greater Caucasus"; not "Beatrix of the Netherlands"
     if of:
         return head.split()[-1] in OF_HEADS if head.split() else False
     return words[-1] in THE_HEADS and len(words) > 1
