@@ -96,19 +96,21 @@ class _DistractorK(Measure):
                          else 0.0 for c in fp.clozes]
                 stale = sum(flags) / len(flags)
             out.append({"score": _mean(got), "stale": stale,
-                        "_details": _distractor_details(fp, n_ds, f.past)})
+                        "_details": _distractor_details(fp, n_ds, f.past, f.object)})
         return out
 
 
-def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity]) -> dict[str, Any]:
+def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity], obj: Entity) -> dict[str, Any]:
     """What the per-fact records (kgprobe.results) show of one scored fact: its cloze
-    sentences and every distractor's (and past value's) log-plausibility on each. Keys starting
-    with ``_`` never reach the graph."""
+    sentences (with the true object, as the run's verbalizer writes it) and every distractor's
+    (and past value's) log-plausibility on each. Keys starting with ``_`` never reach the graph."""
     past_qids = {e.qid for e in past}
     return {
         "templates": list(dict.fromkeys(c.sentence.template for c in fp.clozes)),
         "clozes": [{"template": c.sentence.template, "subject_label": c.sentence.subject_label,
-                    "context": c.sentence.context, "log_pl_object": float(c.log_pl_true)}
+                    "context": c.sentence.context,
+                    "sentence": c.sentence.cloze.sentence(obj.name),
+                    "log_pl_object": float(c.log_pl_true)}
                    for c in fp.clozes],
         "distractors": [
             {"qid": e.qid, "label": e.label,
