@@ -33,6 +33,9 @@ OBJECT = "[Y]"
 
 #: The verbalizers a run can choose (``ProbeConfig.verbalizer``).
 VERBALIZERS = ("careful", "raw")
+#: Version of the careful rules, in the configuration hash of careful runs: a change of the
+#: rules (a new head noun, a new class) must mark scores written under the old ones stale.
+CAREFUL_RULES_VERSION = 1
 
 # --- classes (Wikidata QIDs of P31 types) ----------------------------------------------------------
 
@@ -156,7 +159,7 @@ def _make_name(text: str, article: bool, work: bool, person: bool) -> Name:
 def entity_facts(label: str, aliases: Iterable[str] = (), types: Iterable[str] = (),
                  subject_of: str | None = None) -> Facts:
     """:class:`Facts` of an entity from its graph row; ``subject_of`` is a relation it is the
-    subject of (its class stands in for missing types, for titles only)."""
+    subject of (its subjects' class stands in for missing types: works, people)."""
     ts = frozenset(types)
     if not ts and subject_of in PERSON_SUBJECT_RELATIONS:
         ts = frozenset({HUMAN})

@@ -21,6 +21,7 @@ from kgprobe.probing.measures.registry import (
     Values,
     _is_num,
     register,
+    verbalizer_config,
 )
 
 
@@ -282,7 +283,7 @@ class Karr(Measure):
 
     def config(self, ctx: RunContext) -> dict[str, Any]:
         return {**super().config(ctx), "seed": ctx.seed, "label_rule": ctx.label_rule.name,
-                **({} if ctx.verbalizer == "raw" else {"verbalizer": ctx.verbalizer})}
+                **verbalizer_config(ctx)}
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         from kgprobe.probing.measures.baselines import KarrItem, karr

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 from kgprobe.errors import ConfigError
 from kgprobe.probing.measures.common import EndMarker, Entity, LabelRule, Runner
 from kgprobe.probing.requests import Request, Result
+from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION
 
 #: What a measure can ask the loop to fetch for each fact.
 NEEDS: dict[str, str] = {
@@ -174,7 +175,8 @@ class Measure:
         if self.uses_distractors:
             out.update(strategy=ctx.strategy, n=ctx.n, seed=ctx.seed)
         if self.uses_labels:
-            out.update(shared_values(ctx), end_kind=ctx.end.kind, end_text=ctx.end.text)
+            out.update(shared_values(ctx), end_kind=ctx.end.kind, end_text=ctx.end.text,
+                       **verbalizer_config(ctx))
         return out
 
     version: ClassVar[int] = 1
@@ -262,6 +264,15 @@ SHARED: dict[str, Param] = {
                         "or raw (the label as it is, as the DFA paper)", "v",
                         ("careful", "raw"), str),
 }
+
+
+def verbalizer_config(ctx: RunContext) -> dict[str, Any]:
+    """What of the verbalizer goes into a configuration hash beside the shared settings: the
+    careful rules' version (a change of the rules makes stored careful scores stale); nothing
+    for raw, so KaRR scores stored before the verbalizer existed stay valid under raw."""
+    if ctx.verbalizer == "raw":
+        return {}
+    return {"verbalizer": ctx.verbalizer, "verbalizer_rules": CAREFUL_RULES_VERSION}
 
 
 def shared_values(ctx: RunContext) -> dict[str, Any]:
