@@ -211,7 +211,8 @@ def test_name_survives_pickling_and_compares_as_its_label() -> None:
 def test_verbalizer_is_part_of_every_label_measure_configuration() -> None:
     """Changing how sentences are written changes the configuration hash (stored scores are
     never mixed), for the distractor measure and for KaRR, which keys no shared setting."""
-    from kgprobe.probing.measures.registry import RunContext, create
+    from kgprobe.probing.measures.catalog import create
+    from kgprobe.probing.measures.registry import RunContext
 
     for name in ("kmin", "karr", "factor"):
         m = create(name, {})
