@@ -540,6 +540,12 @@ def factor(
     strategy: str = typer.Option("random", "--strategy", "-s", help="--from-graph: distractors: random, sem or temp+sem."),
     n: int = typer.Option(3, "-n", help="--from-graph: false completions per item (the paper uses 3)."),
     seed: int = typer.Option(0, help="--from-graph: seed of the sample and the distractors."),
+    at: str | None = typer.Option(None, "--at", help="--from-graph: reference date YYYY-MM-DD (default today)."),
+    generator: str | None = typer.Option(None, "--generator", help="--from-graph: model writing contradictions of the paper's five error types (registry name, directory, hub id) or an OpenAI-compatible base URL."),
+    nli: str | None = typer.Option(None, "--nli", help="--from-graph: NLI model directory for the contradiction filter (paper: microsoft/deberta-large-mnli)."),
+    fluency_model: str | None = typer.Option(None, "--fluency-model", help="--from-graph: causal model for the fluency filter (paper: GPT2-small)."),
+    prefix_facts: int = typer.Option(4, "--prefix-facts", help="--from-graph: other facts of the subject in the prefix (0 = empty prefix)."),
+    out: str | None = typer.Option(None, "--out", help="--from-graph: write the items as a FACTOR CSV (with error types and filter scores)."),
     max_length: int | None = typer.Option(None, "--max-length", help="Cap the context at this many tokens, prefix cut from the left (the paper: 1024)."),
     limit: int | None = typer.Option(None, help="Score only the first N rows."),
     prefix_column: str = typer.Option("turncated_prefixes",
@@ -555,10 +561,15 @@ def factor(
     per-token log-probability given the prefix (from a CSV, or generated from the graph)."""
     import json
 
+    from rich.markup import escape
+
+    from kgprobe.app.factor_pipeline import PipelineSettings, run_factor_pipeline
     from kgprobe.errors import ConfigError
-    from kgprobe.probing.measures.factor import run_factor_file, run_factor_graph
+    from kgprobe.probing.measures.factor import run_factor_file
 
     _check_pids(relations or [])
+    _check_number("--prefix-facts", prefix_facts, 0)
+    _check_date(at)
     _check_number("--sample", sample, 0)
     _check_number("-n", n, 1)
     _check_seed(seed)
@@ -569,9 +580,11 @@ def factor(
     if from_graph == (file is not None):
         raise ConfigError("give a FACTOR CSV file or --from-graph (one of them)")
     if from_graph:
-        result = run_factor_graph(model, relations=relations or (), sample=sample or None,
-                                  strategy=strategy, n=n, seed=seed, dtype=dtype, threads=threads,
-                                  progress=not as_json, max_length=max_length)
+        result = run_factor_pipeline(
+            model, relations=relations or (), sample=sample or None, at=at,
+            settings=PipelineSettings(n=n, strategy=strategy, seed=seed, prefix_facts=prefix_facts),
+            generator=generator, nli_model=nli, fluency_model=fluency_model, out_csv=out,
+            dtype=dtype, threads=threads, progress=not as_json, max_length=max_length)
     else:
         assert file is not None
         result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
@@ -584,6 +597,18 @@ def factor(
                   f"— {str(result['model'])} on {str(where)}", highlight=False)
     for pid, r in (result.get("relations") or {}).items():
         console.print(f"  {pid}: {r['accuracy']:.4f} over {r['items']} items", highlight=False)
+    if from_graph:
+        console.print(escape(str(result["steps_line"])), highlight=False)
+        for t, c in result["error_types"].items():
+            console.print(f"  {t}: {c['candidates']} candidates, {c['nli_passed']} passed NLI, "
+                          f"{c['fluency_passed']} passed fluency, {c['selected']} selected",
+                          highlight=False)
+        if result["skipped"]:
+            console.print(f"  {result['skipped']} facts skipped (too few contradictions)", highlight=False)
+        if result["csv"]:
+            console.print(escape(f"items written to {result['csv']}"), highlight=False)
+        console.print("Not comparable with Wiki-, News- or Expert-FACTOR accuracy (docs/measures.md).",
+                      highlight=False)
 
 
 @app.command()

@@ -21,7 +21,9 @@ log p(c|t) and |c| — what is averaged is exactly the official script's span. T
 
 Items can also be generated from facts: the verbalized fact is c⁺ and the same sentence with
 the object replaced by typed distractors are C⁻, so any relation becomes a multiple-choice
-benchmark.
+benchmark. The paper's generation pipeline over the graph (prefixes, generated contradictions
+of five error types, NLI and fluency filters, diversity selection) is in
+:mod:`kgprobe.app.factor_pipeline`; this module only reads, writes and scores items.
 """
 
 from __future__ import annotations
@@ -89,6 +91,41 @@ def read_factor_csv(path: str | Path, prefix_column: str = "turncated_prefixes",
             out.append(FactorItem(row[prefix_column] or "", tuple(comps), rid,
                                   row.get("doc_id", "") or ""))
     return out
+
+
+def write_factor_csv(path: str | Path, items: Sequence[FactorItem],
+                     extra: Sequence[dict[str, Any]] | None = None) -> Path:
+    """Write items in the official CSV layout (an unnamed index column holding the item id,
+    ``turncated_prefixes``, ``full_prefix`` (the same text: nothing is truncated),
+    ``completion``, ``contradiction_0..``, ``doc_id``) that :func:`read_factor_csv` reads back;
+    ``extra`` adds per-item columns after those (their names must not start with
+    ``contradiction_``, which the reader takes as completions). Every item needs the same
+    number of contradictions."""
+    if not items:
+        raise InputError("no FACTOR item to write")
+    n = len(items[0].completions) - 1
+    if any(len(it.completions) - 1 != n for it in items):
+        raise InputError("FACTOR CSV rows need the same number of contradictions")
+    extra = list(extra) if extra is not None else [{} for _ in items]
+    if len(extra) != len(items):
+        raise InputError("one extra row per FACTOR item")
+    names: list[str] = []
+    for row in extra:
+        names += [k for k in row if k not in names]
+    base = ["", "turncated_prefixes", "full_prefix", "completion",
+            *[f"contradiction_{i}" for i in range(n)], "doc_id"]
+    clash = [k for k in names if k.startswith("contradiction_") or k in base]
+    if clash:
+        raise InputError(f"extra FACTOR column(s) clash with the format: {', '.join(clash)}")
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(base + names)
+        for it, row in zip(items, extra, strict=True):
+            w.writerow([it.item_id, it.prefix, it.prefix, *it.completions, it.doc_id,
+                        *["" if row.get(k) is None else row[k] for k in names]])
+    return p
 
 
 def factor_pair(prefix: str, completion: str) -> tuple[str, str]:
@@ -228,101 +265,3 @@ def _score_items(items: Sequence[FactorItem], model: str, *, batch_size: int, dt
                      for o in outcomes],
     }
 
-
-def run_factor_graph(
-    model: str,
-    *,
-    relations: Sequence[str] = (),
-    sample: int | None = 60,
-    strategy: str = "random",
-    n: int = 3,
-    seed: int = 0,
-    at: str | None = None,
-    batch_size: int = 16,
-    dtype: str = "float32",
-    threads: int = 1,
-    progress: bool = True,
-    max_length: int | None = None,
-    graph: Any = None,
-) -> dict[str, Any]:
-    """FACTOR accuracy on items generated from the graph: a stratified, seeded sample of
-    facts (as ``kgprobe probe`` draws them), each relation's first object-last template, the
-    true sentence against ``n`` typed distractors of ``strategy`` (what ``kgprobe factor
-    --from-graph`` prints, with accuracy per relation)."""
-    from kgprobe.graph import distractors as gd
-    from kgprobe.graph import probe_runs as pr
-    from kgprobe.graph.client import connect
-    from kgprobe.probing.run import choose_relations, probe_relations
-
-    g = graph if graph is not None else connect()
-    try:
-        available = probe_relations(g)
-        chosen = choose_relations(available, relations)
-        ref = gd.date_sort_key(at)
-        by_pid = {p: pr.candidate_keys(g, p, ref) for p in chosen}
-        keys = pr.sample_keys({p: list(k) for p, k in by_pid.items()}, sample, seed)
-        subjects = {k: s for by_key in by_pid.values() for k, s in by_key.items()}
-        facts = [(d["s"], d["pid"], d["o"]) for d in pr.fact_details(g, keys, subjects, [])]
-        kw: dict[str, Any] = {}
-        if strategy in ("sem", "temp+sem"):
-            from kgprobe.graph.semantic import ensure_index
-            from kgprobe.probing.distractors import default_index_dir
-
-            kw["index"] = ensure_index(g, default_index_dir())
-        if strategy == "appropt":
-            raise ConfigError("factor --from-graph takes random, sem or temp+sem distractors")
-        items, skipped = factor_items_from_graph(g, facts, strategy=strategy, n_false=n, seed=seed,
-                                                 at=ref, **kw)
-    finally:
-        if graph is None:
-            g.close()
-    if not items:
-        raise InputError("no FACTOR item could be built from the sampled facts "
-                         f"({len(skipped)} skipped: {next(iter(skipped.values()), '')})")
-    out = _score_items(items, model, batch_size=batch_size, dtype=dtype, threads=threads,
-                       progress=progress, max_length=max_length)
-    per_rel: dict[str, list[bool]] = {}
-    for it, o in zip(items, out["per_item"], strict=True):
-        per_rel.setdefault(it.item_id.split("|")[1], []).append(bool(o["correct"]))
-    return {"source": "graph", "strategy": strategy, "n": n, "seed": seed,
-            "relations": {p: {"items": len(v), "accuracy": sum(v) / len(v)}
-                          for p, v in sorted(per_rel.items(), key=lambda kv: int(kv[0][1:]))},
-            "skipped": len(skipped), **out}
-
-
-def factor_items_from_graph(
-    graph: Any,
-    facts: Sequence[tuple[str, str, str]],
-    *,
-    strategy: str = "random",
-    n_false: int = 3,
-    seed: int = 0,
-    template: str | None = None,
-    **distractor_kw: Any,
-) -> tuple[list[FactorItem], dict[str, str]]:
-    """FACTOR items for (subject QID, PID, object QID) facts of the graph: typed distractors
-    from :func:`kgprobe.probing.distractors.find_distractors` (``strategy``, ``seed``, further
-    keywords passed on), the relation's first object-last template from the template store
-    unless ``template`` is given. Returns the items and, per fact key, why one was skipped."""
-    from kgprobe.graph import distractors as gd
-    from kgprobe.probing.distractors import default_template, find_distractors
-
-    items: list[FactorItem] = []
-    skipped: dict[str, str] = {}
-    templates: dict[str, str] = {}
-    for s, pid, o in facts:
-        key = f"{s}|{pid}|{o}"
-        dl = find_distractors(graph, s, pid, o, strategy=strategy, n=n_false, seed=seed,
-                              **distractor_kw)
-        ds = [Entity(d.label, (), d.qid) for d in dl.distractors if d.label]
-        terms = gd.entity_terms(graph, [s, o])
-        if not ds or s not in terms or o not in terms:
-            skipped[key] = dl.reason or "subject or object has no label"
-            continue
-        if pid not in templates:
-            templates[pid] = template or default_template(graph, pid)
-        subj = Entity(terms[s]["label"], tuple(terms[s].get("aliases") or ()), s)
-        obj = Entity(terms[o]["label"], tuple(terms[o].get("aliases") or ()), o)
-        items.append(factor_items_from_fact(Fact(subj, pid, obj, key), templates[pid], ds,
-                                            n_false=n_false))
-    return items, skipped

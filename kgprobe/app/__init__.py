@@ -1,0 +1,2 @@
+"""Workflows that tie the graph, the models and the measures together (what the CLI runs);
+measures never import from here."""
