@@ -287,17 +287,23 @@ def test_cli_says_which_steps_ran(graph: Any, gpt2_dir: Path, nli_dir: Path,
     assert only.returncode == 0, only.stderr
     assert GRAPH_ONLY in only.stdout and "Not comparable with Wiki-" in only.stdout
     out = tmp_path / "cli.csv"
-    full = subprocess.run(base + ["--nli", str(nli_dir), "--fluency-model", str(gpt2_dir),
-                                  "--out", str(out), "--json"],
+    strict = subprocess.run(base + ["--nli", str(nli_dir)], capture_output=True, text=True,
+                            env=kgprobe_env, timeout=300)
+    # the paper's τ_NLI = 0.6 refuses every swap of the tiny random classifier (p ≈ 0.27)
+    assert strict.returncode == 4 and "passed the filters" in strict.stderr
+    full = subprocess.run(base + ["--nli", str(nli_dir), "--tau-nli", "0", "--tau-lm", "1000",
+                                  "--fluency-model", str(gpt2_dir), "--out", str(out), "--json"],
                           capture_output=True, text=True, env=kgprobe_env, timeout=300)
     assert full.returncode == 0, full.stderr
     doc = json.loads(full.stdout)
     assert doc["steps"]["nli"] and doc["steps"]["fluency"] == str(gpt2_dir)
     assert doc["steps"]["generator"] is None and doc["comparable_with_published_factor"] is False
     assert len(read_factor_csv(out)) == doc["items"]
-    bad = subprocess.run(base + ["--nli", str(tmp_path / "none")], capture_output=True,
-                         text=True, env=kgprobe_env, timeout=300)
-    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    for extra in (["--nli", str(tmp_path / "none")], ["--tau-nli", "1.5"]):
+        bad = subprocess.run(base + extra, capture_output=True, text=True, env=kgprobe_env,
+                             timeout=300)
+        assert bad.returncode != 0 and "Traceback" not in bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1
 
 
 def test_drafts_from_the_graph(graph: Any) -> None:

@@ -396,9 +396,10 @@ def run_factor_pipeline(
     gen_name = _run_generator(drafts, generator, st, dtype=dtype, threads=threads, progress=progress)
     nli_name = None
     if nli_model is not None:
+        from kgprobe.probing.models import LOAD_DEFAULTS, resolve_device
         from kgprobe.probing.nli import NliModel
 
-        nli = NliModel.load(nli_model, threads=threads)
+        nli = NliModel.load(nli_model, threads=threads, device=resolve_device(LOAD_DEFAULTS.device))
         nli_filter(drafts, nli, st)
         nli_name = f"{nli_model} ({nli.fingerprint})"
     base: list[float | None] = [None] * len(drafts)

@@ -44,6 +44,8 @@ class NliModel:
 
         torch.set_num_threads(threads)
         p = Path(path).expanduser()
+        if not p.exists() and path.startswith((".", "/", "~")):
+            raise ConfigError(f"NLI model directory {p} does not exist")
         if p.exists() and not (p / "config.json").is_file():
             raise ConfigError(f"{p} is not a Hugging Face model directory (no config.json)")
         try:
