@@ -1,2 +1,2 @@
-"""Workflows that tie the graph, the models and the measures together (what the CLI runs);
-measures never import from here."""
+"""The application layer: workflows that drive the probe loop, the graph and the models
+(FACTOR runs, evaluation against human judgements, the demo). Nothing below imports it."""

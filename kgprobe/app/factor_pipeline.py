@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from kgprobe.app.factor import score_items
 from kgprobe.app.factor_prompts import (
     ERROR_TYPES,
     generation_prompt,
@@ -41,12 +42,7 @@ from kgprobe.app.factor_prompts import (
 )
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.probing.measures.common import Runner
-from kgprobe.probing.measures.factor import (
-    FactorItem,
-    _score_items,
-    factor_scores,
-    write_factor_csv,
-)
+from kgprobe.probing.measures.factor import FactorItem, factor_scores, write_factor_csv
 from kgprobe.probing.requests import GenerateRequest, GenerateResult
 from kgprobe.probing.verbalize import fill
 
@@ -385,8 +381,8 @@ def run_factor_pipeline(
         facts = pr.fact_details(g, keys, subjects, [])
         kw: dict[str, Any] = {}
         if st.strategy in ("sem", "temp+sem"):
-            from kgprobe.graph.semantic import ensure_index
             from kgprobe.probing.distractors import default_index_dir
+            from kgprobe.probing.semantic import ensure_index
 
             kw["index"] = ensure_index(g, default_index_dir())
         drafts, skipped = drafts_from_graph(g, facts, st, ref, **kw)
@@ -419,7 +415,7 @@ def run_factor_pipeline(
     if out_csv is not None:
         written = str(write_factor_csv(out_csv, [b.item for b in built],
                                        extra_columns(built, [base_by_key[b.item.item_id] for b in built])))
-    scored = _score_items([b.item for b in built], model, batch_size=batch_size, dtype=dtype,
+    scored = score_items([b.item for b in built], model, batch_size=batch_size, dtype=dtype,
                           threads=threads, progress=progress, max_length=max_length)
     per_rel: dict[str, list[bool]] = {}
     for b, o in zip(built, scored["per_item"], strict=True):
