@@ -14,6 +14,7 @@ from kgprobe.config import Settings
 from kgprobe.errors import InputError
 from kgprobe.graph.client import connect
 from kgprobe.graph.ingest import IngestSummary, check_ingest_options, ingest
+from kgprobe.progress import Progress
 from kgprobe.records import ErrorRecord, Record, SkipRecord
 
 
@@ -99,22 +100,15 @@ def ingest_sources(
 def write_records(
     graph: Any, records: Iterable[Record], *, batch_size: int = 5000, max_errors: int = 100, quiet: bool = False
 ) -> IngestSummary:
-    """Ingest records with a live progress line (records, facts, rate)."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
+    """Ingest records with a progress line (records, facts, rate): redrawn on a terminal,
+    periodic plain lines in a log (:mod:`kgprobe.progress`)."""
     start = time.monotonic()
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), disable=quiet, transient=False
-    ) as progress:
-        task = progress.add_task("ingesting", total=None)
+    with Progress("ingesting", enabled=not quiet) as progress:
 
         def on_flush(s: IngestSummary) -> None:
             rate = s.records / max(time.monotonic() - start, 1e-9)
-            progress.update(
-                task,
-                description=f"ingesting: {s.entities:,} entities, {s.facts:,} facts, "
-                f"{sum(s.skipped.values()):,} skipped, {s.error_count} errors ({rate:,.0f} records/s)",
-            )
+            progress.describe(f"{s.entities:,} entities, {s.facts:,} facts, {sum(s.skipped.values()):,} "
+                              f"skipped, {s.error_count} errors ({rate:,.0f} records/s)")
 
         return ingest(graph, records, batch_size=batch_size, error_budget=max_errors, on_flush=on_flush)
 

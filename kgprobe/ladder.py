@@ -21,8 +21,10 @@ from kgprobe.graph import probe_runs as pr
 from kgprobe.probing.measures.catalog import chance_level
 from kgprobe.probing.scores import shared_scores
 from kgprobe.report_data import Chance, Group, PairedGroup
-from kgprobe.reporting import BOOTSTRAP, _figure, group_stats, measure_label, paired_group
-from kgprobe.stats import MIN_N_CI
+
+# the report's own formatting: a number prints the same in a ladder as in a report
+from kgprobe.reporting import BOOTSTRAP, _diff, _figure, group_stats, measure_label, paired_group
+from kgprobe.reporting import _ci as _with_ci
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -113,26 +115,6 @@ def build_ladder(
 
 
 # --- output ---------------------------------------------------------------------------------------
-
-
-def _num(v: float | None) -> str:
-    return "–" if v is None else f"{v:.3f}"
-
-
-def _with_ci(g: Group) -> str:
-    if g.mean is None:
-        return "–"
-    if g.ci_low is None or g.ci_high is None:
-        return f"{g.mean:.3f} (n {g.facts} < {MIN_N_CI}: no interval)"
-    return f"{g.mean:.3f} [{g.ci_low:.3f}, {g.ci_high:.3f}]"
-
-
-def _diff(pg: PairedGroup) -> str:
-    if pg.diff is None:
-        return "–"
-    ci = (f" [{pg.diff_ci_low:+.3f}, {pg.diff_ci_high:+.3f}]"
-          if pg.diff_ci_low is not None and pg.diff_ci_high is not None else f" (n {pg.facts} < {MIN_N_CI})")
-    return f"{pg.diff:+.3f}{ci}"
 
 
 def _rel_name(lad: Ladder, pid: str) -> str:

@@ -115,7 +115,7 @@ def test_ladder_files_and_cli(ladder_graph: Any, tmp_path: Path) -> None:
     # one interval per number: the markdown shows the JSON's interval for "hand", all facts
     hand = doc["rungs"][0]["overall"]
     assert f"{hand['mean']:.3f} [{hand['ci_low']:.3f}, {hand['ci_high']:.3f}]" in md
-    assert "| P27" in md and "n 7 < 10: no interval" in md and "hand → other" in md
+    assert "| P27" in md and "(n too small)" in md and "hand → other" in md
     svg = (tmp_path / "lad" / "ladder.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "third" in svg
 

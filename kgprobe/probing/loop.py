@@ -17,6 +17,7 @@ from kgprobe.graph.templates import probe_templates
 from kgprobe.probing.config import ProbeConfig, Runner
 from kgprobe.probing.distractors import find_distractors
 from kgprobe.probing.measures.registry import FactInput, Replay
+from kgprobe.progress import Progress
 from kgprobe.provenance import now
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -182,7 +183,7 @@ def score_and_write(
 ) -> LoopOutcome:
     """gather -> score -> write, batch by batch: each batch's scores and the run's counters in
     one transaction, so a killed run loses nothing written (``outcome`` holds what was)."""
-    with _progress(progress, len(todo)) as (bar, task):
+    with Progress("probing", len(todo), "facts", enabled=progress) as bar:
         for batch in chunks(todo, plan.batch_facts):
             planned = gather.batch(batch)
             # a measure already stored with this configuration is not recomputed
@@ -218,8 +219,7 @@ def score_and_write(
                             now=now())
             outcome.scored += n_ok
             outcome.unscorable += len(rows) - n_ok
-            if bar is not None:
-                bar.advance(task, len(batch))
+            bar.advance(len(batch))
     return outcome
 
 
@@ -245,35 +245,3 @@ def _fact_props(sp: pr.ScoreProps, m: Any, v: dict[str, Any], run_id: str, cfg_h
 
 def chunks(rows: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
-
-
-class _progress:
-    """A rich progress bar with an ETA, or nothing when ``enabled`` is false."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled and total > 0
-        self.total = total
-        self.bar: Any = None
-
-    def __enter__(self) -> tuple[Any, Any]:
-        if not self.enabled:
-            return None, None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(
-            TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TextColumn("facts"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        )
-        self.bar.__enter__()
-        return self.bar, self.bar.add_task("probing", total=self.total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)

@@ -274,13 +274,23 @@ def register(cls: type[Measure]) -> type[Measure]:
     for attr in ("name", "section", "summary"):
         if not getattr(cls, attr, None):
             raise TypeError(f"measure {cls.__name__} has no {attr}")
-    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
-        raise TypeError(f"measure {cls.name!r} is registered twice")
+    old = REGISTRY.get(cls.name)
+    if old is not None and old is not cls:
+        raise TypeError(f"measure name {cls.name!r} of {_where(cls)} is taken by "
+                        f"{'the built-in measure' if _builtin(old) else 'the measure'} {_where(old)}")
     bad = set(cls.needs) - set(NEEDS)
     if bad:
         raise TypeError(f"measure {cls.name}: unknown needs {sorted(bad)}")
     REGISTRY[cls.name] = cls
     return cls
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _builtin(cls: type) -> bool:
+    return cls.__module__.startswith("kgprobe.")
 
 
 def parse_measure(spec: str) -> tuple[str, dict[str, str]]:
