@@ -120,8 +120,9 @@ def test_help_completion_quiet_verbose(tmp_path: Path) -> None:
     for args in (["-h"], ["probe", "-h"], ["db", "start", "-h"], ["--help"]):
         r = kgprobe(*args, env=env)
         assert r.returncode == 0 and "Usage: kgprobe" in r.stdout, (args, r.stderr)
-    # --show-completion detects the shell it runs under (shellingham: a bash parent here)
-    shown = subprocess.run(["bash", "-c", f"{sys.executable} -m kgprobe.cli --show-completion"], env=env,
+    # --show-completion SHELL (without a name it asks shellingham for the parent shell, which a
+    # `bash -c` that execs its one command, or a CI runner, does not have)
+    shown = subprocess.run([sys.executable, "-m", "kgprobe.cli", "--show-completion", "bash"], env=env,
                            capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and "_KGPROBE_COMPLETE=complete_bash" in shown.stdout, shown.stdout + shown.stderr
     named = kgprobe(env={**env, "_KGPROBE_COMPLETE": "source_zsh"})  # a shell named, not detected
