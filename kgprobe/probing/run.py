@@ -58,6 +58,7 @@ class ProbeConfig:
     model: str = "smollm2-135m"
     relations: tuple[str, ...] = ()
     sample: int | None = 60  # facts in all, split evenly over the relations; None = all
+    per_relation: int | None = None  # when set: this many facts of each relation (replaces sample)
     measures: tuple[str, ...] = DEFAULT_MEASURES
     strategy: str = DEFAULT_STRATEGY
     n: int = 5
@@ -112,6 +113,8 @@ class ProbeConfig:
             date_sort_key(self.at)  # a bad --at is refused before the graph is contacted
         if self.sample is not None and self.sample < 1:
             raise ConfigError("--sample must be at least 1 (or leave it out for every fact)")
+        if self.per_relation is not None and self.per_relation < 1:
+            raise ConfigError("--per-relation must be at least 1")
         if self.batch_facts < 1:
             raise ConfigError("the batch size must be at least 1")
         if min(self.max_subject_labels, self.max_object_labels, self.max_templates or 1) < 1:
@@ -469,13 +472,10 @@ def run_probe(
                      # the unsharded configuration hashes, so the union is one run
                      **({"shard": list(config.shard)} if config.shard else {})})
 
-    subject_by_pid = {p: pr.candidate_keys(graph, p, ref) for p in relations}
-    keys_by_pid = {p: list(by_key) for p, by_key in subject_by_pid.items()}
-    first = ({p: list(pr.history_keys(graph, p, ref)) for p in relations}
-             if config.history_first else None)
-    chosen = pr.shard_keys(pr.sample_keys(keys_by_pid, config.sample, config.seed, first),
-                           config.shard)
-    subjects = {k: s for by_key in subject_by_pid.values() for k, s in by_key.items()}
+    subjects = pr.sample_facts(graph, relations, total=config.sample, per_relation=config.per_relation,
+                               seed=config.seed, ref=ref, history_first=config.history_first,
+                               shard=config.shard, on_progress=_index_progress() if progress else None)
+    chosen = list(subjects)
     cfg_props = [props[m.name].cfg for m in measures]
     details = []
     for batch in _chunks(chosen, 500):
@@ -509,6 +509,7 @@ def run_probe(
         "label_rule": config.label_rule,
         "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "threshold": config.threshold, "sample": config.sample, "relations": relations,
+        "per_relation": config.per_relation,
         "history_first": config.history_first,
         "shard": f"{config.shard[0]}/{config.shard[1]}" if config.shard else None,
         "reference_date": ref,
@@ -647,6 +648,23 @@ def _chunks(rows: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
 
 
+def _index_progress() -> Callable[[str, int, int], None]:
+    """A progress line for the one-time build of the sampling index (graph/sample_index.py)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(stderr=True)
+    shown = {"at": -1}
+
+    def show(what: str, done: int, total: int) -> None:
+        pct = 100 * done // max(total, 1)
+        if pct >= shown["at"] + 10 or done == total:
+            shown["at"] = pct
+            console.print(f"[dim]{escape(what)}: {done:,}/{total:,} ({pct}%)[/dim]")
+
+    return show
+
+
 class _progress:
     """A rich progress bar with an ETA, or nothing when ``enabled`` is false."""
 
@@ -687,6 +705,7 @@ def probe(
     *,
     relations: Sequence[str] = (),
     sample: int | None = 60,
+    per_relation: int | None = None,
     measures: Sequence[str] = DEFAULT_MEASURES,
     strategy: str | None = None,
     n: int | None = None,
@@ -725,7 +744,8 @@ def probe(
     n = spec_n if spec_n is not None else 5
     strategy = spec_strategy if spec_strategy is not None else DEFAULT_STRATEGY
     config = ProbeConfig(
-        model=model, relations=tuple(relations), sample=sample, measures=tuple(measures),
+        model=model, relations=tuple(relations), sample=sample, per_relation=per_relation,
+        measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
         dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
         history_first=history_first, end=end, label_rule=label_rule,
