@@ -435,11 +435,17 @@ def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int) -> list[
     (graph/sample_index.py): ordinals over the union of o's types' member ranges are drawn with
     ``random.Random(seed)``, only the drawn members are read and checked against Ω(f), and a
     member of k of o's types is kept with probability 1/k (uniform over Ω(f)). Cost grows with
-    ``n`` and the share of Ω(f) among the types' members, not with the types' size."""
+    ``n`` and the share of Ω(f) among the types' members, not with the types' size (one read of
+    the ranges, then about one round trip per ``2n`` draws)."""
     if not ctx.object_types:
         return []
-    si.ensure_sample_index(graph)
-    ranges = si.type_ranges(graph, sorted(set(ctx.object_types)))
+    types = sorted(set(ctx.object_types))
+    ranges = si.type_ranges(graph, types)
+    if any(ranges.get(t, (0, 0))[0] == 0 for t in types):
+        # o is a member of each of its types, so an empty range means the index does not
+        # cover this graph yet: build it (once) rather than draw from nothing
+        si.ensure_sample_index(graph)
+        ranges = si.type_ranges(graph, types)
     spans = [(t, ranges[t][0]) for t in sorted(ranges) if ranges[t][0] > 0]
     total = sum(size for _, size in spans)
     rng = random.Random(seed)

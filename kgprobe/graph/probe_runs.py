@@ -559,7 +559,11 @@ def entity_labels(graph: Graph, qids: Iterable[str]) -> dict[str, dict[str, Any]
 
 
 def graph_counts(graph: Graph) -> dict[str, int]:
-    return {k: int(graph.read(q)[0]["n"]) for k, q in GRAPH_COUNTS.items()}
+    """Entities, facts, relations, templates: node counts, and the facts from the sampling
+    index's slots where it covers the graph (counting FACT edges scans them on ArcadeDB)."""
+    facts = si.indexed_fact_count(graph)
+    return {k: facts if k == "facts" and facts is not None else int(graph.read(q)[0]["n"])
+            for k, q in GRAPH_COUNTS.items()}
 
 
 # --- runs and write-back -------------------------------------------------------------------------
