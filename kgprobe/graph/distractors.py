@@ -430,7 +430,7 @@ def temporal_candidates(
     return out
 
 
-def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int) -> list[Candidate]:
+def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int | str) -> list[Candidate]:
     """``n`` members of Ω(f), a seeded uniform draw, read from the sampling index
     (graph/sample_index.py): ordinals over the union of o's types' member ranges are drawn with
     ``random.Random(seed)``, only the drawn members are read and checked against Ω(f), and a
@@ -478,6 +478,18 @@ def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int) -> list[
                     break
         step *= 2
     return list(out.values())
+
+
+def omega_bound(graph: Graph, ctx: FactContext) -> int | None:
+    """An upper bound on |Ω(f)| from the sampling index (the members of o's types, counted with
+    repeats), one read; None where the index does not cover o's types yet."""
+    types = sorted(set(ctx.object_types))
+    if not types:
+        return 0
+    ranges = si.type_ranges(graph, types)
+    if any(ranges.get(t, (0, 0))[1] == 0 for t in types):
+        return None
+    return sum(ranges[t][1] for t in types)
 
 
 def qid_order(q: str) -> tuple[int, str]:
