@@ -187,7 +187,7 @@ def _bench(args: argparse.Namespace, graph: Any, pid: int | None) -> dict[str, A
                       seed=args.seed, batch_facts=args.batch_facts, force=True)
     index = None
     if args.strategy in ("sem", "temp+sem"):
-        from kgprobe.graph.semantic import ensure_index
+        from kgprobe.probing.semantic import ensure_index
 
         t = clock()
         index = ensure_index(graph, Path(tempfile.gettempdir()) / "kgprobe-bench-scale-index")
