@@ -171,3 +171,12 @@ def test_random_same_type_samples_omega(g: Any) -> None:
     assert [c.qid for c in a] == [c.qid for c in random_same_type(g, ctx, 7, seed=4)]
     assert [c.qid for c in a] != [c.qid for c in random_same_type(g, ctx, 7, seed=5)]
     assert {c.qid for c in random_same_type(g, ctx, 10_000, seed=4)} == omega
+
+
+def test_per_relation_option_is_checked() -> None:
+    from kgprobe.errors import ConfigError
+    from kgprobe.probing.config import ProbeConfig
+
+    with pytest.raises(ConfigError, match="--per-relation must be at least 1"):
+        ProbeConfig(per_relation=0).validate()
+    ProbeConfig(per_relation=3).validate()
