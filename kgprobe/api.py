@@ -162,7 +162,7 @@ def demo(
         stats = graph_stats(graph)
         loaded = time.monotonic()
         probe_summary = run_probe(
-            model, relations=tuple(relations), sample=per_relation * len(relations), dtype=dtype,
+            model, relations=tuple(relations), sample=None, per_relation=per_relation, dtype=dtype,
             seed=0, history_first=True, progress=not quiet, graph=graph, on_fact=details,
         )
         probed = time.monotonic()

@@ -659,6 +659,7 @@ def probe(
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
     relations_alias: list[str] = typer.Option(None, "--relations", hidden=True, help="Old name of --relation."),
     sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
+    per_relation: int | None = typer.Option(None, "--per-relation", help="Facts of EACH relation (replaces --sample): enough n per row for an interval."),
     measure: list[str] = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin."),
     strategy: str | None = typer.Option(None, "--strategy", "-s", help="Distractors: random, sem, temp+sem (default) or appropt; or kmin:strategy=..."),
     n: int | None = typer.Option(None, "-n", help="Distractors per fact (default 5; or kmin:n=...)."),
@@ -692,6 +693,7 @@ def probe(
 
     _check_pids(_relations(relation, relations_alias))
     _check_number("--sample", sample, 0)
+    _check_number("--per-relation", per_relation, 1)
     _check_number("-n", n, 1)
     _check_seed(seed)
     _check_threshold(threshold)
@@ -703,7 +705,8 @@ def probe(
     _check_model_options(batch_tokens, threads)
     _model_options(device, batch_tokens, model_arg)
     summary = run(
-        model, relations=_relations(relation, relations_alias), sample=sample or None, measures=measure or ("kmin",),
+        model, relations=_relations(relation, relations_alias), sample=sample or None,
+        per_relation=per_relation, measures=measure or ("kmin",),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
         max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
         verbalizer=verbalizer,

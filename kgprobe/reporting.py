@@ -183,8 +183,10 @@ def paired_groups(
 
 
 def _sorted(groups: list[Group]) -> list[Group]:
-    """Best mean first; ties (and groups without a mean) by key."""
-    return sorted(groups, key=lambda g: (-(g.mean if g.mean is not None else -1.0), g.key))
+    """Best mean first; ties (and groups without a mean) by key; groups too small for an
+    interval (n < MIN_N_CI) after all the others, so an n = 1 group never heads the list."""
+    return sorted(groups, key=lambda g: (g.facts < MIN_N_CI, -(g.mean if g.mean is not None else -1.0),
+                                         g.key))
 
 
 def relation_stats(
@@ -486,7 +488,12 @@ def print_report(rep: Report, console: Console) -> None:
         if b is not None:
             gb = b.overall if g.key == "all" else b_by.get(g.key)
             row += [str(gb.facts) if gb else "–", _ci(gb), _known(gb), _stale(gb)]
-        table.add_row(*map(Text, row), end_section=bool(a.groups) and g.key == a.groups[-1].key)
+        # a rule under the last group with an interval (the small ones follow, apart) and
+        # under the last group (the overall row follows)
+        nxt = a.groups[a.groups.index(g) + 1] if g in a.groups[:-1] else None
+        apart = nxt is not None and g.facts >= MIN_N_CI > nxt.facts
+        table.add_row(*map(Text, row),
+                      end_section=bool(a.groups) and (g.key == a.groups[-1].key or apart))
     console.print(table)
     console.print(f"intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "
                   f"only for n ≥ {rep.min_n_ci}", highlight=False)

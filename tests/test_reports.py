@@ -30,6 +30,7 @@ from kgprobe.reporting import (
     interval,
     measure_label,
     popularity_edges,
+    relation_stats,
     reliability_bins,
     reliability_svg,
     render_html,
@@ -325,3 +326,17 @@ def test_terminal_report_prints_data_text_as_written(hand_graph: Any, markup: bo
     print_report(build_report(hand_graph, "hand", seed=0), con)
     text = con.export_text()
     assert "capital [bold]x[/bold] [a]" in text and "\\[" not in text
+
+
+def test_groups_too_small_for_an_interval_come_last() -> None:
+    """An n = 1 relation with a perfect score must not head the list: the 12-fact relation
+    (mean 0.25) comes first, then the small ones by mean (0.9 before 0.5)."""
+    rows = ([{"pid": "P1", "score": 0.25, "stale": None, "popularity": None}
+             for i in range(12)]
+            + [{"pid": "P2", "score": 1.0, "stale": None, "popularity": None}]
+            + [{"pid": "P3", "score": s, "stale": None, "popularity": None} for s in (0.5, 0.5)]
+            + [{"pid": "P4", "score": 0.9, "stale": None, "popularity": None}])
+    per, overall = relation_stats(rows, {}, 0.5, None, n_boot=200)
+    assert [g.key for g in per] == ["P1", "P2", "P4", "P3"]
+    assert per[0].ci_low is not None and all(g.ci_low is None for g in per[1:])
+    assert overall.facts == 16

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from kgprobe.errors import ConfigError
+from kgprobe.graph import sample_index as si
 from kgprobe.records import is_pid, is_qid
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -91,6 +92,17 @@ WHERE c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
 WITH c, tq ORDER BY c.qid LIMIT $limit
 RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
        collect(coalesce(c.aliases, [])) AS aliases, collect(tq) AS types
+"""
+
+#: Drawn type-member slots → the members of Ω(f) among them (one seek per slot on its unique
+#: id, then the member's types, anchored on its QID).
+DRAWN_MEMBERS = f"""
+UNWIND $ids AS id
+MATCH (x:TypeSlot {{id: id}})
+MATCH (c:Entity {{qid: x.qid}})-[:{TYPE_EDGES}]->(t:Entity)
+WHERE t.qid IN $types AND c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
+RETURN id, c.qid AS qid, c.label AS label, coalesce(c.aliases, []) AS aliases,
+       collect(DISTINCT t.qid) AS types
 """
 
 #: Which of $candidates share one of $types and are not in $exclude (one batch of a filter).
@@ -418,24 +430,66 @@ def temporal_candidates(
     return out
 
 
-def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int) -> list[Candidate]:
-    """``n`` members of Ω(f) drawn with ``random.Random(seed)`` over the QID-sorted ids.
-
-    The ids are read without the label check (cheap), sorted, shuffled by the seed, then checked
-    in batches, so the same graph and seed give the same sample on any server.
-    """
+def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int | str) -> list[Candidate]:
+    """``n`` members of Ω(f), a seeded uniform draw, read from the sampling index
+    (graph/sample_index.py): ordinals over the union of o's types' member ranges are drawn with
+    ``random.Random(seed)``, only the drawn members are read and checked against Ω(f), and a
+    member of k of o's types is kept with probability 1/k (uniform over Ω(f)). Cost grows with
+    ``n`` and the share of Ω(f) among the types' members, not with the types' size (one read of
+    the ranges, then about one round trip per ``2n`` draws)."""
     if not ctx.object_types:
         return []
-    rows = graph.read(TYPED_IDS, types=ctx.object_types, o=ctx.object, exclude=ctx.true_objects)
-    ids = sorted(set(rows[0]["qids"] or []) if rows else set(), key=qid_order)
-    random.Random(seed).shuffle(ids)
-    out: list[Candidate] = []
+    types = sorted(set(ctx.object_types))
+    ranges = si.type_ranges(graph, types)
+    if any(ranges.get(t, (0, 0))[0] == 0 for t in types):
+        # o is a member of each of its types, so an empty range means the index does not
+        # cover this graph yet: build it (once) rather than draw from nothing
+        si.ensure_sample_index(graph)
+        ranges = si.type_ranges(graph, types)
+    spans = [(t, ranges[t][0]) for t in sorted(ranges) if ranges[t][0] > 0]
+    total = sum(size for _, size in spans)
+    rng = random.Random(seed)
+    order = si.permutation(total, rng)
+    out: dict[str, Candidate] = {}
     step = max(2 * n, 16)
-    for start in range(0, len(ids), step):
-        out.extend(omega_filter(graph, ctx, ids[start : start + step]))
-        if len(out) >= n:
+    while len(out) < n:
+        ids = []
+        for j in order:
+            for t, size in spans:
+                if j < size:
+                    ids.append(f"{t}:{j}")
+                    break
+                j -= size
+            if len(ids) >= step:
+                break
+        if not ids:
             break
-    return out[:n]
+        rows = graph.read(DRAWN_MEMBERS, ids=ids, types=ctx.object_types, o=ctx.object,
+                          exclude=ctx.true_objects)
+        got = {r["id"]: r for r in rows}
+        for slot in ids:
+            r = got.get(slot)
+            if r is None or r["qid"] in out or ctx.label_clash(r["label"], r["aliases"]):
+                continue
+            shared = sorted(set(r["types"]))
+            if rng.random() * len(shared) < 1:
+                out[r["qid"]] = _candidate({**r, "shared_types": shared})
+                if len(out) >= n:
+                    break
+        step *= 2
+    return list(out.values())
+
+
+def omega_bound(graph: Graph, ctx: FactContext) -> int | None:
+    """An upper bound on |Ω(f)| from the sampling index (the members of o's types, counted with
+    repeats), one read; None where the index does not cover o's types yet."""
+    types = sorted(set(ctx.object_types))
+    if not types:
+        return 0
+    ranges = si.type_ranges(graph, types)
+    if any(ranges.get(t, (0, 0))[1] == 0 for t in types):
+        return None
+    return sum(ranges[t][1] for t in types)
 
 
 def qid_order(q: str) -> tuple[int, str]:

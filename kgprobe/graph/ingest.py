@@ -36,6 +36,7 @@ from kgprobe.records import (
     RelationRecord,
     SkipRecord,
     TimeValue,
+    is_pid,
 )
 
 _PROP_KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
@@ -76,6 +77,64 @@ UNWIND $rows AS row
 MATCH (a:Entity {qid: row.s}) MATCH (b:Entity {qid: row.o})
 MERGE (a)-[f:FACT {key: row.key}]->(b)
 SET f += row.props
+"""
+#: The sampling index (kgprobe/graph/sample_index.py): each new fact gets the next ordinal of
+#: its relation, each new (entity, type) pair the next ordinal of its type. Ordinals come from
+#: Python ($rows[].id, .ord); a key already indexed keeps its slot, and the counters move past the
+#: highest ordinal really created. Two writers that drew the same ordinals collide on the unique
+#: slot id (ConstraintError): the batch runs again with fresh counters.
+MERGE_FACT_SLOTS = """
+UNWIND $rows AS row
+MERGE (x:FactSlot {key: row.key})
+ON CREATE SET x.id = row.id, x.s = row.s
+WITH row, x WHERE x.id = row.id
+WITH row.space AS space, max(row.ord) AS last, count(*) AS created
+MERGE (r:Relation {pid: space})
+SET r.slots_next = CASE WHEN coalesce(r.slots_next, 0) > last THEN r.slots_next ELSE last + 1 END,
+    r.slots = coalesce(r.slots, 0) + created
+RETURN space, r.slots_next AS next
+"""
+MERGE_TYPE_SLOTS = """
+UNWIND $rows AS row
+MERGE (x:TypeSlot {member: row.member})
+ON CREATE SET x.id = row.id, x.qid = row.s
+WITH row, x WHERE x.id = row.id
+WITH row.space AS space, max(row.ord) AS last, count(*) AS created
+MATCH (t:Entity {qid: space})
+SET t.member_slots_next = CASE WHEN coalesce(t.member_slots_next, 0) > last
+                               THEN t.member_slots_next ELSE last + 1 END,
+    t.member_slots = coalesce(t.member_slots, 0) + created
+RETURN space, t.member_slots_next AS next
+"""
+#: The marker saying the sampling index covers the whole graph (graph/sample_index.py); an
+#: ingest into an empty graph sets it in its first transaction.
+SAMPLE_INDEX_VERSION = 1
+SAMPLE_INDEX_MARKER = "kgprobe"
+GET_SAMPLE_MARKER = """
+OPTIONAL MATCH (m:SampleIndex {name: $name})
+RETURN m.version AS version, m.facts_checked AS facts_checked
+"""
+SET_SAMPLE_MARKER = """
+MERGE (m:SampleIndex {name: $name})
+SET m.version = $version, m.facts_checked = $facts
+"""
+ANY_ENTITY = "MATCH (e:Entity) RETURN e.qid AS qid LIMIT 1"
+FACT_SLOT_NEXT = """
+UNWIND $spaces AS p
+MATCH (r:Relation {pid: p})
+RETURN p AS space, coalesce(r.slots_next, 0) AS next
+"""
+TYPE_SLOT_NEXT = """
+UNWIND $spaces AS q
+MATCH (t:Entity {qid: q})
+RETURN q AS space, coalesce(t.member_slots_next, 0) AS next
+"""
+#: A redirected subject's facts keep their keys; their slots must follow them to the target.
+_MOVE_FACT_SLOTS = """
+UNWIND $rows AS row
+MATCH (old:Entity {qid: row.source})-[f:FACT]->()
+MATCH (x:FactSlot {key: f.key})
+SET x.s = row.target
 """
 MERGE_REDIRECTS = """
 UNWIND $rows AS row
@@ -208,15 +267,21 @@ def _transient(exc: BaseException) -> bool:
     return "oncurrent" in text or "Duplicated key" in text
 
 
-def write_retrying(graph: Graph, statements: list[tuple[str, dict[str, Any]]]) -> None:
+Statements = list[tuple[str, dict[str, Any]]]
+
+
+def write_retrying(
+    graph: Graph, statements: Statements | Callable[[int], Statements]
+) -> list[list[dict[str, Any]]]:
     """``graph.write_many`` with bounded retries on transient refusals; `_Rejected` otherwise.
 
+    ``statements`` may be a function of the attempt number (0 first), so that a retry can
+    rebuild what depended on the graph's state (the sampling index's counters).
     A lost server (`GraphUnavailable`) is raised as it is: no retry can cure that here.
     """
     for attempt in range(RETRIES + 1):
         try:
-            graph.write_many(statements)
-            return
+            return graph.write_many(statements(attempt) if callable(statements) else statements)
         except GraphUnavailable:
             raise
         except (Neo4jError, DriverError, OverflowError, TypeError, ValueError) as exc:
@@ -225,6 +290,41 @@ def write_retrying(graph: Graph, statements: list[tuple[str, dict[str, Any]]]) -
                 time.sleep(wait * (0.5 + random.random()))  # noqa: S311 - jitter, not data
                 continue
             raise _Rejected(_first_line(exc)) from exc
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+class SlotCounters:
+    """The next free ordinal of each sampling space (a relation's facts, a type's members), read
+    from the graph once per space and then kept here; `forget` drops spaces whose counters a
+    concurrent writer may have moved."""
+
+    def __init__(self, query: str) -> None:
+        self.query = query
+        self.next: dict[str, int] = {}
+
+    def forget(self, spaces: Iterable[str]) -> None:
+        for sp in spaces:
+            self.next.pop(sp, None)
+
+    def number(self, graph: Graph, rows: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+        """``rows`` ({space, ...}) with consecutive ordinals per space from its counter."""
+        missing = sorted({r["space"] for r in rows} - self.next.keys())
+        if missing:
+            got = {r["space"]: int(r["next"]) for r in graph.read(self.query, spaces=missing)}
+            for sp in missing:
+                self.next[sp] = got.get(sp, 0)
+        taken: Counter[str] = Counter()
+        out = []
+        for r in rows:
+            sp = r["space"]
+            ordinal = self.next[sp] + taken[sp]
+            taken[sp] += 1
+            out.append({**r, "ord": ordinal, "id": f"{prefix}{sp}:{ordinal}"})
+        return out
+
+    def update(self, result: list[dict[str, Any]]) -> None:
+        for r in result:
+            self.next[r["space"]] = int(r["next"])
 
 
 def _describe(record: Record) -> str:
@@ -270,6 +370,9 @@ class Ingestor:
         self._known: OrderedDict[str, None] = OrderedDict()
         self._batch: list[Record] = []
         self._keys: dict[str, FactRecord] = {}
+        self._fact_slots = SlotCounters(FACT_SLOT_NEXT)
+        self._marker_checked = False
+        self._type_slots = SlotCounters(TYPE_SLOT_NEXT)
 
     def _remember(self, qids: Iterable[str]) -> None:
         known = self._known
@@ -345,8 +448,9 @@ class Ingestor:
     # --- output ---------------------------------------------------------------------------
     def _statements(
         self, batch: list[Record]
-    ) -> tuple[list[tuple[str, dict[str, Any]]], list[str], list[str], Counter[str]]:
-        """The batch as Cypher statements, the node QIDs it writes, and what it counts."""
+    ) -> tuple[Statements, list[str], list[str], Counter[str], dict[str, list[dict[str, Any]]]]:
+        """The batch as Cypher statements, the node QIDs it writes, what it counts, and the
+        rows of the sampling index (numbered at write time, see `_slot_statements`)."""
         relations: dict[str, dict[str, Any]] = {}
         entities: dict[str, dict[str, Any]] = {}
         stubs: set[str] = set()
@@ -355,6 +459,7 @@ class Ingestor:
         inferred: list[dict[str, str]] = []
         facts: list[dict[str, Any]] = []
         redirects: list[dict[str, str]] = []
+        members: dict[str, dict[str, str]] = {}
         n: Counter[str] = Counter()
         for rec in batch:
             if isinstance(rec, FactRecord):
@@ -380,9 +485,11 @@ class Ingestor:
                 for t in rec.types:
                     stubs.add(t)
                     instance_of.append({"s": rec.qid, "o": t})
+                    members.setdefault(f"{t}|{rec.qid}", {"space": t, "s": rec.qid})
                 for t, basis in rec.inferred_types:
                     stubs.add(t)
                     inferred.append({"s": rec.qid, "o": t, "basis": basis})
+                    members.setdefault(f"{t}|{rec.qid}", {"space": t, "s": rec.qid})
                 for t in rec.superclasses:
                     stubs.add(t)
                     subclass_of.append({"s": rec.qid, "o": t})
@@ -420,15 +527,46 @@ class Ingestor:
         for cypher, rows in edge_batches:
             if rows:
                 stmts.append((cypher, {"rows": rows}))
-        return stmts, list(entities), stub_list, n
+        slots = {
+            "facts": [{"space": f["props"]["pid"], "key": f["key"], "s": f["s"]} for f in facts],
+            "types": [{"member": m, **row} for m, row in members.items()],
+        }
+        return stmts, list(entities), stub_list, n, slots
+
+    def _slot_statements(self, slots: dict[str, list[dict[str, Any]]], attempt: int) -> Statements:
+        """The sampling index's statements for one batch, numbered from the counters (read
+        afresh on a retry: a concurrent writer may have taken the same ordinals)."""
+        out: Statements = []
+        for rows, counters, cypher in ((slots["facts"], self._fact_slots, MERGE_FACT_SLOTS),
+                                       (slots["types"], self._type_slots, MERGE_TYPE_SLOTS)):
+            if not rows:
+                continue
+            if attempt:
+                counters.forget({r["space"] for r in rows})
+            out.append((cypher, {"rows": counters.number(self.graph, rows, "")}))
+        return out
+
+    def _marker_statements(self) -> Statements:
+        """Mark the sampling index as complete when this ingest starts on an empty graph (a
+        graph that holds older, unindexed data is indexed on its first probe instead)."""
+        if self._marker_checked:
+            return []
+        marker = self.graph.read(GET_SAMPLE_MARKER, name=SAMPLE_INDEX_MARKER)[0]
+        if marker["version"] is not None or self.graph.read(ANY_ENTITY):
+            return []
+        return [(SET_SAMPLE_MARKER, {"name": SAMPLE_INDEX_MARKER, "version": SAMPLE_INDEX_VERSION,
+                                     "facts": 0})]
 
     def _write(self, batch: list[Record]) -> None:
         """Write ``batch`` in one transaction; on refusal, bisect to the refused record(s)."""
-        stmts, nodes, stubs, counts = self._statements(batch)
+        stmts, nodes, stubs, counts, slots = self._statements(batch)
         if not stmts:
             return
+        n_slot = bool(slots["facts"]) + bool(slots["types"])
+        marker = self._marker_statements()
         try:
-            write_retrying(self.graph, stmts)
+            results = write_retrying(
+                self.graph, lambda attempt: marker + stmts + self._slot_statements(slots, attempt))
         except _Rejected as exc:
             if len(batch) == 1:
                 rec = batch[0]
@@ -446,6 +584,10 @@ class Ingestor:
             self._write(batch[mid:])
             return
         # only after the transaction committed: a failed batch leaves no node behind
+        self._marker_checked = True
+        for result in results[len(results) - n_slot:]:
+            for r in result:
+                (self._fact_slots if is_pid(r["space"]) else self._type_slots).update([r])
         self._remember(nodes)
         self._remember(stubs)
         s = self.summary
@@ -488,7 +630,8 @@ def resolve_redirects(graph: Graph) -> int:
         try:
             write_retrying(
                 graph,
-                [(q, {"rows": rows}) for q in (_MOVE_OUT_FACTS, _MOVE_IN_FACTS, _MOVE_TYPE_EDGES, _DELETE_REDIRECTED)],
+                [(q, {"rows": rows}) for q in (_MOVE_FACT_SLOTS, _MOVE_OUT_FACTS, _MOVE_IN_FACTS,
+                                               _MOVE_TYPE_EDGES, _DELETE_REDIRECTED)],
             )
         except _Rejected as exc:
             raise InputError(f"resolving {len(rows)} redirects failed: {exc}") from exc.__cause__

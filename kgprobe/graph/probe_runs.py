@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kgprobe.errors import ConfigError
+from kgprobe.graph import sample_index as si
 from kgprobe.graph.client import Graph
 from kgprobe.graph.distractors import TYPE_EDGES
 from kgprobe.records import is_pid, is_qid
@@ -73,6 +74,33 @@ WHERE f.pid = $pid AND s.label IS NOT NULL AND o.label IS NOT NULL
       AND (g.rank IS NULL OR g.rank <> 'deprecated')
   }
 RETURN DISTINCT f.key AS key, s.qid AS s
+"""
+
+_VALID_AT_REF = """s.label IS NOT NULL AND o.label IS NOT NULL
+  AND (f.rank IS NULL OR f.rank <> 'deprecated')
+  AND (f.end_sort IS NULL OR f.end_sort > $ref)
+  AND (f.start_sort IS NULL OR f.start_sort <= $ref)"""
+
+#: Drawn slots ({id, pid} rows) → the probe-able facts among them (valid at $ref), each found
+#: by a seek on the slot's unique id and then from its subject (graph/sample_index.py).
+DRAWN_FACTS = f"""
+UNWIND $rows AS row
+MATCH (x:FactSlot {{id: row.id}})
+MATCH (s:Entity {{qid: x.s}})-[f:FACT {{key: x.key}}]->(o:Entity)
+WHERE f.pid = row.pid AND {_VALID_AT_REF}
+RETURN row.id AS id, f.key AS key, s.qid AS s, false AS history
+"""
+#: The same, with whether each fact's (subject, relation) had another object that ended by $ref.
+DRAWN_FACTS_HISTORY = f"""
+UNWIND $rows AS row
+MATCH (x:FactSlot {{id: row.id}})
+MATCH (s:Entity {{qid: x.s}})-[f:FACT {{key: x.key}}]->(o:Entity)
+WHERE f.pid = row.pid AND {_VALID_AT_REF}
+RETURN row.id AS id, f.key AS key, s.qid AS s, EXISTS {{
+    MATCH (s)-[g:FACT]->(p:Entity)
+    WHERE g.pid = row.pid AND p <> o AND g.end_sort IS NOT NULL AND g.end_sort <= $ref
+      AND (g.rank IS NULL OR g.rank <> 'deprecated')
+  }} AS history
 """
 
 #: What a probe needs of some facts ({key, s} rows), and the configuration hashes already stored
@@ -322,7 +350,10 @@ class ScoreProps:
 
 
 def relations_with_facts(graph: Graph) -> list[dict[str, Any]]:
-    return graph.read(RELATIONS_WITH_FACTS)
+    """Relations with facts, their labels and fact counts: from the sampling index's counters
+    when it covers the graph (no FACT scan), else by a scan."""
+    rows = si.relations_with_slots(graph) if si.index_state(graph) is None else []
+    return rows or graph.read(RELATIONS_WITH_FACTS)
 
 
 def candidate_keys(graph: Graph, pid: str, ref: int) -> dict[str, str]:
@@ -390,6 +421,109 @@ def sample_keys(
     return out
 
 
+class _Stream:
+    """One relation's facts in a seeded random order of its ordinals, pulled lazily: only the
+    drawn slots are read, and only the facts valid at the reference date are kept."""
+
+    def __init__(self, pid: str, upper: int, seed: int, history: bool) -> None:
+        self.pid = pid
+        self.order = si.permutation(upper, random.Random(f"{seed}|{pid}|slots"))
+        self.history = history
+        self.hist: list[tuple[str, str]] = []
+        self.rest: list[tuple[str, str]] = []
+        self.exhausted = upper == 0
+        self.drawn = 0
+
+    @property
+    def found(self) -> int:
+        return len(self.hist) + len(self.rest)
+
+    def short_of(self, k: int) -> int:
+        """How many more valid facts are wanted for a quota of ``k`` (history facts first:
+        with --history-first, the relation is read on until ``k`` facts with a history are
+        found or none is left)."""
+        if self.exhausted:
+            return 0
+        return max(0, k - (len(self.hist) if self.history else self.found))
+
+    def draw(self, n: int) -> list[dict[str, Any]]:
+        ids = []
+        for j in self.order:
+            ids.append({"id": f"{self.pid}:{j}", "pid": self.pid})
+            if len(ids) >= n:
+                break
+        else:
+            self.exhausted = True
+        self.drawn += len(ids)
+        return ids
+
+    def take(self, k: int) -> list[tuple[str, str]]:
+        return (self.hist + self.rest)[:k]
+
+
+def sample_facts(
+    graph: Graph,
+    relations: Sequence[str],
+    *,
+    total: int | None,
+    per_relation: int | None = None,
+    seed: int,
+    ref: int,
+    history_first: bool = False,
+    shard: tuple[int, int] | None = None,
+    on_progress: si.Progress | None = None,
+) -> dict[str, str]:
+    """The run's facts, key -> subject QID, in relation order (numeric PID), each relation's in
+    its seeded draw order (facts with a history first under ``history_first``).
+
+    Stratified as `allocate` splits ``total`` (or ``per_relation`` facts of each relation),
+    drawn from the sampling index (graph/sample_index.py): seeded ordinals per relation, only
+    the drawn facts read, those valid at ``ref`` kept, more drawn until the quota is met or the
+    relation is used up; a relation that has fewer valid facts than its share gives the rest
+    to the others. Cost grows with the sample, not the graph. Same graph, seed and arguments →
+    the same facts; ``shard`` keeps the part `shard_keys` gives shard K of N."""
+    for pid in relations:
+        if not is_pid(pid):
+            raise ConfigError(f"not a Wikidata property id: {pid!r}")
+    si.ensure_sample_index(graph, on_progress)
+    pids = sorted(set(relations), key=lambda p: int(p[1:]))
+    ranges = si.relation_ranges(graph, pids)
+    streams = {p: _Stream(p, ranges.get(p, (0, 0))[0], seed, history_first) for p in pids}
+    query = DRAWN_FACTS_HISTORY if history_first else DRAWN_FACTS
+    avail = {p: ranges.get(p, (0, 0))[1] for p in pids}
+    while True:
+        share = ({p: per_relation for p in pids} if per_relation is not None
+                 else allocate(avail, total, seed))
+        while True:
+            rows: list[dict[str, Any]] = []
+            for p, st in streams.items():
+                want = st.short_of(share[p])
+                if want:
+                    # draw what the shortfall needs at the rate seen so far, never fewer than 8
+                    rate = (st.found + 1) / (st.drawn + 2)
+                    rows.extend(st.draw(max(8, min(5000, int(want / rate * 1.2) + 1))))
+            if not rows:
+                break
+            got = {r["id"]: r for r in graph.read(query, rows=rows, ref=ref)}
+            for row in rows:
+                hit = got.get(row["id"])
+                if hit is not None:
+                    st = streams[row["pid"]]
+                    (st.hist if hit["history"] else st.rest).append((hit["key"], hit["s"]))
+        if per_relation is not None:
+            break
+        # a relation used up below its share holds exactly what it has: share the rest again
+        short = {p: st.found for p, st in streams.items() if st.exhausted and st.found < avail[p]}
+        if not short:
+            break
+        avail.update(short)
+    out: dict[str, str] = {}
+    for p in pids:
+        for key, s in streams[p].take(share[p]):
+            out[key] = s
+    return {k: out[k] for k in shard_keys(list(out), shard)}
+
+
 def parse_shard(text: str) -> tuple[int, int]:
     """``"K/N"`` (1 <= K <= N) as (K, N)."""
     k, sep, n = text.partition("/")
@@ -432,7 +566,11 @@ def entity_labels(graph: Graph, qids: Iterable[str]) -> dict[str, dict[str, Any]
 
 
 def graph_counts(graph: Graph) -> dict[str, int]:
-    return {k: int(graph.read(q)[0]["n"]) for k, q in GRAPH_COUNTS.items()}
+    """Entities, facts, relations, templates: node counts, and the facts from the sampling
+    index's slots where it covers the graph (counting FACT edges scans them on ArcadeDB)."""
+    facts = si.indexed_fact_count(graph)
+    return {k: facts if k == "facts" and facts is not None else int(graph.read(q)[0]["n"])
+            for k, q in GRAPH_COUNTS.items()}
 
 
 # --- runs and write-back -------------------------------------------------------------------------

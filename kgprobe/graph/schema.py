@@ -17,6 +17,12 @@ UNIQUE_KEYS: tuple[tuple[str, str], ...] = (
     ("Redirect", "qid"),
     ("Template", "id"),
     ("ProbeRun", "id"),
+    # the sampling index (graph/sample_index.py): one slot node per fact and per typed entity,
+    # found by its ordinal id ("P19:17", "Q5:3") or by what it stands for
+    ("FactSlot", "id"),
+    ("FactSlot", "key"),
+    ("TypeSlot", "id"),
+    ("TypeSlot", "member"),
 )
 #: FACT edge properties looked up by value.
 FACT_INDEXES: tuple[str, ...] = ("key", "pid")

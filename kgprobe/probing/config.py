@@ -45,6 +45,7 @@ class ProbeConfig:
     model: str = "smollm2-135m"
     relations: tuple[str, ...] = ()
     sample: int | None = 60  # facts in all, split evenly over the relations; None = all
+    per_relation: int | None = None  # when set: this many facts of each relation (replaces sample)
     measures: tuple[str, ...] = DEFAULT_MEASURES
     strategy: str = DEFAULT_STRATEGY
     n: int = 5
@@ -94,6 +95,8 @@ class ProbeConfig:
             date_sort_key(self.at)  # a bad --at is refused before the graph is contacted
         if self.sample is not None and self.sample < 1:
             raise ConfigError("--sample must be at least 1 (or leave it out for every fact)")
+        if self.per_relation is not None and self.per_relation < 1:
+            raise ConfigError("--per-relation must be at least 1")
         if self.batch_facts < 1:
             raise ConfigError("the batch size must be at least 1")
         if min(self.max_subject_labels, self.max_object_labels, self.max_templates or 1) < 1:

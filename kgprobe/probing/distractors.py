@@ -129,8 +129,11 @@ def semantic_distractors(
     hits = index.neighbours(ctx.object, n, predicate=check, max_checked=SEM_FIRST_BATCH * n)
     if len(hits) < n:
         # Plan B: read Ω(f) whole and search only inside it (exact on the flat index).
-        cands = gd.typed_candidates(graph, ctx, limit=OMEGA_READ_LIMIT + 1)
-        if len(cands) <= OMEGA_READ_LIMIT:
+        # (read whole only when the sampling index says Ω(f) may be small enough)
+        bound = gd.omega_bound(graph, ctx)
+        cands = (gd.typed_candidates(graph, ctx, limit=OMEGA_READ_LIMIT + 1)
+                 if bound is None or bound <= OMEGA_READ_LIMIT else [])
+        if cands and len(cands) <= OMEGA_READ_LIMIT:
             info = {c.qid: c for c in cands if c.qid not in skip_set}
             hits = index.neighbours(ctx.object, n, allowed=list(info))
         else:
@@ -297,6 +300,13 @@ def appropt_candidates(graph: Graph, ctx: gd.FactContext, max_candidates: int | 
     ``max_candidates`` of them (in QID order) when there are more."""
     import random
 
+    bound = gd.omega_bound(graph, ctx)
+    if max_candidates is not None and bound is not None and bound > max_candidates:
+        # a large Ω(f): a seeded uniform draw from the sampling index, never read whole
+        drawn = gd.random_same_type(graph, ctx, max_candidates,
+                                    seed=f"{seed}|{ctx.subject}|{ctx.pid}|{ctx.object}|appropt")
+        if len(drawn) == max_candidates:
+            return sorted(drawn, key=lambda c: gd.qid_order(c.qid))
     cands = gd.typed_candidates(graph, ctx)
     if max_candidates is None or len(cands) <= max_candidates:
         return cands

@@ -158,13 +158,10 @@ def run_probe(
                      # the unsharded configuration hashes, so the union is one run
                      **({"shard": list(config.shard)} if config.shard else {})})
 
-    subject_by_pid = {p: pr.candidate_keys(graph, p, ref) for p in relations}
-    keys_by_pid = {p: list(by_key) for p, by_key in subject_by_pid.items()}
-    first = ({p: list(pr.history_keys(graph, p, ref)) for p in relations}
-             if config.history_first else None)
-    chosen = pr.shard_keys(pr.sample_keys(keys_by_pid, config.sample, config.seed, first),
-                           config.shard)
-    subjects = {k: s for by_key in subject_by_pid.values() for k, s in by_key.items()}
+    subjects = pr.sample_facts(graph, relations, total=config.sample, per_relation=config.per_relation,
+                               seed=config.seed, ref=ref, history_first=config.history_first,
+                               shard=config.shard, on_progress=_index_progress() if progress else None)
+    chosen = list(subjects)
     cfg_props = [props[m.name].cfg for m in measures]
     details = []
     for batch in chunks(chosen, 500):
@@ -196,6 +193,7 @@ def run_probe(
         "label_rule": config.label_rule, "verbalizer": config.verbalizer,
         "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "threshold": config.threshold, "sample": config.sample, "relations": relations,
+        "per_relation": config.per_relation,
         "history_first": config.history_first,
         "shard": f"{config.shard[0]}/{config.shard[1]}" if config.shard else None,
         "reference_date": ref,
@@ -270,6 +268,23 @@ def claim_model_key(graph: Graph, key: str, fingerprint: str, on_mismatch: str =
     return alt
 
 
+def _index_progress() -> Callable[[str, int, int], None]:
+    """A progress line for the one-time build of the sampling index (graph/sample_index.py)."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    console = Console(stderr=True)
+    shown = {"at": -1}
+
+    def show(what: str, done: int, total: int) -> None:
+        pct = 100 * done // max(total, 1)
+        if pct >= shown["at"] + 10 or done == total:
+            shown["at"] = pct
+            console.print(f"[dim]{escape(what)}: {done:,}/{total:,} ({pct}%)[/dim]")
+
+    return show
+
+
 def _try_update(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
     """Best effort: record an interruption if the graph is still there."""
     with contextlib.suppress(GraphUnavailable):
@@ -284,6 +299,7 @@ def probe(
     *,
     relations: Sequence[str] = (),
     sample: int | None = 60,
+    per_relation: int | None = None,
     measures: Sequence[str] = DEFAULT_MEASURES,
     strategy: str | None = None,
     n: int | None = None,
@@ -321,7 +337,8 @@ def probe(
     n = spec_n if spec_n is not None else 5
     strategy = spec_strategy if spec_strategy is not None else DEFAULT_STRATEGY
     config = ProbeConfig(
-        model=model, relations=tuple(relations), sample=sample, measures=tuple(measures),
+        model=model, relations=tuple(relations), sample=sample, per_relation=per_relation,
+        measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
         dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
         history_first=history_first, end=end, label_rule=label_rule, verbalizer=verbalizer,
