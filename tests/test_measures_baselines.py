@@ -35,7 +35,6 @@ from kgprobe.probing.requests import (
     BeamSearchRequest,
     LogProbRequest,
     NextTokenRequest,
-    SpanScoreRequest,
 )
 
 torch.set_num_threads(1)
@@ -124,36 +123,58 @@ def test_llm_judge_prompt_verdicts_and_unavailable(monkeypatch: pytest.MonkeyPat
         judge_measure([ITEM], [[]])
 
 
-def test_karr_matches_hand_formula(gpt2: LoadedModel) -> None:
-    engine = Engine(gpt2)
-    item = KarrItem(
-        Fact(Entity("France"), "P36", Entity("Paris")),
-        ("The capital of [X] is [Y].",),
-        other_subjects=(Entity("England"),),
-        other_relation_templates=(("[X] is a city in [Y].",),),
-    )
-    [k] = karr(engine, [item], sample_k=4)
+def test_karr_follows_the_reference_formulas(gpt2: LoadedModel) -> None:
+    """KaRR by hand, each probability from ``model(ids, labels=...)`` as DistFactAssessLM's
+    ``sentence_prob`` / ``condition_prob`` compute it (the engine is not used for the expected
+    values): first token unscored, last-n-token targets, substring pairing in N, the fact's own
+    subject and relation in the samples, the question template left out."""
+    model, tok = gpt2.model, gpt2.tokenizer
 
-    def p_sent(text: str) -> float:
-        return math.exp(engine.run([SpanScoreRequest(text, 0, len(text))])[0].mean_logprob)  # type: ignore[union-attr]
+    def p(text: str, last: int = 0) -> float:
+        ids = tok(text, return_tensors="pt").input_ids
+        labels = ids.clone()
+        if last:
+            labels[:, :-last] = -100
+        with torch.no_grad():
+            return float(1 / torch.exp(model(ids, labels=labels).loss))
 
-    def p_cont(ctx: str, cont: str) -> float:
-        return math.exp(engine.run([LogProbRequest(ctx, cont)])[0].mean_logprob)  # type: ignore[union-attr]
+    def cond(gamma: str, given: str) -> float:
+        return p(gamma, len(tok(" " + gamma.replace(given, "").strip()).input_ids))
 
-    n = p_sent("The capital of France is") * p_cont("The capital of France is", " Paris")
-    d_s = p_sent("The capital of England is") * p_cont("The capital of England is", " Paris")
-    d_r = p_sent("France") * p_cont("France", " is a city in Paris.")
-    assert k.karr_subject == pytest.approx(max(n / d_s, 1e-6), rel=1e-4)
-    assert k.karr_relation == pytest.approx(max(n / d_r, 1e-6), rel=1e-4)
+    def add(total: float, a: float, b: float) -> float:
+        return total if math.isnan(a) or math.isnan(b) else total + a * b
+
+    fr = Entity("Republic of France", ("France",))
+    item = KarrItem(Fact(fr, "P36", Entity("Paris")),
+                    ("[X] has its capital in [Y].", "What is the capital of [X]?"),
+                    other_subjects=(Entity("Kingdom of England"),),
+                    other_relation_templates=(("[X] is a city in [Y].", "Where is [X]?"),))
+    [k] = karr(Engine(gpt2), [item], sampling="first")
+    b1, b2 = "Republic of France has its capital in", "France has its capital in"
+    g1, g2 = b1 + " Paris", b2 + " Paris"
+    n = add(0.0, p(b1), cond(g1, b1))
+    n = add(n, p(b2), cond(g1, b2) + cond(g2, b2))  # b2 is inside g1 too
+    d_s = (p(b1) * cond(g1, b1) + p(b2) * cond(g2, b2)
+           + p("Kingdom of England has its capital in")
+           * cond("Kingdom of England has its capital in Paris", "Kingdom of England has its capital in")) / 2
+    d_r = 0.0
+    for a in ("Republic of France", "France"):
+        d_r = add(d_r, p(a), cond(f"{a} has its capital in Paris.", a)
+                  + cond(f"{a} is a city in Paris.", a))
+    d_r /= 2
+    assert k.karr_subject == pytest.approx(n / d_s, rel=1e-5)
+    assert k.karr_relation == pytest.approx(n / d_r, rel=1e-5)
     assert k.karr == pytest.approx(math.sqrt(k.karr_subject * k.karr_relation))  # type: ignore[operator]
     assert k.knows == (k.karr > 22)  # type: ignore[operator]
-    [none] = karr(engine, [KarrItem(item.fact, item.templates)])
-    assert none.karr is None and none.knows is None
-    # other subjects but no other relation of the object: KaRR cannot exist, nothing is scored
+    # only the others: no other subject and no other relation -> no KaRR, nothing is scored
     fresh = Engine(gpt2)
-    [half] = karr(fresh, [KarrItem(item.fact, item.templates, other_subjects=(Entity("England"),))])
-    assert half.karr is None and half.karr_subject is None and half.karr_relation is None
+    [none] = karr(fresh, [KarrItem(item.fact, item.templates)], include_own=False)
+    assert none.karr is None and none.knows is None
+    assert none.karr_subject is None and none.karr_relation is None
     assert fresh.stats.computed == 0 and fresh.stats.forward_calls == 0
+    # a question-only relation has no KaRR either
+    [q] = karr(fresh, [KarrItem(item.fact, ("What is the capital of [X]?",))])
+    assert q.karr is None and q.karr_subject is None
 
 
 def test_llm_judge_through_a_real_local_endpoint(gpt2: LoadedModel,

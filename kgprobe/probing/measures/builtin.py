@@ -267,12 +267,23 @@ class Judge(_BeamMeasure):
 @register
 class Karr(Measure):
     name = "karr"
+    # 2: computed as the authors' code does (DistFactAssessLM karr.py @94c7c8c, equal within
+    # 1e-4 on the 24 audit facts): sentences scored alone with the first token unscored,
+    # last-n-token targets, substring pairing in N, the fact's own subject and relation in the
+    # samples, object-last templates only; values stored under version 1 are recomputed
+    version = 2
     section = "Dong et al. 2023 (KaRR), as a baseline in Ammar Khodja et al. 2025 Table 2"
-    summary = ("KaRR = sqrt(KaRR_s · KaRR_r), subject- and relation-replacement ratios; "
-               "known when KaRR > threshold (22)")
+    summary = ("KaRR = sqrt(KaRR_s · KaRR_r), subject- and relation-replacement ratios, as the "
+               "authors' code computes them; known when KaRR > threshold (22)")
     params = (Param("sample_k", 4, "other subjects / relations sampled", "k"),
               Param("max_aliases", 4, "aliases per entity", "a"),
-              Param("threshold", 22.0, "KaRR above this = knows", "th", kind=float))
+              Param("threshold", 22.0, "KaRR above this = knows", "th", kind=float),
+              Param("sampling", "random", "draw subjects, relations, templates and aliases at "
+                    "random (seeded; the authors' code) or take the first ones", "smp",
+                    ("random", "first"), str),
+              Param("own", "yes", "the fact's own subject and relation are in the samples "
+                    "(the authors' code; Dong et al.'s marginals) or only the others", "own",
+                    ("yes", "no"), str))
     needs = frozenset({"templates", "other_subjects", "object_relations"})
     extras = ("karr_s", "karr_r")
     has_known = False
@@ -288,11 +299,14 @@ class Karr(Measure):
                           f.other_subjects, f.object_relation_templates) for f in facts]
         res = karr(runner, items, sample_k=int(self.settings["sample_k"]),
                    max_aliases=int(self.settings["max_aliases"]),
-                   threshold=float(self.settings["threshold"]), seed=ctx.seed)
+                   threshold=float(self.settings["threshold"]), seed=ctx.seed,
+                   sampling="first" if self.settings["sampling"] == "first" else "random",
+                   include_own=self.settings["own"] == "yes")
         out: list[Values] = []
         for r in res:
             if r.karr is None:
-                out.append({**_none("KaRR needs other subjects and other relations of the object"),
+                out.append({**_none("KaRR needs an object-last template and a scorable "
+                                    "denominator"),
                             "karr_s": r.karr_subject, "karr_r": r.karr_relation})
             else:
                 out.append({"score": r.karr, "karr_s": r.karr_subject, "karr_r": r.karr_relation,
