@@ -4,6 +4,7 @@ hand-computed values and direct engine scores on a tiny random GPT-2."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from kgprobe.probing.requests import (
 )
 
 torch.set_num_threads(1)
+FIXTURES = Path(__file__).parent / "fixtures"
 FACT = Fact(Entity("France"), "P36", Entity("Paris", ("Paris city",)))
 ITEM = ProbeItem(FACT, ("The capital of [X] is [Y].", "[X] has its capital in [Y]."))
 
@@ -54,6 +56,21 @@ def test_rouge_l_by_hand() -> None:
     assert rouge_l("Paris", "") == 0.0
     # beta = 2 weighs recall: R = 1, P = 1/3 -> 5 * 1/3 / (4/3 + 1) = 5/7
     assert rouge_l("Paris", "Paris is nice", beta=2.0) == pytest.approx(5 / 7)
+
+
+def test_rouge_l_char_equals_the_distractor_papers_code() -> None:
+    """``unit="char"`` against the output of DistFactAssessLM's own ``rouge_l`` (fixture)."""
+    rows = json.loads((FIXTURES / "dfa_rouge_char" / "rouge_l.json").read_text(encoding="utf-8"))
+    assert len(rows) == 25
+    for r in rows:
+        got = rouge_l(r["reference"], r["candidate"], unit="char")
+        assert got == pytest.approx(r["f1"], abs=1e-12), r
+    # the word unit differs where the paper's text and the code part: " Paris" is the word
+    # "paris" (1.0) but 5 of 6 characters
+    assert rouge_l("Paris", " Paris") == 1.0
+    assert rouge_l("Paris", " Paris", unit="char") == pytest.approx(10 / 11)
+    with pytest.raises(ConfigError, match="unit"):
+        rouge_l("a", "b", unit="token")  # type: ignore[arg-type]
 
 
 def test_bertscore_f1_by_hand() -> None:
@@ -90,6 +107,10 @@ def test_precision_at_n(gpt2: LoadedModel) -> None:
     assert res[2][0].score == 1.0 and res[3][0].score == 1.0
     with pytest.raises(ConfigError):
         precision_at_n(engine, [item], [0])
+    # strip=False: the distractor paper's code, ``decode(x) in all_labels`` on the raw token
+    tokens = top.tokens  # type: ignore[union-attr]
+    raw = precision_at_n(engine, [item], [3], strip=False)[3][0].score
+    assert raw == (1.0 if second in tokens[:3] else 0.0)
 
 
 def test_beam_rouge_and_embedding_measures(gpt2: LoadedModel) -> None:

@@ -116,12 +116,15 @@ def precision_at_n(
     *,
     casefold: bool = False,
     max_subject_labels: int | None = None,
+    strip: bool = True,
 ) -> dict[int, list[FactScore]]:
     """Precision@n for every n in ``ns`` from one next-token request per cloze.
 
     A top-n token hits when its text, stripped of surrounding whitespace, equals a label of o
     (case-folded with ``casefold``). Labels that are more than one token can never hit: the
-    limitation the paper notes."""
+    limitation the paper notes. ``strip=False`` compares the decoded token as it is, as the
+    distractor paper's code does (``decode(x) in all_labels``): a word-start token such as
+    " Paris" then never equals a label."""
     if not ns or min(ns) < 1:
         raise ConfigError("Precision@n needs n >= 1")
     top = max(ns)
@@ -134,7 +137,7 @@ def precision_at_n(
     res = dict(zip(reqs, runner.run(reqs), strict=True))
 
     def norm(s: str) -> str:
-        s = s.strip()
+        s = s.strip() if strip else s
         return s.casefold() if casefold else s
 
     out: dict[int, list[FactScore]] = {n: [] for n in ns}
@@ -200,10 +203,22 @@ def _lcs(a: Sequence[str], b: Sequence[str]) -> int:
     return prev[-1]
 
 
-def rouge_l(reference: str, candidate: str, beta: float = 1.0) -> float:
+RougeUnit = Literal["word", "char"]
+
+
+def rouge_l(reference: str, candidate: str, beta: float = 1.0, unit: RougeUnit = "word") -> float:
     """ROUGE-L F-measure (Lin 2004) over case-folded word tokens:
-    F = (1+β²)·R·P / (R + β²·P) with R = LCS/|ref|, P = LCS/|cand|. β=1 (F1) by default."""
-    ref, cand = _words(reference), _words(candidate)
+    F = (1+β²)·R·P / (R + β²·P) with R = LCS/|ref|, P = LCS/|cand|. β=1 (F1) by default.
+
+    ``unit="char"``: the LCS of the raw strings, character by character, case and spaces kept,
+    as the distractor paper's code computes it (``know/generation.py``: ``lcs(candidate,
+    reference)`` on ``str``); "Paris" and "Parisian" then share 5 of 8 characters."""
+    if unit == "char":
+        ref, cand = list(reference), list(candidate)
+    elif unit == "word":
+        ref, cand = _words(reference), _words(candidate)
+    else:
+        raise ConfigError(f"unknown ROUGE-L unit {unit!r}; use word or char")
     if not ref or not cand:
         return 0.0
     lcs = _lcs(ref, cand)
@@ -235,13 +250,14 @@ def bertscore_f1(ref_vecs: np.ndarray, cand_vecs: np.ndarray,
 
 def rouge_measure(
     items: Sequence[ProbeItem], beams: Sequence[Sequence[tuple[ClozeSentence, list[str]]]],
-    beta: float = 1.0,
+    beta: float = 1.0, unit: RougeUnit = "word",
 ) -> list[FactScore]:
-    """ROUGE-L measure: mean over clozes of max_{λ, b} ROUGE_L(λ, b) (0 for an empty beam)."""
+    """ROUGE-L measure: mean over clozes of max_{λ, b} ROUGE_L(λ, b) (0 for an empty beam);
+    ``unit`` as in :func:`rouge_l`."""
     out = []
     for item, per in zip(items, beams, strict=True):
         labels = item.fact.object.labels()
-        vals = [max((rouge_l(lab, b, beta) for lab in labels for b in hyps), default=0.0)
+        vals = [max((rouge_l(lab, b, beta, unit) for lab in labels for b in hyps), default=0.0)
                 for _, hyps in per]
         out.append(FactScore(item.fact, _mean(vals), vals))
     return out

@@ -176,7 +176,11 @@ class PrecisionAtN(Measure):
     section = "Ammar Khodja et al. 2025, Table 2 (Precision@n)"
     summary = ("share of cloze sentences whose top-k next tokens contain a label of the object "
                "(single-token labels only, the paper's stated limitation)")
-    params = (Param("k", 1, "top-k next tokens", "k"),)
+    params = (Param("k", 1, "top-k next tokens", "k"),
+              Param("strip", "yes", "strip a token's surrounding whitespace before comparing it "
+                    "with the labels (the paper's text); no: compare the decoded token as it is "
+                    "(the authors' code, where ' Paris' never equals 'Paris')", "st",
+                    ("yes", "no"), str))
     has_known = False
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
@@ -184,13 +188,14 @@ class PrecisionAtN(Measure):
 
         k = max(1, int(self.settings["k"]))
         items = [ProbeItem(_fact(f, ctx), f.templates) for f in facts]
-        res = precision_at_n(runner, items, [k], max_subject_labels=ctx.max_subject_labels)[k]
+        res = precision_at_n(runner, items, [k], max_subject_labels=ctx.max_subject_labels,
+                             strip=self.settings["strip"] == "yes")[k]
         return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
                 for r in res]
 
 
 class _BeamMeasure(Measure):
-    params = (Param("beam", 5, "beam width (and outputs kept)", "b"),
+    params: ClassVar[tuple[Param, ...]] = (Param("beam", 5, "beam width (and outputs kept)", "b"),
               Param("max_new_tokens", 10, "tokens generated per beam", "t"))
     has_known = False
 
@@ -208,13 +213,18 @@ class RougeL(_BeamMeasure):
     name = "rouge_l"
     section = "Ammar Khodja et al. 2025, Table 2 (ROUGE-L)"
     summary = "mean over cloze sentences of the best ROUGE-L F1 between a label and a beam output"
+    params = (*_BeamMeasure.params,
+              Param("unit", "word", "LCS over case-folded words (ROUGE-L as Lin 2004 defines it) "
+                    "or over raw characters (the distractor paper's code)", "u",
+                    ("word", "char"), str))
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         from kgprobe.probing.measures.baselines import rouge_measure
 
         items, beams = self._beams(runner, facts, ctx)
         return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
-                for r in rouge_measure(items, beams)]
+                for r in rouge_measure(items, beams, unit="char" if self.settings["unit"] == "char"
+                                       else "word")]
 
 
 @register
