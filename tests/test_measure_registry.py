@@ -19,8 +19,10 @@ from probe_world import REF, load
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
-from kgprobe.probing.measures.registry import REGISTRY, describe, load_all, parse_measure
-from kgprobe.probing.run import ProbeConfig, measure_key, run_probe
+from kgprobe.probing.config import ProbeConfig, measure_key
+from kgprobe.probing.measures.catalog import describe, load_all
+from kgprobe.probing.measures.registry import REGISTRY, parse_measure
+from kgprobe.probing.run import run_probe
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def engine(gpt2: Path) -> Any:
 
 @pytest.fixture()
 def world(graph: Any, tmp_path: Path) -> tuple[Any, Any]:
-    from kgprobe.graph.semantic import IndexSettings, ensure_index
+    from kgprobe.probing.semantic import IndexSettings, ensure_index
 
     load(graph)
     return graph, ensure_index(graph, tmp_path / "index", IndexSettings(dim=8, seed=0))
@@ -366,19 +368,15 @@ def test_end_marker_is_selectable_and_recorded(world: tuple[Any, Any], engine: A
 
 
 def test_the_worked_example_of_the_docs_runs(world: tuple[Any, Any], engine: Any, gpt2: Path) -> None:
-    """docs/measures.md's "adding a measure" example, executed as written: registered, probed,
-    written onto the edges, in the report."""
-    import re
-
+    """docs/measures.md's "adding a measure" example (the module of examples/kgprobe-top1, which
+    the docs show as it is: tests/test_plugins.py), executed in-process: registered, probed,
+    written onto the edges, in the report. tests/test_plugins.py installs it as a package."""
     from kgprobe.reporting import build_report
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "measures.md").read_text(encoding="utf-8")
-    part = doc.split("### Worked example: adding a measure", 1)[1]
-    code = re.search(r"```python\n(.*?)```", part, re.S)
-    assert code is not None
+    module = Path(__file__).resolve().parent.parent / "examples" / "kgprobe-top1" / "kgprobe_top1" / "__init__.py"
     graph, index = world
     try:
-        exec(compile(code.group(1), "docs/measures.md", "exec"), {})  # noqa: S102
+        exec(compile(module.read_text(encoding="utf-8"), str(module), "exec"), {"__name__": "kgprobe_top1"})  # noqa: S102
         assert "top1" in REGISTRY
         s = run_probe(graph, engine, _cfg(gpt2, measures=("top1",), relations=("P36",)),
                       fingerprint=engine.fingerprint, index=index, progress=False)
