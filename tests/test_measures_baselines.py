@@ -36,6 +36,8 @@ from kgprobe.probing.requests import (
     BeamSearchRequest,
     LogProbRequest,
     NextTokenRequest,
+    TokenScoresRequest,
+    TokenScoresResult,
 )
 
 torch.set_num_threads(1)
@@ -142,6 +144,31 @@ def test_llm_judge_prompt_verdicts_and_unavailable(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("KGPROBE_JUDGE_URL", raising=False)
     with pytest.raises(ConfigError, match="KGPROBE_JUDGE_URL"):
         judge_measure([ITEM], [[]])
+
+
+def test_token_scores_request_is_a_plain_labels_call(gpt2: LoadedModel, tmp_path: Path) -> None:
+    """``TokenScoresRequest``: log p of every token after the first, the text encoded alone,
+    as ``model(ids, labels=ids)`` averages them; one token: nothing scored (NaN mean); the
+    score cache gives the same result back."""
+    from kgprobe.probing.cache import ScoreCache
+
+    tok, model = gpt2.tokenizer, gpt2.model
+    text = "The capital of France is Paris"
+    ids = tok(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        loss = float(model(ids, labels=ids).loss)
+    cached = Engine(gpt2, cache=ScoreCache(tmp_path / "c.sqlite"))
+    [r] = cached.run([TokenScoresRequest(text)])
+    assert isinstance(r, TokenScoresResult)
+    assert list(r.token_ids) == ids[0].tolist() and len(r.token_logprobs) == ids.shape[1] - 1
+    assert r.mean_logprob == pytest.approx(-loss, rel=1e-5)
+    one = tok.decode(ids[0, :1])
+    [r1] = Engine(gpt2).run([TokenScoresRequest(one)])
+    assert isinstance(r1, TokenScoresResult) and r1.token_logprobs == () and math.isnan(r1.mean_logprob)
+    again = Engine(gpt2, cache=ScoreCache(tmp_path / "c.sqlite"))
+    assert again.run([TokenScoresRequest(text)]) == [r] and again.stats.computed == 0
+    with pytest.raises(ConfigError):
+        TokenScoresRequest("")
 
 
 def test_karr_follows_the_reference_formulas(gpt2: LoadedModel) -> None:
