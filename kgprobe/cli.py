@@ -568,12 +568,21 @@ def factor(
     file: str | None = typer.Argument(None, help="A FACTOR CSV (news_factor.csv, expert_factor.csv, ...); or --from-graph."),
     model: str = typer.Option("smollm2-135m", "--model", "-m",
                               help="Registry name, GGUF file, local HF directory or hub id."),
-    from_graph: bool = typer.Option(False, "--from-graph", help="Generate items from facts of the graph (true sentence vs typed distractors)."),
+    from_graph: bool = typer.Option(False, "--from-graph", help="Generate items from the graph: prefixes from the subject's facts, typed entity swaps, and with --generator/--nli/--fluency-model the paper's pipeline."),
     relations: list[str] = typer.Option(None, "--relation", "-r", help="--from-graph: only this relation (PID); repeatable."),
     sample: int | None = typer.Option(60, "--sample", help="--from-graph: facts in all, split over the relations (0 = all)."),
     strategy: str = typer.Option("random", "--strategy", "-s", help="--from-graph: distractors: random, sem or temp+sem."),
     n: int = typer.Option(3, "-n", help="--from-graph: false completions per item (the paper uses 3)."),
     seed: int = typer.Option(0, help="--from-graph: seed of the sample and the distractors."),
+    at: str | None = typer.Option(None, "--at", help="--from-graph: reference date YYYY-MM-DD (default today)."),
+    generator: str | None = typer.Option(None, "--generator", help="--from-graph: model writing contradictions of the paper's five error types (registry name, directory, hub id) or an OpenAI-compatible base URL."),
+    nli: str | None = typer.Option(None, "--nli", help="--from-graph: NLI model directory for the contradiction filter (paper: microsoft/deberta-large-mnli)."),
+    fluency_model: str | None = typer.Option(None, "--fluency-model", help="--from-graph: causal model for the fluency filter (paper: GPT2-small)."),
+    tau_nli: float = typer.Option(0.6, "--tau-nli", help="--from-graph: keep a contradiction when p(contradiction) exceeds this (paper: 0.6)."),
+    tau_nli_coref: float = typer.Option(0.3, "--tau-nli-coreference", help="--from-graph: the same for coreference errors (paper: 0.3)."),
+    tau_lm: float = typer.Option(0.2, "--tau-lm", help="--from-graph: keep a contradiction whose mean log-prob is above c+'s minus this (paper: 0.2)."),
+    prefix_facts: int = typer.Option(4, "--prefix-facts", help="--from-graph: other facts of the subject in the prefix (0 = empty prefix)."),
+    out: str | None = typer.Option(None, "--out", help="--from-graph: write the items as a FACTOR CSV (with error types and filter scores)."),
     max_length: int | None = typer.Option(None, "--max-length", help="Cap the context at this many tokens, prefix cut from the left (the paper: 1024)."),
     limit: int | None = typer.Option(None, help="Score only the first N rows."),
     prefix_column: str = typer.Option("turncated_prefixes",
@@ -589,10 +598,18 @@ def factor(
     per-token log-probability given the prefix (from a CSV, or generated from the graph)."""
     import json
 
-    from kgprobe.app.factor import run_factor_file, run_factor_graph
+    from rich.markup import escape
+
+    from kgprobe.app.factor import run_factor_file
+    from kgprobe.app.factor_pipeline import PipelineSettings, run_factor_pipeline
     from kgprobe.errors import ConfigError
 
     _check_pids(relations or [])
+    _check_number("--prefix-facts", prefix_facts, 0)
+    _check_number("--tau-nli", tau_nli, 0, 1)
+    _check_number("--tau-nli-coreference", tau_nli_coref, 0, 1)
+    _check_number("--tau-lm", tau_lm, 0)
+    _check_date(at)
     _check_number("--sample", sample, 0)
     _check_number("-n", n, 1)
     _check_seed(seed)
@@ -603,9 +620,13 @@ def factor(
     if from_graph == (file is not None):
         raise ConfigError("give a FACTOR CSV file or --from-graph (one of them)")
     if from_graph:
-        result = run_factor_graph(model, relations=relations or (), sample=sample or None,
-                                  strategy=strategy, n=n, seed=seed, dtype=dtype, threads=threads,
-                                  progress=not as_json, max_length=max_length)
+        result = run_factor_pipeline(
+            model, relations=relations or (), sample=sample or None, at=at,
+            settings=PipelineSettings(n=n, strategy=strategy, seed=seed, prefix_facts=prefix_facts,
+                                      tau_nli=tau_nli, tau_nli_coreference=tau_nli_coref,
+                                      tau_lm=tau_lm),
+            generator=generator, nli_model=nli, fluency_model=fluency_model, out_csv=out,
+            dtype=dtype, threads=threads, progress=not as_json, max_length=max_length)
     else:
         assert file is not None
         result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
@@ -618,6 +639,18 @@ def factor(
                   f"— {str(result['model'])} on {str(where)}", highlight=False)
     for pid, r in (result.get("relations") or {}).items():
         console.print(f"  {pid}: {r['accuracy']:.4f} over {r['items']} items", highlight=False)
+    if from_graph:
+        console.print(escape(str(result["steps_line"])), highlight=False)
+        for t, c in result["error_types"].items():
+            console.print(f"  {t}: {c['candidates']} candidates, {c['nli_passed']} passed NLI, "
+                          f"{c['fluency_passed']} passed fluency, {c['selected']} selected",
+                          highlight=False)
+        if result["skipped"]:
+            console.print(f"  {result['skipped']} facts skipped (too few contradictions)", highlight=False)
+        if result["csv"]:
+            console.print(escape(f"items written to {result['csv']}"), highlight=False)
+        console.print("Not comparable with Wiki-, News- or Expert-FACTOR accuracy (docs/measures.md).",
+                      highlight=False)
 
 
 @app.command()
@@ -636,6 +669,7 @@ def probe(
     max_subject_labels: int = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences)."),
     end: str = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the model's documented one), eos, tail, none."),
     label_rule: str = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all."),
+    verbalizer: str = typer.Option("careful", "--verbalizer", help="How labels are written into templates: careful (articles, capitals, quoted titles) or raw (as the DFA paper)."),
     on_model_mismatch: str = typer.Option("suffix", "--on-model-mismatch", help="When the model key holds other weights' scores: suffix or refuse."),
     max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
@@ -672,6 +706,7 @@ def probe(
         model, relations=_relations(relation, relations_alias), sample=sample or None, measures=measure or ("kmin",),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
         max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
+        verbalizer=verbalizer,
         on_model_mismatch=on_model_mismatch, batch_facts=batch_facts,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
         force=force, history_first=history_first, progress=not as_json, output_path=output_path,

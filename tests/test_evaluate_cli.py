@@ -114,25 +114,26 @@ def test_robustness_and_grid_table(probed: Any, tmp_path: Path, kgprobe_env: dic
 def test_factor_from_graph(graph: Any, gpt2: Path, kgprobe_env: dict[str, str]) -> None:
     """Items from facts: true sentence vs typed random distractors; accuracy per relation;
     the CLI prints one JSON document."""
-    from kgprobe.app.factor import run_factor_graph
+    from kgprobe.app.factor_pipeline import PipelineSettings, run_factor_pipeline
 
     load(graph)
-    res = run_factor_graph(str(gpt2), relations=("P36",), sample=None, strategy="random", n=2,
-                           progress=False, graph=graph, at=REF)
+    two = PipelineSettings(n=2, strategy="random", prefix_facts=0)  # short: nothing to cut
+    res = run_factor_pipeline(str(gpt2), relations=("P36",), sample=None, settings=two,
+                              progress=False, graph=graph, at=REF)
     assert res["items"] == 3 and set(res["relations"]) == {"P36"}
     assert res["accuracy"] == res["correct"] / 3
     # by hand: each item is correct when its first score is the largest
     assert res["correct"] == sum(1 for r in res["per_item"] if r["scores"][0] >= max(r["scores"][1:]))
     assert all(len(r["scores"]) == 3 for r in res["per_item"])
-    capped = run_factor_graph(str(gpt2), relations=("P36",), sample=None, strategy="random", n=2,
-                              progress=False, graph=graph, at=REF, max_length=48)
+    capped = run_factor_pipeline(str(gpt2), relations=("P36",), sample=None, settings=two,
+                                 progress=False, graph=graph, at=REF, max_length=48)
     assert capped["max_length"] == 48 and capped["per_item"] == res["per_item"]  # nothing to cut
     with pytest.raises(ConfigError):
-        run_factor_graph(str(gpt2), relations=("P36",), graph=graph, max_length=1, progress=False)
+        run_factor_pipeline(str(gpt2), relations=("P36",), graph=graph, max_length=1, progress=False)
 
     exe = str(Path(sys.executable).parent / "kgprobe")
     out = subprocess.run([exe, "factor", "--from-graph", "-r", "P36", "-m", str(gpt2), "-n", "2",
-                          "--sample", "0", "--json"], capture_output=True, text=True, env=kgprobe_env,
+                          "--prefix-facts", "0", "--sample", "0", "--json"], capture_output=True, text=True, env=kgprobe_env,
                          timeout=300)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

@@ -127,30 +127,6 @@ def test_cli_json(gpt2_dir: Path) -> None:
     assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
 
 
-def test_items_from_the_graph(graph: object, gpt2: LoadedModel) -> None:
-    """Every relation of the graph becomes a multiple-choice benchmark: typed distractors
-    (random strategy, seeded) replace the object of the verbalized fact."""
-    import distractor_world as w
-
-    from kgprobe.app.factor import factor_items_from_graph
-
-    w.load(graph)
-    items, skipped = factor_items_from_graph(
-        graph, [(w.USA, "P35", w.BIDEN), (w.FRANCE, "P36", w.PARIS)], n_false=3, seed=1,
-        template="The [Y] is linked to [X].")
-    assert not skipped, skipped
-    assert len(items) == 2
-    biden = items[0]
-    assert biden.completions[0] == "The Joe Biden is linked to United States of America."
-    # the false sentences differ from the true one; the same seed gives the same items
-    assert all(c != biden.completions[0] for c in biden.completions[1:])
-    again, _ = factor_items_from_graph(
-        graph, [(w.USA, "P35", w.BIDEN)], n_false=3, seed=1, template="The [Y] is linked to [X].")
-    assert again[0].completions == biden.completions
-    outs = factor_scores(Engine(gpt2), items)
-    assert len(outs) == 2
-
-
 def test_cli_max_length_truncates_the_prefix_from_the_left(gpt2_dir: Path) -> None:
     """``kgprobe factor --max-length 1024`` (the paper's cap): the official script tokenizes
     prefix + completion with ``truncation_side='left'`` and ``model_max_length=1024`` and

@@ -17,6 +17,7 @@ from kgprobe.graph.templates import probe_templates
 from kgprobe.probing.config import ProbeConfig, Runner
 from kgprobe.probing.distractors import find_distractors
 from kgprobe.probing.measures.registry import FactInput, Replay
+from kgprobe.probing.verbalize import entity_facts
 from kgprobe.progress import Progress
 from kgprobe.provenance import now
 
@@ -47,9 +48,11 @@ class Gatherer:
         self._all_templates: dict[str, tuple[str, ...]] | None = None
         self._demos: tuple[Any, ...] | None = None
 
-    def _ent(self, row: dict[str, Any] | None, qid: str) -> Any:
+    def _ent(self, row: dict[str, Any] | None, qid: str, pid: str | None = None) -> Any:
         row = row or {}
-        return self.rule.entity(row.get("label"), row.get("aliases"), qid)
+        facts = (None if self.cfg.verbalizer == "raw" else  # pid: the relation it is subject of
+                 entity_facts(row.get("label") or "", row.get("aliases") or (), row.get("types") or (), pid))
+        return self.rule.entity(row.get("label"), row.get("aliases"), qid, facts)
 
     def batch(self, rows: Sequence[dict[str, Any]]) -> list[Planned]:
         pre = []
@@ -90,13 +93,15 @@ class Gatherer:
         for row, ds, past, others, subjects, orel, why, err in pre:
             fact = FactInput(
                 key=row["key"], pid=row["pid"],
-                subject=self._ent({"label": row["s_label"], "aliases": row["s_aliases"]}, row["s"]),
-                object=self._ent({"label": row["o_label"], "aliases": row["o_aliases"]}, row["o"]),
+                subject=self._ent({"label": row["s_label"], "aliases": row["s_aliases"],
+                                   "types": row.get("s_types")}, row["s"], row["pid"]),
+                object=self._ent({"label": row["o_label"], "aliases": row["o_aliases"],
+                                  "types": row.get("o_types")}, row["o"]),
                 templates=tuple(text for _, text in self.templates[row["pid"]]),
                 distractors=tuple(self._ent(labels.get(q), q) for q in ds),
                 past=tuple(self._ent(labels.get(q), q) for q in past),
                 other_objects=tuple(self._ent(labels.get(q), q) for q in others),
-                other_subjects=tuple(self._ent(labels.get(q), q) for q in subjects),
+                other_subjects=tuple(self._ent(labels.get(q), q, row["pid"]) for q in subjects),
                 object_relation_templates=tuple(all_t[p] for p in orel if all_t.get(p)),
                 demonstrations=self._demonstrations() if "demonstrations" in self.needs else (),
                 distractor_reason=why,
@@ -113,8 +118,10 @@ class Gatherer:
                 for r in pr.relation_facts(self.graph, pid, self.cfg.seed):
                     pool.append(FactInput(
                         key=r["key"], pid=pid,
-                        subject=self._ent({"label": r["s_label"], "aliases": r["s_aliases"]}, r["s"]),
-                        object=self._ent({"label": r["o_label"], "aliases": r["o_aliases"]}, r["o"]),
+                        subject=self._ent({"label": r["s_label"], "aliases": r["s_aliases"],
+                                           "types": r.get("s_types")}, r["s"], pid),
+                        object=self._ent({"label": r["o_label"], "aliases": r["o_aliases"],
+                                          "types": r.get("o_types")}, r["o"]),
                         templates=tuple(text for _, text in self.templates[pid])))
             self._demos = tuple(pool)
         return self._demos

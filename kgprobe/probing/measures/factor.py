@@ -21,7 +21,9 @@ log p(c|t) and |c| — what is averaged is exactly the official script's span. T
 
 Items can also be generated from facts: the verbalized fact is c⁺ and the same sentence with
 the object replaced by typed distractors are C⁻, so any relation becomes a multiple-choice
-benchmark.
+benchmark. The paper's generation pipeline over the graph (prefixes, generated contradictions
+of five error types, NLI and fluency filters, diversity selection) is in
+:mod:`kgprobe.app.factor_pipeline`; this module only reads, writes and scores items.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.loaders.common import read_text_file
@@ -88,6 +91,41 @@ def read_factor_csv(path: str | Path, prefix_column: str = "turncated_prefixes",
             out.append(FactorItem(row[prefix_column] or "", tuple(comps), rid,
                                   row.get("doc_id", "") or ""))
     return out
+
+
+def write_factor_csv(path: str | Path, items: Sequence[FactorItem],
+                     extra: Sequence[dict[str, Any]] | None = None) -> Path:
+    """Write items in the official CSV layout (an unnamed index column holding the item id,
+    ``turncated_prefixes``, ``full_prefix`` (the same text: nothing is truncated),
+    ``completion``, ``contradiction_0..``, ``doc_id``) that :func:`read_factor_csv` reads back;
+    ``extra`` adds per-item columns after those (their names must not start with
+    ``contradiction_``, which the reader takes as completions). Every item needs the same
+    number of contradictions."""
+    if not items:
+        raise InputError("no FACTOR item to write")
+    n = len(items[0].completions) - 1
+    if any(len(it.completions) - 1 != n for it in items):
+        raise InputError("FACTOR CSV rows need the same number of contradictions")
+    extra = list(extra) if extra is not None else [{} for _ in items]
+    if len(extra) != len(items):
+        raise InputError("one extra row per FACTOR item")
+    names: list[str] = []
+    for row in extra:
+        names += [k for k in row if k not in names]
+    base = ["", "turncated_prefixes", "full_prefix", "completion",
+            *[f"contradiction_{i}" for i in range(n)], "doc_id"]
+    clash = [k for k in names if k.startswith("contradiction_") or k in base]
+    if clash:
+        raise InputError(f"extra FACTOR column(s) clash with the format: {', '.join(clash)}")
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with p.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(base + names)
+        for it, row in zip(items, extra, strict=True):
+            w.writerow([it.item_id, it.prefix, it.prefix, *it.completions, it.doc_id,
+                        *["" if row.get(k) is None else row[k] for k in names]])
+    return p
 
 
 def factor_pair(prefix: str, completion: str) -> tuple[str, str]:
@@ -163,10 +201,10 @@ def factor_items_from_fact(
 ) -> FactorItem:
     """A FACTOR item from a fact: c⁺ = the template filled with s and o, C⁻ = the same with
     o replaced by the first ``n_false`` distractors (typed distractors from any strategy)."""
-    ds = [Entity.of(d).label for d in distractors][:n_false]
+    ds = [Entity.of(d).name for d in distractors][:n_false]
     if not ds:
         raise InputError(f"fact {fact.key}: no distractor to build a FACTOR item")
-    subj = fact.subject.label
-    true = fill(template, subj, fact.object.label)
+    subj = fact.subject.name
+    true = fill(template, subj, fact.object.name)
     false = [fill(template, subj, d) for d in ds]
     return FactorItem(prefix, (true, *false), fact.key)
