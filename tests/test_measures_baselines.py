@@ -4,6 +4,7 @@ hand-computed values and direct engine scores on a tiny random GPT-2."""
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -35,10 +36,12 @@ from kgprobe.probing.requests import (
     BeamSearchRequest,
     LogProbRequest,
     NextTokenRequest,
-    SpanScoreRequest,
+    TokenScoresRequest,
+    TokenScoresResult,
 )
 
 torch.set_num_threads(1)
+FIXTURES = Path(__file__).parent / "fixtures"
 FACT = Fact(Entity("France"), "P36", Entity("Paris", ("Paris city",)))
 ITEM = ProbeItem(FACT, ("The capital of [X] is [Y].", "[X] has its capital in [Y]."))
 
@@ -55,6 +58,21 @@ def test_rouge_l_by_hand() -> None:
     assert rouge_l("Paris", "") == 0.0
     # beta = 2 weighs recall: R = 1, P = 1/3 -> 5 * 1/3 / (4/3 + 1) = 5/7
     assert rouge_l("Paris", "Paris is nice", beta=2.0) == pytest.approx(5 / 7)
+
+
+def test_rouge_l_char_equals_the_distractor_papers_code() -> None:
+    """``unit="char"`` against the output of DistFactAssessLM's own ``rouge_l`` (fixture)."""
+    rows = json.loads((FIXTURES / "dfa_rouge_char" / "rouge_l.json").read_text(encoding="utf-8"))
+    assert len(rows) == 25
+    for r in rows:
+        got = rouge_l(r["reference"], r["candidate"], unit="char")
+        assert got == pytest.approx(r["f1"], abs=1e-12), r
+    # the word unit differs where the paper's text and the code part: " Paris" is the word
+    # "paris" (1.0) but 5 of 6 characters
+    assert rouge_l("Paris", " Paris") == 1.0
+    assert rouge_l("Paris", " Paris", unit="char") == pytest.approx(10 / 11)
+    with pytest.raises(ConfigError, match="unit"):
+        rouge_l("a", "b", unit="token")  # type: ignore[arg-type]
 
 
 def test_bertscore_f1_by_hand() -> None:
@@ -91,6 +109,10 @@ def test_precision_at_n(gpt2: LoadedModel) -> None:
     assert res[2][0].score == 1.0 and res[3][0].score == 1.0
     with pytest.raises(ConfigError):
         precision_at_n(engine, [item], [0])
+    # strip=False: the distractor paper's code, ``decode(x) in all_labels`` on the raw token
+    tokens = top.tokens  # type: ignore[union-attr]
+    raw = precision_at_n(engine, [item], [3], strip=False)[3][0].score
+    assert raw == (1.0 if second in tokens[:3] else 0.0)
 
 
 def test_beam_rouge_and_embedding_measures(gpt2: LoadedModel) -> None:
@@ -124,36 +146,83 @@ def test_llm_judge_prompt_verdicts_and_unavailable(monkeypatch: pytest.MonkeyPat
         judge_measure([ITEM], [[]])
 
 
-def test_karr_matches_hand_formula(gpt2: LoadedModel) -> None:
-    engine = Engine(gpt2)
-    item = KarrItem(
-        Fact(Entity("France"), "P36", Entity("Paris")),
-        ("The capital of [X] is [Y].",),
-        other_subjects=(Entity("England"),),
-        other_relation_templates=(("[X] is a city in [Y].",),),
-    )
-    [k] = karr(engine, [item], sample_k=4)
+def test_token_scores_request_is_a_plain_labels_call(gpt2: LoadedModel, tmp_path: Path) -> None:
+    """``TokenScoresRequest``: log p of every token after the first, the text encoded alone,
+    as ``model(ids, labels=ids)`` averages them; one token: nothing scored (NaN mean); the
+    score cache gives the same result back."""
+    from kgprobe.probing.cache import ScoreCache
 
-    def p_sent(text: str) -> float:
-        return math.exp(engine.run([SpanScoreRequest(text, 0, len(text))])[0].mean_logprob)  # type: ignore[union-attr]
+    tok, model = gpt2.tokenizer, gpt2.model
+    text = "The capital of France is Paris"
+    ids = tok(text, return_tensors="pt").input_ids
+    with torch.no_grad():
+        loss = float(model(ids, labels=ids).loss)
+    cached = Engine(gpt2, cache=ScoreCache(tmp_path / "c.sqlite"))
+    [r] = cached.run([TokenScoresRequest(text)])
+    assert isinstance(r, TokenScoresResult)
+    assert list(r.token_ids) == ids[0].tolist() and len(r.token_logprobs) == ids.shape[1] - 1
+    assert r.mean_logprob == pytest.approx(-loss, rel=1e-5)
+    one = tok.decode(ids[0, :1])
+    [r1] = Engine(gpt2).run([TokenScoresRequest(one)])
+    assert isinstance(r1, TokenScoresResult) and r1.token_logprobs == () and math.isnan(r1.mean_logprob)
+    again = Engine(gpt2, cache=ScoreCache(tmp_path / "c.sqlite"))
+    assert again.run([TokenScoresRequest(text)]) == [r] and again.stats.computed == 0
+    with pytest.raises(ConfigError):
+        TokenScoresRequest("")
 
-    def p_cont(ctx: str, cont: str) -> float:
-        return math.exp(engine.run([LogProbRequest(ctx, cont)])[0].mean_logprob)  # type: ignore[union-attr]
 
-    n = p_sent("The capital of France is") * p_cont("The capital of France is", " Paris")
-    d_s = p_sent("The capital of England is") * p_cont("The capital of England is", " Paris")
-    d_r = p_sent("France") * p_cont("France", " is a city in Paris.")
-    assert k.karr_subject == pytest.approx(max(n / d_s, 1e-6), rel=1e-4)
-    assert k.karr_relation == pytest.approx(max(n / d_r, 1e-6), rel=1e-4)
+def test_karr_follows_the_reference_formulas(gpt2: LoadedModel) -> None:
+    """KaRR by hand, each probability from ``model(ids, labels=...)`` as DistFactAssessLM's
+    ``sentence_prob`` / ``condition_prob`` compute it (the engine is not used for the expected
+    values): first token unscored, last-n-token targets, substring pairing in N, the fact's own
+    subject and relation in the samples, the question template left out."""
+    model, tok = gpt2.model, gpt2.tokenizer
+
+    def p(text: str, last: int = 0) -> float:
+        ids = tok(text, return_tensors="pt").input_ids
+        labels = ids.clone()
+        if last:
+            labels[:, :-last] = -100
+        with torch.no_grad():
+            return float(1 / torch.exp(model(ids, labels=labels).loss))
+
+    def cond(gamma: str, given: str) -> float:
+        return p(gamma, len(tok(" " + gamma.replace(given, "").strip()).input_ids))
+
+    def add(total: float, a: float, b: float) -> float:
+        return total if math.isnan(a) or math.isnan(b) else total + a * b
+
+    fr = Entity("Republic of France", ("France",))
+    item = KarrItem(Fact(fr, "P36", Entity("Paris")),
+                    ("[X] has its capital in [Y].", "What is the capital of [X]?"),
+                    other_subjects=(Entity("Kingdom of England"),),
+                    other_relation_templates=(("[X] is a city in [Y].", "Where is [X]?"),))
+    [k] = karr(Engine(gpt2), [item], sampling="first")
+    b1, b2 = "Republic of France has its capital in", "France has its capital in"
+    g1, g2 = b1 + " Paris", b2 + " Paris"
+    n = add(0.0, p(b1), cond(g1, b1))
+    n = add(n, p(b2), cond(g1, b2) + cond(g2, b2))  # b2 is inside g1 too
+    d_s = (p(b1) * cond(g1, b1) + p(b2) * cond(g2, b2)
+           + p("Kingdom of England has its capital in")
+           * cond("Kingdom of England has its capital in Paris", "Kingdom of England has its capital in")) / 2
+    d_r = 0.0
+    for a in ("Republic of France", "France"):
+        d_r = add(d_r, p(a), cond(f"{a} has its capital in Paris.", a)
+                  + cond(f"{a} is a city in Paris.", a))
+    d_r /= 2
+    assert k.karr_subject == pytest.approx(n / d_s, rel=1e-5)
+    assert k.karr_relation == pytest.approx(n / d_r, rel=1e-5)
     assert k.karr == pytest.approx(math.sqrt(k.karr_subject * k.karr_relation))  # type: ignore[operator]
     assert k.knows == (k.karr > 22)  # type: ignore[operator]
-    [none] = karr(engine, [KarrItem(item.fact, item.templates)])
-    assert none.karr is None and none.knows is None
-    # other subjects but no other relation of the object: KaRR cannot exist, nothing is scored
+    # only the others: no other subject and no other relation -> no KaRR, nothing is scored
     fresh = Engine(gpt2)
-    [half] = karr(fresh, [KarrItem(item.fact, item.templates, other_subjects=(Entity("England"),))])
-    assert half.karr is None and half.karr_subject is None and half.karr_relation is None
+    [none] = karr(fresh, [KarrItem(item.fact, item.templates)], include_own=False)
+    assert none.karr is None and none.knows is None
+    assert none.karr_subject is None and none.karr_relation is None
     assert fresh.stats.computed == 0 and fresh.stats.forward_calls == 0
+    # a question-only relation has no KaRR either
+    [q] = karr(fresh, [KarrItem(item.fact, ("What is the capital of [X]?",))])
+    assert q.karr is None and q.karr_subject is None
 
 
 def test_llm_judge_through_a_real_local_endpoint(gpt2: LoadedModel,

@@ -30,6 +30,8 @@ from kgprobe.probing.requests import (
     Result,
     SpanScoreRequest,
     SpanScoreResult,
+    TokenScoresRequest,
+    TokenScoresResult,
 )
 
 _RESULT_OF: dict[type, type] = {
@@ -38,6 +40,7 @@ _RESULT_OF: dict[type, type] = {
     NextTokenRequest: NextTokenResult,
     BeamSearchRequest: BeamSearchResult,
     GenerateRequest: GenerateResult,
+    TokenScoresRequest: TokenScoresResult,
 }
 
 

@@ -41,6 +41,8 @@ from kgprobe.probing.requests import (
     Result,
     SpanScoreRequest,
     SpanScoreResult,
+    TokenScoresRequest,
+    TokenScoresResult,
     entropy_of,
 )
 from kgprobe.probing.tokenization import SpanEncoding, split_trailing_whitespace
@@ -147,7 +149,7 @@ class Engine:
         handlers: tuple[tuple[type, Callable[[Any], Sequence[Result]]], ...] = (
             (LogProbRequest, self._logprobs), (SpanScoreRequest, self._spans),
             (NextTokenRequest, self._next_tokens), (BeamSearchRequest, self._beams),
-            (GenerateRequest, self._generates))
+            (GenerateRequest, self._generates), (TokenScoresRequest, self._token_scores))
         for kind, handle in handlers:
             batch = [r for r in reqs if isinstance(r, kind)]
             if batch:
@@ -281,6 +283,17 @@ class Engine:
             tokens=self.tok.decode_tokens(chosen_ids),
             sentence_logprob=float(total),
         )
+
+    def _token_scores(self, reqs: list[TokenScoresRequest]) -> list[TokenScoresResult]:
+        """Each text alone, ``tokenizer(text)`` with its default special tokens and no prefix
+        token: log p of every token after the first (KaRR's reference scoring)."""
+        causal = self._need_causal("token scores")
+        encs = [list(self.lm.tokenizer(r.text)["input_ids"]) for r in reqs]
+        longer = [i for i, ids in enumerate(encs) if len(ids) > 1]
+        scored = causal.score_sequences([encs[i] for i in longer], [1] * len(longer))
+        vals: dict[int, tuple[float, ...]] = {i: tuple(s.logprobs) for i, s in zip(longer, scored, strict=True)}
+        return [TokenScoresResult(tuple(int(x) for x in ids), vals.get(i, ()))
+                for i, ids in enumerate(encs)]
 
     # -- distributions --------------------------------------------------------------------
 

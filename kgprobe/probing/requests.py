@@ -115,7 +115,22 @@ class GenerateRequest:
             )
 
 
-Request = LogProbRequest | SpanScoreRequest | NextTokenRequest | BeamSearchRequest | GenerateRequest
+@dataclass(frozen=True)
+class TokenScoresRequest:
+    """Every token's log-prob in ``text`` encoded on its own, exactly as a plain causal-LM call
+    ``model(ids, labels=ids)`` on ``tokenizer(text)`` scores it: the tokenizer's default special
+    tokens and no prefix token, so the first token is never scored. KaRR's reference code
+    scores sentences this way; the result also gives the token count of ``text``."""
+
+    text: str
+
+    def __post_init__(self) -> None:
+        if not self.text:
+            raise ConfigError("TokenScoresRequest: the text is empty")
+
+
+Request = (LogProbRequest | SpanScoreRequest | NextTokenRequest | BeamSearchRequest
+           | GenerateRequest | TokenScoresRequest)
 
 
 @dataclass(frozen=True)
@@ -196,7 +211,23 @@ class GenerateResult:
     logprob: float
 
 
-Result = LogProbResult | SpanScoreResult | NextTokenResult | BeamSearchResult | GenerateResult
+@dataclass(frozen=True)
+class TokenScoresResult:
+    """The ids of every token of the text and the log-probs of all but the first (one fewer:
+    nothing before the first token conditions it)."""
+
+    token_ids: tuple[int, ...]
+    token_logprobs: tuple[float, ...]
+
+    @property
+    def mean_logprob(self) -> float:
+        """Mean over the scored tokens; NaN when there is none (a one-token text), as the
+        mean loss of ``model(ids, labels=ids)`` is."""
+        return sum(self.token_logprobs) / len(self.token_logprobs) if self.token_logprobs else math.nan
+
+
+Result = (LogProbResult | SpanScoreResult | NextTokenResult | BeamSearchResult | GenerateResult
+          | TokenScoresResult)
 
 
 def entropy_of(logprobs: np.ndarray) -> float:

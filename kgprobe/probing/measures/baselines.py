@@ -20,10 +20,11 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 
-from kgprobe.errors import ConfigError, InputError
+from kgprobe.errors import ConfigError
 from kgprobe.probing.measures.common import (
     ClozeSentence,
     EndMarker,
@@ -31,7 +32,6 @@ from kgprobe.probing.measures.common import (
     Fact,
     Runner,
     cloze_sentences,
-    make_cloze,
 )
 from kgprobe.probing.requests import (
     BeamSearchRequest,
@@ -41,10 +41,11 @@ from kgprobe.probing.requests import (
     NextTokenRequest,
     NextTokenResult,
     Request,
-    SpanScoreRequest,
-    SpanScoreResult,
+    TokenScoresRequest,
+    TokenScoresResult,
 )
 from kgprobe.probing.verbalize import OBJECT, SUBJECT
+from kgprobe.records import STYLE_OBJECT_LAST, derive_style
 
 
 @dataclass(frozen=True)
@@ -115,12 +116,15 @@ def precision_at_n(
     *,
     casefold: bool = False,
     max_subject_labels: int | None = None,
+    strip: bool = True,
 ) -> dict[int, list[FactScore]]:
     """Precision@n for every n in ``ns`` from one next-token request per cloze.
 
     A top-n token hits when its text, stripped of surrounding whitespace, equals a label of o
     (case-folded with ``casefold``). Labels that are more than one token can never hit: the
-    limitation the paper notes."""
+    limitation the paper notes. ``strip=False`` compares the decoded token as it is, as the
+    distractor paper's code does (``decode(x) in all_labels``): a word-start token such as
+    " Paris" then never equals a label."""
     if not ns or min(ns) < 1:
         raise ConfigError("Precision@n needs n >= 1")
     top = max(ns)
@@ -133,7 +137,7 @@ def precision_at_n(
     res = dict(zip(reqs, runner.run(reqs), strict=True))
 
     def norm(s: str) -> str:
-        s = s.strip()
+        s = s.strip() if strip else s
         return s.casefold() if casefold else s
 
     out: dict[int, list[FactScore]] = {n: [] for n in ns}
@@ -199,10 +203,22 @@ def _lcs(a: Sequence[str], b: Sequence[str]) -> int:
     return prev[-1]
 
 
-def rouge_l(reference: str, candidate: str, beta: float = 1.0) -> float:
+RougeUnit = Literal["word", "char"]
+
+
+def rouge_l(reference: str, candidate: str, beta: float = 1.0, unit: RougeUnit = "word") -> float:
     """ROUGE-L F-measure (Lin 2004) over case-folded word tokens:
-    F = (1+β²)·R·P / (R + β²·P) with R = LCS/|ref|, P = LCS/|cand|. β=1 (F1) by default."""
-    ref, cand = _words(reference), _words(candidate)
+    F = (1+β²)·R·P / (R + β²·P) with R = LCS/|ref|, P = LCS/|cand|. β=1 (F1) by default.
+
+    ``unit="char"``: the LCS of the raw strings, character by character, case and spaces kept,
+    as the distractor paper's code computes it (``know/generation.py``: ``lcs(candidate,
+    reference)`` on ``str``); "Paris" and "Parisian" then share 5 of 8 characters."""
+    if unit == "char":
+        ref, cand = list(reference), list(candidate)
+    elif unit == "word":
+        ref, cand = _words(reference), _words(candidate)
+    else:
+        raise ConfigError(f"unknown ROUGE-L unit {unit!r}; use word or char")
     if not ref or not cand:
         return 0.0
     lcs = _lcs(ref, cand)
@@ -234,13 +250,14 @@ def bertscore_f1(ref_vecs: np.ndarray, cand_vecs: np.ndarray,
 
 def rouge_measure(
     items: Sequence[ProbeItem], beams: Sequence[Sequence[tuple[ClozeSentence, list[str]]]],
-    beta: float = 1.0,
+    beta: float = 1.0, unit: RougeUnit = "word",
 ) -> list[FactScore]:
-    """ROUGE-L measure: mean over clozes of max_{λ, b} ROUGE_L(λ, b) (0 for an empty beam)."""
+    """ROUGE-L measure: mean over clozes of max_{λ, b} ROUGE_L(λ, b) (0 for an empty beam);
+    ``unit`` as in :func:`rouge_l`."""
     out = []
     for item, per in zip(items, beams, strict=True):
         labels = item.fact.object.labels()
-        vals = [max((rouge_l(lab, b, beta) for lab in labels for b in hyps), default=0.0)
+        vals = [max((rouge_l(lab, b, beta, unit) for lab in labels for b in hyps), default=0.0)
                 for _, hyps in per]
         out.append(FactScore(item.fact, _mean(vals), vals))
     return out
@@ -412,11 +429,18 @@ class KarrScore:
     knows: bool | None
 
 
-def _mean_prob(r: object) -> float:
-    """exp(mean token log-prob) = 1/perplexity, the probability KaRR's code uses."""
-    if isinstance(r, LogProbResult | SpanScoreResult):
-        return math.exp(r.mean_logprob)
-    raise ConfigError("expected a log-prob or span result")
+KarrSampling = Literal["random", "first"]
+
+
+def _strip_template(t: str) -> str:
+    """The reference code's ``r_alias.strip('.').strip()``."""
+    return t.strip(".").strip()
+
+
+def karr_templates(templates: Sequence[str]) -> list[str]:
+    """The templates KaRR scores: object-last statements only, as the distractor paper's code
+    passes them to KaRR (``ends_with == OBJECT``); questions and object-inside ones are left out."""
+    return [t for t in templates if SUBJECT in t and derive_style(t) == STYLE_OBJECT_LAST]
 
 
 def karr(
@@ -425,103 +449,144 @@ def karr(
     *,
     sample_k: int = 4,
     max_aliases: int = 4,
+    max_templates: int = 4,
     threshold: float = 22.0,
     floor: float = 1e-6,
     seed: int = 0,
+    sampling: KarrSampling = "random",
+    include_own: bool = True,
 ) -> list[KarrScore]:
-    """KaRR (Dong et al. 2023, as implemented by its authors and used by the distractor paper):
+    """KaRR (Dong et al. 2023) as its authors' code computes it, the version the distractor
+    paper ran (DistFactAssessLM ``src/know/MinKAssess/karr.py`` @94c7c8c: ``rr_bs_sub_replace``,
+    ``rr_bs_rel_replace``, ``get_karr``); equal to it within 1e-4 on the 24 audit facts
+    (``tests/fixtures/karr_reference``):
 
-        N    = Σ_{β∈B(s,r)} P(β) Σ_{λ∈Λ(o)} P(λ|β)
-        KaRR_s = N / (1/k Σ_{s'∈S_k} Σ_{β'∈B(s',r)} P(β') Σ_λ P(λ|β'))
-        KaRR_r = N / (1/k Σ_{α∈Λ(s)} P(α) Σ_{r'∈R_k} Σ_λ P(γ(α, r', λ) | α))
-        KaRR = sqrt(KaRR_s · KaRR_r);  knows = KaRR > threshold (22)
+        N      = Σ_{β∈B(s,r)} P(β) Σ_{γ∈G, β⊂γ} P(γ|β)
+        KaRR_s = N / (1/k Σ_{t∈T(r)} Σ_{s'∈S_k} Σ_{α'∈Λ(s')} P(β') Σ_λ P(γ(t, α', λ)|β'))
+        KaRR_r = N / (1/k Σ_{α∈Λ(s)} P(α) Σ_{r'∈R_k} Σ_λ P(γ(t_{α,r'}, α, λ)|α))
+        KaRR   = sqrt(KaRR_s · KaRR_r)   (a ratio of exactly 0 becomes ``floor``); knows = KaRR > 22
 
-    β = a template of r filled with a subject alias and cut before the object; P(x) and
-    P(x|y) are per-token geometric means (exp of the mean token log-probability, i.e.
-    1/perplexity, as in the reference code); S_k = k other subjects of r and R_k = k other
-    relations of o, sampled with ``seed`` (one random template each); aliases are capped at
-    ``max_aliases``; a zero ratio is floored at ``floor``. A component without any sampled
-    subject/relation makes KaRR None; then nothing is scored for the fact and both ratios are
-    None too (on the demo sample 45 of 60 facts have no other relation of their object; their
-    subject ratios used to be computed for nothing).
-    """
+    What the reference code does, and so this function (docs/measures.md lists them):
+
+    - P(x) is 1/perplexity of x encoded alone, its first token unscored
+      (:class:`TokenScoresRequest`); a one-token x has no probability (NaN), so a one-token
+      subject alias drops out of N and KaRR_r;
+    - P(γ|y) is 1/perplexity of γ's last n tokens, n = the token count of
+      ``' ' + γ.replace(y, '').strip()`` (wherever y stands in γ);
+    - N pairs each β with every γ (all templates × subject aliases × object aliases) that
+      contains β as a substring: "Armenia has its capital in" also takes
+      "Republic of Armenia has its capital in Yerevan";
+    - S_k is drawn from all subjects of r and R_k from all relations of o, the fact's own
+      subject and relation included (``include_own=False``: only the others); each (α, r')
+      draws one template t_{α,r'} of r';
+    - aliases (``max_aliases``, label included) and templates (``max_templates``) are capped by
+      a random draw (``sampling="first"``: the first ones, label first);
+    - templates: object-last statements only (:func:`karr_templates`), stripped of a final
+      period for N and KaRR_s, not for KaRR_r.
+
+    A NaN or an empty denominator gives None for that ratio, and then for KaRR."""
     rng = random.Random(seed)
-    plans = []
-    reqs: list[Request] = []
 
-    def sent(text: str) -> SpanScoreRequest:
-        return SpanScoreRequest(text, 0, len(text))
+    def take(pool: Sequence[Any], k: int) -> list[Any]:
+        k = min(k, len(pool))
+        return list(pool[:k]) if sampling == "first" else rng.sample(list(pool), k)
 
-    def beta_terms(
-        subject: Entity, templates: Sequence[str], obj: Entity
-    ) -> list[tuple[Request, list[Request]]]:
-        terms: list[tuple[Request, list[Request]]] = []
-        for t in templates:
-            for a in subject.labels(max_aliases):
-                try:
-                    c = make_cloze(t.strip(), a)
-                except InputError:  # object-inside templates give no cloze: skipped
-                    break
-                conts: list[Request] = [LogProbRequest(c.context, c.continuation(lab))
-                                        for lab in obj.labels(max_aliases)]
-                terms.append((sent(c.context), conts))
-        return terms
+    def aliases(e: Entity) -> list[str]:
+        return take(e.labels(), max_aliases)
 
+    texts: dict[str, None] = {}
+
+    def cond(gamma: str, given: str) -> tuple[str, str]:
+        count = " " + gamma.replace(given, "").strip()
+        texts[gamma] = texts[count] = None
+        return gamma, count
+
+    def sent(text: str) -> str:
+        texts[text] = None
+        return text
+
+    Terms = list[tuple[str, list[tuple[str, str]]]]
+    plans: list[tuple[KarrItem, Terms, Terms, int, Terms, int]] = []
     for item in items:
         f = item.fact
-        num = beta_terms(f.subject, item.templates, f.object)
-        subs = list(item.other_subjects)
-        s_k = rng.sample(subs, min(sample_k, len(subs)))
-        den_s = [beta_terms(s2, item.templates, f.object) for s2 in s_k]
-        rels = [list(ts) for ts in item.other_relation_templates if ts]
-        r_k = rng.sample(rels, min(sample_k, len(rels)))
-        r_templates = [rng.choice(ts) for ts in r_k]
-        den_r = []
-        for a in f.subject.labels(max_aliases):
-            conds = []
-            for t in r_templates:
-                if SUBJECT not in t or OBJECT not in t:
-                    continue
-                for lab in f.object.labels(max_aliases):
-                    conds.append(_given_subject(t, a, lab))
-            den_r.append((sent(a), conds))
-        den_r = [(b, cs) for b, cs in den_r if cs]  # an alias without a sentence adds 0
-        if s_k and den_r:  # else KaRR is None whatever the model says: score nothing
-            for beta, conts in num + [x for d in den_s for x in d] + den_r:
-                reqs.append(beta)
-                reqs.extend(conts)
-        plans.append((item, num, den_s, den_r, len(s_k), len(r_templates)))
-    res = dict(zip(reqs, runner.run(reqs), strict=True))
+        own_t = take(karr_templates(item.templates), max_templates)
+        obj, subj = aliases(f.object), aliases(f.subject)
+        stripped = [t2 for t2 in (_strip_template(t) for t in own_t) if t2]
+        subs = ([f.subject] if include_own else []) + [
+            e for e in item.other_subjects if e.key != f.subject.key]
+        rels = [ts for ts in ([own_t] if include_own else []) + [
+            take(karr_templates(ts), max_templates) for ts in item.other_relation_templates] if ts]
+        if not (stripped and subs and rels and sample_k):
+            plans.append((item, [], [], 0, [], 0))  # no KaRR whatever the model says: score nothing
+            continue
+        raw_betas = [t.replace(SUBJECT, a) for t in stripped for a in subj]
+        gammas = [b.replace(OBJECT, o) for o in obj for b in raw_betas]
+        betas = [b.replace(OBJECT, "").strip() for b in raw_betas]
+        num = [(sent(b), [cond(g, b) for g in gammas if b in g]) for b in betas]
 
-    def total(terms: Sequence[tuple[Request, Sequence[Request]]]) -> float:
-        return sum(_mean_prob(res[b]) * sum(_mean_prob(res[c]) for c in cs) for b, cs in terms)
+        s_k = take(subs, sample_k)
+        den_s: Terms = []
+        for t in stripped:
+            for s2 in s_k:
+                for a in aliases(s2):
+                    beta = t.replace(SUBJECT, a).replace(OBJECT, "").strip()
+                    den_s.append((sent(beta), [cond(t.replace(SUBJECT, a).replace(OBJECT, o), beta)
+                                               for o in obj]))
+
+        r_k = take(rels, sample_k)
+        den_r: Terms = []
+        for a in subj:
+            conds: list[tuple[str, str]] = []
+            for ts in r_k:
+                t = take(ts, 1)[0]
+                conds.extend(cond(t.replace(SUBJECT, a).replace(OBJECT, o), a) for o in obj)
+            den_r.append((sent(a), conds))
+        plans.append((item, num, den_s, len(subs), den_r, len(rels)))
+
+    reqs: list[Request] = [TokenScoresRequest(t) for t in texts]
+    res: dict[str, TokenScoresResult] = {}
+    for text, got in zip(texts, runner.run(reqs) if reqs else [], strict=True):
+        if not isinstance(got, TokenScoresResult):
+            raise ConfigError("expected a token-scores result")
+        res[text] = got
+
+    def p_sent(text: str) -> float:
+        return math.exp(res[text].mean_logprob)
+
+    def p_cond(pair: tuple[str, str]) -> float:
+        """The reference ``condition_prob``: labels of all but the last n tokens set to -100."""
+        gamma, count = pair
+        lps = res[gamma].token_logprobs
+        n = len(res[count].token_ids)
+        tail = lps[max(0, len(lps) - n):] if n else lps
+        return math.exp(sum(tail) / len(tail)) if tail else math.nan
+
+    def ratio(n: float, d: float) -> float | None:
+        if not d or math.isnan(d) or math.isnan(n):
+            return None
+        return n / d or floor
 
     out = []
-    for item, num, den_s, den_r, ks, kr in plans:
-        if not ks or not den_r:
-            out.append(KarrScore(item.fact, None, None, None, None))
-            continue
-        n = total(num)
-        ds = sum(total(d) for d in den_s) / ks
-        dr = total(den_r) / kr  # den_r is not empty, so neither is the relation sample
-        k_s = None if not ds else max(n / ds, floor)
-        k_r = None if not dr else max(n / dr, floor)
+    for item, num, den_s, n_subs, den_r, n_rels in plans:
+        n = 0.0
+        for b, cs in num:
+            pb, pg = p_sent(b), sum(p_cond(c) for c in cs)
+            if not (math.isnan(pb) or math.isnan(pg)):  # the reference skips NaN terms in N
+                n += pb * pg
+        ds = sum(p_sent(b) * sum(p_cond(c) for c in cs) for b, cs in den_s)  # but not here
+        dr = 0.0
+        for a, cs in den_r:
+            pa, pg = p_sent(a), sum(p_cond(c) for c in cs)
+            if not (math.isnan(pa) or math.isnan(pg)):
+                dr += pa * pg
+        k_s = ratio(n, ds / min(sample_k, n_subs)) if n_subs else None
+        k_r = ratio(n, dr / min(sample_k, n_rels)) if n_rels else None
         if k_s is None or k_r is None:
             out.append(KarrScore(item.fact, None, k_s, k_r, None))
             continue
         value = math.sqrt(k_s * k_r)
         out.append(KarrScore(item.fact, value, k_s, k_r, value > threshold))
     return out
-
-
-def _given_subject(template: str, subject: str, obj: str) -> Request:
-    """P(γ | α): the filled sentence's tokens after the subject, given the text up to it."""
-    text = template.strip().replace(SUBJECT, subject).replace(OBJECT, obj)
-    before = template.strip().split(SUBJECT)[0].replace(OBJECT, obj)
-    end = len(before) + len(subject)
-    if not before:
-        return LogProbRequest(subject, text[end:])
-    return SpanScoreRequest(text, end, len(text)) if end < len(text) else SpanScoreRequest(text, 0, len(text))
 
 
 def _logprob(r: object) -> float:

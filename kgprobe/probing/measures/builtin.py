@@ -179,7 +179,11 @@ class PrecisionAtN(Measure):
     section = "Ammar Khodja et al. 2025, Table 2 (Precision@n)"
     summary = ("share of cloze sentences whose top-k next tokens contain a label of the object "
                "(single-token labels only, the paper's stated limitation)")
-    params = (Param("k", 1, "top-k next tokens", "k"),)
+    params = (Param("k", 1, "top-k next tokens", "k"),
+              Param("strip", "yes", "strip a token's surrounding whitespace before comparing it "
+                    "with the labels (the paper's text); no: compare the decoded token as it is "
+                    "(the authors' code, where ' Paris' never equals 'Paris')", "st",
+                    ("yes", "no"), str))
     has_known = False
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
@@ -187,13 +191,14 @@ class PrecisionAtN(Measure):
 
         k = max(1, int(self.settings["k"]))
         items = [ProbeItem(_fact(f, ctx), f.templates) for f in facts]
-        res = precision_at_n(runner, items, [k], max_subject_labels=ctx.max_subject_labels)[k]
+        res = precision_at_n(runner, items, [k], max_subject_labels=ctx.max_subject_labels,
+                             strip=self.settings["strip"] == "yes")[k]
         return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
                 for r in res]
 
 
 class _BeamMeasure(Measure):
-    params = (Param("beam", 5, "beam width (and outputs kept)", "b"),
+    params: ClassVar[tuple[Param, ...]] = (Param("beam", 5, "beam width (and outputs kept)", "b"),
               Param("max_new_tokens", 10, "tokens generated per beam", "t"))
     has_known = False
 
@@ -211,13 +216,18 @@ class RougeL(_BeamMeasure):
     name = "rouge_l"
     section = "Ammar Khodja et al. 2025, Table 2 (ROUGE-L)"
     summary = "mean over cloze sentences of the best ROUGE-L F1 between a label and a beam output"
+    params = (*_BeamMeasure.params,
+              Param("unit", "word", "LCS over case-folded words (ROUGE-L as Lin 2004 defines it) "
+                    "or over raw characters (the distractor paper's code)", "u",
+                    ("word", "char"), str))
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         from kgprobe.probing.measures.baselines import rouge_measure
 
         items, beams = self._beams(runner, facts, ctx)
         return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
-                for r in rouge_measure(items, beams)]
+                for r in rouge_measure(items, beams, unit="char" if self.settings["unit"] == "char"
+                                       else "word")]
 
 
 @register
@@ -270,12 +280,23 @@ class Judge(_BeamMeasure):
 @register
 class Karr(Measure):
     name = "karr"
+    # 2: computed as the authors' code does (DistFactAssessLM karr.py @94c7c8c, equal within
+    # 1e-4 on the 24 audit facts): sentences scored alone with the first token unscored,
+    # last-n-token targets, substring pairing in N, the fact's own subject and relation in the
+    # samples, object-last templates only; values stored under version 1 are recomputed
+    version = 2
     section = "Dong et al. 2023 (KaRR), as a baseline in Ammar Khodja et al. 2025 Table 2"
-    summary = ("KaRR = sqrt(KaRR_s · KaRR_r), subject- and relation-replacement ratios; "
-               "known when KaRR > threshold (22)")
+    summary = ("KaRR = sqrt(KaRR_s · KaRR_r), subject- and relation-replacement ratios, as the "
+               "authors' code computes them; known when KaRR > threshold (22)")
     params = (Param("sample_k", 4, "other subjects / relations sampled", "k"),
               Param("max_aliases", 4, "aliases per entity", "a"),
-              Param("threshold", 22.0, "KaRR above this = knows", "th", kind=float))
+              Param("threshold", 22.0, "KaRR above this = knows", "th", kind=float),
+              Param("sampling", "random", "draw subjects, relations, templates and aliases at "
+                    "random (seeded; the authors' code) or take the first ones", "smp",
+                    ("random", "first"), str),
+              Param("own", "yes", "the fact's own subject and relation are in the samples "
+                    "(the authors' code; Dong et al.'s marginals) or only the others", "own",
+                    ("yes", "no"), str))
     needs = frozenset({"templates", "other_subjects", "object_relations"})
     extras = ("karr_s", "karr_r")
     has_known = False
@@ -292,11 +313,14 @@ class Karr(Measure):
                           f.other_subjects, f.object_relation_templates) for f in facts]
         res = karr(runner, items, sample_k=int(self.settings["sample_k"]),
                    max_aliases=int(self.settings["max_aliases"]),
-                   threshold=float(self.settings["threshold"]), seed=ctx.seed)
+                   threshold=float(self.settings["threshold"]), seed=ctx.seed,
+                   sampling="first" if self.settings["sampling"] == "first" else "random",
+                   include_own=self.settings["own"] == "yes")
         out: list[Values] = []
         for r in res:
             if r.karr is None:
-                out.append({**_none("KaRR needs other subjects and other relations of the object"),
+                out.append({**_none("KaRR needs an object-last template and a scorable "
+                                    "denominator"),
                             "karr_s": r.karr_subject, "karr_r": r.karr_relation})
             else:
                 out.append({"score": r.karr, "karr_s": r.karr_subject, "karr_r": r.karr_relation,
