@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kgprobe.errors import ConfigError, GraphUnavailable
 from kgprobe.graph import probe_runs as pr
+from kgprobe.probing.environment import run_environment
+from kgprobe.probing.models import LOAD_DEFAULTS
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION, is_pid
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -139,9 +141,14 @@ class ProbeSummary:
     interrupted_runs: list[str] = field(default_factory=list)
     #: generation/search prompts cut from the left to fit the model (docs/probing.md)
     contexts_cut: int = 0
+    #: the keys of the facts this run sampled (scored, unscorable or skipped as already scored):
+    #: what ``--output-path`` reports on; not in ``to_dict``
+    fact_keys: list[str] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("fact_keys")
+        return out
 
 
 # --- naming and provenance -------------------------------------------------------------------------
@@ -492,6 +499,7 @@ def run_probe(
         run_id, config.model, mkey, [props[m.name].score for m in measures], relations,
         planned=len(details), skipped=len(details) - len(todo),
     )
+    summary.fact_keys = [str(d["key"]) for d in details]
     facts_hash = _hash(sorted(f"{d['key']}|{d['s']}|{d['pid']}|{d['o']}" for d in details))
     info = model_info or {}
     specs = [{"name": m.name, "key": mkeys[m.name], "params": m.settings, "extras": list(m.extras),
@@ -519,6 +527,11 @@ def run_probe(
         "library_versions": json.dumps(_library_versions()),
         "facts_planned": summary.planned, "facts_skipped": summary.skipped,
         "facts_scored": 0, "facts_unscorable": 0,
+        # every setting outside the measure's configuration that can move a number or a timing
+        "batch_facts": config.batch_facts, "max_templates": config.max_templates,
+        "environment": json.dumps(run_environment(
+            runner, device=info.get("device"), model_args=LOAD_DEFAULTS.model_args,
+            device_requested=LOAD_DEFAULTS.device), default=str),
     }
     summary.interrupted_runs = pr.create_run(graph, run_id, run_props)
 

@@ -148,6 +148,16 @@ def factor_scores(runner: Runner, items: Sequence[FactorItem]) -> list[FactorOut
     return out
 
 
+def accuracy_interval(correct: Sequence[bool], seed: int = 0) -> tuple[float | None, float | None]:
+    """The 95% percentile-bootstrap interval of an accuracy (kgprobe.stats.bootstrap_ci over the
+    items' 0/1 outcomes), only where n >= MIN_N_CI, as everywhere in kgprobe's reports."""
+    from kgprobe.stats import MIN_N_CI, bootstrap_ci
+
+    if len(correct) < MIN_N_CI:
+        return None, None
+    return bootstrap_ci([1.0 if c else 0.0 for c in correct], seed)
+
+
 def factor_accuracy(outcomes: Sequence[FactorOutcome]) -> float:
     if not outcomes:
         raise ConfigError("FACTOR accuracy of no item")
@@ -223,6 +233,7 @@ def _score_items(items: Sequence[FactorItem], model: str, *, batch_size: int, dt
         "items": len(items),
         "max_length": lm.tokenization.max_length,
         "accuracy": factor_accuracy(outcomes),
+        **dict(zip(("ci_low", "ci_high"), accuracy_interval([o.correct for o in outcomes]), strict=True)),
         "correct": sum(o.correct for o in outcomes),
         "per_item": [{"id": o.item_id, "correct": o.correct, "scores": list(o.scores)}
                      for o in outcomes],
@@ -285,7 +296,8 @@ def run_factor_graph(
     for it, o in zip(items, out["per_item"], strict=True):
         per_rel.setdefault(it.item_id.split("|")[1], []).append(bool(o["correct"]))
     return {"source": "graph", "strategy": strategy, "n": n, "seed": seed,
-            "relations": {p: {"items": len(v), "accuracy": sum(v) / len(v)}
+            "relations": {p: {"items": len(v), "accuracy": sum(v) / len(v),
+                              **dict(zip(("ci_low", "ci_high"), accuracy_interval(v), strict=True))}
                           for p, v in sorted(per_rel.items(), key=lambda kv: int(kv[0][1:]))},
             "skipped": len(skipped), **out}
 
