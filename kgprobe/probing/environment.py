@@ -52,7 +52,11 @@ def run_environment(
 ) -> dict[str, Any]:
     """The environment of a run: interpreter, platform, CPU count, thread settings, torch's
     threads and CUDA version, the accelerator's name (``torch.cuda.get_device_name``) when the
-    model runs on one, the engine's ``batch_tokens`` and the model arguments (secrets left out)."""
+    model runs on one, the engine's ``batch_tokens`` and the model arguments (secrets left out).
+    ``device`` defaults to the runner's model's."""
+    if device is None:
+        lm_device = getattr(getattr(runner, "lm", None), "device", None)
+        device = None if lm_device is None else str(lm_device)
     return {
         "python": platform.python_version(),
         "python_implementation": platform.python_implementation(),
