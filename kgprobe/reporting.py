@@ -885,7 +885,7 @@ def _measures_html(rep: Report) -> str:
         more = "; ".join(f"{k} {fmt(v)}" for k, v in r.items()
                          if k not in ("measure", "measure_key", "pid", "facts", "score") and fmt(v))
         trs.append(f"<tr><td>{_esc(r['measure_key'])}</td><td>{_esc(r['pid'])}</td><td>{n}</td>"
-                   f"<td>{_esc(mean + ci)}</td><td style=\"text-align:left\">{_esc(more)}</td></tr>")
+                   f"<td>{_esc(mean + ci)}</td><td style=\"text-align:left;white-space:normal\">{_esc(more)}</td></tr>")
     return ("<h2>Other measures probed</h2><table id=\"measures\"><thead><tr><th>measure</th>"
             "<th>relation</th><th>n</th><th>mean [95% CI]</th><th>further values</th></tr></thead>"
             f"<tbody>{''.join(trs)}</tbody></table>")
@@ -896,10 +896,11 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
 p.meta,p.note{color:#555;font-size:13px;margin:2px 0}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
+td{white-space:nowrap}
 th:first-child,td:first-child{text-align:left;max-width:320px;white-space:normal;overflow-wrap:anywhere}
 tr.total td{font-weight:600;border-top:2px solid #888}
 table.prov td,table.prov th{text-align:left;font-size:12px}
-table.prov td{max-width:760px;overflow-wrap:anywhere}
+table.prov td{max-width:760px;overflow-wrap:anywhere;white-space:normal}
 figure.plot{margin:8px 0}figure.plot svg{max-width:100%;height:auto}
 code{font-size:12px}
 """
