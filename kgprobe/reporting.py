@@ -20,9 +20,11 @@ Statistics (docs/reports.md):
   not the comparison);
 * **chance level** of the measure where it declares one (``Measure.chance``).
 
-Outputs: a rich table, CSV, JSON, ``results.json`` + per-fact ``samples.jsonl`` (kgprobe.results)
-and one self-contained HTML page whose plots are matplotlib SVG, inlined (no script, no external
-resource). Every number is computed here from the per-fact rows the graph returns.
+Outputs: a rich table, CSV, JSON, Markdown and LaTeX tables (kgprobe.report_text),
+``results.json`` + ``harness.json`` + per-fact ``samples.jsonl`` (kgprobe.results), one
+self-contained HTML page whose plots are matplotlib SVG, inlined (no script, no external
+resource), and each plot again as its own SVG and PNG file. Titles name the models as probed
+(``Report.names``). Every number is computed here from the per-fact rows the graph returns.
 """
 
 from __future__ import annotations

@@ -1,12 +1,16 @@
-"""Results files a researcher keeps next to a paper: ``results.json`` and per-fact records.
+"""Results files a researcher keeps next to a paper: ``results.json``, ``harness.json`` and
+per-fact records.
 
-``results.json`` follows lm-evaluation-harness's results file (``results``, ``config``,
-``versions``, ``git_hash``, ``date``, ``model_name``) with kgprobe's provenance added;
-``samples.jsonl`` holds one record per (model, fact) — subject, relation, object, labels,
-templates, every measure's value and, for facts scored in the same process as the file was
-written (``kgprobe probe --output-path``, ``kgprobe demo``), the distractors and their
-log-plausibilities per cloze sentence. ``samples.parquet`` is written beside it when pyarrow
-is installed. The schema is docs/results.md; :func:`load` reads a directory back into pandas.
+``results.json`` (schema ``kgprobe-results/2``) has kgprobe's own top-level keys — none named
+like a key of lm-evaluation-harness's results file with another meaning — and records every
+setting that can change a number (model arguments, dtype, device, batch sizes, threads, seeds,
+Python, platform, accelerator, times); ``harness.json`` is the primary model's figures in the
+harness's layout, each key meaning what it means there. ``samples.jsonl`` holds one record per
+(model, fact) — subject, relation, object, labels, templates, every measure's value and, for
+facts scored in the same process as the file was written (``kgprobe probe --output-path``,
+``kgprobe demo``), the distractors and their log-plausibilities per cloze sentence.
+``samples.parquet`` is written beside it when pyarrow is installed. The schema is
+docs/results.md; :func:`load` reads a directory back into pandas.
 """
 
 from __future__ import annotations
