@@ -250,7 +250,7 @@ def unknown(
     settings: Settings | None = None,
 ) -> list[Any]:
     """The facts ``model`` does not know (score below ``below``), as ``ScoredFact`` dataclasses."""
-    from kgprobe.probing.run import unknown_in
+    from kgprobe.probing.scores import unknown_in
 
     with connect(settings) as graph:
         return unknown_in(graph, model, relation=relation, below=below, measure=measure)[1]
@@ -260,8 +260,8 @@ def compare(
     a: str, b: str, *, measure: str | None = None, threshold: float | None = None,
     settings: Settings | None = None,
 ) -> Any:
-    """What ``a`` knows and ``b`` does not, and the reverse (a ``kgprobe.probing.run.Comparison``)."""
-    from kgprobe.probing.run import compare_in
+    """What ``a`` knows and ``b`` does not, and the reverse (a ``kgprobe.probing.scores.Comparison``)."""
+    from kgprobe.probing.scores import compare_in
 
     with connect(settings) as graph:
         return compare_in(graph, a, b, measure=measure, threshold=threshold)
@@ -279,3 +279,22 @@ def report(
 
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
                  type_of=type_of, settings=settings, overwrite=overwrite)
+
+
+def ladder(
+    models: Sequence[str], *, out: str | Path | None = None, measure: str | None = None,
+    threshold: float | None = None, seed: int = 0, settings: Settings | None = None,
+) -> tuple[Any, dict[str, Path]]:
+    """Three or more models on the facts all were probed on (``kgprobe.ladder.Ladder``): each
+    model's mean with its interval, and each consecutive pair compared fact by fact; with
+    ``out``, ladder.json/.csv/.md/.svg written there."""
+    from kgprobe.ladder import build_ladder, write_ladder
+
+    if out:
+        from kgprobe.outputs import check_output_dir
+
+        check_output_dir(out)
+    with connect(settings) as graph:
+        lad = build_ladder(graph, list(models), measure=measure, threshold=threshold, seed=seed)
+    return lad, (write_ladder(lad, out) if out else {})
+

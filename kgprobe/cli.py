@@ -133,7 +133,7 @@ def _check_model_options(batch_tokens: int | None, threads: int | None = None) -
 
 def _version_callback(value: bool) -> None:
     if value:
-        from kgprobe import __version__
+        from kgprobe._version import __version__
 
         print(__version__)
         raise typer.Exit()
@@ -179,7 +179,7 @@ def _root(
 @app.command()
 def version(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Print kgprobe's version."""
-    from kgprobe import __version__
+    from kgprobe._version import __version__
 
     if as_json:
         _print_json({"version": __version__})
@@ -573,8 +573,8 @@ def factor(
     per-token log-probability given the prefix (from a CSV, or generated from the graph)."""
     import json
 
+    from kgprobe.app.factor import run_factor_file, run_factor_graph
     from kgprobe.errors import ConfigError
-    from kgprobe.probing.measures.factor import run_factor_file, run_factor_graph
 
     _check_pids(relations or [])
     _check_number("--sample", sample, 0)
@@ -682,7 +682,8 @@ def measures(as_json: bool = typer.Option(False, "--json", help="Print one JSON 
     """Every registered measure: its paper section, parameters, graph needs and property name."""
     import json
 
-    from kgprobe.probing.measures.registry import SHARED, describe
+    from kgprobe.probing.measures.catalog import describe
+    from kgprobe.probing.measures.registry import SHARED
 
     rows = describe()
     if as_json:
@@ -719,6 +720,7 @@ def evaluate(
     (robustness), or the k-fold grid search of the distractor paper (section 4.2)."""
     import json
 
+    from kgprobe.app import evaluation as app_ev
     from kgprobe.errors import ConfigError
     from kgprobe.graph.client import connect
     from kgprobe.probing.measures import evaluation as ev
@@ -732,11 +734,11 @@ def evaluate(
     try:
         doc: dict[str, Any] = {}
         if vs_model is not None:
-            doc["robustness"] = ev.robustness(g, (model, measure), (vs_model, vs_measure or measure))
+            doc["robustness"] = app_ev.robustness(g, (model, measure), (vs_model, vs_measure or measure))
         if scores is not None and grid:
-            doc["grid"] = ev.grid_table(g, model, scores, k=folds, seed=seed)
+            doc["grid"] = app_ev.grid_table(g, model, scores, k=folds, seed=seed)
         elif scores is not None:
-            doc["human"] = ev.evaluate_measure(g, model, measure, scores)
+            doc["human"] = app_ev.evaluate_measure(g, model, measure, scores)
     finally:
         g.close()
     if as_json:
@@ -876,6 +878,35 @@ def report(
     print_report(rep, console)
     for kind, path in paths.items():
         console.print(f"{kind}: {path}", highlight=False)
+
+
+@app.command()
+def ladder(
+    models: list[str] = typer.Option(..., "--model", "-m", help="A probed model; three or more, in ladder order (repeat)."),
+    out: str | None = typer.Option(None, "--out", help="Write ladder.json, ladder.csv, ladder.md and ladder.svg here."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: one all models share)."),
+    threshold: float | None = typer.Option(None, "--threshold", help="Known when score >= this (default: the first model's run)."),
+    seed: int = typer.Option(0, help="Seed of the bootstraps."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Three or more models on the facts all of them were probed on: each model's mean with its
+    interval per relation, and each step up the ladder compared fact by fact (paired bootstrap
+    interval of the difference, McNemar's exact test)."""
+    import json
+
+    from kgprobe.api import ladder as build
+    from kgprobe.ladder import print_ladder
+
+    _check_seed(seed)
+    lad, paths = build(models, out=out, measure=measure, threshold=threshold, seed=seed)
+    if as_json:
+        doc = lad.to_dict()
+        doc["files"] = {k: str(v) for k, v in paths.items()}
+        print(json.dumps(doc, ensure_ascii=False, default=str))
+        return
+    print_ladder(lad, console)
+    for name, path in paths.items():
+        console.print(f"{name}: {path}", highlight=False)
 
 
 def main() -> None:
