@@ -14,6 +14,7 @@ from kgprobe.config import Settings
 from kgprobe.errors import InputError
 from kgprobe.graph.client import connect
 from kgprobe.graph.ingest import IngestSummary, check_ingest_options, ingest
+from kgprobe.outputs import check_output_dir, check_owner
 from kgprobe.progress import Progress
 from kgprobe.records import ErrorRecord, Record, SkipRecord
 
@@ -131,13 +132,17 @@ def demo(
     dtype: str = "float32",
     out: str | Path | None = None,
     quiet: bool = False,
+    overwrite: bool = False,
     settings: Settings | None = None,
 ) -> dict[str, Any]:
     """The main job on a fresh install: start the graph, ingest the bundled demo graph and
     kgprobe's own templates, probe the default model on a seeded sample (seed 0, facts with a
     past value first) of ``per_relation`` facts of each demo relation with exactly ``kgprobe
     probe``'s defaults, write the scores back onto the FACT edges and write the report and the
-    results files (with per-fact distractor scores).
+    results files (with per-fact distractor scores) into ``out`` (default
+    ``KGPROBE_HOME/demo-report/<model key>``: one directory per model, so a demo of another
+    model never replaces this one's report; an ``out`` holding another model's report is
+    refused unless ``overwrite``).
 
     Everything is idempotent: a second demo re-ingests nothing new and re-scores nothing.
     """
@@ -149,9 +154,8 @@ def demo(
     from kgprobe.results import FactDetails
 
     if out:
-        from kgprobe.outputs import check_output_dir
-
         check_output_dir(out)  # before anything is ingested or probed
+        check_owner(out, _owner_of(model, dtype), overwrite)
     settings = settings or Settings.load()
     graph_file, _ = demo_paths()
     started = time.monotonic()
@@ -166,9 +170,10 @@ def demo(
             seed=0, history_first=True, progress=not quiet, graph=graph, on_fact=details,
         )
         probed = time.monotonic()
-        out_dir = Path(out) if out else settings.home / "demo-report"
+        out_dir = Path(out) if out else settings.home / "demo-report" / probe_summary.model_key
         rep, paths = build_report(probe_summary.model_key, out=out_dir, graph=graph,
-                                  details=details.records)
+                                  details=details.records, facts=probe_summary.fact_keys,
+                                  overwrite=overwrite, command_seconds=time.monotonic() - started)
     return {
         "ingested": summary.to_dict(),
         "templates_imported": templates,
@@ -187,31 +192,49 @@ def demo(
 # --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reporting ---
 
 
-def probe(model: str = "smollm2-135m", *, output_path: str | Path | None = None, **kwargs: Any) -> Any:
+def _owner_of(model: str, dtype: str) -> dict[str, Any] | None:
+    """The owner (kgprobe.outputs.check_owner) a probe of ``model`` will write, for the check
+    before any work; None when the name is not a model name (the probe refuses it itself)."""
+    from kgprobe.errors import ConfigError
+    from kgprobe.probing.run import model_key
+
+    try:
+        return {"models": [model_key(model, dtype)]}
+    except ConfigError:
+        return None
+
+
+def probe(model: str = "smollm2-135m", *, output_path: str | Path | None = None,
+          overwrite: bool = False, **kwargs: Any) -> Any:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
     FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. Keyword arguments: see
     :func:`kgprobe.probing.run.probe` (relations, sample, measures, strategy, n, seed, threshold, at,
     max_object_labels, max_templates, dtype, threads, cache, index_dir, progress, settings, graph).
 
-    With ``output_path``, the report and results files of the model's scores under the run's
-    first measure are written there (``results.json``, ``samples.jsonl`` with the distractor
-    scores of the facts this call scored; docs/results.md)."""
+    With ``output_path``, the report and results files of THIS run's facts (its sample,
+    including facts skipped as already scored) under the run's first measure are written there
+    (``results.json``, ``samples.jsonl`` with the distractor scores of the facts this call
+    scored; docs/results.md); a directory holding another model's report is refused before the
+    model is loaded, unless ``overwrite``."""
     from kgprobe.probing.run import probe as run
 
     if output_path is None:
         return run(model, **kwargs)
-    from kgprobe.outputs import check_output_dir
-
-    check_output_dir(output_path, "--output-path")  # before the model is loaded or a fact scored
+    # before the model is loaded or a fact scored
+    check_output_dir(output_path, "--output-path")
+    check_owner(output_path, _owner_of(model, str(kwargs.get("dtype", "float32"))), overwrite,
+                "--output-path")
     from kgprobe.graph import probe_runs as pr
     from kgprobe.reporting import report as build
     from kgprobe.results import FactDetails
 
+    started = time.monotonic()
     details = FactDetails()
     summary = run(model, on_fact=details, **kwargs)
     measure = pr.ScoreProps.parse(summary.score_properties[0]).measure_key
     _, paths = build(summary.model_key, out=output_path, measure=measure, settings=kwargs.get("settings"),
-                     graph=kwargs.get("graph"), details=details.records)
+                     graph=kwargs.get("graph"), details=details.records, facts=summary.fact_keys,
+                     overwrite=overwrite, command_seconds=time.monotonic() - started)
     summary.output_files = {k: str(v) for k, v in paths.items()}  # type: ignore[attr-defined]
     return summary
 
@@ -241,14 +264,15 @@ def compare(
 def report(
     model: str, *, vs: str | None = None, out: str | Path | None = None, measure: str | None = None,
     threshold: float | None = None, seed: int = 0, by: str = "relation", type_of: str = "subject",
-    settings: Settings | None = None,
+    overwrite: bool = False, settings: Settings | None = None,
 ) -> tuple[Any, dict[str, Path]]:
     """The knowledge-gap report (``kgprobe.reporting.Report``) by relation, subject/object type
-    or popularity and, with ``out``, the paths of the report and results files written there."""
+    or popularity and, with ``out``, the paths of the report and results files written there
+    (a directory holding the report of other models is refused unless ``overwrite``)."""
     from kgprobe.reporting import report as build
 
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
-                 type_of=type_of, settings=settings)
+                 type_of=type_of, settings=settings, overwrite=overwrite)
 
 
 def ladder(

@@ -156,6 +156,22 @@ _MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pret
 _DTYPE_HELP = "float32 (reference), bfloat16 (3-4x faster on CPU), float16 or auto."
 
 
+def _config_callback(ctx: typer.Context, value: str | None) -> str | None:
+    """--config FILE: the file's options become this command's defaults (kgprobe.runconfig);
+    options on the command line still win."""
+    if value:
+        from kgprobe.runconfig import config_defaults
+
+        ctx.default_map = {**(ctx.default_map or {}), **config_defaults(value, ctx.command.params)}
+    return value
+
+
+_CONFIG_OPT = typer.Option(None, "--config", is_eager=True, callback=_config_callback,
+                           help="YAML or TOML file of this command's options (keys: option names); the command line wins.")
+_OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace a report directory that holds the report of other models.")
+REPORT_FORMATS = ("text", "json", "md", "tex", "harness")
+
+
 def _model_options(device: str | None, batch_tokens: int | None, model_arg: list[str] | None) -> None:
     """Apply --device / --batch-tokens / --model-arg to every model this command loads."""
     from kgprobe.probing.models import configure_loading, parse_model_args
@@ -445,7 +461,8 @@ def demo(
     device: str | None = _DEVICE_OPT,
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
     model_arg: list[str] = _MODEL_ARG_OPT,
-    out: str | None = typer.Option(None, help="Report directory (default: KGPROBE_HOME/demo-report)."),
+    out: str | None = typer.Option(None, help="Report directory (default: KGPROBE_HOME/demo-report/<model key>)."),
+    overwrite: bool = _OVERWRITE_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Load the bundled demo graph and templates, probe the default model on 10 facts of each of
@@ -459,7 +476,8 @@ def demo(
     _check_number("--per-relation", per_relation, 1)
     _check_model_options(batch_tokens)
     _model_options(device, batch_tokens, model_arg)
-    result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json)
+    result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json,
+                      overwrite=overwrite)
     rep = result.pop("report")
     if as_json:
         result["report"] = rep.to_dict()
@@ -635,10 +653,17 @@ def factor(
         print(json.dumps(result, ensure_ascii=False))
         return
     where = "the graph" if from_graph else str(result["file"])
-    console.print(f"FACTOR accuracy {result['accuracy']:.4f} ({result['correct']}/{result['items']}) "
+
+    def iv(r: dict[str, Any]) -> str:
+        return (" (n too small for an interval)" if r.get("ci_low") is None
+                else f" [{r['ci_low']:.4f}, {r['ci_high']:.4f}]")
+
+    console.print(f"FACTOR accuracy {result['accuracy']:.4f}{iv(result)} ({result['correct']}/{result['items']}) "
                   f"— {str(result['model'])} on {str(where)}", highlight=False)
+    console.print("interval: 95% percentile bootstrap over the items (1,000 resamples, seed 0), "
+                  "only for n ≥ 10", highlight=False)
     for pid, r in (result.get("relations") or {}).items():
-        console.print(f"  {pid}: {r['accuracy']:.4f} over {r['items']} items", highlight=False)
+        console.print(f"  {pid}: {r['accuracy']:.4f}{iv(r)} over {r['items']} items", highlight=False)
     if from_graph:
         console.print(escape(str(result["steps_line"])), highlight=False)
         for t, c in result["error_types"].items():
@@ -683,7 +708,9 @@ def probe(
     force: bool = typer.Option(False, "--force", help="Rescore facts already scored with this configuration."),
     history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
     shard: str | None = typer.Option(None, "--shard", help="K/N: probe only shard K (1..N) of the sampled facts; N processes with K=1..N cover one run."),
-    output_path: str | None = typer.Option(None, "--output-path", help="Write results.json, samples.jsonl and the report here."),
+    output_path: str | None = typer.Option(None, "--output-path", help="Write this run's report, results.json and samples.jsonl here."),
+    overwrite: bool = _OVERWRITE_OPT,
+    config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Probe a model on facts of the graph and write each fact's scores onto its FACT edge
@@ -713,7 +740,7 @@ def probe(
         on_model_mismatch=on_model_mismatch, batch_facts=batch_facts,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
         force=force, history_first=history_first, progress=not as_json, output_path=output_path,
-        shard=parse_shard(shard) if shard else None,
+        overwrite=overwrite, shard=parse_shard(shard) if shard else None,
     )
     data = summary.to_dict()
     data["relations"] = len(data["relations"])
@@ -899,17 +926,34 @@ def report(
     seed: int = typer.Option(0, help="Seed of the bootstrap."),
     by: str = typer.Option("relation", "--by", help="Group facts by relation, type (P31 closed over P279) or popularity."),
     type_of: str = typer.Option("subject", "--type-of", help="With --by type: the subject's or the object's types."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    fmt: str = typer.Option("text", "--format", help="What to print: text, json, md (Markdown tables), tex (LaTeX tables) or harness (lm-evaluation-harness results JSON)."),
+    overwrite: bool = _OVERWRITE_OPT,
+    config: str | None = _CONFIG_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (--format json)."),
 ) -> None:
     """Knowledge gaps per relation (or type, or popularity bucket): n, mean score with a
     bootstrap CI where n >= 10, share known, popularity buckets and temporal staleness."""
 
     from kgprobe.api import report as build
+    from kgprobe.errors import ConfigError
     from kgprobe.reporting import print_report
 
     _check_seed(seed)
-    rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed, by=by, type_of=type_of)
-    _print_with_files(rep, paths, as_json, print_report)
+    if fmt not in REPORT_FORMATS:
+        raise ConfigError(f"unknown --format {fmt!r}; choose from: {', '.join(REPORT_FORMATS)}")
+    rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed, by=by, type_of=type_of,
+                       overwrite=overwrite)
+    if fmt in ("md", "tex", "harness"):
+        import json
+
+        from kgprobe.report_text import latex, markdown
+        from kgprobe.results import harness_document
+
+        text = {"md": markdown, "tex": latex}[fmt](rep) if fmt != "harness" else json.dumps(
+            harness_document(rep), indent=1, ensure_ascii=False, default=str)
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    _print_with_files(rep, paths, as_json or fmt == "json", print_report)
 
 
 def _print_with_files(doc_of: Any, paths: dict[str, Any], as_json: bool,

@@ -12,6 +12,9 @@ output paths"):
   final name, so a full disk leaves the previous output whole. A manifest records what kgprobe
   wrote, so the files of a previous output that the new one does not write are removed (and
   nothing else is ever removed).
+* :func:`check_owner` — the manifest also records whose output it is (the models of a report):
+  an output of other models is never replaced silently, only with ``overwrite``
+  (``--overwrite``); checked before any work where the models are known, and again on writing.
 """
 
 from __future__ import annotations
@@ -147,6 +150,36 @@ def _previous(d: Path) -> dict[str, str]:
             if isinstance(n, str) and isinstance(h, str) and n == Path(n).name and n not in ("", ".", "..")}
 
 
+def _previous_owner(d: Path) -> dict[str, Any] | None:
+    try:
+        owner = json.loads((d / MANIFEST).read_text(encoding="utf-8")).get("owner")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return owner if isinstance(owner, dict) else None
+
+
+def _who(owner: Mapping[str, Any]) -> str:
+    models = owner.get("models") or []
+    return " vs ".join(str(m) for m in models) or "another output"
+
+
+def check_owner(out: str | os.PathLike[str], owner: Mapping[str, Any] | None, overwrite: bool = False,
+                option: str = "--out") -> None:
+    """Refuse (ConfigError, exit 2) to write the output of ``owner`` (``{"models": [model keys,
+    primary first]}``) into a directory that holds kgprobe's output of other models, unless
+    ``overwrite``. A directory without a manifest, or with one that names no owner (written by
+    an older kgprobe), or with the same models, is fine: the same report is brought up to date."""
+    if owner is None or overwrite:
+        return
+    before = _previous_owner(Path(out))
+    if before is None or list(before.get("models") or []) == list(owner.get("models") or []):
+        return
+    raise ConfigError(
+        f"{option} {os.fspath(out)} holds the report of {_who(before)}; this is the report of "
+        f"{_who(owner)}: choose another directory, or pass --overwrite to replace it"
+    )
+
+
 def _sha256_of(path: Path) -> str | None:
     """The sha256 of a regular file (never through a symbolic link); None for anything else."""
     try:
@@ -161,8 +194,14 @@ def _sha256_of(path: Path) -> str | None:
         return None
 
 
-def write_files(out: str | os.PathLike[str], files: Mapping[str, str | bytes]) -> dict[str, Path]:
+def write_files(
+    out: str | os.PathLike[str], files: Mapping[str, str | bytes], *,
+    owner: Mapping[str, Any] | None = None, overwrite: bool = False,
+) -> dict[str, Path]:
     """Write ``files`` ({name: content}; text as UTF-8) into the directory ``out`` as one output.
+
+    0. With ``owner``: :func:`check_owner` first (another report's directory is refused unless
+       ``overwrite``); the manifest records the owner.
 
     1. Every file is written and fsynced to a fresh temporary file (``O_EXCL``, so never through
        a planted link) in ``out``. A failure here (a full disk) removes the temporary files and
@@ -176,6 +215,7 @@ def write_files(out: str | os.PathLike[str], files: Mapping[str, str | bytes]) -
     Any OSError becomes an :class:`OutputError` (exit 6) naming the file and the reason.
     """
     d = Path(out)
+    check_owner(d, owner, overwrite)
     for name in files:
         if name != Path(name).name or name in ("", ".", "..", MANIFEST):
             raise ValueError(f"not a plain file name: {name!r}")
@@ -193,7 +233,8 @@ def write_files(out: str | os.PathLike[str], files: Mapping[str, str | bytes]) -
         entries = {n: (c.encode("utf-8") if isinstance(c, str) else c) for n, c in files.items()}
         for name, data in entries.items():
             digests[name] = hashlib.sha256(data).hexdigest()
-        manifest = json.dumps({"written_by": "kgprobe", "files": digests}, indent=1).encode("utf-8")
+        manifest = json.dumps({"written_by": "kgprobe", **({"owner": dict(owner)} if owner else {}),
+                               "files": digests}, indent=1).encode("utf-8")
         for name, data in [*entries.items(), (MANIFEST, manifest)]:
             current = name
             fd, tmp = tempfile.mkstemp(dir=d, prefix=f".{name}.", suffix=".tmp")

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePath
 from typing import Any
 
 from kgprobe.stats import MIN_N_CI
@@ -63,6 +64,15 @@ class ModelReport:
     run_info: list[dict[str, Any]] = field(default_factory=list)
     facts: list[dict[str, Any]] = field(default_factory=list)  # per-fact rows (not in to_dict)
 
+    @property
+    def display(self) -> str:
+        """The model's name for titles and legends: as it was probed (``smollm2-135m``, a hub
+        id), a local file or directory by its own name; never the property key."""
+        name = self.model.rstrip("/")
+        if name.startswith(("/", "./", "../", "~")):
+            return PurePath(name).name or self.model_key
+        return name or self.model_key
+
 
 @dataclass
 class Report:
@@ -86,6 +96,19 @@ class Report:
     #: with ``other``: per relation (sorted as the primary's relations) then ``all``
     paired: list[PairedGroup] = field(default_factory=list)
     chance: Chance | None = None
+    #: which facts: "all" (every fact scored for the model) or "run" (the facts of one probe
+    #: run: ``probe --output-path``)
+    scope: str = "all"
+
+    def names(self) -> tuple[str, str | None]:
+        """Display names of the primary and the other model; their property keys where the two
+        names are the same (one model at two dtypes)."""
+        a, b = self.primary, self.other
+        if b is None:
+            return a.display, None
+        if a.display == b.display:
+            return a.model_key, b.model_key
+        return a.display, b.display
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -20,9 +20,11 @@ Statistics (docs/reports.md):
   not the comparison);
 * **chance level** of the measure where it declares one (``Measure.chance``).
 
-Outputs: a rich table, CSV, JSON, ``results.json`` + per-fact ``samples.jsonl`` (kgprobe.results)
-and one self-contained HTML page whose plots are matplotlib SVG, inlined (no script, no external
-resource). Every number is computed here from the per-fact rows the graph returns.
+Outputs: a rich table, CSV, JSON, Markdown and LaTeX tables (kgprobe.report_text),
+``results.json`` + ``harness.json`` + per-fact ``samples.jsonl`` (kgprobe.results), one
+self-contained HTML page whose plots are matplotlib SVG, inlined (no script, no external
+resource), and each plot again as its own SVG and PNG file. Titles name the models as probed
+(``Report.names``). Every number is computed here from the per-fact rows the graph returns.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import io
 import json
 import re
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,7 +46,15 @@ from kgprobe.graph import results as gres
 from kgprobe.report_data import POPULARITY_UNIT as POPULARITY_UNIT
 from kgprobe.report_data import Chance, Group, ModelReport, PairedGroup, Report
 from kgprobe.report_data import RelationStats as RelationStats  # kept for callers
-from kgprobe.stats import BOOTSTRAP, MIN_N_CI, mcnemar, paired_bootstrap_ci
+from kgprobe.report_text import TOO_SMALL as TOO_SMALL
+from kgprobe.report_text import by_title as _by_title
+from kgprobe.report_text import ci as _ci
+from kgprobe.report_text import diff as _diff
+from kgprobe.report_text import fmt as _fmt
+from kgprobe.report_text import known as _known
+from kgprobe.report_text import p_value as _p
+from kgprobe.report_text import stale as _stale
+from kgprobe.stats import BOOTSTRAP, MIN_N_CI, group_seed, mcnemar, paired_bootstrap_ci
 from kgprobe.stats import bootstrap_ci as bootstrap_ci  # moved to kgprobe.stats; kept here
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -57,7 +67,6 @@ BUCKETS = ("low", "mid", "high")
 NO_POPULARITY = "no popularity"
 NO_TYPE = "(no type)"
 BY = ("relation", "type", "popularity")
-TOO_SMALL = "n too small"
 
 
 # --- names -------------------------------------------------------------------------------------
@@ -112,10 +121,9 @@ def bucket_label(bucket: str, edges: list[float] | None) -> str:
             "high": f"high (≥ {e[1]:.2f})"}[bucket]
 
 
-def _seed_of(seed: int, key: str) -> int:
-    """A per-group seed, stable across runs: adding a group does not move another's interval."""
-    digits = int(re.sub(r"\D", "", key) or 0)
-    return (seed * 1_000_003 + digits * 31 + sum(map(ord, key))) % 2**32
+#: one seed per group, shared with every other place that bootstraps the same values
+#: (kgprobe.stats.group_seed), so a number gets one interval wherever it is printed
+_seed_of = group_seed
 
 
 def group_stats(
@@ -263,10 +271,12 @@ def _num(v: Any) -> float | None:
 
 # --- building -------------------------------------------------------------------------------------
 
-_RUN_FIELDS = ("id", "status", "started", "finished", "model", "model_key", "model_fingerprint",
-               "model_kind", "dtype", "device", "code_version", "git_hash", "strategy", "n", "seed",
-               "threshold", "sample", "reference_date", "config_hash", "measure_keys")
-_RUN_JSON = ("measure_params", "graph_snapshot", "library_versions", "templates")
+_RUN_FIELDS = ("id", "status", "started", "finished", "seconds", "model", "model_key",
+               "model_fingerprint", "model_kind", "dtype", "device", "code_version", "git_hash",
+               "strategy", "n", "seed", "threshold", "sample", "history_first", "shard",
+               "batch_facts", "max_templates", "label_rule", "reference_date", "config_hash",
+               "measure_keys", "facts_planned", "facts_skipped", "facts_scored", "facts_unscorable")
+_RUN_JSON = ("measure_params", "graph_snapshot", "library_versions", "templates", "environment")
 
 
 def run_info(graph: Graph, run_ids: Sequence[str]) -> list[dict[str, Any]]:
@@ -315,8 +325,10 @@ def build_report(
     graph: Graph, model: str, *, vs: str | None = None, measure: str | None = None,
     threshold: float | None = None, seed: int = 0, n_boot: int = BOOTSTRAP, by: str = "relation",
     type_of: str = "subject", calibration: list[tuple[float, bool]] | None = None,
+    facts: Collection[str] | None = None,
 ) -> Report:
-    """Read the scores of ``model`` (and ``vs``) from the graph and compute the report."""
+    """Read the scores of ``model`` (and ``vs``) from the graph and compute the report; with
+    ``facts`` (fact keys: one probe run's sample) on those facts only."""
     from kgprobe.probing.scores import compare_in, paired_scores, resolve_scores
     from kgprobe.provenance import code_version
 
@@ -330,7 +342,10 @@ def build_report(
     def rows_of(sc: Any) -> list[dict[str, Any]]:
         runs = run_info(graph, sc.runs)
         keys = sorted({k for r in runs for k in (r.get("measure_keys") or [])} - {sc.props.measure_key})
-        return gres.fact_rows(graph, sc.props, [pr.ScoreProps(sc.props.model_key, k) for k in keys])
+        rows = gres.fact_rows(graph, sc.props, [pr.ScoreProps(sc.props.model_key, k) for k in keys])
+        return rows if facts is None else [r for r in rows if r["key"] in wanted]
+
+    wanted = frozenset(facts or ())
 
     rows_a = rows_of(sa)
     rows_b = rows_of(sb) if sb is not None else []
@@ -348,9 +363,12 @@ def build_report(
     def model_report(sc: Any, rows: list[dict[str, Any]]) -> ModelReport:
         per, overall = relation_stats(rows, labels, sc.threshold, edges, seed, n_boot)
         groups = per if keys_of is None else grouped(rows, keys_of, sc.threshold, edges, seed, n_boot)
+        # with ``facts``: only the runs that wrote the scores shown
+        runs = list(sc.runs) if facts is None else [r for r in sc.runs
+                                                    if r in {row.get("run") for row in rows}]
         return ModelReport(sc.model, sc.props.model_key, sc.props.measure_key,
                            measure_label(sc.props.measure_key), sc.props.score, sc.threshold,
-                           list(sc.runs), per, overall, groups, run_info(graph, sc.runs), rows)
+                           runs, per, overall, groups, run_info(graph, runs), rows)
 
     comparison = None
     paired: list[PairedGroup] = []
@@ -374,8 +392,10 @@ def build_report(
         edges, comparison, seed, n_boot, by=by, type_of=type_of, popularity_facts=len(pops),
         generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), code=code_version(),
         calibration=calibration,
-        measures=relation_aggregates(graph, sa.props.model_key, seed=seed),
+        measures=relation_aggregates(graph, sa.props.model_key, seed=seed,
+                                     facts=wanted if facts is not None else None),
         paired=paired, chance=Chance(*level) if level is not None else None,
+        scope="all" if facts is None else "run",
     )
 
 
@@ -383,10 +403,13 @@ def report(
     model: str, *, vs: str | None = None, out: str | Path | None = None, measure: str | None = None,
     threshold: float | None = None, seed: int = 0, by: str = "relation", type_of: str = "subject",
     settings: Settings | None = None, graph: Graph | None = None,
-    details: dict[str, dict[str, Any]] | None = None,
+    details: dict[str, dict[str, Any]] | None = None, facts: Collection[str] | None = None,
+    overwrite: bool = False, command_seconds: float | None = None,
 ) -> tuple[Report, dict[str, Path]]:
     """Build the report and, with ``out``, write the report files and the results file there
-    (paths returned). ``details``: per-fact distractor records from a probe (kgprobe.results)."""
+    (paths returned). ``details``: per-fact distractor records from a probe (kgprobe.results);
+    ``facts``: report on these fact keys only (one run's); ``overwrite``: replace a directory
+    that holds another report (kgprobe.outputs.check_owner)."""
     from kgprobe.graph.client import connect
 
     check_grouping(by, type_of)  # before the graph is contacted
@@ -397,56 +420,16 @@ def report(
     g = graph if graph is not None else connect(settings)
     try:
         rep = build_report(g, model, vs=vs, measure=measure, threshold=threshold, seed=seed, by=by,
-                           type_of=type_of)
+                           type_of=type_of, facts=facts)
     finally:
         if graph is None:
             g.close()
-    paths = write_report(rep, out, details=details) if out is not None else {}
+    paths = (write_report(rep, out, details=details, overwrite=overwrite,
+                          command_seconds=command_seconds) if out is not None else {})
     return rep, paths
 
 
 # --- text output ----------------------------------------------------------------------------------
-
-
-def _fmt(v: float | None, pct: bool = False) -> str:
-    if v is None:
-        return "–"
-    return f"{100 * v:.0f}%" if pct else f"{v:.3f}"
-
-
-def _ci(g: Group | None) -> str:
-    if g is None or g.mean is None:
-        return "–"
-    if g.ci_low is None or g.ci_high is None:
-        return f"{g.mean:.3f} ({TOO_SMALL})"
-    return f"{g.mean:.3f} [{g.ci_low:.3f}, {g.ci_high:.3f}]"
-
-
-def _known(g: Group | None) -> str:
-    if g is None or g.known_share is None:
-        return "–"
-    return f"{g.known}/{g.facts} ({100 * g.known_share:.0f}%)"
-
-
-def _stale(g: Group | None) -> str:
-    if g is None or g.staleness is None:
-        return "–"
-    ci = (f" [{100 * g.stale_ci_low:.0f}, {100 * g.stale_ci_high:.0f}]"
-          if g.stale_ci_low is not None and g.stale_ci_high is not None else "")
-    return f"{100 * g.staleness:.0f}%{ci} (n={g.history_facts})"
-
-
-def _diff(pg: PairedGroup) -> str:
-    """The paired difference with its interval, or "n too small" (the same rule as means)."""
-    if pg.diff is None:
-        return "–"
-    if pg.diff_ci_low is None or pg.diff_ci_high is None:
-        return f"{pg.diff:+.3f} ({TOO_SMALL})"
-    return f"{pg.diff:+.3f} [{pg.diff_ci_low:+.3f}, {pg.diff_ci_high:+.3f}]"
-
-
-def _p(p: float) -> str:
-    return f"{p:.3g}"
 
 
 def _chance(rep: Report) -> str:
@@ -457,17 +440,18 @@ def _chance(rep: Report) -> str:
 
 
 def _paired_note(rep: Report) -> str:
-    a = rep.primary.model_key
-    b = rep.other.model_key if rep.other is not None else "B"
+    a, b = rep.names()
+    b = b or "B"
     return (f"paired: the same facts for both models; difference = mean({b}) − mean({a}) with a "
             f"95% paired bootstrap (facts resampled, the same facts for both; only where n ≥ "
             f"{rep.min_n_ci}); McNemar's exact test on known: b = only {a} knows, c = only {b} "
             "knows, two-sided p")
 
 
-def _by_title(rep: Report) -> str:
-    return {"relation": "relation", "popularity": "popularity of the subject",
-            "type": f"type of the {rep.type_of} (P31 closed over P279)"}[rep.by]
+def _name(rep: Report, m: ModelReport) -> str:
+    """A model's display name in this report (Report.names: its name, not its property key)."""
+    na, nb = rep.names()
+    return na if m is rep.primary else (nb or m.model_key)
 
 
 def print_report(rep: Report, console: Console) -> None:
@@ -475,12 +459,13 @@ def print_report(rep: Report, console: Console) -> None:
     from rich.text import Text
 
     a, b = rep.primary, rep.other
-    title = f"{a.model_key}: {a.measure_label} (known ≥ {a.threshold:g}), by {_by_title(rep)}"
+    na, nb = rep.names()
+    title = f"{na}: {a.measure_label} (known ≥ {a.threshold:g}), by {_by_title(rep)}"
     cols = [rep.by, "n", "mean [95% CI]", "known", "stale (n)"]
     if b is not None:
-        title += f"  vs  {b.model_key}"
-        cols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known",
-                 f"{b.model_key} stale (n)"]
+        title += f"  vs  {nb}"
+        cols += [f"{nb} n", f"{nb} mean [95% CI]", f"{nb} known",
+                 f"{nb} stale (n)"]
     table = Table(*cols, title=Text(title))
     b_by = {g.key: g for g in b.groups} if b is not None else {}
     for g in [*a.groups, a.overall]:
@@ -501,10 +486,10 @@ def print_report(rep: Report, console: Console) -> None:
     if rep.popularity_edges is not None and rep.by != "popularity":
         pcols = ["popularity", "n", "mean [95% CI]", "known"]
         if b is not None:
-            pcols += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known"]
+            pcols += [f"{nb} n", f"{nb} mean [95% CI]", f"{nb} known"]
         pt = Table(*pcols, title=Text(f"by popularity of the subject ({rep.popularity_facts} of "
                                       f"{a.overall.facts} facts have one; tertile edges"
-                                      + (f", the same for {b.model_key}" if b is not None else "") + ")"))
+                                      + (f", the same for {nb}" if b is not None else "") + ")"))
         for bname, g in a.overall.by_popularity.items():
             prow = [bucket_label(bname, rep.popularity_edges), str(g.facts), _ci(g), _known(g)]
             if b is not None:
@@ -514,14 +499,14 @@ def print_report(rep: Report, console: Console) -> None:
     if rep.comparison is not None and b is not None:
         c = rep.comparison
         console.print(
-            Text(f"on {c['both_probed']} facts probed for both: {a.model_key} knows {c['a_known']}, "
-                   f"{b.model_key} knows {c['b_known']}, both {c['both_known']}"), highlight=False,
+            Text(f"on {c['both_probed']} facts probed for both: {na} knows {c['a_known']}, "
+                   f"{nb} knows {c['b_known']}, both {c['both_known']}"), highlight=False,
         )
     if rep.paired and b is not None:
-        ptab = Table("relation", "n", f"{a.model_key} mean", f"{b.model_key} mean",
-                     f"{b.model_key} − {a.model_key} [95% paired CI]", f"known {a.model_key} / {b.model_key}",
+        ptab = Table("relation", "n", f"{na} mean", f"{nb} mean",
+                     f"{nb} − {na} [95% paired CI]", f"known {na} / {nb}",
                      "McNemar b / c", "p",
-                     title=Text(f"paired: {b.model_key} vs {a.model_key} on the same facts"))
+                     title=Text(f"paired: {nb} vs {na} on the same facts"))
         for pg in rep.paired:
             ptab.add_row(*map(Text, [pg.name, str(pg.facts), _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg),
                                      f"{pg.a_known} / {pg.b_known}", f"{pg.b} / {pg.c}", _p(pg.p)]),
@@ -531,7 +516,7 @@ def print_report(rep: Report, console: Console) -> None:
     others = _other_measures(rep)
     if others:
         mt = Table("measure", "relation", "facts", "mean [95% CI]", "more",
-                   title=f"other measures probed for {a.model_key}")
+                   title=f"other measures probed for {na}")
         for mrow in others:
             sc = mrow.get("score") or {}
             more = ", ".join(f"{k} {v['mean']:.3f}" for k, v in mrow.items()
@@ -544,16 +529,20 @@ def print_report(rep: Report, console: Console) -> None:
 
 
 def write_report(
-    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
+    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None,
+    overwrite: bool = False, command_seconds: float | None = None,
 ) -> dict[str, Path]:
     """report.json, relations.csv, groups.csv, popularity.csv, paired.csv (with a second
-    model), report.html, results.json and
-    samples.jsonl (+ samples.parquet with pyarrow) in ``out``, put in place as one output
-    (kgprobe.outputs.write_files: a failed write leaves the previous report whole, and files
-    of a previous report that this one does not write are removed). CSV text cells go through
-    the spreadsheet-formula rule (kgprobe.outputs.csv_cell)."""
+    model), report.html, report.md, report.tex, each plot as ``figure-<name>.svg`` and
+    ``.png``, results.json, harness.json and samples.jsonl (+ samples.parquet with pyarrow) in
+    ``out``, put in place as one output (kgprobe.outputs.write_files: a failed write leaves the
+    previous report whole, files of a previous report that this one does not write are
+    removed, and a directory holding the report of other models is refused unless
+    ``overwrite``). CSV text cells go through the spreadsheet-formula rule
+    (kgprobe.outputs.csv_cell)."""
     from kgprobe.outputs import csv_text, write_files
-    from kgprobe.results import results_files
+    from kgprobe.report_text import latex, markdown
+    from kgprobe.results import report_owner, results_files
 
     head = ["model", "measure", "key", "label", "facts", "mean", "ci_low", "ci_high",
             "known", "known_share", "history_facts", "staleness"]
@@ -587,11 +576,20 @@ def write_report(
             ([rep.primary.model_key, rep.other.model_key, rep.primary.measure_key, pg.key, pg.label or "",
               pg.facts, pg.mean_a, pg.mean_b, pg.diff, pg.diff_ci_low, pg.diff_ci_high, pg.a_known,
               pg.b_known, pg.b, pg.c, pg.p] for pg in rep.paired))
-    files["report.html"] = render_html(rep)
-    result_names, result_files = results_files(rep, details)
+    figures: dict[str, Any] = {}
+    files["report.html"] = render_html(rep, figures)
+    names.update({"markdown": "report.md", "latex": "report.tex"})
+    files["report.md"] = markdown(rep)
+    files["report.tex"] = latex(rep)
+    for fname, fig in figures.items():
+        names[f"figure_{fname}_svg"] = f"figure-{fname}.svg"
+        names[f"figure_{fname}_png"] = f"figure-{fname}.png"
+        files[f"figure-{fname}.svg"] = svg_document(fig, fname)
+        files[f"figure-{fname}.png"] = png_bytes(fig)
+    result_names, result_files = results_files(rep, details, command_seconds=command_seconds)
     files.update(result_files)
     names.update(result_names)
-    written = write_files(out, files)
+    written = write_files(out, files, owner=report_owner(rep), overwrite=overwrite)
     return {key: written[name] for key, name in names.items()}
 
 
@@ -600,16 +598,32 @@ def write_report(
 _COLORS = ("#3b6fb6", "#d9822b")
 
 
-def _svg(fig: Any, name: str) -> str:
-    """The figure as an inline <svg> element: text kept as text (readable, searchable), ids
-    salted per figure so that several figures on one page never share a clip-path id."""
+def svg_document(fig: Any, name: str) -> str:
+    """The figure as a standalone SVG file: text kept as text (readable, searchable), no date
+    (the same figure gives the same bytes), ids salted per figure so that several figures on
+    one page never share a clip-path id."""
     import matplotlib
 
     buf = io.StringIO()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": f"kgprobe-{name}"}):
         fig.savefig(buf, format="svg", bbox_inches="tight", metadata={"Date": None})
     text = re.sub(r"<metadata>.*?</metadata>\s*", "", buf.getvalue(), flags=re.S)
-    text = re.sub(r'\s+xmlns:(?:dc|cc|rdf)="[^"]*"', "", text)
+    return re.sub(r'\s+xmlns:(?:dc|cc|rdf)="[^"]*"', "", text)
+
+
+def png_bytes(fig: Any, dpi: int = 150) -> bytes:
+    """The figure as a PNG (for slides and word processors that take no SVG)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _svg(fig: Any, name: str, keep: dict[str, Any] | None = None) -> str:
+    """The figure as an inline <svg> element; ``keep`` (when given) collects the figure by name
+    for its own SVG and PNG files."""
+    if keep is not None:
+        keep[name] = fig
+    text = svg_document(fig, name)
     return f'<figure class="plot" id="plot-{name}">{text[text.find("<svg"):]}</figure>'
 
 
@@ -627,7 +641,7 @@ def _wrap(text: str, width: int = 34) -> str:
     return ("\n".join(textwrap.wrap(text, width)) or text).replace("$", r"\$")
 
 
-def forest_svg(rep: Report) -> str:
+def forest_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     """Dot-and-CI per group (sorted as the table), n at the right, zero drawn as zero."""
     a, b = rep.primary, rep.other
     groups = [*a.groups, a.overall]
@@ -653,7 +667,7 @@ def forest_svg(rep: Report) -> str:
                 ax.plot([g.ci_low, g.ci_high], [yy, yy], color=_COLORS[si], lw=2, solid_capstyle="butt")
             ax.plot([g.mean], [yy], marker="o", color=_COLORS[si], ms=6,
                     mfc=_COLORS[si] if g.ci_low is not None else "white", mew=1.5,
-                    label=m.model_key if y == ys[0] else None, ls="none")
+                    label=_name(rep, m) if y == ys[0] else None, ls="none")
     for y, g in zip(ys, groups, strict=True):
         note = f"n={g.facts}" + ("" if g.ci_low is not None or g.mean is None else f" ({TOO_SMALL})")
         ax.annotate(note, (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0),
@@ -671,10 +685,10 @@ def forest_svg(rep: Report) -> str:
                   "hollow dot: n too small", fontsize=8)
     if b is not None or rep.chance is not None:
         ax.legend(fontsize=8, loc="best")
-    return _svg(fig, "forest")
+    return _svg(fig, "forest", keep)
 
 
-def histogram_svg(rep: Report) -> str:
+def histogram_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     models = [m for m in (rep.primary, rep.other) if m is not None and m.facts]
     if not models:
         return ""
@@ -683,12 +697,12 @@ def histogram_svg(rep: Report) -> str:
     bins = np.linspace(0, 1, 11)
     ax.hist([[float(r["score"]) for r in m.facts] for m in models], bins=bins,
             color=list(_COLORS[: len(models)]), edgecolor="white",
-            label=[f"{m.model_key} (n={len(m.facts)})" for m in models])
+            label=[f"{_name(rep, m)} (n={len(m.facts)})" for m in models])
     ax.set_xlabel(f"per-fact score ({rep.primary.measure_label}); bins of width 0.1, "
                   "the last includes 1.0", fontsize=8)
     ax.set_ylabel("facts", fontsize=8)
     ax.legend(fontsize=8)
-    return _svg(fig, "histogram")
+    return _svg(fig, "histogram", keep)
 
 
 def _jitter(values: Sequence[float], seed: int, width: float = 0.02) -> np.ndarray:
@@ -696,7 +710,7 @@ def _jitter(values: Sequence[float], seed: int, width: float = 0.02) -> np.ndarr
     return np.asarray(values, dtype=float) + rng.uniform(-width, width, len(values))
 
 
-def popularity_svg(rep: Report) -> str:
+def popularity_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     """Per-fact score against subject popularity with the bucket means; with ``--vs`` both
     models in their colours, on the same (the primary's) tertile edges."""
     models = [m for m in (rep.primary, rep.other) if m is not None]
@@ -711,7 +725,7 @@ def popularity_svg(rep: Report) -> str:
         if not pts:
             continue
         xs, ys = zip(*pts, strict=True)
-        who = f"{m.model_key}: " if two else ""
+        who = f"{_name(rep, m)}: " if two else ""
         ax.scatter(xs, _jitter(ys, rep.seed + si), s=12, alpha=0.6 if not two else 0.45,
                    color=_COLORS[si], label=f"{who}one fact (n={len(pts)}), score jittered ±0.02")
     for e in rep.popularity_edges:
@@ -721,7 +735,7 @@ def popularity_svg(rep: Report) -> str:
             sub = [x for x, _ in pts if bucket_of(x, rep.popularity_edges) == bname]
             if g.mean is not None and sub:
                 ax.plot([min(sub), max(sub)], [g.mean, g.mean], color=_COLORS[si] if two else "#111", lw=2)
-                who = f"{m.model_key} " if two else ""
+                who = f"{_name(rep, m)} " if two else ""
                 ax.annotate(f"{who}{bname}: {g.mean:.2f} (n={g.facts})", (float(np.median(sub)), g.mean),
                             xytext=(0, 5 if (i + si) % 2 == 0 else -11), textcoords="offset points",
                             ha="center", fontsize=7)
@@ -730,7 +744,7 @@ def popularity_svg(rep: Report) -> str:
                   fontsize=8)
     ax.set_ylabel("per-fact score", fontsize=8)
     ax.legend(fontsize=7, loc="best" if two else "lower right")
-    return _svg(fig, "popularity")
+    return _svg(fig, "popularity", keep)
 
 
 def _stale_relations(rep: Report) -> list[str]:
@@ -741,7 +755,7 @@ def _stale_relations(rep: Report) -> list[str]:
     return keys
 
 
-def staleness_svg(rep: Report) -> str:
+def staleness_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     """Staleness per relation with n; with ``--vs`` both models' dots per row."""
     keys = _stale_relations(rep)
     if not keys:
@@ -766,7 +780,7 @@ def staleness_svg(rep: Report) -> str:
                 ax.plot([g.stale_ci_low, g.stale_ci_high], [yy, yy], color=_COLORS[si], lw=2)
             ax.plot([g.staleness], [yy], "o", color=_COLORS[si],
                     mfc=_COLORS[si] if g.stale_ci_low is not None else "white", mew=1.5,
-                    label=None if labelled else m.model_key)
+                    label=None if labelled else _name(rep, m))
             labelled = True
             ax.annotate(f"n={g.history_facts}" + ("" if g.stale_ci_low is not None else f" ({TOO_SMALL})"),
                         (1.0, yy), xycoords=("axes fraction", "data"), xytext=(6, 0),
@@ -779,12 +793,13 @@ def staleness_svg(rep: Report) -> str:
                   fontsize=8)
     if two:
         ax.legend(fontsize=8, loc="best")
-    return _svg(fig, "staleness")
+    return _svg(fig, "staleness", keep)
 
 
-def vs_svgs(rep: Report) -> tuple[str, str]:
+def vs_svgs(rep: Report, keep: dict[str, Any] | None = None) -> tuple[str, str]:
     """Model-vs-model scatter per fact (jittered) and per group."""
     a, b = rep.primary, rep.other
+    na, nb = rep.names()
     if b is None:
         return "", ""
     sb = {r["key"]: float(r["score"]) for r in b.facts}
@@ -796,10 +811,10 @@ def vs_svgs(rep: Report) -> tuple[str, str]:
         xs, ys = zip(*both, strict=True)
         ax.scatter(_jitter(xs, rep.seed), _jitter(ys, rep.seed + 1), s=12, alpha=0.5, color="#555")
         ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8)
-        ax.set_xlabel(f"{a.model_key} (jittered ±0.02)", fontsize=8)
-        ax.set_ylabel(f"{b.model_key} (jittered ±0.02)", fontsize=8)
+        ax.set_xlabel(f"{na} (jittered ±0.02)", fontsize=8)
+        ax.set_ylabel(f"{nb} (jittered ±0.02)", fontsize=8)
         ax.set_title(f"per fact, n={len(both)}", fontsize=9)
-        per_fact = _svg(fig, "vs-facts")
+        per_fact = _svg(fig, "vs-facts", keep)
     b_by = {g.key: g for g in b.groups}
     pairs = [(g, b_by[g.key]) for g in a.groups if g.key in b_by and g.mean is not None
              and b_by[g.key].mean is not None]
@@ -813,14 +828,15 @@ def vs_svgs(rep: Report) -> tuple[str, str]:
         ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8)
         ax.set_xlim(-0.05, 1.05)
         ax.set_ylim(-0.05, 1.05)
-        ax.set_xlabel(f"{a.model_key} mean", fontsize=8)
-        ax.set_ylabel(f"{b.model_key} mean", fontsize=8)
+        ax.set_xlabel(f"{na} mean", fontsize=8)
+        ax.set_ylabel(f"{nb} mean", fontsize=8)
         ax.set_title(f"per {rep.by} (dot size grows with n)", fontsize=9)
-        per_group = _svg(fig, "vs-groups")
+        per_group = _svg(fig, "vs-groups", keep)
     return per_fact, per_group
 
 
-def reliability_svg(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> str:
+def reliability_svg(pairs: Sequence[tuple[float, bool]], bins: int = 10,
+                    keep: dict[str, Any] | None = None) -> str:
     """Reliability diagram of per-fact (confidence, correct) pairs, n per bin."""
     rows = reliability_bins(pairs, bins)
     if not rows:
@@ -838,7 +854,7 @@ def reliability_svg(pairs: Sequence[tuple[float, bool]], bins: int = 10) -> str:
     ax.set_xlabel("mean confidence in bin", fontsize=8)
     ax.set_ylabel("accuracy in bin", fontsize=8)
     ax.legend(fontsize=7, loc="upper left")
-    return _svg(fig, "reliability")
+    return _svg(fig, "reliability", keep)
 
 
 # --- HTML ---------------------------------------------------------------------------------------------
@@ -879,7 +895,7 @@ def _measures_html(rep: Report) -> str:
         more = "; ".join(f"{k} {fmt(v)}" for k, v in r.items()
                          if k not in ("measure", "measure_key", "pid", "facts", "score") and fmt(v))
         trs.append(f"<tr><td>{_esc(r['measure_key'])}</td><td>{_esc(r['pid'])}</td><td>{n}</td>"
-                   f"<td>{_esc(mean + ci)}</td><td style=\"text-align:left\">{_esc(more)}</td></tr>")
+                   f"<td>{_esc(mean + ci)}</td><td style=\"text-align:left;white-space:normal\">{_esc(more)}</td></tr>")
     return ("<h2>Other measures probed</h2><table id=\"measures\"><thead><tr><th>measure</th>"
             "<th>relation</th><th>n</th><th>mean [95% CI]</th><th>further values</th></tr></thead>"
             f"<tbody>{''.join(trs)}</tbody></table>")
@@ -890,10 +906,11 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
 p.meta,p.note{color:#555;font-size:13px;margin:2px 0}
 table{border-collapse:collapse;font-size:13px;margin:8px 0}
 th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
+td{white-space:nowrap}
 th:first-child,td:first-child{text-align:left;max-width:320px;white-space:normal;overflow-wrap:anywhere}
 tr.total td{font-weight:600;border-top:2px solid #888}
 table.prov td,table.prov th{text-align:left;font-size:12px}
-table.prov td{max-width:760px;overflow-wrap:anywhere}
+table.prov td{max-width:760px;overflow-wrap:anywhere;white-space:normal}
 figure.plot{margin:8px 0}figure.plot svg{max-width:100%;height:auto}
 code{font-size:12px}
 """
@@ -947,11 +964,12 @@ def _bucket_cells(g: Group | None) -> list[str]:
 def _paired_html(rep: Report) -> str:
     """The paired comparison table: both means, the paired difference with its interval and
     McNemar's test, per relation and overall."""
-    a, b = rep.primary, rep.other
+    b = rep.other
+    na, nb = rep.names()
     if not rep.paired or b is None:
         return ""
-    head = ["relation", "n", f"{a.model_key} mean", f"{b.model_key} mean",
-            f"{b.model_key} − {a.model_key} [95% paired CI]", f"known {a.model_key} / {b.model_key}", "McNemar b / c", "p"]
+    head = ["relation", "n", f"{na} mean", f"{nb} mean",
+            f"{nb} − {na} [95% paired CI]", f"known {na} / {nb}", "McNemar b / c", "p"]
     trs = []
     for pg in rep.paired:
         cells = [pg.name, pg.facts, _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg),
@@ -964,15 +982,16 @@ def _paired_html(rep: Report) -> str:
             f"<tbody>{''.join(trs)}</tbody></table>")
 
 
-def render_html(rep: Report) -> str:
+def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
     """One self-contained page: provenance, the groups sorted by score with n and intervals, and
-    matplotlib plots (SVG, inline)."""
+    matplotlib plots (SVG, inline; ``keep`` collects the figures by name)."""
     a, b = rep.primary, rep.other
+    na, nb = rep.names()
     b_by = {g.key: g for g in b.groups} if b is not None else {}
     head = [rep.by, "n", "mean [95% CI]", "known", "staleness (n)"]
     if b is not None:
-        head += [f"{b.model_key} n", f"{b.model_key} mean [95% CI]", f"{b.model_key} known",
-                 f"{b.model_key} staleness (n)"]
+        head += [f"{nb} n", f"{nb} mean [95% CI]", f"{nb} known",
+                 f"{nb} staleness (n)"]
     trs = []
     for g in [*a.groups, a.overall]:
         cells = [g.name, g.facts, _ci(g), _known(g), _stale(g)]
@@ -984,8 +1003,8 @@ def render_html(rep: Report) -> str:
     comparison = ""
     if rep.comparison is not None and b is not None:
         c = rep.comparison
-        comparison = (f"<p>On {c['both_probed']} facts probed for both models: {_esc(a.model_key)} "
-                      f"knows {c['a_known']}, {_esc(b.model_key)} knows {c['b_known']}, both "
+        comparison = (f"<p>On {c['both_probed']} facts probed for both models: {_esc(na)} "
+                      f"knows {c['a_known']}, {_esc(nb)} knows {c['b_known']}, both "
                       f"know {c['both_known']}.</p>")
     pop = ""
     if rep.popularity_edges is not None:
@@ -996,39 +1015,39 @@ def render_html(rep: Report) -> str:
                 "".join(f"<td>{_esc(c)}</td>" for c in _bucket_cells(b.overall.by_popularity.get(k)))
                 if b is not None else "") + "</tr>"
             for k, g in a.overall.by_popularity.items())
-        bhead = ("".join(f"<th>{_esc(h)}</th>" for h in (f"{b.model_key} n", f"{b.model_key} mean [95% CI]",
-                                                          f"{b.model_key} known"))
+        bhead = ("".join(f"<th>{_esc(h)}</th>" for h in (f"{nb} n", f"{nb} mean [95% CI]",
+                                                          f"{nb} known"))
                  if b is not None else "")
-        same = (f" {_esc(b.model_key)}'s facts are bucketed on the same edges." if b is not None else "")
+        same = (f" {_esc(nb)}'s facts are bucketed on the same edges." if b is not None else "")
         pop = (f"<p class=note>{rep.popularity_facts} of {a.overall.facts} probed facts have a subject "
                f"popularity; buckets are its tertiles over those facts (edges {e[0]:.2f} and {e[1]:.2f}; "
                f"unit: {_esc(rep.popularity_unit)}).{same}</p>"
                f"<table id=\"popularity\"><thead><tr><th>bucket</th><th>n</th><th>mean [95% CI]</th>"
-               f"<th>known</th>{bhead}</tr></thead><tbody>{ptr}</tbody></table>{popularity_svg(rep)}")
-    stale = staleness_svg(rep)
+               f"<th>known</th>{bhead}</tr></thead><tbody>{ptr}</tbody></table>{popularity_svg(rep, keep)}")
+    stale = staleness_svg(rep, keep)
     stale_notes = "".join(
-        f"<p class=note>{_esc(m.model_key + ': ') if b is not None else ''}{m.overall.history_facts} of "
+        f"<p class=note>{_esc(_name(rep, m) + ': ') if b is not None else ''}{m.overall.history_facts} of "
         f"{m.overall.facts} probed facts have a past value; overall staleness {_esc(_stale(m.overall))}.</p>"
         for m in (a, b) if m is not None)
     stale_html = (f"{stale_notes}{stale}" if stale
                   else "<p class=note>No probed fact has a past value.</p>")
-    vs_fact, vs_group = vs_svgs(rep)
-    vs_html = (f"<h2>{_esc(a.model_key)} vs {_esc(b.model_key)}</h2>{comparison}{_paired_html(rep)}"
+    vs_fact, vs_group = vs_svgs(rep, keep)
+    vs_html = (f"<h2>{_esc(na)} vs {_esc(nb)}</h2>{comparison}{_paired_html(rep)}"
                f'<div style="display:flex;gap:12px;flex-wrap:wrap">{vs_fact}{vs_group}</div>'
                if b is not None else "")
     measures_html = _measures_html(rep)
     if rep.calibration:
         rel_html = (f"<p class=note>BELIEF: confidence of the top-1 answer against whether it is the "
                     f"gold object, over {len(rep.calibration)} prompts.</p>"
-                    + reliability_svg(rep.calibration))
+                    + reliability_svg(rep.calibration, keep=keep))
     else:
         rel_html = ("<p class=note>No BELIEF scores in this report (probe a BELIEF measure to get "
                     "per-fact confidence/correct pairs); reliability diagram omitted.</p>")
-    title = f"What {a.model_key} knows" + (f" vs {b.model_key}" if b is not None else "")
+    title = f"What {na} knows" + (f" vs {nb}" if b is not None else "")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>kgprobe report: {_esc(a.model_key)}</title><style>{_CSS}</style></head>
+<title>kgprobe report: {_esc(na)}</title><style>{_CSS}</style></head>
 <body>
 <h1>{_esc(title)}</h1>
 <p class="meta">{_esc(a.measure_label)}; a fact is known when its score is ≥ {a.threshold:g};
@@ -1037,10 +1056,10 @@ def render_html(rep: Report) -> str:
 seed {rep.seed}), shown only where n ≥ {rep.min_n_ci}; otherwise "{TOO_SMALL}".</p>
 <p class="meta" id="chance">{_esc(_chance(rep))}.</p>
 <h2>By {_esc(_by_title(rep))}, best first</h2>
-{forest_svg(rep)}
+{forest_svg(rep, keep)}
 <table id="groups"><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in head)}</tr></thead>
 <tbody>{''.join(trs)}</tbody></table>
-<h2>Per-fact scores</h2>{histogram_svg(rep)}
+<h2>Per-fact scores</h2>{histogram_svg(rep, keep)}
 <h2>Popularity of the subject</h2>{pop or '<p class=note>No subject popularity in this graph.</p>'}
 <h2>Temporal staleness</h2>{stale_html}
 {vs_html}

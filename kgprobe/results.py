@@ -1,18 +1,25 @@
-"""Results files a researcher keeps next to a paper: ``results.json`` and per-fact records.
+"""Results files a researcher keeps next to a paper: ``results.json``, ``harness.json`` and
+per-fact records.
 
-``results.json`` follows lm-evaluation-harness's results file (``results``, ``config``,
-``versions``, ``git_hash``, ``date``, ``model_name``) with kgprobe's provenance added;
-``samples.jsonl`` holds one record per (model, fact) — subject, relation, object, labels,
-templates, every measure's value and, for facts scored in the same process as the file was
-written (``kgprobe probe --output-path``, ``kgprobe demo``), the distractors and their
-log-plausibilities per cloze sentence. ``samples.parquet`` is written beside it when pyarrow
-is installed. The schema is docs/results.md; :func:`load` reads a directory back into pandas.
+``results.json`` (schema ``kgprobe-results/2``) has kgprobe's own top-level keys — none named
+like a key of lm-evaluation-harness's results file with another meaning — and records every
+setting that can change a number (model arguments, dtype, device, batch sizes, threads, seeds,
+Python, platform, accelerator, times); ``harness.json`` is the primary model's figures in the
+harness's layout, each key meaning what it means there. ``samples.jsonl`` holds one record per
+(model, fact) — subject, relation, object, labels, templates, every measure's value and, for
+facts scored in the same process as the file was written (``kgprobe probe --output-path``,
+``kgprobe demo``), the distractors and their log-plausibilities per cloze sentence.
+``samples.parquet`` is written beside it when pyarrow is installed. The schema is
+docs/results.md; :func:`load` reads a directory back into pandas.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -25,8 +32,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from kgprobe.report_data import Group, ModelReport, Report
 
-SCHEMA = "kgprobe-results/1"
+SCHEMA = "kgprobe-results/2"
 RESULTS = "results.json"
+HARNESS = "harness.json"
 SAMPLES = "samples.jsonl"
 SAMPLES_PARQUET = "samples.parquet"
 
@@ -67,19 +75,39 @@ def _group_dict(g: Group) -> dict[str, Any]:
                               for b, bg in g.by_popularity.items()}}
 
 
+def _wall_seconds(run: dict[str, Any]) -> float | None:
+    """A run's wall time from its ProbeRun timestamps (creation to the last write)."""
+    try:
+        start = dt.datetime.fromisoformat(str(run["started"]))
+        end = dt.datetime.fromisoformat(str(run["finished"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return round((end - start).total_seconds(), 3)
+
+
 def _model_block(m: ModelReport, rep: Report) -> dict[str, Any]:
-    runs = m.run_info
+    runs = [{**r, "wall_seconds": _wall_seconds(r)} for r in m.run_info]
     last = runs[-1] if runs else {}
+    env: dict[str, Any] = last["environment"] if isinstance(last.get("environment"), dict) else {}
     return {
         "model_name": m.model,
         "model_key": m.model_key,
         "model_fingerprint": sorted({str(r["model_fingerprint"]) for r in runs if r.get("model_fingerprint")}),
         "dtype": last.get("dtype"),
         "device": last.get("device"),
+        "threads": env.get("torch_threads"),
+        "batch_facts": last.get("batch_facts"),
+        "batch_tokens": env.get("batch_tokens"),
+        "model_args": env.get("model_args"),
+        "environment": env or None,
+        "library_versions": last.get("library_versions"),
         "measure_key": m.measure_key,
         "measure": m.measure_label,
         "score_property": m.score_property,
         "threshold": m.threshold,
+        "seconds": round(sum(float(r.get("seconds") or 0.0) for r in runs), 3),
+        "wall_seconds": (round(sum(r["wall_seconds"] for r in runs), 3)
+                         if runs and all(r["wall_seconds"] is not None for r in runs) else None),
         "results": {g.key: _group_dict(g) for g in m.relations},
         "overall": _group_dict(m.overall),
         "groups": {g.key: _group_dict(g) for g in m.groups} if rep.by != "relation" else None,
@@ -87,22 +115,26 @@ def _model_block(m: ModelReport, rep: Report) -> dict[str, Any]:
     }
 
 
-def results_document(rep: Report) -> dict[str, Any]:
-    """The content of ``results.json`` (schema: docs/results.md)."""
+def results_document(rep: Report, *, command_seconds: float | None = None) -> dict[str, Any]:
+    """The content of ``results.json`` (schema ``kgprobe-results/2``: docs/results.md). Its
+    top-level keys are kgprobe's own: none is named like a key of lm-evaluation-harness's
+    results file with another meaning (that file is :func:`harness_document`)."""
     a = rep.primary
     last = a.run_info[-1] if a.run_info else {}
-    doc: dict[str, Any] = {
+    return {
         "schema": SCHEMA,
-        "date": rep.generated,
-        "model_name": a.model,
-        "git_hash": rep.code.get("git"),
-        "versions": {"kgprobe": rep.code.get("kgprobe"), **(last.get("library_versions") or {})},
-        "config": {
+        "written": rep.generated,
+        "kgprobe": {"version": rep.code.get("kgprobe"), "git": rep.code.get("git")},
+        "primary_model": a.model,
+        "scope": {"facts": rep.scope, "runs": sorted({r for m in (rep.primary, rep.other)
+                                                      if m is not None for r in m.runs})},
+        "report_settings": {
             "measure_key": a.measure_key, "measure": a.measure_label, "threshold": a.threshold,
             "by": rep.by, "type_of": rep.type_of, "bootstrap_resamples": rep.bootstrap,
             "bootstrap_seed": rep.seed, "confidence_level": 0.95, "min_n_for_interval": rep.min_n_ci,
-            "probe": last.get("measure_params"),
         },
+        "probe_settings": last.get("measure_params"),
+        "timing": {"command_seconds": None if command_seconds is None else round(command_seconds, 3)},
         "popularity": {"edges": rep.popularity_edges, "n": rep.popularity_facts,
                        "unit": rep.popularity_unit},
         "graph_snapshot": last.get("graph_snapshot"),
@@ -111,8 +143,96 @@ def results_document(rep: Report) -> dict[str, Any]:
         "chance": asdict(rep.chance) if rep.chance is not None else None,
         "models": [_model_block(m, rep) for m in (rep.primary, rep.other) if m is not None],
     }
-    doc["results"] = doc["models"][0]["results"]  # the harness's top-level key: the primary model
-    return doc
+
+
+# --- lm-evaluation-harness's results file -------------------------------------------------------------
+
+
+def _stderr(values: Sequence[float]) -> float | None:
+    """The harness's ``mean_stderr``: sample standard deviation (n − 1) over sqrt(n)."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
+def harness_task(m: ModelReport, key: str) -> str:
+    """The task name a (model's measure, relation) gets in the harness export."""
+    return f"kgprobe_{m.measure_key}_{key}"
+
+
+def harness_document(rep: Report, *, command_seconds: float | None = None) -> dict[str, Any]:
+    """The primary model's figures as lm-evaluation-harness (0.4) writes its results file, with
+    each key meaning what the harness means: one task per relation (``kgprobe_<measure
+    key>_<PID>``) plus a group ``kgprobe_<measure key>`` over all facts; metrics ``mean`` (the
+    measure's mean score) and ``known`` (share of facts with score ≥ threshold), each with the
+    harness's ``<metric>_stderr`` (sample sd / sqrt(n)) under the filter ``none``; ``versions``
+    the measure's version per task; ``config`` the model and its arguments; ``n-samples`` n per
+    task. kgprobe's own intervals stay in ``results.json``."""
+    a = rep.primary
+    last = a.run_info[-1] if a.run_info else {}
+    env: dict[str, Any] = last["environment"] if isinstance(last.get("environment"), dict) else {}
+    params: dict[str, Any] = (last["measure_params"] if isinstance(last.get("measure_params"), dict)
+                              else {})
+    rows_by: dict[str, list[float]] = {}
+    for row in a.facts:
+        rows_by.setdefault(str(row["pid"]), []).append(float(row["score"]))
+    everything = [float(row["score"]) for row in a.facts]
+    group = f"kgprobe_{a.measure_key}"
+
+    def metrics(alias: str, scores: Sequence[float]) -> dict[str, Any]:
+        known = [1.0 if v >= a.threshold else 0.0 for v in scores]
+        return {"alias": alias,
+                "mean,none": sum(scores) / len(scores) if scores else None,
+                "mean_stderr,none": _stderr(scores) if scores else None,
+                "known,none": sum(known) / len(known) if known else None,
+                "known_stderr,none": _stderr(known) if known else None}
+
+    tasks = {harness_task(a, g.key): (g, rows_by.get(g.key, [])) for g in a.relations}
+    results = {group: metrics(group, everything)}
+    results.update({t: metrics(f" - {g.name}", sc) for t, (g, sc) in tasks.items()})
+    version = params.get("measure_version", 1)
+    margs = ",".join([f"pretrained={a.model}", f"dtype={last.get('dtype')}",
+                      *(f"{k}={v}" for k, v in (env.get("model_args") or {}).items())])
+    total = command_seconds if command_seconds is not None else sum(
+        float(r.get("seconds") or 0.0) for r in a.run_info)
+    return {
+        "results": results,
+        "groups": {group: results[group]},
+        "group_subtasks": {group: list(tasks)},
+        "configs": {t: {"task": t, "tag": [group], "output_type": "loglikelihood", "num_fewshot": 0,
+                        "description": f"{a.measure_label} on {g.name} (kgprobe)",
+                        "metric_list": [{"metric": "mean", "aggregation": "mean", "higher_is_better": True},
+                                        {"metric": "known", "aggregation": "mean", "higher_is_better": True}]}
+                    for t, (g, _) in tasks.items()},
+        "versions": {t: version for t in [group, *tasks]},
+        "n-shot": {t: 0 for t in tasks},
+        "higher_is_better": {t: {"mean": True, "known": True} for t in [group, *tasks]},
+        "n-samples": {t: {"original": g.facts, "effective": len(sc)} for t, (g, sc) in tasks.items()},
+        "config": {
+            "model": "kgprobe", "model_args": margs, "model_dtype": last.get("dtype"),
+            "batch_size": None, "batch_sizes": [], "device": last.get("device"),
+            "use_cache": None, "limit": None, "bootstrap_iters": rep.bootstrap,
+            "gen_kwargs": None, "random_seed": last.get("seed"), "numpy_seed": None,
+            "torch_seed": None, "fewshot_seed": None,
+        },
+        "git_hash": rep.code.get("git"),
+        "date": _epoch(rep.generated),
+        "pretty_env_info": json.dumps(env, sort_keys=True) if env else None,
+        "transformers_version": (last.get("library_versions") or {}).get("transformers"),
+        "model_source": "kgprobe",
+        "model_name": a.model,
+        "model_name_sanitized": re.sub(r"[^A-Za-z0-9._-]", "__", a.model),
+        "total_evaluation_time_seconds": str(round(total, 3)),
+    }
+
+
+def _epoch(iso: str) -> float | None:
+    try:
+        return dt.datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return None
 
 
 def sample_records(rep: Report, details: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -147,14 +267,18 @@ def sample_records(rep: Report, details: dict[str, dict[str, Any]] | None = None
 
 
 def results_files(
-    rep: Report, details: dict[str, dict[str, Any]] | None = None
+    rep: Report, details: dict[str, dict[str, Any]] | None = None, *,
+    command_seconds: float | None = None,
 ) -> tuple[dict[str, str], dict[str, str | bytes]]:
     """The results files' contents, not yet written: ({key: file name}, {file name: content}).
     ``samples.parquet`` only with pyarrow."""
-    names = {"results": RESULTS, "samples": SAMPLES}
+    names = {"results": RESULTS, "harness": HARNESS, "samples": SAMPLES}
     records = sample_records(rep, details)
     files: dict[str, str | bytes] = {
-        RESULTS: json.dumps(results_document(rep), indent=1, ensure_ascii=False, default=str),
+        RESULTS: json.dumps(results_document(rep, command_seconds=command_seconds), indent=1,
+                            ensure_ascii=False, default=str),
+        HARNESS: json.dumps(harness_document(rep, command_seconds=command_seconds), indent=1,
+                            ensure_ascii=False, default=str),
         SAMPLES: "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records),
     }
     try:
@@ -170,7 +294,8 @@ def results_files(
 
 
 def write_results(
-    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None
+    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None,
+    overwrite: bool = False,
 ) -> dict[str, Path]:
     """``results.json``, ``samples.jsonl`` and (with pyarrow) ``samples.parquet`` in ``out``,
     put in place as one output (kgprobe.outputs.write_files): files kgprobe wrote there before
@@ -179,7 +304,7 @@ def write_results(
     from kgprobe.outputs import write_files
 
     names, files = results_files(rep, details)
-    written = write_files(out, files)
+    written = write_files(out, files, owner=report_owner(rep), overwrite=overwrite)
     return {key: written[name] for key, name in names.items()}
 
 
@@ -242,3 +367,9 @@ def load(path: str | Path) -> Results:
     else:
         samples = pd.DataFrame()
     return Results(doc, relations, samples)
+
+
+def report_owner(rep: Report) -> dict[str, Any]:
+    """Whose report a directory holds (kgprobe.outputs.check_owner): the model keys, primary
+    first."""
+    return {"models": [m.model_key for m in (rep.primary, rep.other) if m is not None]}

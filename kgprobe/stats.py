@@ -13,6 +13,7 @@ so ``reporting``, ``results`` and the measures can all use it without importing 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,3 +76,12 @@ def mcnemar(a_known: Sequence[bool], b_known: Sequence[bool]) -> McNemar:
     c = sum(1 for x, y in zip(a_known, b_known, strict=True) if y and not x)
     p = 1.0 if b + c == 0 else float(binomtest(b, b + c, 0.5).pvalue)
     return McNemar(b, c, p)
+
+
+def group_seed(seed: int, key: str) -> int:
+    """The bootstrap seed of one group (a relation ``P17``, a bucket ``P17:high``): derived from
+    the report's seed and the group's key, stable across runs (adding a group does not move
+    another's interval) and the same wherever the group's values are bootstrapped — the report's
+    table and a measure's own per-relation aggregate give one interval for one number."""
+    digits = int(re.sub(r"\D", "", key) or 0)
+    return (seed * 1_000_003 + digits * 31 + sum(map(ord, key))) % 2**32

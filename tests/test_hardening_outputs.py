@@ -10,6 +10,7 @@ import contextlib
 import csv
 import json
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from probe_world import load
 from test_cli_graph import fresh_home_env, kgprobe
 
 from kgprobe.graph import probe_runs as pr
+from kgprobe.graph.results import fact_rows
 
 SP = pr.ScoreProps("hand", "kmin_temp_sem_n5")
 
@@ -147,12 +149,48 @@ def test_a_report_directory_holds_one_reports_files(hostile_graph: Any, kgprobe_
     assert r.returncode == 0, r.stderr[-2000:]
     names = {p.name for p in d.iterdir() if not p.name.startswith(".")}
     assert "by_type.csv" not in names
-    assert names == {"notes.txt", "by_popularity.csv", "report.json", "relations.csv", "popularity.csv",
-                     "report.html", "results.json", "samples.jsonl", "samples.parquet"}
+    core = {"notes.txt", "by_popularity.csv", "report.json", "relations.csv", "popularity.csv",
+            "report.html", "report.md", "report.tex", "results.json", "harness.json",
+            "samples.jsonl", "samples.parquet"}
+    assert core <= names
+    figures = names - core  # each plot of the page as its own SVG and PNG file, nothing else
+    assert figures and all(re.fullmatch(r"figure-[a-z-]+\.(svg|png)", n) for n in figures)
+    assert {n[:-4] for n in figures if n.endswith(".svg")} == {n[:-4] for n in figures if n.endswith(".png")}
     assert (d / "notes.txt").read_text() == "mine"
     assert (d / "by_popularity.csv").read_text() == "my own file with a report-like name"
     assert json.loads((d / "report.json").read_text())["by"] == "relation"
     assert not list(d.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_another_models_report_is_never_replaced_silently(hostile_graph: Any, kgprobe_env: dict[str, str],
+                                                           tmp_path: Path) -> None:
+    """A directory holding the report of model "hand" is refused for the report of "other"
+    (exit 2, one line naming both), its files untouched; --overwrite replaces it as a whole;
+    the same model's report may update its own directory."""
+    other = pr.ScoreProps("other", SP.measure_key)
+    pr.create_run(hostile_graph, "run-other", {"model": "other", "model_key": "other",
+                                               "measure_keys": [SP.measure_key], "threshold": 0.5,
+                                               "status": "finished", "started": "t"})
+    facts = fact_rows(hostile_graph, SP)
+    pr.write_scores(hostile_graph, "run-other", [
+        {"key": f["key"], "s": f["subject"], "props": {other.score: 0.25, other.stale: None,
+                                                       other.run: "run-other"}}
+        for f in facts], scored=len(facts), unscorable=0, now="t")
+    d = tmp_path / "rep"
+    assert report(kgprobe_env, d).returncode == 0
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+
+    r = kgprobe("report", "-m", "other", "--out", str(d), env=kgprobe_env, timeout=300)
+    line = one_line_error(r, 2)
+    assert "holds the report of hand" in line and "report of other" in line and "--overwrite" in line
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+    assert report(kgprobe_env, d, "--by", "popularity").returncode == 0  # the same model: fine
+    r = kgprobe("report", "-m", "other", "--out", str(d), "--overwrite", env=kgprobe_env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads((d / "results.json").read_text(encoding="utf-8"))
+    assert [m["model_key"] for m in doc["models"]] == ["other"]
+    assert not (d / "by_popularity.csv").exists()  # nothing of hand's report is left
 
 
 # --- 4, 5. bad output paths: one line, exit code, before the graph or a model ---------------------

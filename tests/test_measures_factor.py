@@ -201,3 +201,23 @@ def test_moved_spaces_are_not_part_of_the_completion(gpt2_dir: Path, gpt2: Loade
             expected.append(sum(float(logp[i - 1, ids[i]]) for i in range(start, len(ids)))
                             / len(target))
         assert list(out.scores) == pytest.approx(expected, rel=1e-4, abs=1e-5), prefix
+
+
+def test_factor_accuracy_has_an_interval() -> None:
+    """An accuracy gets the report's 95% bootstrap interval where n >= 10: 30 of 40 correct lies
+    within a few points of the normal interval p ± 1.96·sqrt(p(1−p)/n) = 0.75 ± 0.134; fewer
+    than 10 items get none."""
+    from kgprobe.probing.measures.factor import accuracy_interval
+
+    lo, hi = accuracy_interval([True] * 30 + [False] * 10)
+    half = 1.96 * (0.75 * 0.25 / 40) ** 0.5
+    assert lo == pytest.approx(0.75 - half, abs=0.03) and hi == pytest.approx(0.75 + half, abs=0.03)
+    assert accuracy_interval([True] * 5 + [False] * 4) == (None, None)
+
+
+def test_cli_text_says_when_n_is_too_small(gpt2_dir: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "kgprobe.cli", "factor", str(FIX / "expert_factor_sample.csv"),
+         "--model", str(gpt2_dir)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "(n too small for an interval) (" in proc.stdout and "95% percentile bootstrap" in proc.stdout

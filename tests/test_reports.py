@@ -340,3 +340,115 @@ def test_groups_too_small_for_an_interval_come_last() -> None:
     assert [g.key for g in per] == ["P1", "P2", "P4", "P3"]
     assert per[0].ci_low is not None and all(g.ci_low is None for g in per[1:])
     assert overall.facts == 16
+
+
+# --- results that travel (issue 20 #4) -----------------------------------------------------------
+
+CITIZENS = [f"Q91{i:02d}" for i in range(12)]
+CITIZEN_SCORES = [1.0, 1.0, 0.8, 1.0, 0.6, 1.0, 0.4, 1.0, 1.0, 0.8, 1.0, 0.2]
+
+
+def test_one_interval_per_number(graph: Any) -> None:
+    """The same 12 scores of one relation, bootstrapped by the report's table and by the
+    measure's own per-relation aggregate (report.json "measures", the "other measures" table),
+    give ONE interval: both use the group's seed. (They used to differ: the table seeded each
+    group from its key, the aggregate used the bare report seed.)"""
+    import json as _json
+
+    from kgprobe.graph.ingest import ingest
+    from kgprobe.records import EntityRecord, FactRecord, RelationRecord
+
+    ingest(graph, [RelationRecord("P27", "country of citizenship"), EntityRecord("Q30", "USA"),
+                   *(EntityRecord(q, f"citizen {q}") for q in CITIZENS),
+                   *(FactRecord(q, "P27", "Q30") for q in CITIZENS)])
+    specs = [{"name": "kmin", "key": SP.measure_key, "params": {}, "extras": []}]
+    pr.create_run(graph, "run-cit", {"model": "hand", "model_key": "hand", "measure_keys": [SP.measure_key],
+                                     "measure_specs": _json.dumps(specs), "threshold": 0.5,
+                                     "status": "finished", "started": "t"})
+    pr.write_scores(graph, "run-cit", [
+        {"key": _key(graph, q, "P27", "Q30"), "s": q, "props": {SP.score: v, SP.stale: None, SP.run: "run-cit"}}
+        for q, v in zip(CITIZENS, CITIZEN_SCORES, strict=True)], scored=12, unscorable=0, now="t")
+    for seed in (0, 3):
+        rep = build_report(graph, "hand", seed=seed)
+        [group] = rep.primary.relations
+        [agg] = [m for m in rep.measures if m["measure_key"] == SP.measure_key and m["pid"] == "P27"]
+        assert group.facts == agg["score"]["n"] == 12
+        assert group.ci_low is not None and group.ci_low < group.mean < group.ci_high  # type: ignore[operator]
+        assert (agg["score"]["ci_low"], agg["score"]["ci_high"]) == (group.ci_low, group.ci_high)
+
+
+def test_markdown_latex_and_figure_files(hand_graph: Any, tmp_path: Path) -> None:
+    """Beside the page: the tables as Markdown and LaTeX (labels from the data escaped), and
+    every plot as its own SVG (well-formed XML) and PNG (a drawn picture) file."""
+    import xml.etree.ElementTree as ET
+
+    hand_graph.write("MATCH (r:Relation {pid: $p}) SET r.label = $l", p="P36", l="capital & 100% of $x_{1}")
+    rep = build_report(hand_graph, "hand", vs="other", seed=0)
+    paths = write_report(rep, tmp_path / "r")
+    md = paths["markdown"].read_text(encoding="utf-8")
+    lines = md.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("| relation |"))
+    table = [line for line in lines[head:] if line.startswith("|")][:2 + 4]
+    assert table[1].startswith("| --- | ---: |")
+    cells = [c.strip() for c in table[2].strip("|").split(" | ")]
+    # best first: P36 (2 of 3 known, hand) and the same relation for "other" (scores flipped)
+    assert cells[:5] == ["P36 capital & 100% of $x_{1}", "3", "0.667 (n too small)", "2/3 (67%)", "–"]
+    assert cells[5:7] == ["3", "0.333 (n too small)"]
+    assert table[-1].startswith("| all facts | 11 |")
+    assert "### Paired comparison" in md
+
+    tex = paths["latex"].read_text(encoding="utf-8")
+    assert r"P36 capital \& 100\% of \$x\_\{1\}" in tex
+    assert tex.count(r"\begin{table}") == 2 == tex.count(r"\end{table}")
+    for row in (ln for ln in tex.splitlines() if ln.endswith(r"\\")):
+        assert row.count(" & ") + 1 in (9, 8)  # every row has the table's columns
+    assert tex.count("{") - tex.count(r"\{") == tex.count("}") - tex.count(r"\}")
+
+    svgs = sorted(p for k, p in paths.items() if k.startswith("figure_") and k.endswith("_svg"))
+    pngs = sorted(p for k, p in paths.items() if k.startswith("figure_") and k.endswith("_png"))
+    assert {p.stem for p in svgs} == {p.stem for p in pngs} >= {"figure-forest", "figure-histogram",
+                                                                "figure-vs-facts", "figure-vs-groups"}
+    for svg in svgs:
+        root = ET.fromstring(svg.read_text(encoding="utf-8"))
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    for png in pngs:
+        width, height, pixels = _png_pixels(png.read_bytes())
+        assert width > 100 and height > 100 and len(set(pixels)) > 20
+
+
+def test_titles_name_the_models(hand_graph: Any) -> None:
+    """Titles, headers and legends show the model as probed, never its property key."""
+    pr.update_run(hand_graph, "run-hand", {"model": "Org/Hand-1B"})
+    pr.update_run(hand_graph, "run-other", {"model": "/models/other-2b.gguf"})
+    rep = build_report(hand_graph, "hand", vs="other", seed=0)
+    assert rep.names() == ("Org/Hand-1B", "other-2b.gguf")
+    page = render_html(rep)
+    assert "<h1>What Org/Hand-1B knows vs other-2b.gguf</h1>" in page
+    assert "other-2b.gguf − Org/Hand-1B [95% paired CI]" in page
+    assert "What hand knows" not in page and ">hand mean<" not in page
+
+
+def test_config_file_and_formats(hand_graph: Any, kgprobe_env: dict[str, str], tmp_path: Path) -> None:
+    """`report --config FILE`: the file's options, the command line winning; --format md prints
+    Markdown only; an unknown key is one line naming it and the closest option (exit 2)."""
+    import sys
+
+    exe = str(Path(sys.executable).parent / "kgprobe")
+    cfg = tmp_path / "run.yaml"
+    out = tmp_path / "rep"
+    cfg.write_text(f"model: hand\nvs: other\nby: popularity\nformat: md\nout: {out}\n", encoding="utf-8")
+    r = subprocess.run([exe, "report", "--config", str(cfg), "--by", "relation"], capture_output=True,
+                       text=True, env=kgprobe_env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("## hand vs other: Min@5, temp+sem distractors") and "by relation" in r.stdout
+    assert (out / "relations.csv").is_file() and not (out / "by_popularity.csv").exists()
+    doc = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [m["model_key"] for m in doc["models"]] == ["hand", "other"]
+
+    toml = tmp_path / "run.toml"
+    toml.write_text('model = "hand"\nsead = 3\ncolour = "red"\n', encoding="utf-8")
+    bad = subprocess.run([exe, "report", "--config", str(toml)], capture_output=True, text=True,
+                         env=kgprobe_env, timeout=300)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    [line] = bad.stderr.strip().splitlines()
+    assert "unknown keys 'sead' (did you mean 'seed'?), 'colour'" in line

@@ -66,11 +66,13 @@ def test_results_round_trip_into_pandas(probed: tuple[Any, dict[str, Path], Any]
     rep, paths, _ = probed
     res = load_results(paths["results"].parent)
     doc = res.document
-    assert doc["schema"] == SCHEMA and doc["model_name"] == "tinygpt"
-    assert doc["config"]["measure"] == "Min@2, temp+sem distractors"
-    assert doc["config"]["min_n_for_interval"] == 10 and doc["config"]["probe"]["n"] == 2
+    assert doc["schema"] == SCHEMA == "kgprobe-results/2" and doc["primary_model"] == "tinygpt"
+    assert doc["report_settings"]["measure"] == "Min@2, temp+sem distractors"
+    assert doc["report_settings"]["min_n_for_interval"] == 10 and doc["probe_settings"]["n"] == 2
     assert doc["models"][0]["model_fingerprint"] == [engine.fingerprint]
-    assert doc["graph_snapshot"]["facts"] > 0 and doc["versions"]["kgprobe"]
+    assert doc["graph_snapshot"]["facts"] > 0 and doc["kgprobe"]["version"]
+    # no top-level key borrowed from the harness's results file with another meaning
+    assert not {"versions", "config", "results", "model_name", "date", "git_hash"} & set(doc)
 
     # aggregates: one row per relation + all, the numbers of the report
     rel = res.relations.set_index("relation")
@@ -127,14 +129,17 @@ def test_schema_is_documented(probed: tuple[Any, dict[str, Path], Any]) -> None:
     field the doc's tables list is written."""
     _, paths, _ = probed
     doc_text = DOCS.read_text(encoding="utf-8")
-    documented = set(re.findall(r"^\| `([a-z_.]+)`", doc_text, re.M))
+    documented = set(re.findall(r"^\| `([a-z_.-]+)`", doc_text, re.M))
     results = json.loads(paths["results"].read_text())
+    harness = json.loads(paths["harness"].read_text())
     sample = json.loads(paths["samples"].read_text().splitlines()[0])
     model = results["models"][0]
     group = model["results"]["P27"]
     written = (
-        set(results) | {f"config.{k}" for k in results["config"]} | {f"models.{k}" for k in model}
-        | {f"results.{k}" for k in group} | {f"popularity.{k}" for k in results["popularity"]}
+        set(results) | {f"{part}.{k}" for part in ("report_settings", "kgprobe", "scope", "timing",
+                                                   "popularity") for k in results[part]}
+        | {f"models.{k}" for k in model} | {f"environment.{k}" for k in model["environment"]}
+        | {f"results.{k}" for k in group} | {f"harness.{k}" for k in harness}
         | {f"samples.{k}" for k in sample} | {f"distractors.{k}" for k in sample["distractors"][0]}
         | {f"clozes.{k}" for k in sample["clozes"][0]}
     )
@@ -152,6 +157,87 @@ def test_probe_output_path_writes_the_results(graph: Any, model_dir: Path, tmp_p
                     cache=False, progress=False, output_path=tmp_path / "o")
     assert summary.scored == 11 and set(summary.output_files) >= {"results", "samples", "html"}
     res = load_results(tmp_path / "o")
-    assert res.document["config"]["measure_key"] == "kmin_random_n2"
+    assert res.document["report_settings"]["measure_key"] == "kmin_random_n2"
     assert len(res.samples) == 11 and res.samples["distractors"].map(len).min() >= 1
     assert (res.samples["model"] == "tinygpt").all()
+
+
+def test_harness_export_means_what_the_harness_means(probed: tuple[Any, dict[str, Path], Any]) -> None:
+    """harness.json: one task per relation and a group over all facts, with the harness's metric
+    keys (``<metric>,none`` and ``<metric>_stderr,none``) holding what the harness means: the
+    mean of the per-fact scores and its standard error (sample sd / sqrt n), recomputed here
+    from samples.jsonl with the statistics module."""
+    import statistics
+
+    _, paths, _ = probed
+    h = json.loads(paths["harness"].read_text())
+    samples = [json.loads(line) for line in paths["samples"].read_text().splitlines()]
+    by_rel: dict[str, list[float]] = {}
+    for r in samples:
+        by_rel.setdefault(r["relation"], []).append(r["score"])
+    group = "kgprobe_kmin_temp_sem_n2"
+    assert {t.rsplit("_", 1)[1] for t in h["group_subtasks"][group]} == set(by_rel) == {"P27", "P35", "P36"}
+    for pid, scores in by_rel.items():
+        res = h["results"][f"{group}_{pid}"]
+        assert res["mean,none"] == pytest.approx(statistics.fmean(scores))
+        known = [1.0 if v >= 0.5 else 0.0 for v in scores]
+        assert res["known,none"] == pytest.approx(statistics.fmean(known))
+        if len(scores) > 1:
+            assert res["mean_stderr,none"] == pytest.approx(statistics.stdev(scores) / math.sqrt(len(scores)))
+        else:
+            assert res["mean_stderr,none"] is None
+        assert h["n-samples"][f"{group}_{pid}"] == {"original": len(scores), "effective": len(scores)}
+        assert h["higher_is_better"][f"{group}_{pid}"] == {"mean": True, "known": True}
+    every = [r["score"] for r in samples]
+    assert h["results"][group]["mean,none"] == pytest.approx(statistics.fmean(every))
+    assert h["groups"][group] == h["results"][group]
+    assert h["versions"][group] == 2  # the measure's version, not a library's
+    assert h["config"]["model_args"].startswith("pretrained=tinygpt,dtype=float32")
+    assert h["model_name"] == "tinygpt" and isinstance(h["date"], float)
+    assert float(h["total_evaluation_time_seconds"]) >= 0
+
+
+def test_every_setting_that_moves_a_number_is_recorded(probed: tuple[Any, dict[str, Path], Any],
+                                                       engine: Any, graph: Any) -> None:
+    """The run's environment, on the ProbeRun node and in results.json: the interpreter and
+    platform as Python reports them, torch's threads, the engine's row budget, batch size."""
+    import platform
+
+    from kgprobe.graph import probe_runs as pr
+
+    rep, paths, _ = probed
+    model = json.loads(paths["results"].read_text())["models"][0]
+    run = pr.get_run(graph, rep.primary.runs[-1])
+    assert run is not None
+    env = json.loads(run["environment"])
+    assert env == model["environment"]
+    assert env["python"] == platform.python_version() and env["platform"] == platform.platform()
+    assert env["torch_threads"] == torch.get_num_threads() == model["threads"]
+    assert env["batch_tokens"] == engine.causal.batch_tokens == model["batch_tokens"]
+    assert env["device"] == "cpu" and env["accelerator"] is None
+    assert run["batch_facts"] == 4 == model["batch_facts"]
+    assert model["library_versions"]["torch"] in (torch.__version__, torch.__version__.split("+")[0])
+    assert model["seconds"] >= 0 and model["wall_seconds"] is not None and model["wall_seconds"] >= 0
+
+
+def test_output_path_holds_this_runs_facts_only(graph: Any, model_dir: Path, tmp_path: Path) -> None:
+    """Scores of an earlier run (P27) stay out of a later run's --output-path (P36 only); a
+    rerun that skips every fact as already scored still reports its sample."""
+    from kgprobe.api import probe
+
+    load(graph)
+    kw = {"graph": graph, "strategy": "random", "n": 2, "sample": None, "at": REF, "cache": False,
+          "progress": False}
+    first = probe(str(model_dir), relations=("P27",), **kw)
+    assert first.scored == 7
+    out = tmp_path / "p36"
+    second = probe(str(model_dir), relations=("P36",), output_path=out, **kw)
+    assert second.scored == 3
+    res = load_results(out)
+    assert set(res.samples["relation"]) == {"P36"} and len(res.samples) == 3
+    assert res.document["scope"] == {"facts": "run", "runs": [second.run_id]}
+    assert res.document["models"][0]["overall"]["n"] == 3
+    again = probe(str(model_dir), relations=("P36",), output_path=out, **kw)
+    assert again.scored == 0 and again.skipped == 3
+    res = load_results(out)
+    assert len(res.samples) == 3 and res.document["scope"]["runs"] == [second.run_id]

@@ -14,6 +14,7 @@ from kgprobe.errors import ConfigError, InputError
 from kgprobe.probing.engine import Engine
 from kgprobe.probing.measures.factor import (
     FactorItem,
+    accuracy_interval,
     factor_accuracy,
     factor_scores,
     read_factor_csv,
@@ -68,8 +69,8 @@ def score_items(items: Sequence[FactorItem], model: str, *, batch_size: int, dty
         "items": len(items),
         "max_length": lm.tokenization.max_length,
         "accuracy": factor_accuracy(outcomes),
+        **dict(zip(("ci_low", "ci_high"), accuracy_interval([o.correct for o in outcomes]), strict=True)),
         "correct": sum(o.correct for o in outcomes),
         "per_item": [{"id": o.item_id, "correct": o.correct, "scores": list(o.scores)}
                      for o in outcomes],
     }
-

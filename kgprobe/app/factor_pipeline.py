@@ -42,7 +42,7 @@ from kgprobe.app.factor_prompts import (
 )
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.probing.measures.common import Runner
-from kgprobe.probing.measures.factor import FactorItem, factor_scores, write_factor_csv
+from kgprobe.probing.measures.factor import FactorItem, accuracy_interval, factor_scores, write_factor_csv
 from kgprobe.probing.requests import GenerateRequest, GenerateResult
 from kgprobe.probing.verbalize import fill
 
@@ -375,10 +375,9 @@ def run_factor_pipeline(
     try:
         chosen = choose_relations(probe_relations(g), relations)
         ref = gd.date_sort_key(at)
-        by_pid = {p: pr.candidate_keys(g, p, ref) for p in chosen}
-        keys = pr.sample_keys({p: list(k) for p, k in by_pid.items()}, sample, st.seed)
-        subjects = {k: s for by_key in by_pid.values() for k, s in by_key.items()}
-        facts = pr.fact_details(g, keys, subjects, [])
+        # the facts `kgprobe probe` would draw: the sampling index, never every key
+        subjects = pr.sample_facts(g, chosen, total=sample, seed=st.seed, ref=ref)
+        facts = pr.fact_details(g, list(subjects), subjects, [])
         kw: dict[str, Any] = {}
         if st.strategy in ("sem", "temp+sem"):
             from kgprobe.probing.distractors import default_index_dir
@@ -432,7 +431,8 @@ def run_factor_pipeline(
         "strategy": st.strategy, "n": st.n, "seed": st.seed,
         "thresholds": {"nli": st.tau_nli, "nli_coreference": st.tau_nli_coreference, "lm": st.tau_lm},
         "error_types": type_counts(drafts, built),
-        "relations": {p: {"items": len(v), "accuracy": sum(v) / len(v)}
+        "relations": {p: {"items": len(v), "accuracy": sum(v) / len(v),
+                          **dict(zip(("ci_low", "ci_high"), accuracy_interval(v), strict=True))}
                       for p, v in sorted(per_rel.items(), key=lambda kv: int(kv[0][1:]))},
         "skipped": len(skipped), "skipped_reasons": skipped, "csv": written,
         "candidates": {d.key: [{"text": c.text, "error_type": c.error_type, "source": c.source,

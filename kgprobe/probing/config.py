@@ -124,9 +124,14 @@ class ProbeSummary:
     interrupted_runs: list[str] = field(default_factory=list)
     #: generation/search prompts cut from the left to fit the model (docs/probing.md)
     contexts_cut: int = 0
+    #: the keys of the facts this run sampled (scored, unscorable or skipped as already scored):
+    #: what ``--output-path`` reports on; not in ``to_dict``
+    fact_keys: list[str] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("fact_keys")
+        return out
 
 
 def model_key(model: str, dtype: str = "float32") -> str:

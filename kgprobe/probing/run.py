@@ -42,9 +42,10 @@ from kgprobe.probing.config import (
 )
 from kgprobe.probing.distractors import default_index_dir
 from kgprobe.probing.engine import Engine
+from kgprobe.probing.environment import run_environment
 from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, chunks, score_and_write
 from kgprobe.probing.measures.catalog import run_wide_settings
-from kgprobe.probing.models import load_model
+from kgprobe.probing.models import LOAD_DEFAULTS, load_model
 from kgprobe.probing.score import default_score_cache
 from kgprobe.probing.semantic import ensure_index
 from kgprobe.provenance import code_version, config_hash, library_versions, now
@@ -176,6 +177,7 @@ def run_probe(
         run_id, config.model, mkey, [props[m.name].score for m in measures], relations,
         planned=len(details), skipped=len(details) - len(todo),
     )
+    summary.fact_keys = [str(d["key"]) for d in details]
     facts_hash = config_hash(sorted(f"{d['key']}|{d['s']}|{d['pid']}|{d['o']}" for d in details))
     info = model_info or {}
     specs = [{"name": m.name, "key": mkeys[m.name], "params": m.settings, "extras": list(m.extras),
@@ -204,6 +206,11 @@ def run_probe(
         "library_versions": json.dumps(library_versions()),
         "facts_planned": summary.planned, "facts_skipped": summary.skipped,
         "facts_scored": 0, "facts_unscorable": 0,
+        # every setting outside the measure's configuration that can move a number or a timing
+        "batch_facts": config.batch_facts, "max_templates": config.max_templates,
+        "environment": json.dumps(run_environment(
+            runner, device=info.get("device"), model_args=LOAD_DEFAULTS.model_args,
+            device_requested=LOAD_DEFAULTS.device), default=str),
     }
     summary.interrupted_runs = pr.create_run(graph, run_id, run_props)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -27,6 +27,7 @@ from kgprobe.probing.measures.registry import (
     parse_measure,
     register,
 )
+from kgprobe.stats import group_seed
 
 
 def load_all() -> dict[str, type[Measure]]:
@@ -119,10 +120,12 @@ def describe() -> list[dict[str, Any]]:
 def relation_aggregates(
     graph: Any, model_key: str, *, seed: int = 0,
     read: Callable[..., list[dict[str, Any]]] | None = None,
+    facts: Collection[str] | None = None,
 ) -> list[dict[str, Any]]:
     """Per relation and per measure key probed for ``model_key``: each measure's
     :meth:`Measure.aggregate` over the values stored on the FACT edges (what
-    ``kgprobe report --json`` shows under ``measures``)."""
+    ``kgprobe report --json`` shows under ``measures``); with ``facts``, over those fact keys
+    only (one run's)."""
     seen, params = _probed_specs(graph, model_key)
     reg = load_all()
     out = []
@@ -130,6 +133,8 @@ def relation_aggregates(
         props = pr.ScoreProps(model_key, mkey)
         names = {"score": props.score, **{e: f"{props.score}_{e}" for e in extras}}
         rows = pr.measure_rows(graph, names)
+        if facts is not None:  # one run's facts (``probe --output-path``)
+            rows = [r for r in rows if r["key"] in facts]
         by_pid: dict[str, list[dict[str, Any]]] = {}
         for row in rows:
             by_pid.setdefault(row["pid"], []).append(row)
@@ -138,7 +143,8 @@ def relation_aggregates(
             continue  # a measure this version no longer has
         measure = cls(params.get(mkey))
         for pid in sorted(by_pid, key=lambda p: int(p[1:])):
-            agg = measure.aggregate(by_pid[pid], seed)
+            # the report's seed rule: the same values get the same interval as its table
+            agg = measure.aggregate(by_pid[pid], group_seed(seed, pid))
             out.append({"measure": name, "measure_key": mkey, "pid": pid,
                         "facts": len(by_pid[pid]), **agg})
     return out

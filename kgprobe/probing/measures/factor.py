@@ -41,6 +41,7 @@ from kgprobe.loaders.common import read_text_file
 from kgprobe.probing.measures.common import Entity, Fact, Runner
 from kgprobe.probing.requests import LogProbRequest, LogProbResult, Request
 from kgprobe.probing.verbalize import fill
+from kgprobe.stats import MIN_N_CI, bootstrap_ci
 
 PREFIX_COLUMNS = ("turncated_prefixes", "full_prefix")
 
@@ -183,6 +184,14 @@ def factor_scores(runner: Runner, items: Sequence[FactorItem]) -> list[FactorOut
         i += n
         out.append(FactorOutcome(it.item_id, scores, scores[0] >= max(scores[1:])))
     return out
+
+
+def accuracy_interval(correct: Sequence[bool], seed: int = 0) -> tuple[float | None, float | None]:
+    """The 95% percentile-bootstrap interval of an accuracy (kgprobe.stats.bootstrap_ci over the
+    items' 0/1 outcomes), only where n >= MIN_N_CI, as everywhere in kgprobe's reports."""
+    if len(correct) < MIN_N_CI:
+        return None, None
+    return bootstrap_ci([1.0 if c else 0.0 for c in correct], seed)
 
 
 def factor_accuracy(outcomes: Sequence[FactorOutcome]) -> float:
