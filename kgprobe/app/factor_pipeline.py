@@ -42,7 +42,12 @@ from kgprobe.app.factor_prompts import (
 )
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.probing.measures.common import Runner
-from kgprobe.probing.measures.factor import FactorItem, accuracy_interval, factor_scores, write_factor_csv
+from kgprobe.probing.measures.factor import (
+    FactorItem,
+    accuracy_interval,
+    factor_scores,
+    write_factor_csv,
+)
 from kgprobe.probing.requests import GenerateRequest, GenerateResult
 from kgprobe.probing.verbalize import fill
 
