@@ -7,7 +7,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 #: Functions of the Python API, imported on first use so that ``import kgprobe`` stays light.
-_API = ("probe", "unknown", "compare", "report", "ingest_sources", "demo")
+_API = ("probe", "score", "unknown", "compare", "report", "ingest_sources", "demo")
 
 __all__ = ["__version__", *_API]
 

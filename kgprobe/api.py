@@ -193,11 +193,15 @@ def demo(
 # --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reporting ---
 
 
-def probe(model: str = "smollm2-135m", *, output_path: str | Path | None = None, **kwargs: Any) -> Any:
+def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None = None,
+          **kwargs: Any) -> Any:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
-    FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. Keyword arguments: see
-    :func:`kgprobe.probing.run.probe` (relations, sample, measures, strategy, n, seed, threshold, at,
-    max_object_labels, max_templates, dtype, threads, cache, index_dir, progress, settings, graph).
+    FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. ``model`` is a name or path,
+    a transformers model object (with ``tokenizer=``, and ``model_name=`` for its score keys)
+    or a scoring backend (docs/backends.md). Keyword arguments: see
+    :func:`kgprobe.probing.run.probe` (tokenizer, model_name, relations, sample, measures,
+    strategy, n, seed, threshold, at, max_object_labels, max_templates, dtype, threads, cache,
+    index_dir, progress, settings, graph).
 
     With ``output_path``, the report and results files of the model's scores under the run's
     first measure are written there (``results.json``, ``samples.jsonl`` with the distractor
@@ -220,6 +224,16 @@ def probe(model: str = "smollm2-135m", *, output_path: str | Path | None = None,
                      graph=kwargs.get("graph"), details=details.records)
     summary.output_files = {k: str(v) for k, v in paths.items()}  # type: ignore[attr-defined]
     return summary
+
+
+def score(context: str, candidates: Sequence[str], *, model: str | Any = "smollm2-135m",
+          tokenizer: Any = None, **kwargs: Any) -> Any:
+    """log P(candidate | context) for each candidate with its rank, as ``kgprobe score``;
+    ``model`` as in :func:`probe`. Keyword arguments: see
+    :func:`kgprobe.probing.score.score_candidates` (dtype, threads, add_eos, cache_path)."""
+    from kgprobe.probing.score import score_candidates
+
+    return score_candidates(context, candidates, model=model, tokenizer=tokenizer, **kwargs)
 
 
 def unknown(
