@@ -445,7 +445,7 @@ def load_model(
 def weights_fingerprint(model: Any, tokenizer: Any) -> str:
     """sha256 over a model's config, every parameter and buffer (name, dtype, shape, bytes) and
     its tokenizer's vocabulary: an in-memory model has no file to hash, and one changed by
-    training must never reuse the scores of its earlier weights (~1 s per 500 MB on a CPU)."""
+    training must never reuse the scores of its earlier weights (0.75 s of CPU for SmolLM2-135M)."""
     import torch
 
     h = hashlib.sha256()
@@ -483,12 +483,12 @@ def from_model(
     that model's BOS policy and prefix token unless given."""
     import torch
 
-    if tokenizer is None:
-        raise ConfigError("an in-memory model needs its tokenizer: give tokenizer=...")
     if not hasattr(model, "config") or not hasattr(model, "parameters"):
         raise ConfigError(
             f"expected a transformers model object, got {type(model).__name__}; give a model "
             "name/path, a loaded transformers model with its tokenizer, or a scoring backend")
+    if tokenizer is None:
+        raise ConfigError("an in-memory model needs its tokenizer: give tokenizer=...")
     label = name or str(getattr(model.config, "_name_or_path", "") or type(model).__name__)
     entry = REGISTRY.get(label)
     policy: BosPolicy = bos_policy or (entry.bos_policy if entry else "auto")

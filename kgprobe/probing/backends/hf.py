@@ -7,7 +7,7 @@ and runs them through its model-call class (:class:`CausalBackend`, :class:`Mask
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -351,14 +351,13 @@ class HFSeq2Seq(HFBackend):
 
 
 #: a loaded model's kind -> the backend that serves it
-FOR_KIND: dict[str, str] = {"causal": "hf-causal", "masked": "hf-masked", "seq2seq": "hf-seq2seq"}
+FOR_KIND: dict[str, type[HFBackend]] = {"causal": HFCausal, "masked": HFMasked,
+                                        "seq2seq": HFSeq2Seq}
 
 
 def hf_backend(lm: LoadedModel, **settings: Any) -> HFBackend:
     """The transformers backend for a loaded model's kind (``FOR_KIND``)."""
-    cls: Callable[..., HFBackend] = {"hf-causal": HFCausal, "hf-masked": HFMasked,
-                                     "hf-seq2seq": HFSeq2Seq}[FOR_KIND[lm.kind]]
-    return cls(lm, **settings)
+    return FOR_KIND[lm.kind](lm, **settings)
 
 
 def _span_ids(e: SpanEncoding) -> list[int]:
