@@ -63,6 +63,7 @@ class OpenAICompletions(ScoringBackend):
         retries: int = 3,
         backoff: float = 0.5,
         stats: EngineStats | None = None,
+        check_alignment: bool = True,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
@@ -76,6 +77,8 @@ class OpenAICompletions(ScoringBackend):
         self.backoff = backoff
         self.stats = stats if stats is not None else EngineStats()
         self.model = model or self._first_model()
+        if check_alignment:
+            self._check_alignment()
         who = identity or self.base_url
         self.fingerprint = hashlib.sha256(
             f"served:{self.model}|{who}|s{SERVED_VERSION}".encode()).hexdigest()
@@ -129,6 +132,39 @@ class OpenAICompletions(ScoringBackend):
         if not ids or not isinstance(ids[0], str):
             raise ServerError(f"{self.name}: {self.base_url}/models lists no model")
         return ids[0]
+
+    def _check_alignment(self) -> None:
+        """Refuse a server whose echoed log-probs are one position off. llama-cpp-python
+        (0.3.36) gives prompt token i the log-prob of token i under the distribution *after* it
+        when the prompt does not start with a BOS token (models whose GGUF says
+        ``add_bos_token`` false, SmolLM2 among them), so every score would be wrong. The sign:
+        the last prompt token's top-1 is the token the server then generates greedily, which
+        a correct server shows only by coincidence (the probe makes that implausible: after
+        "…, 6, 7" the next token is ",", while "7" is what follows "…, 6, ")."""
+        prompt = "1, 2, 3, 4, 5, 6, 7"
+        body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
+                "logprobs": 1, "echo": True}
+        choices = self._call("/completions", body).get("choices") or []
+        if not choices:
+            raise ServerError(f"{self.name}: the server answered a completion with no choice")
+        lp = choices[0].get("logprobs") or {}
+        text = str(choices[0].get("text") or "")
+        offsets = lp.get("text_offset") or []
+        tops = lp.get("top_logprobs") or []
+        inside = [i for i, o in enumerate(offsets) if o < len(prompt)]
+        if not inside or len(tops) <= inside[-1] or not tops[inside[-1]]:
+            raise ServerError(f"{self.name}: the server returned no prompt log-probabilities "
+                              "(does it support echo with logprobs?)")
+        top = tops[inside[-1]]
+        top1 = max(top, key=top.get)
+        generated = text[len(prompt):] if text.startswith(prompt) else text
+        if generated and top1 == generated and not top1.strip().startswith("7"):
+            raise ConfigError(
+                f"backend {self.name!r}: the server's echoed log-probs are one token off (the "
+                "last prompt token carries the next token's distribution). llama-cpp-python "
+                "does this when no BOS token starts the prompt: start it with a BOS, e.g. "
+                "--kv_overrides tokenizer.ggml.add_bos_token=bool:true (docs/backends.md), or "
+                "pass check_alignment=False if you know better")
 
     # -- continuation log-probs -----------------------------------------------------------
 
