@@ -209,9 +209,10 @@ def test_probe_through_a_served_model(server: str, keyed: None, graph: Any) -> N
     from kgprobe.probing.run import probe
 
     load(graph)
+    # one relation with one template: a few dozen prompts, one HTTP call each
     common: dict[str, Any] = {"graph": graph, "strategy": "random", "n": 2, "sample": None,
                               "at": REF, "cache": False, "progress": False,
-                              "measures": ("kavg",)}
+                              "measures": ("kavg",), "relations": ("P36",)}
     served: dict[str, float] = {}
 
     def on_fact(plan: Any, values: dict[str, dict[str, Any]]) -> None:
