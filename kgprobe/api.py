@@ -192,24 +192,32 @@ def demo(
 # --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reporting ---
 
 
-def _owner_of(model: str, dtype: str) -> dict[str, Any] | None:
+def _owner_of(model: str | Any, dtype: str, name: str | None = None) -> dict[str, Any] | None:
     """The owner (kgprobe.outputs.check_owner) a probe of ``model`` will write, for the check
-    before any work; None when the name is not a model name (the probe refuses it itself)."""
+    before any work; None when the name is not a model name (the probe refuses it itself). A
+    model object is named by ``model_name`` (or not at all: checked after the run's key)."""
     from kgprobe.errors import ConfigError
     from kgprobe.probing.run import model_key
 
+    if not isinstance(model, str):
+        model = name
+        if model is None:
+            return None
     try:
         return {"models": [model_key(model, dtype)]}
     except ConfigError:
         return None
 
 
-def probe(model: str = "smollm2-135m", *, output_path: str | Path | None = None,
+def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None = None,
           overwrite: bool = False, **kwargs: Any) -> Any:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
-    FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. Keyword arguments: see
-    :func:`kgprobe.probing.run.probe` (relations, sample, measures, strategy, n, seed, threshold, at,
-    max_object_labels, max_templates, dtype, threads, cache, index_dir, progress, settings, graph).
+    FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. ``model`` is a name or path,
+    a transformers model object (with ``tokenizer=``, and ``model_name=`` for its score keys)
+    or a scoring backend (docs/backends.md). Keyword arguments: see
+    :func:`kgprobe.probing.run.probe` (tokenizer, model_name, relations, sample, measures,
+    strategy, n, seed, threshold, at, max_object_labels, max_templates, dtype, threads, cache,
+    index_dir, progress, settings, graph).
 
     With ``output_path``, the report and results files of THIS run's facts (its sample,
     including facts skipped as already scored) under the run's first measure are written there
@@ -222,8 +230,8 @@ def probe(model: str = "smollm2-135m", *, output_path: str | Path | None = None,
         return run(model, **kwargs)
     # before the model is loaded or a fact scored
     check_output_dir(output_path, "--output-path")
-    check_owner(output_path, _owner_of(model, str(kwargs.get("dtype", "float32"))), overwrite,
-                "--output-path")
+    check_owner(output_path, _owner_of(model, str(kwargs.get("dtype", "float32")), kwargs.get("model_name")),
+                overwrite, "--output-path")
     from kgprobe.graph import probe_runs as pr
     from kgprobe.reporting import report as build
     from kgprobe.results import FactDetails
@@ -237,6 +245,16 @@ def probe(model: str = "smollm2-135m", *, output_path: str | Path | None = None,
                      overwrite=overwrite, command_seconds=time.monotonic() - started)
     summary.output_files = {k: str(v) for k, v in paths.items()}  # type: ignore[attr-defined]
     return summary
+
+
+def score(context: str, candidates: Sequence[str], *, model: str | Any = "smollm2-135m",
+          tokenizer: Any = None, **kwargs: Any) -> Any:
+    """log P(candidate | context) for each candidate with its rank, as ``kgprobe score``;
+    ``model`` as in :func:`probe`. Keyword arguments: see
+    :func:`kgprobe.probing.score.score_candidates` (dtype, threads, add_eos, cache_path)."""
+    from kgprobe.probing.score import score_candidates
+
+    return score_candidates(context, candidates, model=model, tokenizer=tokenizer, **kwargs)
 
 
 def unknown(

@@ -41,7 +41,7 @@ from kgprobe.probing.config import (
     run_context,
 )
 from kgprobe.probing.distractors import default_index_dir
-from kgprobe.probing.engine import Engine
+from kgprobe.probing.engine import Engine, resolve_model
 from kgprobe.probing.environment import run_environment
 from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, chunks, score_and_write
 from kgprobe.probing.measures.catalog import run_wide_settings
@@ -302,8 +302,10 @@ def _try_update(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
 
 
 def probe(
-    model: str = "smollm2-135m",
+    model: str | Any = "smollm2-135m",
     *,
+    tokenizer: Any = None,
+    model_name: str | None = None,
     relations: Sequence[str] = (),
     sample: int | None = 60,
     per_relation: int | None = None,
@@ -338,8 +340,15 @@ def probe(
     Idempotent: facts already scored with the same configuration are skipped, so re-running
     after an interruption finishes the rest. Returns what was done (see ``ProbeSummary``).
 
+    ``model``: a registry name, GGUF file or model directory; or a transformers model object
+    with its ``tokenizer`` (fingerprinted from its weights), or a scoring backend such as
+    ``OpenAICompletions`` (docs/backends.md). ``model_name`` names an object in the score keys.
+
     ``n`` (default 5) and ``strategy`` (default temp+sem) may also come from a distractor
     measure's spec (``kmin:n=3``); they are one per run."""
+    given = None
+    if not isinstance(model, str):  # an object: scored where it is, never loaded by name
+        given, model, dtype = resolve_model(model, tokenizer, name=model_name)
     measures, spec_n, spec_strategy = run_wide_settings(measures, n, strategy)
     n = spec_n if spec_n is not None else 5
     strategy = spec_strategy if spec_strategy is not None else DEFAULT_STRATEGY
@@ -356,17 +365,18 @@ def probe(
         why = m.available()
         if why:
             raise ConfigError(why)
-    check_model_name(model)
+    if given is None:
+        check_model_name(model)
     own = graph is None
     g = graph if graph is not None else connect(settings)
     try:
         # fail on a bad relation before paying for the model load
         choose_relations(probe_relations(g, max_templates), config.relations)
-        lm = load_model(model, dtype=dtype, threads=threads)
+        lm = given if given is not None else load_model(model, dtype=dtype, threads=threads)
         score_cache = ScoreCache(default_score_cache()) if cache else None
         try:
             engine = Engine(lm, cache=score_cache)
-            info = {"name": lm.name, "kind": lm.kind, "device": lm.device}
+            info = engine.model_info()
             return run_probe(g, engine, config, fingerprint=engine.fingerprint, model_info=info,
                              index_dir=index_dir, progress=progress, on_fact=on_fact)
         finally:

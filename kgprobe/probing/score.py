@@ -6,12 +6,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.cache import ENV_SCORE_CACHE, ScoreCache
-from kgprobe.probing.engine import Engine
+from kgprobe.probing.engine import Engine, resolve_model
 from kgprobe.probing.models import DEFAULT_MODEL, load_model
 from kgprobe.probing.requests import LogProbRequest, LogProbResult
 
@@ -39,16 +40,21 @@ def score_candidates(
     context: str,
     candidates: Sequence[str],
     *,
-    model: str = DEFAULT_MODEL,
+    model: str | Any = DEFAULT_MODEL,
+    tokenizer: Any = None,
     dtype: str = "float32",
     threads: int = 1,
     add_eos: bool = False,
     cache_path: Path | None = None,
 ) -> list[CandidateScore]:
-    """log P(candidate | context) for each candidate, in the order given, with ranks."""
+    """log P(candidate | context) for each candidate, in the order given, with ranks.
+
+    ``model``: a name or path, a transformers model object with its ``tokenizer``, or a
+    scoring backend (docs/backends.md)."""
     if not candidates:
         raise ConfigError("give at least one candidate")
-    lm = load_model(model, dtype=dtype, threads=threads)
+    lm = (load_model(model, dtype=dtype, threads=threads) if isinstance(model, str)
+          else resolve_model(model, tokenizer)[0])
     cache = ScoreCache(cache_path) if cache_path is not None else None
     try:
         results = Engine(lm, cache=cache).run(

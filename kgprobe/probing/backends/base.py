@@ -1,10 +1,15 @@
-"""What every backend shares: batch settings, padding ids and the call counter."""
+"""What every backend shares: the contract the engine dispatches through (``ScoringBackend``
+and its registry), batch settings, padding ids and the call counter."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar
+
+from kgprobe.errors import ConfigError
+from kgprobe.probing.requests import Result
 
 
 @dataclass
@@ -60,7 +65,8 @@ class TrieNode:
 
 
 class Backend:
-    """Holds the model and the batching settings; subclasses make the calls."""
+    """Holds a transformers model and the batching settings; subclasses make the calls (the
+    model-call layer under the ``hf-*`` scoring backends)."""
 
     def __init__(
         self,
@@ -88,3 +94,84 @@ class Backend:
         if self.batch_tokens is None:
             return self.batch_size
         return max(self.batch_size, self.batch_tokens // max(1, width))
+
+
+#: answers a batch of requests of one kind, one result per request, in order
+Handler = Callable[[list[Any]], Sequence[Result]]
+
+
+class UnsupportedRequest(ConfigError):
+    """A request kind the chosen backend does not serve."""
+
+
+class ScoringBackend(ABC):
+    """The contract between the engine and a model: a backend declares which request kinds it
+    serves (``handlers``: request class -> function over a batch of that class) and the
+    fingerprint its results are cached under. The engine dedupes, caches, chunks and times;
+    it dispatches each kind through the table and never looks at what the model is, so a new
+    backend is one module with one class (registered with :func:`register_backend`)."""
+
+    #: registry name, shown in errors
+    name: ClassVar[str] = "backend"
+    #: one request per call, or many requests packed/batched per model call (docs/backends.md)
+    batching: ClassVar[str] = "batched"
+    fingerprint: str
+    stats: EngineStats
+
+    @property
+    def label(self) -> str:
+        """The model's name as a run records it (score keys are made from it)."""
+        return self.name
+
+    def info(self) -> dict[str, Any]:
+        """What a run records about the model: name, kind (the backend) and device."""
+        return {"name": self.label, "kind": self.name, "device": None}
+
+    @abstractmethod
+    def handlers(self) -> Mapping[type, Handler]:
+        """The request kinds this backend serves, each with the function that answers them."""
+
+    def serves(self) -> tuple[type, ...]:
+        """The request classes this backend answers."""
+        return tuple(self.handlers())
+
+    def handler(self, kind: type) -> Handler:
+        """The function for ``kind``, or an error naming the backend and the kind."""
+        found = self.handlers().get(kind)
+        if found is None:
+            served = ", ".join(k.__name__ for k in self.serves()) or "nothing"
+            raise UnsupportedRequest(
+                f"backend {self.name!r} does not serve {kind.__name__} (it serves: {served}); "
+                "use a model/backend that does, or leave out the measures that need it"
+            )
+        return found
+
+
+#: registry name -> backend class (``@register_backend``); the engine builds the transformers
+#: ones from a loaded model's kind (``hf-causal``, ``hf-masked``, ``hf-seq2seq``)
+BACKENDS: dict[str, type[ScoringBackend]] = {}
+
+_B = TypeVar("_B", bound=type[ScoringBackend])
+
+
+def register_backend(name: str) -> Callable[[_B], _B]:
+    """Class decorator: make a backend known under ``name`` (as the harness's
+    ``@register_model``)."""
+
+    def deco(cls: _B) -> _B:
+        if name in BACKENDS and BACKENDS[name] is not cls:
+            raise ConfigError(f"backend name {name!r} is already registered")
+        cls.name = name
+        BACKENDS[name] = cls
+        return cls
+
+    return deco
+
+
+def get_backend(name: str) -> type[ScoringBackend]:
+    """The backend class registered under ``name``."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ConfigError(
+            f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
