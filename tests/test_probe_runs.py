@@ -221,8 +221,9 @@ def test_killed_probe_resumes_and_matches_an_uninterrupted_run(
     world: tuple[Any, Any], graph_settings: Any, tiny_models: dict[str, Path], engines: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    """A separate process probing is SIGKILLed after two batches; the same configuration run
-    again scores only the rest, and the result equals an uninterrupted run."""
+    """A separate process probing is SIGKILLed after two batches (pipelined: gathered ahead,
+    each written in its own transaction behind the scoring); the same configuration run again
+    scores only the rest, and the result equals an uninterrupted run."""
     graph, index = world
     s = graph_settings
     script = tmp_path / "probe.py"
@@ -247,7 +248,8 @@ def test_killed_probe_resumes_and_matches_an_uninterrupted_run(
                 out = engine.run(requests)
                 time.sleep(0.4)
                 return out
-        cfg = ProbeConfig(model={str(tiny_models["gpt2"])!r}, sample=None, n=2, at={REF!r}, batch_facts=1)
+        cfg = ProbeConfig(model={str(tiny_models["gpt2"])!r}, sample=None, n=2, at={REF!r}, batch_facts=1,
+                          write_facts=1, pipeline=2)
         index = ensure_index(g, {str(tmp_path / "index")!r}, IndexSettings(dim=8, seed=0))
         run_probe(g, Slow(), cfg, fingerprint=engine.fingerprint, index=index, progress=False)
         print("done", flush=True)
@@ -335,7 +337,7 @@ def test_graph_lost_mid_run_stops_with_a_clear_message_and_resumes(
     server = ManagedServer(settings)
     server.start()
     eng = engines["gpt2"]
-    cfg = _config(tiny_models["gpt2"], strategy="random", batch_facts=3)
+    cfg = _config(tiny_models["gpt2"], strategy="random", batch_facts=3, write_facts=3)
 
     class StopsTheServer:
         calls = 0
@@ -343,6 +345,10 @@ def test_graph_lost_mid_run_stops_with_a_clear_message_and_resumes(
         def run(self, requests: Any) -> Any:
             self.calls += 1
             if self.calls == 2:
+                # the first batch is written behind the scoring: let it land, then pull the plug
+                deadline = time.monotonic() + 60
+                while len(_scores(g, "score__gpt2__kmin_random_n2")) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 server.stop()
             return eng.run(requests)
 

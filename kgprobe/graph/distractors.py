@@ -423,9 +423,9 @@ def omega_filters(
         by_fact.setdefault(i, []).append(pos)
     out = []
     for i, (ctx, cands) in enumerate(asks):
-        pos = by_fact.get(i, [])
-        one = [{k: [r[k][j] for j in pos] for k in ("qids", "labels", "aliases", "types")}]
-        out.append(_omega_members(ctx, cands, _rows(one)) if pos else [])
+        at = by_fact.get(i, [])
+        one = [{k: [r[k][j] for j in at] for k in ("qids", "labels", "aliases", "types")}]
+        out.append(_omega_members(ctx, cands, _rows(one)) if at else [])
     return out
 
 

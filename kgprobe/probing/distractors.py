@@ -139,9 +139,9 @@ def prefetch(
         index.neighbours(ctx.object, want, predicate=record, max_checked=SEM_FIRST_BATCH * want)
         asks.append((ctx, [q for q in seen if q not in skip]))
         owners.append(pf)
-    for (_, cands), pf, members in zip(asks, owners, gd.omega_filters(graph, asks), strict=True):
+    for (_, asked), pf, members in zip(asks, owners, gd.omega_filters(graph, asks), strict=True):
         got = {c.qid: c for c in members}
-        pf.omega.update((q, got.get(q)) for q in cands)
+        pf.omega.update((q, got.get(q)) for q in asked)
     return out
 
 

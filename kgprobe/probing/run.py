@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from kgprobe.errors import ConfigError, GraphUnavailable
 from kgprobe.graph import probe_runs as pr
+from kgprobe.probing.pipeline import Ahead, Behind
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION, is_pid
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -68,7 +69,9 @@ class ProbeConfig:
     max_object_labels: int = 3
     max_templates: int | None = None  # per relation; object-last statements first
     max_past_values: int = 5
-    batch_facts: int = 16
+    batch_facts: int = 16  # facts per gather and per engine run
+    write_facts: int = 256  # facts per write transaction (scores and counters together)
+    pipeline: int = 2  # batches gathered ahead / writes behind the scoring; 0 = one thread
     dtype: str = "float32"
     force: bool = False  # rescore facts already scored with this configuration
     history_first: bool = False  # sample facts with a past value (staleness) first
@@ -114,6 +117,10 @@ class ProbeConfig:
             raise ConfigError("--sample must be at least 1 (or leave it out for every fact)")
         if self.batch_facts < 1:
             raise ConfigError("the batch size must be at least 1")
+        if self.write_facts < 1:
+            raise ConfigError("the write batch must be at least 1")
+        if self.pipeline < 0:
+            raise ConfigError("the pipeline depth must not be negative")
         if min(self.max_subject_labels, self.max_object_labels, self.max_templates or 1) < 1:
             raise ConfigError("label and template limits must be at least 1")
         if self.max_past_values < 0:
@@ -281,9 +288,12 @@ class _Planned:
 
 
 class _Gatherer:
-    """Fetches what the run's measures need, once per fact (and once per relation for what a
-    relation shares): one ``fact_context`` per fact serves the distractor strategy, the past
-    values and the other correct objects."""
+    """Fetches what the run's measures need for a whole batch of facts, each need in one
+    UNWIND round trip anchored on the facts' entities (and once per relation for what a
+    relation shares): the batch's fact contexts serve the distractor strategy, the past values
+    and the other correct objects; the temporal candidates and the first Ω(f) checks of the
+    semantic search are read for the batch too (``probing.distractors.prefetch``). The
+    values are those of the per-fact reads (tests/test_probe_batched_gather.py)."""
 
     def __init__(self, graph: Graph, cfg: ProbeConfig, needs: frozenset[str], ref: int,
                  templates: dict[str, list[tuple[str, str]]], index: SemanticIndex | None,
@@ -301,11 +311,22 @@ class _Gatherer:
 
     def batch(self, rows: Sequence[dict[str, Any]]) -> list[_Planned]:
         from kgprobe.graph import distractors as gd
-        from kgprobe.probing.distractors import find_distractors
+        from kgprobe.probing.distractors import find_distractors, prefetch
         from kgprobe.probing.measures.registry import FactInput
 
+        facts = [(row["s"], row["pid"], row["o"]) for row in rows]
+        wants_ctx = bool(self.needs & {"distractors", "past", "other_objects"})
+        contexts = gd.fact_contexts(self.graph, facts) if wants_ctx else {}
+        known = [k for k in dict.fromkeys(facts) if k in contexts]
+        fetched = dict(zip(known, prefetch(
+            self.graph, [contexts[k] for k in known],
+            strategy=self.cfg.strategy if "distractors" in self.needs else "", n=self.cfg.n,
+            at=self.ref, index=self.index, temporal="past" in self.needs,
+        ), strict=True)) if wants_ctx else {}
+        orels = (pr.object_relations_many(self.graph, [row["o"] for row in rows])
+                 if "object_relations" in self.needs else {})
         pre = []
-        for row in rows:
+        for row, fact_key in zip(rows, facts, strict=True):
             ds: list[str] = []
             past: list[str] = []
             others: list[str] = []
@@ -314,24 +335,28 @@ class _Gatherer:
             subjects: list[str] = []
             orel: list[str] = []
             try:
-                if self.needs & {"distractors", "past", "other_objects"}:
-                    ctx = gd.fact_context(self.graph, row["s"], row["pid"], row["o"])
+                if wants_ctx:
+                    ctx = contexts.get(fact_key)
+                    if ctx is None:  # not in the graph, or not ids: the per-fact read says why
+                        ctx = gd.fact_context(self.graph, *fact_key)
+                    pf = fetched.get(fact_key)
                     others = [q for q in ctx.true_objects if q != row["o"]]
                     if "distractors" in self.needs:
                         found = find_distractors(
                             self.graph, row["s"], row["pid"], row["o"], strategy=self.cfg.strategy,
                             n=self.cfg.n, seed=self.cfg.seed, at=self.ref, index=self.index,
-                            engine=self.engine, context=ctx, end=self.end,
+                            engine=self.engine, context=ctx, end=self.end, prefetched=pf,
                         )
                         ds = [d.qid for d in found.distractors][: self.cfg.n]
                         why = None if ds else (found.reason or "no distractor found")
                     if "past" in self.needs:
-                        past = [c.qid for c in gd.temporal_candidates(self.graph, ctx, self.ref)][
-                            : self.cfg.max_past_values]
+                        temporal = (pf.temporal if pf is not None and pf.temporal is not None
+                                    else gd.temporal_candidates(self.graph, ctx, self.ref))
+                        past = [c.qid for c in temporal][: self.cfg.max_past_values]
                 if "other_subjects" in self.needs:
                     subjects = [q for q in self._relation_subjects(row["pid"]) if q != row["s"]]
                 if "object_relations" in self.needs:
-                    orel = [p for p in pr.object_relations(self.graph, row["o"]) if p != row["pid"]]
+                    orel = [p for p in orels[row["o"]] if p != row["pid"]]
             except ConfigError as exc:
                 why = err = str(exc)
             pre.append((row, ds, past, others, subjects, orel, why, err))
@@ -536,15 +561,33 @@ def run_probe(
     tok = getattr(runner, "tok", None)
     cuts_before = int(getattr(tok, "cut_count", 0))
     reasons: Counter[str] = Counter()
+    # gather ahead and write behind the scoring (kgprobe.probing.pipeline); ApprOpt's gather
+    # runs the engine itself, so it stays on this thread
+    ahead = Ahead(lambda b: (b, gather.batch(b)), _chunks(todo, config.batch_facts),
+                  0 if engine is not None else config.pipeline)
+    behind = Behind(config.pipeline)
+    written = [0]  # facts whose scores are committed (the write thread counts them)
+    pending: list[dict[str, Any]] = []
+    pending_ok = 0
+
+    def write_pending() -> None:
+        nonlocal pending, pending_ok
+        rows, ok = pending, pending_ok
+        pending, pending_ok = [], 0
+
+        def job() -> None:
+            pr.write_scores(graph, run_id, rows, scored=ok, unscorable=len(rows) - ok, now=_now())
+            written[0] += len(rows)
+
+        behind.submit(job)
+
     try:
         with _progress(progress, len(todo)) as (bar, task):
-            for batch in _chunks(todo, config.batch_facts):
-                planned = gather.batch(batch)
+            for batch, planned in ahead:
                 # a measure already stored with this configuration is not recomputed
                 wanted = {p.row["key"]: {m.name for m in stale_measures(p.row)} for p in planned}
                 active = [m for m in measures if any(m.name in w for w in wanted.values())]
                 per_measure = _score_batch(runner, active, planned, ctx)
-                rows = []
                 n_ok = 0
                 for i, p in enumerate(planned):
                     fact_props: dict[str, Any] = {}
@@ -568,20 +611,29 @@ def run_probe(
                         n_ok += 1
                     else:
                         reasons[(why or "no value").split(";")[0][:120]] += 1
-                    rows.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
-                pr.write_scores(graph, run_id, rows, scored=n_ok, unscorable=len(rows) - n_ok, now=_now())
+                    pending.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
+                pending_ok += n_ok
+                if len(pending) >= config.write_facts:
+                    write_pending()
                 summary.scored += n_ok
-                summary.unscorable += len(rows) - n_ok
+                summary.unscorable += len(planned) - n_ok
                 if bar is not None:
                     bar.advance(task, len(batch))
+            if pending:
+                write_pending()
+            behind.finish()
     except GraphUnavailable as exc:
         summary.status = "interrupted"
+        ahead.close()
+        behind.abort()
         raise GraphUnavailable(
-            f"{exc} (probe run {run_id[:8]}: {summary.scored + summary.unscorable} of {len(todo)} "
+            f"{exc} (probe run {run_id[:8]}: {written[0]} of {len(todo)} "
             "facts written; run the same command again to score the rest)"
         ) from exc
     except BaseException:
         summary.status = "interrupted"
+        ahead.close()
+        behind.abort()  # what was scored but not written is scored again by the next run
         _try_update(graph, run_id, {"status": "interrupted", "finished": _now()})
         raise
     summary.seconds = round(time.monotonic() - started, 2)
@@ -698,6 +750,8 @@ def probe(
     dtype: str = "float32",
     threads: int = 1,
     batch_facts: int = 16,
+    write_facts: int = 256,
+    pipeline: int = 2,
     force: bool = False,
     history_first: bool = False,
     end: str = "auto",
@@ -727,6 +781,7 @@ def probe(
     config = ProbeConfig(
         model=model, relations=tuple(relations), sample=sample, measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
+        write_facts=write_facts, pipeline=pipeline,
         dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
         history_first=history_first, end=end, label_rule=label_rule,
         max_subject_labels=max_subject_labels, on_model_mismatch=on_model_mismatch, shard=shard,
