@@ -165,6 +165,42 @@ def test_probe_writes_scores_then_skips_them(world: tuple[Any, Any], engines: di
     assert all(avg[k]["score"] >= scores[k]["score"] for k in scores)  # Avg@n >= Min@n
 
 
+@pytest.mark.parametrize("strategy", ["temp+sem", "random"])
+def test_scores_do_not_depend_on_batching_or_the_pipeline(
+    world: tuple[Any, Any], engines: dict[str, Any], tiny_models: dict[str, Path], strategy: str,
+) -> None:
+    """One fact per batch on one thread (the per-fact loop), and batches of 3 or 8 gathered
+    ahead and written behind in transactions of 2 or 256 facts: the same values on every fact,
+    for measures that need distractors, past objects, other objects, other subjects and the
+    object's other relations."""
+    graph, index = world
+    eng = engines["gpt2"]
+    measures = ("kmin", "karr", "belief")
+
+    def values(**kw: Any) -> dict[str, dict[str, Any]]:
+        cfg = _config(tiny_models["gpt2"], strategy=strategy, measures=measures, force=True, **kw)
+        s = run_probe(graph, eng, cfg, fingerprint=eng.fingerprint, index=index, progress=False)
+        assert s.scored + s.unscorable == 11
+        rows = graph.read("MATCH (:Entity)-[f:FACT]->(:Entity) RETURN f.key AS key, f {.*} AS p")
+        return {r["key"]: {k: v for k, v in r["p"].items()
+                           if k.startswith(("score__", "known__", "stale__", "cfg__"))} for r in rows}
+
+    ref = values(batch_facts=1, write_facts=1, pipeline=0)
+    assert sum(1 for p in ref.values() if p) == 11 and len(next(p for p in ref.values() if p)) >= 9
+    for kw in ({"batch_facts": 3, "write_facts": 2, "pipeline": 1},
+               {"batch_facts": 8, "write_facts": 256, "pipeline": 2}):
+        got = values(**kw)
+        assert got.keys() == ref.keys()
+        for key, props in ref.items():
+            assert got[key].keys() == props.keys()
+            for name, v in props.items():
+                if isinstance(v, float) or (isinstance(v, list) and all(isinstance(x, float) for x in v)):
+                    # the engine packs other batches: the same scores up to float rounding
+                    assert got[key][name] == pytest.approx(v, abs=1e-6), (key, name)
+                else:
+                    assert got[key][name] == v, (key, name)
+
+
 def test_probe_bad_choices_give_one_line(world: tuple[Any, Any], engines: dict[str, Any],
                                          tiny_models: dict[str, Path]) -> None:
     graph, index = world
