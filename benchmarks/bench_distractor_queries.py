@@ -42,11 +42,11 @@ def main() -> None:
     from kgprobe.graph import distractors as gd
     from kgprobe.graph.client import connect
     from kgprobe.graph.ingest import ingest
-    from kgprobe.graph.semantic import IndexSettings, SemanticIndex
     from kgprobe.graph.server import ManagedServer, free_port
     from kgprobe.graph.templates import demo_paths
     from kgprobe.loaders.wikidata_json import load_json
     from kgprobe.probing.distractors import find_distractors
+    from kgprobe.probing.semantic import IndexSettings, SemanticIndex
     from kgprobe.records import FactRecord
 
     server = None

@@ -104,8 +104,8 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None) -> None:
     print(f"model load: {w1 - w0:.1f} s wall, {c1 - c0:.1f} s CPU")
     index = None
     if args.strategy in ("sem", "temp+sem"):
-        from kgprobe.graph.semantic import ensure_index
         from kgprobe.probing.distractors import default_index_dir
+        from kgprobe.probing.semantic import ensure_index
 
         index = ensure_index(graph, args.index_dir or index_dir or default_index_dir())
         w2, c2 = clock()

@@ -67,7 +67,7 @@ def percentile_ms(xs: list[float], p: float) -> float:
 def bench(n: int, args: argparse.Namespace) -> None:
     import faiss
 
-    from kgprobe.graph.semantic import (
+    from kgprobe.probing.semantic import (
         BuildStats,
         IndexSettings,
         SemanticIndex,
@@ -167,7 +167,7 @@ def bench(n: int, args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    from kgprobe.graph.semantic import IndexSettings
+    from kgprobe.probing.semantic import IndexSettings
 
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter

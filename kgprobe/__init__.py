@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__version__ = "0.1.0"
+from kgprobe._version import __version__
 
 #: Functions of the Python API, imported on first use so that ``import kgprobe`` stays light.
 _API = ("probe", "unknown", "compare", "report", "ingest_sources", "demo")

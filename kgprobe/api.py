@@ -227,7 +227,7 @@ def unknown(
     settings: Settings | None = None,
 ) -> list[Any]:
     """The facts ``model`` does not know (score below ``below``), as ``ScoredFact`` dataclasses."""
-    from kgprobe.probing.run import unknown_in
+    from kgprobe.probing.scores import unknown_in
 
     with connect(settings) as graph:
         return unknown_in(graph, model, relation=relation, below=below, measure=measure)[1]
@@ -237,8 +237,8 @@ def compare(
     a: str, b: str, *, measure: str | None = None, threshold: float | None = None,
     settings: Settings | None = None,
 ) -> Any:
-    """What ``a`` knows and ``b`` does not, and the reverse (a ``kgprobe.probing.run.Comparison``)."""
-    from kgprobe.probing.run import compare_in
+    """What ``a`` knows and ``b`` does not, and the reverse (a ``kgprobe.probing.scores.Comparison``)."""
+    from kgprobe.probing.scores import compare_in
 
     with connect(settings) as graph:
         return compare_in(graph, a, b, measure=measure, threshold=threshold)

@@ -133,7 +133,7 @@ def _check_model_options(batch_tokens: int | None, threads: int | None = None) -
 
 def _version_callback(value: bool) -> None:
     if value:
-        from kgprobe import __version__
+        from kgprobe._version import __version__
 
         print(__version__)
         raise typer.Exit()
@@ -163,7 +163,7 @@ def _root(
 @app.command()
 def version(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Print kgprobe's version."""
-    from kgprobe import __version__
+    from kgprobe._version import __version__
 
     if as_json:
         _print_json({"version": __version__})
@@ -555,8 +555,8 @@ def factor(
     per-token log-probability given the prefix (from a CSV, or generated from the graph)."""
     import json
 
+    from kgprobe.app.factor import run_factor_file, run_factor_graph
     from kgprobe.errors import ConfigError
-    from kgprobe.probing.measures.factor import run_factor_file, run_factor_graph
 
     _check_pids(relations or [])
     _check_number("--sample", sample, 0)
@@ -657,7 +657,8 @@ def measures(as_json: bool = typer.Option(False, "--json", help="Print one JSON 
     """Every registered measure: its paper section, parameters, graph needs and property name."""
     import json
 
-    from kgprobe.probing.measures.registry import SHARED, describe
+    from kgprobe.probing.measures.catalog import describe
+    from kgprobe.probing.measures.registry import SHARED
 
     rows = describe()
     if as_json:
@@ -694,6 +695,7 @@ def evaluate(
     (robustness), or the k-fold grid search of the distractor paper (section 4.2)."""
     import json
 
+    from kgprobe.app import evaluation as app_ev
     from kgprobe.errors import ConfigError
     from kgprobe.graph.client import connect
     from kgprobe.probing.measures import evaluation as ev
@@ -707,11 +709,11 @@ def evaluate(
     try:
         doc: dict[str, Any] = {}
         if vs_model is not None:
-            doc["robustness"] = ev.robustness(g, (model, measure), (vs_model, vs_measure or measure))
+            doc["robustness"] = app_ev.robustness(g, (model, measure), (vs_model, vs_measure or measure))
         if scores is not None and grid:
-            doc["grid"] = ev.grid_table(g, model, scores, k=folds, seed=seed)
+            doc["grid"] = app_ev.grid_table(g, model, scores, k=folds, seed=seed)
         elif scores is not None:
-            doc["human"] = ev.evaluate_measure(g, model, measure, scores)
+            doc["human"] = app_ev.evaluate_measure(g, model, measure, scores)
     finally:
         g.close()
     if as_json:

@@ -73,7 +73,7 @@ class Report:
     seed: int
     bootstrap: int
     #: per relation, every measure probed for the primary model
-    #: (:func:`kgprobe.probing.measures.registry.relation_aggregates`)
+    #: (:func:`kgprobe.probing.measures.catalog.relation_aggregates`)
     measures: list[dict[str, Any]] = field(default_factory=list)
     by: str = "relation"
     type_of: str = "subject"

@@ -315,7 +315,8 @@ def build_report(
     type_of: str = "subject", calibration: list[tuple[float, bool]] | None = None,
 ) -> Report:
     """Read the scores of ``model`` (and ``vs``) from the graph and compute the report."""
-    from kgprobe.probing.run import code_version, compare_in, paired_scores, resolve_scores
+    from kgprobe.probing.scores import compare_in, paired_scores, resolve_scores
+    from kgprobe.provenance import code_version
 
     check_grouping(by, type_of)
     sb = None
@@ -356,7 +357,7 @@ def build_report(
         comparison = compare_in(graph, model, vs, measure=sa.props.measure_key, threshold=sa.threshold).counts
         paired = paired_groups(rows_a, rows_b, [g.key for g in ra.relations], labels, sa.threshold,
                                seed, n_boot)
-    from kgprobe.probing.measures.registry import (
+    from kgprobe.probing.measures.catalog import (
         belief_calibration,
         chance_level,
         relation_aggregates,

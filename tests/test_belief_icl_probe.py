@@ -15,8 +15,9 @@ from probe_world import REF, load
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
+from kgprobe.probing.config import ProbeConfig, measure_key
 from kgprobe.probing.requests import GenerateRequest
-from kgprobe.probing.run import ProbeConfig, measure_key, run_probe
+from kgprobe.probing.run import run_probe
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +100,7 @@ def test_four_relation_mp_prompts_and_values(graph: Any, engine: Any, gpt2: Path
     # the zero-shot rank-based default is a different property, untouched
     assert not _rows(graph, "belief_random_n2")
     # per relation: Acc@1 over the stored ranks (only K = 1 for ICL), no MRR
-    from kgprobe.probing.measures.registry import relation_aggregates
+    from kgprobe.probing.measures.catalog import relation_aggregates
 
     [agg] = [a for a in relation_aggregates(graph, "gpt2") if a["measure_key"] == key]
     ranks = [r["ranks"][0] for r in rows.values()]
@@ -178,7 +179,7 @@ class _CypherLog:
 
 
 def test_icl_needs_follow_the_parameters() -> None:
-    from kgprobe.probing.measures.registry import create
+    from kgprobe.probing.measures.catalog import create
 
     assert create("belief").needs == {"templates", "distractors", "other_objects"}
     assert create("belief", {"mode": "vocab"}).needs == {"templates", "distractors", "other_objects"}

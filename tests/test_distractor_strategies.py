@@ -29,8 +29,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kgprobe.graph import distractors as gd
-from kgprobe.graph.semantic import IndexSettings, SemanticIndex, ensure_index
 from kgprobe.probing.distractors import REASON_TEMPORAL, find_distractors
+from kgprobe.probing.semantic import IndexSettings, SemanticIndex, ensure_index
 from kgprobe.records import EntityRecord, FactRecord
 
 torch.set_num_threads(1)
@@ -176,7 +176,7 @@ def test_stale_index_is_rebuilt(world_graph, tmp_path: Path) -> None:
         "MATCH (e:Entity {qid: $q}) CREATE (e)-[:FACT {pid: 'P27', key: 'x', rank: 'normal'}]->(e)",
         q=BACH,
     )
-    from kgprobe.graph.semantic import StaleIndexError
+    from kgprobe.probing.semantic import StaleIndexError
 
     with pytest.raises(StaleIndexError, match="facts"):
         ensure_index(graph, d, IndexSettings(dim=8, seed=0), rebuild=False)

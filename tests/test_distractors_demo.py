@@ -15,10 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kgprobe.graph import distractors as gd
-from kgprobe.graph.semantic import IndexSettings, SemanticIndex
 from kgprobe.graph.templates import demo_paths
 from kgprobe.loaders.wikidata_json import load_json
 from kgprobe.probing.distractors import REASON_TEMPORAL, find_distractors
+from kgprobe.probing.semantic import IndexSettings, SemanticIndex
 from kgprobe.records import FactRecord
 
 torch.set_num_threads(1)

@@ -20,6 +20,7 @@ from distractor_world import (
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import distractors as gd
+from kgprobe.probing.semantic import feature_bags
 
 
 @pytest.fixture()
@@ -95,7 +96,7 @@ def test_random_same_type_is_seeded(world_graph) -> None:
 
 
 def test_feature_bags_and_counts(world_graph) -> None:
-    bags = dict(gd.feature_bags(world_graph))
+    bags = dict(feature_bags(world_graph))
     assert bags[OBAMA][0] == OBAMA
     assert {"P27", USA, f"P27={USA}", "P31", "Q5", "P31=Q5"} <= set(bags[OBAMA])
     counts = gd.graph_counts(world_graph)

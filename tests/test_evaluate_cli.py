@@ -15,6 +15,7 @@ import pytest
 from _scoring_models import build
 from probe_world import REF, load
 
+from kgprobe.app import evaluation as app_ev
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.probing.measures import evaluation as ev
@@ -68,11 +69,11 @@ def test_tau_against_constructed_human_scores(probed: Any, tmp_path: Path) -> No
     ranks[4], ranks[5] = ranks[5], ranks[4]
     swapped.write_text("".join(json.dumps({"key": r["key"], "score": k}) + "\n"
                                for r, k in zip(order, ranks, strict=True)))
-    got = ev.evaluate_measure(probed, "gpt2", "probability", ev.read_human_scores(agree))
+    got = app_ev.evaluate_measure(probed, "gpt2", "probability", ev.read_human_scores(agree))
     assert got["facts"] == 11 and got["tau_b"] == pytest.approx(1.0)
-    got = ev.evaluate_measure(probed, "gpt2", "probability", ev.read_human_scores(reverse))
+    got = app_ev.evaluate_measure(probed, "gpt2", "probability", ev.read_human_scores(reverse))
     assert got["tau_b"] == pytest.approx(-1.0)
-    got = ev.evaluate_measure(probed, "gpt2", "probability", ev.read_human_scores(swapped))
+    got = app_ev.evaluate_measure(probed, "gpt2", "probability", ev.read_human_scores(swapped))
     # 55 pairs, one discordant: (54 - 1) / 55
     assert got["tau_b"] == pytest.approx(53 / 55)
 
@@ -83,14 +84,14 @@ def test_tau_against_constructed_human_scores(probed: Any, tmp_path: Path) -> No
 
 
 def test_robustness_and_grid_table(probed: Any, tmp_path: Path, kgprobe_env: dict[str, str]) -> None:
-    same = ev.robustness(probed, ("gpt2", "kmin_random_n1"), ("gpt2", "kmin_random_n1"))
+    same = app_ev.robustness(probed, ("gpt2", "kmin_random_n1"), ("gpt2", "kmin_random_n1"))
     assert same["facts"] == 11 and (same["tau_b"] == pytest.approx(1.0) or math.isnan(same["tau_b"]))
     # human scores = the probability measure itself: its grid has one configuration (tau 1
     # on every fold), the kmin grid picks n per fold
     human = tmp_path / "human.csv"
     rows = _stored(probed, "probability")
     human.write_text("statement,score\n" + "".join(f"{r['key']},{r['score']}\n" for r in rows))
-    table = {r["measure"]: r for r in ev.grid_table(probed, "gpt2", ev.read_human_scores(human), k=3)}
+    table = {r["measure"]: r for r in app_ev.grid_table(probed, "gpt2", ev.read_human_scores(human), k=3)}
     assert set(table) == {"kmin", "kavg", "probability"}
     assert table["probability"]["tau_mean"] == pytest.approx(1.0) and table["probability"]["tau_sd"] == pytest.approx(0.0)
     assert set(table["kmin"]["configs"]) == {"kmin_random_n1", "kmin_random_n2"}
@@ -113,7 +114,7 @@ def test_robustness_and_grid_table(probed: Any, tmp_path: Path, kgprobe_env: dic
 def test_factor_from_graph(graph: Any, gpt2: Path, kgprobe_env: dict[str, str]) -> None:
     """Items from facts: true sentence vs typed random distractors; accuracy per relation;
     the CLI prints one JSON document."""
-    from kgprobe.probing.measures.factor import run_factor_graph
+    from kgprobe.app.factor import run_factor_graph
 
     load(graph)
     res = run_factor_graph(str(gpt2), relations=("P36",), sample=None, strategy="random", n=2,

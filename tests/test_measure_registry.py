@@ -19,8 +19,10 @@ from probe_world import REF, load
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
-from kgprobe.probing.measures.registry import REGISTRY, describe, load_all, parse_measure
-from kgprobe.probing.run import ProbeConfig, measure_key, run_probe
+from kgprobe.probing.config import ProbeConfig, measure_key
+from kgprobe.probing.measures.catalog import describe, load_all
+from kgprobe.probing.measures.registry import REGISTRY, parse_measure
+from kgprobe.probing.run import run_probe
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def engine(gpt2: Path) -> Any:
 
 @pytest.fixture()
 def world(graph: Any, tmp_path: Path) -> tuple[Any, Any]:
-    from kgprobe.graph.semantic import IndexSettings, ensure_index
+    from kgprobe.probing.semantic import IndexSettings, ensure_index
 
     load(graph)
     return graph, ensure_index(graph, tmp_path / "index", IndexSettings(dim=8, seed=0))

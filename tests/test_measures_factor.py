@@ -132,7 +132,7 @@ def test_items_from_the_graph(graph: object, gpt2: LoadedModel) -> None:
     (random strategy, seeded) replace the object of the verbalized fact."""
     import distractor_world as w
 
-    from kgprobe.probing.measures.factor import factor_items_from_graph
+    from kgprobe.app.factor import factor_items_from_graph
 
     w.load(graph)
     items, skipped = factor_items_from_graph(

@@ -19,10 +19,10 @@ from distractor_world import ADAMS, CURIE, IMPOSTOR, OBAMA, TRUMP, USA, load, wo
 
 from kgprobe.graph import distractors as gd
 from kgprobe.graph import probe_runs as pr
-from kgprobe.graph.semantic import IndexSettings, SemanticIndex
 from kgprobe.graph.templates import demo_paths
 from kgprobe.loaders.wikidata_json import load_json
 from kgprobe.probing.distractors import find_distractors, prefetch
+from kgprobe.probing.semantic import IndexSettings, SemanticIndex
 from kgprobe.records import EntityRecord, FactRecord
 
 torch.set_num_threads(1)

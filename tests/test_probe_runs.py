@@ -22,15 +22,9 @@ from probe_world import REF, load
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
-from kgprobe.probing.run import (
-    ProbeConfig,
-    compare_in,
-    measure_key,
-    model_key,
-    resolve_scores,
-    run_probe,
-    unknown_in,
-)
+from kgprobe.probing.config import ProbeConfig, measure_key, model_key
+from kgprobe.probing.run import run_probe
+from kgprobe.probing.scores import compare_in, resolve_scores, unknown_in
 
 torch.set_num_threads(1)
 
@@ -53,7 +47,7 @@ def engines(tiny_models: dict[str, Path]) -> dict[str, Any]:
 
 @pytest.fixture()
 def world(graph: Any, tmp_path: Path) -> tuple[Any, Any]:
-    from kgprobe.graph.semantic import IndexSettings, ensure_index
+    from kgprobe.probing.semantic import IndexSettings, ensure_index
 
     load(graph)
     return graph, ensure_index(graph, tmp_path / "index", IndexSettings(dim=8, seed=0))
@@ -270,7 +264,7 @@ def test_killed_probe_resumes_and_matches_an_uninterrupted_run(
         torch.set_num_threads(1)
         from kgprobe.config import Settings
         from kgprobe.graph.client import connect
-        from kgprobe.graph.semantic import IndexSettings, ensure_index
+        from kgprobe.probing.semantic import IndexSettings, ensure_index
         from kgprobe.probing.engine import Engine
         from kgprobe.probing.models import load_model
         from kgprobe.probing.run import ProbeConfig, run_probe

@@ -20,7 +20,8 @@ from probe_world import REF, load
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
-from kgprobe.probing.run import ProbeConfig, measure_key, model_key, run_probe
+from kgprobe.probing.config import ProbeConfig, measure_key, model_key
+from kgprobe.probing.run import run_probe
 
 torch.set_num_threads(1)
 

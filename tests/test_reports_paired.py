@@ -261,7 +261,7 @@ def test_vs_picks_the_common_measure(graph: Any) -> None:
 def test_vs_measure_name_picks_the_key_both_have(graph: Any) -> None:
     """``--measure kmin``: A's latest kmin key is kmin_random_n5, B has only kmin_temp_sem_n5,
     which A also has; both the report and ``compare`` use that one."""
-    from kgprobe.probing.run import compare_in
+    from kgprobe.probing.scores import compare_in
     from kgprobe.reporting import build_report
 
     load(graph)

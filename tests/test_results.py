@@ -48,7 +48,7 @@ def _pl(engine: Any, context: str, labels: list[str]) -> float:
 
 @pytest.fixture()
 def probed(graph: Any, engine: Any, tmp_path: Path) -> tuple[Any, dict[str, Path], Any]:
-    from kgprobe.graph.semantic import IndexSettings, ensure_index
+    from kgprobe.probing.semantic import IndexSettings, ensure_index
 
     load(graph)
     index = ensure_index(graph, tmp_path / "index", IndexSettings(dim=8, seed=0))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from sklearn.feature_extraction.text import TfidfTransformer
 
-from kgprobe.graph.semantic import (
+from kgprobe.probing.semantic import (
     GraphState,
     IndexSettings,
     SemanticIndex,
@@ -98,7 +98,7 @@ def test_filtered_query_is_brute_force_over_the_allowed_set(
     assert [g.similarity for g in got] == pytest.approx([w[1] for w in want], abs=1e-5)
     assert {g.qid for g in got} <= set(allowed)
     assert idx.neighbours(qids[10], 8, allowed_rows=idx.rows(allowed)) == got
-    monkeypatch.setattr("kgprobe.graph.semantic.BITMAP_FROM", 10)  # the bitmap selector agrees
+    monkeypatch.setattr("kgprobe.probing.semantic.BITMAP_FROM", 10)  # the bitmap selector agrees
     assert idx.neighbours(qids[10], 8, allowed=allowed) == got
     # IVF whose one probed list holds fewer than 8 allowed entities: nprobe is widened, so the
     # filter never starves it; similarities are exact for what it returns

@@ -558,15 +558,14 @@ def graph_counts(graph: Graph) -> dict[str, int]:
     return {k: int(graph.read(q)[0]["n"]) for k, q in COUNT_QUERIES.items()}
 
 
-def feature_bags(graph: Graph) -> Iterator[tuple[str, list[str]]]:
-    """Every entity's bag (see :func:`kgprobe.graph.semantic.bag_tokens`), in QID order.
+def entity_facts(graph: Graph) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """Every entity's (relation, object) pairs, in QID order: what its feature bag is built
+    from (:func:`kgprobe.probing.semantic.feature_bags`).
 
     Declared types (P31) and superclasses (P279) count as relations, as they are triples of
     Wikidata; INFERRED_TYPE edges are not facts and are left out. Pairs are sorted so the
     vocabulary order, and with it the seeded SVD, does not depend on the server's row order.
     """
-    from kgprobe.graph.semantic import bag_tokens
-
     rows = graph.read(ALL_ENTITY_IDS)
     ids = sorted(set(rows[0]["qids"] or []) if rows else set(), key=qid_order)
     pairs: dict[str, list[tuple[str, str]]] = {q: [] for q in ids}
@@ -582,7 +581,7 @@ def feature_bags(graph: Graph) -> Iterator[tuple[str, list[str]]]:
                 for s_, o_ in zip(r[0]["s"] or [], r[0]["o"] or [], strict=True):
                     pairs[s_].append((pid, o_))
     for qid in sorted(pairs, key=qid_order):
-        yield qid, bag_tokens(qid, sorted(pairs[qid]))
+        yield qid, sorted(pairs[qid])
 
 
 # --- resolving user input -----------------------------------------------------------------------

@@ -5,7 +5,10 @@ The data model is documented in docs/data-model.md.
 
 from __future__ import annotations
 
-from kgprobe.graph.client import Graph
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover  (client.connect calls ensure_schema: no runtime import back)
+    from kgprobe.graph.client import Graph
 
 #: (label, property) pairs that identify a node: each gets a uniqueness constraint.
 UNIQUE_KEYS: tuple[tuple[str, str], ...] = (

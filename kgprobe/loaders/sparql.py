@@ -24,7 +24,7 @@ from rdflib import BNode, Literal, URIRef
 from SPARQLWrapper import JSON, POST, SPARQLWrapper
 from SPARQLWrapper.SPARQLExceptions import EndPointInternalError, SPARQLWrapperException
 
-from kgprobe import __version__
+from kgprobe._version import __version__
 from kgprobe.errors import InputError
 from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
 from kgprobe.loaders.common import LANG_RE, Filters, skip_entity

@@ -6,7 +6,7 @@ temp+sem, which are by definition past objects of (s, r). When fewer than ``n`` 
 result says why (no type, no alternative, object not indexed, …): an empty list is an answer,
 not an error.
 
-The Cypher lives in ``kgprobe.graph.distractors``, the vectors in ``kgprobe.graph.semantic``,
+The Cypher lives in ``kgprobe.graph.distractors``, the vectors in ``kgprobe.probing.semantic``,
 the model calls in the scoring engine (ApprOpt sends it one constrained beam search request).
 """
 
@@ -23,9 +23,9 @@ from kgprobe.graph import distractors as gd
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
-    from kgprobe.graph.semantic import IndexSettings, SemanticIndex
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.measures.common import EndMarker
+    from kgprobe.probing.semantic import IndexSettings, SemanticIndex
 
 STRATEGIES = ("random", "sem", "temp+sem", "appropt")
 
@@ -458,7 +458,7 @@ def find_distractors(
         found, why = random_distractors(graph, ctx, n, seed)
     elif strategy in ("sem", "temp+sem"):
         if index is None:
-            from kgprobe.graph.semantic import ensure_index
+            from kgprobe.probing.semantic import ensure_index
 
             index = ensure_index(
                 graph, index_dir or default_index_dir(), index_settings, progress=progress

@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import math
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -283,20 +283,6 @@ def register(cls: type[Measure]) -> type[Measure]:
     return cls
 
 
-def load_all() -> dict[str, type[Measure]]:
-    """Import the modules that register the built-in measures; the registry by name."""
-    from kgprobe.probing.measures import builtin  # noqa: F401
-
-    return REGISTRY
-
-
-def create(name: str, settings: Mapping[str, Any] | None = None) -> Measure:
-    reg = load_all()
-    if name not in reg:
-        raise ConfigError(f"unknown measure {name}; choose from: {', '.join(reg)}")
-    return reg[name](settings)
-
-
 def parse_measure(spec: str) -> tuple[str, dict[str, str]]:
     """``name`` or ``name:param=value,param=value`` (the CLI form of ``--measure``)."""
     name, _, rest = spec.strip().partition(":")
@@ -312,152 +298,3 @@ def parse_measure(spec: str) -> tuple[str, dict[str, str]]:
 #: Parameters ``kgprobe measures`` lists for every distractor measure that belong to the whole
 #: run (the distractors are found once per fact): ``kmin:n=3`` means ``-n 3``.
 RUN_WIDE = ("strategy", "n")
-
-
-def run_wide_settings(
-    specs: Sequence[str], n: int | None, strategy: str | None,
-) -> tuple[tuple[str, ...], int | None, str | None]:
-    """Move ``n`` and ``strategy`` out of the ``--measure`` specs of distractor measures into
-    the run's settings (they are listed as those measures' parameters, but one run finds one
-    set of distractors per fact). A value that contradicts ``-n``/``--strategy`` or another
-    spec is refused; ``n``/``strategy`` on a measure without distractors stays an unknown
-    parameter. Returns the specs without them, and the run's n and strategy (None = default)."""
-    reg = load_all()
-    given: dict[str, tuple[str, Any]] = {}
-    if n is not None:
-        given["n"] = ("-n", n)
-    if strategy is not None:
-        given["strategy"] = ("--strategy", strategy)
-    out = []
-    for spec in specs:
-        name, params = parse_measure(spec)
-        cls = reg.get(name)
-        if cls is None or not cls.uses_distractors or not set(RUN_WIDE) & set(params):
-            out.append(spec)
-            continue
-        for k in RUN_WIDE:
-            if k not in params:
-                continue
-            raw = params.pop(k)
-            value: Any = Param(k, 0, "", k).parse(raw) if k == "n" else raw
-            if k in given and given[k][1] != value:
-                raise ConfigError(f"--measure {spec!r}: {k}={raw} contradicts {given[k][0]} "
-                                  f"{given[k][1]}; {k} is one per run (distractors are found once per fact)")
-            given[k] = (f"--measure {spec!r}", value)
-        out.append(name + (":" + ",".join(f"{k}={v}" for k, v in params.items()) if params else ""))
-    return (tuple(out), given["n"][1] if "n" in given else None,
-            given["strategy"][1] if "strategy" in given else None)
-
-
-def describe() -> list[dict[str, Any]]:
-    """Every registered measure with its parameters (what ``kgprobe measures`` prints)."""
-    out = []
-    for name, cls in load_all().items():
-        params = [{"name": p.name, "default": p.default, "help": p.help, "key_code": p.code,
-                   **({"choices": list(p.choices)} if p.choices else {})} for p in cls.params]
-        if cls.uses_distractors:
-            params = [{"name": "strategy", "default": "temp+sem", "help": "distractor strategy (--strategy)",
-                       "key_code": "(always)"},
-                      {"name": "n", "default": 5, "help": "distractors per fact (-n)", "key_code": "n"},
-                      *params]
-        shared = [p.name for p in SHARED.values()] if cls.uses_labels else []
-        out.append({
-            "name": name, "section": cls.section, "summary": cls.summary, "parameters": params,
-            "shared_parameters": shared, "needs": sorted(cls.needs),
-            "values": ["score", *cls.extras],
-            "property": f"score__<model>__{name}{'_<strategy>_n<n>' if cls.uses_distractors else ''}"
-                        "[_<non-default parameters>]",
-        })
-    return out
-
-
-# --- per-relation aggregates for the report -----------------------------------------------------
-
-
-def relation_aggregates(
-    graph: Any, model_key: str, *, seed: int = 0,
-    read: Callable[..., list[dict[str, Any]]] | None = None,
-) -> list[dict[str, Any]]:
-    """Per relation and per measure key probed for ``model_key``: each measure's
-    :meth:`Measure.aggregate` over the values stored on the FACT edges (what
-    ``kgprobe report --json`` shows under ``measures``)."""
-    from kgprobe.graph import probe_runs as pr
-
-    seen, params = _probed_specs(graph, model_key)
-    reg = load_all()
-    out = []
-    for mkey, (name, extras) in sorted(seen.items()):
-        props = pr.ScoreProps(model_key, mkey)
-        names = {"score": props.score, **{e: f"{props.score}_{e}" for e in extras}}
-        rows = pr.measure_rows(graph, names)
-        by_pid: dict[str, list[dict[str, Any]]] = {}
-        for row in rows:
-            by_pid.setdefault(row["pid"], []).append(row)
-        cls = reg.get(name)
-        if cls is None:
-            continue  # a measure this version no longer has
-        measure = cls(params.get(mkey))
-        for pid in sorted(by_pid, key=lambda p: int(p[1:])):
-            agg = measure.aggregate(by_pid[pid], seed)
-            out.append({"measure": name, "measure_key": mkey, "pid": pid,
-                        "facts": len(by_pid[pid]), **agg})
-    return out
-
-
-def chance_level(graph: Any, model_key: str, measure_key: str) -> tuple[float, str] | None:
-    """The chance level the measure of ``measure_key`` declares (:meth:`Measure.chance`), with
-    n read from the key's ``_n<N>`` part; None for an unknown measure or one without a level."""
-    import re
-
-    seen, _ = _probed_specs(graph, model_key)
-    name = seen[measure_key][0] if measure_key in seen else measure_key.split("_", 1)[0]
-    cls = load_all().get(name)
-    if cls is None:
-        return None
-    m = re.search(r"_n(\d+)(?:_|$)", measure_key)
-    return cls.chance(int(m.group(1)) if m else None)
-
-
-def _probed_specs(
-    graph: Any, model_key: str,
-) -> tuple[dict[str, tuple[str, list[str]]], dict[str, dict[str, Any]]]:
-    """Every measure key the probe runs of ``model_key`` recorded: key -> (measure name,
-    extra value names), and key -> parameters."""
-    import json
-
-    from kgprobe.graph import probe_runs as pr
-
-    seen: dict[str, tuple[str, list[str]]] = {}
-    params: dict[str, dict[str, Any]] = {}
-    for r in pr.list_runs(graph):
-        if r.get("model_key") != model_key or not r.get("measure_specs"):
-            continue
-        for spec in json.loads(r["measure_specs"]):
-            seen[spec["key"]] = (spec["name"], spec.get("extras") or [])
-            params[spec["key"]] = spec.get("params") or {}
-    return seen, params
-
-
-def belief_calibration(graph: Any, model_key: str) -> list[tuple[float, bool]] | None:
-    """BELIEF's (confidence, top-1 correct) pair of every prompt of every fact probed with the
-    model's first BELIEF key (sorted), for the report's reliability diagram; None without one.
-    A prompt is correct when the gold object is ranked first (rank 1)."""
-    from kgprobe.graph import probe_runs as pr
-
-    seen, params = _probed_specs(graph, model_key)
-    keys = sorted(k for k, (name, extras) in seen.items()
-                  if name == "belief" and {"ranks", "confidences"} <= set(extras))
-    if not keys:
-        return None
-    props = pr.ScoreProps(model_key, keys[0])
-    rows = pr.measure_rows(graph, {"score": props.score, "ranks": props.extra("ranks"),
-                                   "confidences": props.extra("confidences"),
-                                   "scale": props.extra("scale")})
-    cls = load_all().get("belief")
-    primary = cls(params.get(keys[0])).primary_scale() if cls is not None else "vocab"  # type: ignore[attr-defined]
-    # one rank scale only (never the vocabulary's and the candidate set's pooled); rows stored
-    # before scales were recorded have none and are taken as they are
-    pairs = [(float(c), int(rank) == 1) for r in rows if r.get("ranks") and r.get("confidences")
-             and r.get("scale") in (None, primary)
-             for rank, c in zip(r["ranks"], r["confidences"], strict=False)]
-    return pairs or None

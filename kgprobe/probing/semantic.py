@@ -13,8 +13,9 @@ exact (``IndexFlatIP``); above it it is an inverted file (``IndexIVFFlat``, k-me
 
 The index lives in a directory with a JSON manifest that ties it to the graph state (counts and
 a hash of the feature bags) and to its settings and library versions, so that a stale index is
-detected instead of silently used. This module holds no Cypher: feature bags and graph counts
-come through :mod:`kgprobe.graph.distractors`.
+detected instead of silently used. This module holds no Cypher: the entities' facts and the
+graph counts come through :mod:`kgprobe.graph.distractors` (it sits beside the distractor
+finder, :mod:`kgprobe.probing.distractors`, that uses it).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import hashlib
 import json
 import os
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,7 @@ import numpy as np
 
 from kgprobe.config import private_dir, write_private_text
 from kgprobe.errors import ConfigError, KgprobeError
+from kgprobe.graph.distractors import entity_facts, graph_counts
 
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse as sp
@@ -113,6 +115,12 @@ def bag_tokens(qid: str, facts: Iterable[tuple[str, str]]) -> list[str]:
     for pid, obj in facts:
         tokens.extend((pid, obj, f"{pid}={obj}"))
     return tokens
+
+
+def feature_bags(graph: Graph) -> Iterator[tuple[str, list[str]]]:
+    """Every entity's bag (:func:`bag_tokens`), in QID order, from the graph's facts."""
+    for qid, pairs in entity_facts(graph):
+        yield qid, bag_tokens(qid, pairs)
 
 
 def bags_hash(bags: Iterable[tuple[str, Sequence[str]]]) -> str:
@@ -217,7 +225,7 @@ def _versions() -> dict[str, str]:
     import faiss
     import sklearn
 
-    from kgprobe import __version__
+    from kgprobe._version import __version__
 
     return {
         "kgprobe": __version__,
@@ -290,8 +298,6 @@ class SemanticIndex:
     @classmethod
     def from_graph(cls, graph: Graph, settings: IndexSettings | None = None) -> SemanticIndex:
         """Pull feature bags from the graph (one pass) and build."""
-        from kgprobe.graph.distractors import feature_bags, graph_counts
-
         counts = graph_counts(graph)
         return cls.from_bags(feature_bags(graph), settings, counts)
 
@@ -525,8 +531,6 @@ def staleness(
 
 def current_state(graph: Graph, *, deep: bool = True) -> GraphState:
     """The graph's fingerprint: counts always, the bag hash when ``deep`` (one full pass)."""
-    from kgprobe.graph.distractors import feature_bags, graph_counts
-
     counts = graph_counts(graph)
     return GraphState(counts=counts, bags_hash=bags_hash(feature_bags(graph)) if deep else "")
 
@@ -547,8 +551,6 @@ def ensure_index(
     ``rebuild=False`` a missing or stale index raises :class:`StaleIndexError` with the reason,
     so a caller can report it instead of paying for a build.
     """
-    from kgprobe.graph.distractors import feature_bags, graph_counts
-
     settings = settings or IndexSettings()
     counts = graph_counts(graph)
     bags = list(feature_bags(graph)) if deep else None

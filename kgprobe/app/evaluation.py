@@ -1,0 +1,95 @@
+"""Evaluating stored measures (``kgprobe evaluate``): against human judgements (Kendall's τ-b),
+between two stored score sets (robustness), and the k-fold grid search over every stored
+configuration (the DFA paper's §4.2-4.3). They read scores from the graph; the statistics are
+:mod:`kgprobe.probing.measures.evaluation`, which imports none of this.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from kgprobe.graph import probe_runs as pr
+from kgprobe.probing.measures.evaluation import kfold_grid_search, tau_b
+from kgprobe.probing.scores import probed, resolve_scores
+
+
+def stored_scores(graph: Any, model: str, measure: str | None) -> tuple[Any, dict[str, float], dict[str, str]]:
+    """(resolved Scores, {statement key: score}, {"S|P|O": statement key}) of a stored measure."""
+    sc = resolve_scores(graph, model, measure)
+    rows = pr.scores_with_ends(graph, sc.props)
+    return (sc, {r["key"]: float(r["score"]) for r in rows},
+            {f"{r['s']}|{r['pid']}|{r['o']}": r["key"] for r in rows})
+
+
+def _align(scores: Mapping[str, float], ends: Mapping[str, str],
+           human: Mapping[str, float]) -> tuple[list[str], list[float], list[float]]:
+    keys, xs, ys = [], [], []
+    for hk, hv in sorted(human.items()):
+        k = hk if hk in scores else ends.get(hk)
+        if k is not None and k in scores and not math.isnan(scores[k]):
+            keys.append(k)
+            xs.append(scores[k])
+            ys.append(hv)
+    return keys, xs, ys
+
+
+def evaluate_measure(graph: Any, model: str, measure: str | None, human: Mapping[str, float]) -> dict[str, Any]:
+    """τ-b between a stored measure and human scores, over the facts both have."""
+    sc, scores, ends = stored_scores(graph, model, measure)
+    keys, xs, ys = _align(scores, ends, human)
+    tau, p = tau_b(xs, ys)
+    return {"model": sc.props.model_key, "measure": sc.props.measure_key, "facts": len(keys),
+            "human": len(human), "tau_b": tau, "p_value": p}
+
+
+def robustness(graph: Any, a: tuple[str, str | None], b: tuple[str, str | None]) -> dict[str, Any]:
+    """§4.3: τ-b between two stored score sets of the same facts (two runs, models, or
+    verbalizations probed under different keys)."""
+    sa, xa, _ = stored_scores(graph, *a)
+    sb, xb, _ = stored_scores(graph, *b)
+    keys = sorted(set(xa) & set(xb))
+    tau, p = tau_b([xa[k] for k in keys], [xb[k] for k in keys])
+    return {"a": f"{sa.props.model_key}/{sa.props.measure_key}",
+            "b": f"{sb.props.model_key}/{sb.props.measure_key}", "facts": len(keys),
+            "tau_b": tau, "p_value": p}
+
+
+def _config_scores(table: Mapping[str, Mapping[str, float]], config: dict[str, Any]) -> Mapping[str, float | None]:
+    return table[config["key"]]
+
+
+def grid_table(graph: Any, model: str, human: Mapping[str, float], *, k: int = 3,
+               seed: int = 0) -> list[dict[str, Any]]:
+    """§4.2, the layout of the paper's Tables 3/4: per measure name, the k-fold grid search
+    over every configuration stored for ``model`` (its measure keys: n, strategy, parameters),
+    τ-b on the held-out folds as mean ± sd, and the configuration each fold chose. Only facts
+    scored by every configuration and by the humans take part."""
+    key = resolve_scores(graph, model).props.model_key
+    by_name: dict[str, list[str]] = {}
+    for r in probed(graph).get(key, []):
+        for name, mk in zip(r.get("measures") or [], r.get("measure_keys") or [], strict=False):
+            if mk not in by_name.setdefault(name, []):
+                by_name[name].append(mk)
+    out = []
+    for name, mkeys in sorted(by_name.items()):
+        per = {mk: stored_scores(graph, key, mk) for mk in mkeys}
+        human_by_key: dict[str, float] = {}
+        for _, scores, ends in per.values():
+            for h, v in human.items():
+                s = h if h in scores else ends.get(h)
+                if s is not None:
+                    human_by_key[s] = v
+        facts = {f: v for f, v in human_by_key.items() if all(f in per[mk][1] for mk in mkeys)}
+        row: dict[str, Any] = {"measure": name, "configs": mkeys, "facts": len(facts),
+                               "tau_mean": None, "tau_sd": None, "chosen": []}
+        if len(facts) >= max(k, 2):
+            table = {mk: v[1] for mk, v in per.items()}
+            res = kfold_grid_search(facts, functools.partial(_config_scores, table), {"key": mkeys},
+                                    k=k, seed=seed)
+            row.update(tau_mean=res.mean_tau, tau_sd=res.std_tau,
+                       chosen=[f.best["key"] for f in res.folds])
+        out.append(row)
+    return out

@@ -1,0 +1,326 @@
+"""The probe loop: gather what the measures need for a batch of facts, score the batch in one
+engine run, write its values back. Nothing else: which facts, under which names and hashes, is
+the run's setup (:mod:`.run`); reading scores back is :mod:`.scores`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kgprobe.errors import ConfigError
+from kgprobe.graph import distractors as gd
+from kgprobe.graph import probe_runs as pr
+from kgprobe.graph.templates import probe_templates
+from kgprobe.probing.config import ProbeConfig, Runner
+from kgprobe.probing.distractors import find_distractors, prefetch
+from kgprobe.probing.measures.registry import FactInput, Replay
+from kgprobe.probing.pipeline import Ahead, Behind
+from kgprobe.provenance import now
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kgprobe.graph.client import Graph
+    from kgprobe.probing.semantic import SemanticIndex
+
+
+@dataclass
+class Planned:
+    row: dict[str, Any]
+    fact: Any  # FactInput
+    reason: str | None = None
+
+
+class Gatherer:
+    """Fetches what the run's measures need for a whole batch of facts, each need in one
+    UNWIND round trip anchored on the facts' entities (and once per relation for what a
+    relation shares): the batch's fact contexts serve the distractor strategy, the past values
+    and the other correct objects; the temporal candidates and the first Ω(f) checks of the
+    semantic search are read for the batch too (:func:`~kgprobe.probing.distractors.prefetch`).
+    The values are those of the per-fact reads (tests/test_probe_batched_gather.py)."""
+
+    def __init__(self, graph: Graph, cfg: ProbeConfig, needs: frozenset[str], ref: int,
+                 templates: dict[str, list[tuple[str, str]]], index: SemanticIndex | None,
+                 engine: Any, rule: Any, end: Any = None) -> None:
+        self.graph, self.cfg, self.needs, self.ref = graph, cfg, needs, ref
+        self.end = end
+        self.templates, self.index, self.engine, self.rule = templates, index, engine, rule
+        self._subjects: dict[str, list[str]] = {}
+        self._all_templates: dict[str, tuple[str, ...]] | None = None
+        self._demos: tuple[Any, ...] | None = None
+
+    def _ent(self, row: dict[str, Any] | None, qid: str) -> Any:
+        row = row or {}
+        return self.rule.entity(row.get("label"), row.get("aliases"), qid)
+
+    def batch(self, rows: Sequence[dict[str, Any]]) -> list[Planned]:
+        facts = [(row["s"], row["pid"], row["o"]) for row in rows]
+        wants_ctx = bool(self.needs & {"distractors", "past", "other_objects"})
+        contexts = gd.fact_contexts(self.graph, facts) if wants_ctx else {}
+        known = [k for k in dict.fromkeys(facts) if k in contexts]
+        fetched = dict(zip(known, prefetch(
+            self.graph, [contexts[k] for k in known],
+            strategy=self.cfg.strategy if "distractors" in self.needs else "", n=self.cfg.n,
+            at=self.ref, index=self.index, temporal="past" in self.needs,
+        ), strict=True)) if wants_ctx else {}
+        orels = (pr.object_relations_many(self.graph, [row["o"] for row in rows])
+                 if "object_relations" in self.needs else {})
+        pre = []
+        for row, fact_key in zip(rows, facts, strict=True):
+            ds: list[str] = []
+            past: list[str] = []
+            others: list[str] = []
+            why: str | None = None
+            err: str | None = None
+            subjects: list[str] = []
+            orel: list[str] = []
+            try:
+                if wants_ctx:
+                    ctx = contexts.get(fact_key)
+                    if ctx is None:  # not in the graph, or not ids: the per-fact read says why
+                        ctx = gd.fact_context(self.graph, *fact_key)
+                    pf = fetched.get(fact_key)
+                    others = [q for q in ctx.true_objects if q != row["o"]]
+                    if "distractors" in self.needs:
+                        found = find_distractors(
+                            self.graph, row["s"], row["pid"], row["o"], strategy=self.cfg.strategy,
+                            n=self.cfg.n, seed=self.cfg.seed, at=self.ref, index=self.index,
+                            engine=self.engine, context=ctx, end=self.end, prefetched=pf,
+                        )
+                        ds = [d.qid for d in found.distractors][: self.cfg.n]
+                        why = None if ds else (found.reason or "no distractor found")
+                    if "past" in self.needs:
+                        temporal = (pf.temporal if pf is not None and pf.temporal is not None
+                                    else gd.temporal_candidates(self.graph, ctx, self.ref))
+                        past = [c.qid for c in temporal][: self.cfg.max_past_values]
+                if "other_subjects" in self.needs:
+                    subjects = [q for q in self._relation_subjects(row["pid"]) if q != row["s"]]
+                if "object_relations" in self.needs:
+                    orel = [p for p in orels[row["o"]] if p != row["pid"]]
+            except ConfigError as exc:
+                why = err = str(exc)
+            pre.append((row, ds, past, others, subjects, orel, why, err))
+        labels = pr.entity_labels(self.graph, [q for _, ds, past, others, subjects, _, _, _ in pre
+                                               for q in (*ds, *past, *others, *subjects)])
+        all_t = self._relation_templates() if "object_relations" in self.needs else {}
+        out = []
+        for row, ds, past, others, subjects, orel, why, err in pre:
+            fact = FactInput(
+                key=row["key"], pid=row["pid"],
+                subject=self._ent({"label": row["s_label"], "aliases": row["s_aliases"]}, row["s"]),
+                object=self._ent({"label": row["o_label"], "aliases": row["o_aliases"]}, row["o"]),
+                templates=tuple(text for _, text in self.templates[row["pid"]]),
+                distractors=tuple(self._ent(labels.get(q), q) for q in ds),
+                past=tuple(self._ent(labels.get(q), q) for q in past),
+                other_objects=tuple(self._ent(labels.get(q), q) for q in others),
+                other_subjects=tuple(self._ent(labels.get(q), q) for q in subjects),
+                object_relation_templates=tuple(all_t[p] for p in orel if all_t.get(p)),
+                demonstrations=self._demonstrations() if "demonstrations" in self.needs else (),
+                distractor_reason=why,
+            )
+            out.append(Planned(row, fact, err))
+        return out
+
+    def _demonstrations(self) -> tuple[Any, ...]:
+        """The run's one demonstration pool: a seeded sample of facts of every relation with
+        templates (the same for every fact and batch, so values do not depend on batching)."""
+        if self._demos is None:
+            pool = []
+            for pid in sorted(self.templates, key=lambda p: int(p[1:])):
+                for r in pr.relation_facts(self.graph, pid, self.cfg.seed):
+                    pool.append(FactInput(
+                        key=r["key"], pid=pid,
+                        subject=self._ent({"label": r["s_label"], "aliases": r["s_aliases"]}, r["s"]),
+                        object=self._ent({"label": r["o_label"], "aliases": r["o_aliases"]}, r["o"]),
+                        templates=tuple(text for _, text in self.templates[pid])))
+            self._demos = tuple(pool)
+        return self._demos
+
+    def _relation_subjects(self, pid: str) -> list[str]:
+        if pid not in self._subjects:
+            self._subjects[pid] = pr.relation_subjects(self.graph, pid, self.cfg.seed, limit=50)
+        return self._subjects[pid]
+
+    def _relation_templates(self) -> dict[str, tuple[str, ...]]:
+        if self._all_templates is None:
+            acc: dict[str, list[str]] = {}
+            for t in probe_templates(self.graph):
+                acc.setdefault(t.pid, []).append(t.text)
+            self._all_templates = {p: tuple(v) for p, v in acc.items()}
+        return self._all_templates
+
+
+def score_batch(
+    runner: Runner, measures: Sequence[Any], planned: list[Planned], ctx: Any,
+) -> list[list[dict[str, Any]]]:
+    """Per measure, per fact: its values. Every measure's first-round requests go to the
+    engine in ONE run (deduplicated); each measure then reads its values off the results."""
+    facts = [p.fact for p in planned]
+    wanted: list[Any] = []
+    for m in measures:
+        wanted.extend(m.requests(facts, ctx))
+    unique = list(dict.fromkeys(wanted))
+    results = dict(zip(unique, runner.run(unique), strict=True)) if unique else {}
+    replay = Replay(runner, results)
+    return [m.values(facts, ctx, replay) for m in measures]
+
+@dataclass
+class LoopPlan:
+    """What the run's setup hands the loop: the run, its measures, where each measure's values
+    go (``props``) and the configuration hash each writes per relation (``cfg_by``)."""
+
+    run_id: str
+    measures: list[Any]
+    props: dict[str, pr.ScoreProps]
+    cfg_by: dict[str, dict[str, str]]
+    threshold: float
+    force: bool
+    batch_facts: int  # facts per gather and engine run
+    write_facts: int = 256  # facts per write transaction
+    pipeline: int = 2  # batches gathered ahead, writes waiting behind; 0: all on one thread
+
+    def stale(self, d: dict[str, Any]) -> list[Any]:
+        """The measures a fact still needs: those whose stored configuration hash differs
+        (all of them with ``force``)."""
+        return [m for m, c in zip(self.measures, d["cfgs"], strict=True)
+                if self.force or c != self.cfg_by[m.name][d["pid"]]]
+
+
+@dataclass
+class LoopOutcome:
+    """Counters of the facts the loop wrote (committed), for the run's summary."""
+
+    scored: int = 0
+    unscorable: int = 0
+    reasons: Counter[str] = field(default_factory=Counter)
+
+
+def score_and_write(
+    graph: Graph, runner: Runner, plan: LoopPlan, gather: Gatherer, todo: Sequence[dict[str, Any]],
+    ctx: Any, outcome: LoopOutcome, *, progress: bool = True,
+    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+) -> LoopOutcome:
+    """gather -> score -> write. Batches of ``plan.batch_facts`` facts are gathered ahead of the
+    scoring on a thread of their own (``plan.pipeline`` at most; ApprOpt's gather runs the
+    engine, so it stays on this thread) and their values written behind it, ``plan.write_facts``
+    facts per transaction together with the run's counters, so a killed run loses nothing
+    written and ``outcome`` counts what was. An error on either thread stops the loop here."""
+    ahead = Ahead(lambda b: (b, gather.batch(b)), chunks(todo, plan.batch_facts),
+                  0 if gather.engine is not None else plan.pipeline)
+    behind = Behind(plan.pipeline)
+    pending: list[dict[str, Any]] = []
+    pending_ok = 0
+
+    def write_pending() -> None:
+        nonlocal pending, pending_ok
+        rows, ok = pending, pending_ok
+        pending, pending_ok = [], 0
+
+        def job() -> None:
+            pr.write_scores(graph, plan.run_id, rows, scored=ok, unscorable=len(rows) - ok, now=now())
+            outcome.scored += ok
+            outcome.unscorable += len(rows) - ok
+
+        behind.submit(job)
+
+    try:
+        with _progress(progress, len(todo)) as (bar, task):
+            for batch, planned in ahead:
+                # a measure already stored with this configuration is not recomputed
+                wanted = {p.row["key"]: {m.name for m in plan.stale(p.row)} for p in planned}
+                active = [m for m in plan.measures if any(m.name in w for w in wanted.values())]
+                per_measure = score_batch(runner, active, planned, ctx)
+                for i, p in enumerate(planned):
+                    fact_props: dict[str, Any] = {}
+                    got_any = False
+                    why = p.reason
+                    for m, values in zip(active, per_measure, strict=True):
+                        if m.name not in wanted[p.row["key"]]:
+                            continue
+                        v = values[i] if p.reason is None else {"score": None, "_reason": p.reason}
+                        fact_props.update(_fact_props(plan.props[m.name], m, v, plan.run_id,
+                                                      plan.cfg_by[m.name][p.row["pid"]], plan.threshold))
+                        if v.get("score") is not None:
+                            got_any = True
+                        elif why is None:
+                            why = f"{m.name}: {v.get('_reason') or 'no value'}"
+                    if on_fact is not None:
+                        on_fact(p, {m.name: (values[i] if p.reason is None
+                                             else {"score": None, "_reason": p.reason})
+                                    for m, values in zip(active, per_measure, strict=True)})
+                    if got_any:
+                        pending_ok += 1
+                    else:
+                        outcome.reasons[(why or "no value").split(";")[0][:120]] += 1
+                    pending.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
+                if len(pending) >= plan.write_facts:
+                    write_pending()
+                if bar is not None:
+                    bar.advance(task, len(batch))
+            if pending:
+                write_pending()
+            behind.finish()
+    except BaseException:
+        # stop reading ahead; drop the writes still waiting (their facts are scored again by
+        # the next run) and let the one under way commit or roll back whole
+        ahead.close()
+        behind.abort()
+        raise
+    return outcome
+
+
+def _fact_props(sp: pr.ScoreProps, m: Any, v: dict[str, Any], run_id: str, cfg_hash: str,
+                threshold: float) -> dict[str, Any]:
+    """The FACT properties of one measure's values. A fact the measure could not score keeps
+    no configuration hash, so the next run tries it again (the graph may have gained what it
+    lacked)."""
+    score = v.get("score")
+    known = v.get("known")
+    if known is None and score is not None and m.has_known:
+        known = score >= threshold
+    out: dict[str, Any] = {
+        sp.score: score, sp.known: None if score is None else known, sp.run: run_id,
+        sp.cfg: None if score is None else cfg_hash,
+    }
+    if "stale" in v or m.uses_distractors:
+        out[sp.stale] = v.get("stale")
+    for e in m.extras:
+        out[sp.extra(e)] = v.get(e)
+    return out
+
+
+def chunks(rows: Sequence[Any], size: int) -> list[Sequence[Any]]:
+    return [rows[i : i + size] for i in range(0, len(rows), size)]
+
+
+class _progress:
+    """A rich progress bar with an ETA, or nothing when ``enabled`` is false."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled = enabled and total > 0
+        self.total = total
+        self.bar: Any = None
+
+    def __enter__(self) -> tuple[Any, Any]:
+        if not self.enabled:
+            return None, None
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.bar = Progress(
+            TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TextColumn("facts"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+        )
+        self.bar.__enter__()
+        return self.bar, self.bar.add_task("probing", total=self.total)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)

@@ -1,0 +1,197 @@
+"""The read side of probe runs: which score properties a question reads (a model and measure
+named as users name them), the facts a model does not know, and two models compared fact by
+fact. Cypher lives in :mod:`kgprobe.graph.probe_runs`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from kgprobe.errors import ConfigError
+from kgprobe.graph import probe_runs as pr
+from kgprobe.probing.config import DEFAULT_THRESHOLD, model_key
+from kgprobe.records import is_pid
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kgprobe.graph.client import Graph
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Which score properties a question reads: the model and measure keys, the threshold of
+    "known" (the latest run's unless given), and the runs that wrote them."""
+
+    props: pr.ScoreProps
+    model: str
+    threshold: float
+    runs: tuple[str, ...]
+
+
+def probed(graph: Graph) -> dict[str, list[dict[str, Any]]]:
+    """Finished or partial probe runs, by model key, oldest first."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for run in pr.list_runs(graph):
+        if run.get("model_key"):
+            out.setdefault(str(run["model_key"]), []).append(run)
+    return out
+
+
+def _model_measures(graph: Graph, model: str) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """The model key ``model`` names (a key, or the name it was probed under), its runs (oldest
+    first) and its measure keys, latest run's first."""
+    runs_by_model = probed(graph)
+    if not runs_by_model:
+        raise ConfigError("no probe run in the graph yet; run `kgprobe probe --model M` first")
+    # an exact model key, else the key the name gives at float32, else a run under that name
+    key: str | None = model if model in runs_by_model else None
+    if key is None:
+        try:
+            key = model_key(model)
+        except ConfigError:
+            key = None
+    if key not in runs_by_model:
+        named = [r for rs in runs_by_model.values() for r in rs if r.get("model") == model]
+        key = str(max(named, key=lambda r: str(r.get("started")))["model_key"]) if named else None
+    if key is None or key not in runs_by_model:
+        raise ConfigError(f"no scores for model {model!r}; probed models: {', '.join(sorted(runs_by_model))}")
+    runs = runs_by_model[key]
+    keys_in_order: list[str] = []
+    for r in reversed(runs):
+        for k in r.get("measure_keys") or []:
+            if k not in keys_in_order:
+                keys_in_order.append(k)
+    return key, runs, keys_in_order
+
+
+def resolve_scores(
+    graph: Graph, model: str, measure: str | None = None, threshold: float | None = None
+) -> Scores:
+    """The score properties of ``model`` (a model key, or the name it was probed under) and
+    ``measure`` (a measure key like ``kmin_temp_sem_n5``, or a measure name like ``kmin``);
+    without ``measure``, the first measure of the model's latest run. An exact measure key wins
+    over a longer key it is a prefix of."""
+    if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
+        raise ConfigError(f"the threshold must be a finite number >= 0, not {threshold}")
+    key, runs, keys_in_order = _model_measures(graph, model)
+    if measure is None:
+        chosen = keys_in_order[0]
+    elif measure in keys_in_order:
+        chosen = measure
+    else:
+        matches = [k for k in keys_in_order if k.startswith(pr.key_part(measure) + "_")]
+        if not matches:
+            raise ConfigError(
+                f"no {measure!r} scores for model {key}; measures probed: {', '.join(keys_in_order)}"
+            )
+        chosen = matches[0]
+    used = [r for r in runs if chosen in (r.get("measure_keys") or [])]
+    thr = threshold if threshold is not None else float(used[-1].get("threshold") or DEFAULT_THRESHOLD)
+    return Scores(pr.ScoreProps(key, chosen), str(used[-1].get("model") or key), thr,
+                  tuple(str(r["id"]) for r in used))
+
+
+def paired_scores(
+    graph: Graph, a: str, b: str, measure: str | None = None, threshold: float | None = None
+) -> tuple[Scores, Scores]:
+    """The scores of two models under one measure key, for comparing them fact by fact.
+
+    Of the keys both were probed with (only those ``measure`` names, when given: the exact key,
+    else the keys of that measure name), A's latest: A's latest measure when B has it too, else
+    the latest of A's keys that B also has (the two models' latest runs may have used different
+    measures). No common key: one ConfigError line naming both lists.
+    ``threshold`` defaults to A's, for both."""
+    ka, _, keys_a = _model_measures(graph, a)
+    kb, _, keys_b = _model_measures(graph, b)
+
+    def wanted(keys: list[str]) -> list[str]:
+        if measure is None or measure in keys:
+            return keys if measure is None else [measure]
+        return [k for k in keys if k.startswith(pr.key_part(measure) + "_")]
+
+    common = [k for k in wanted(keys_a) if k in wanted(keys_b)]
+    if not common:
+        what = "no measure" if measure is None else f"no {measure!r} measure key"
+        raise ConfigError(
+            f"{ka} and {kb} share {what}, so they cannot be compared fact by fact "
+            f"({ka}: {', '.join(keys_a)}; {kb}: {', '.join(keys_b)}); probe one with the other's measure"
+        )
+    sa = resolve_scores(graph, a, common[0], threshold)  # an exact key: the same for both
+    sb = resolve_scores(graph, b, common[0], threshold if threshold is not None else sa.threshold)
+    return sa, sb
+
+
+@dataclass(frozen=True)
+class ScoredFact:
+    """One fact with a model's score on it."""
+
+    key: str
+    pid: str
+    relation: str | None
+    subject: str
+    subject_label: str | None
+    object: str
+    object_label: str | None
+    score: float
+    run: str | None = None
+
+
+def unknown_in(
+    graph: Graph, model: str, *, relation: str | None = None, below: float | None = None,
+    measure: str | None = None,
+) -> tuple[Scores, list[ScoredFact]]:
+    """Facts ``model`` does not know: score below ``below`` (default: the run's threshold)."""
+    sc = resolve_scores(graph, model, measure, below)
+    pid = None
+    if relation is not None:
+        pid = relation.strip().upper()
+        known = {r["pid"] for r in pr.relations_with_facts(graph)}
+        if not is_pid(pid) or pid not in known:
+            raise ConfigError(f"unknown relation {relation!r}; relations with facts: {', '.join(sorted(known, key=lambda p: int(p[1:])))}")
+    rows = pr.unknown_facts(graph, sc.props, sc.threshold, pid)
+    return sc, [ScoredFact(**r) for r in rows]
+
+
+@dataclass(frozen=True)
+class ComparedFact:
+    """A fact on which two models disagree about being known, with both scores."""
+
+    key: str
+    pid: str
+    relation: str | None
+    subject: str
+    subject_label: str | None
+    object: str
+    object_label: str | None
+    score_a: float
+    score_b: float
+
+
+@dataclass
+class Comparison:
+    """What one model knows and the other does not, on the facts both were probed on."""
+
+    a: str
+    b: str
+    measure: str
+    threshold: float
+    a_not_b: list[ComparedFact]
+    b_not_a: list[ComparedFact]
+    counts: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_in(
+    graph: Graph, a: str, b: str, *, measure: str | None = None, threshold: float | None = None
+) -> Comparison:
+    sa, sb = paired_scores(graph, a, b, measure, threshold)
+    thr = threshold if threshold is not None else sa.threshold
+    rows, counts = pr.compare_facts(graph, sa.props, sb.props, thr)
+    facts = [ComparedFact(**r) for r in rows]
+    a_not_b = [f for f in facts if f.score_a >= thr]
+    b_not_a = [f for f in facts if f.score_a < thr]
+    return Comparison(sa.props.model_key, sb.props.model_key, sa.props.measure_key, thr,
+                      a_not_b, b_not_a, counts)
