@@ -103,6 +103,50 @@ class Parts:
                          for k, t in self.t.items())
 
 
+class Statements:
+    """Wall seconds and calls of every Cypher statement the probe sends, by the name of the
+    constant in kgprobe.graph that holds it (``--statements``)."""
+
+    def __init__(self) -> None:
+        from kgprobe.graph import client, distractors, probe_runs, templates
+
+        self.names = {v: f"{m.__name__.rsplit('.', 1)[1]}.{k}" for m in (distractors, probe_runs, templates)
+                      for k, v in vars(m).items() if k.isupper() and isinstance(v, str)}
+        self.t: dict[str, list[float]] = {}
+        lock = __import__("threading").Lock()
+        read, write_many = client.Graph.read, client.Graph.write_many
+
+        def add(cypher: str, dt: float) -> None:
+            name = self.names.get(cypher, cypher.strip().splitlines()[0][:40])
+            with lock:
+                t = self.t.setdefault(name, [0.0, 0])
+                t[0] += dt
+                t[1] += 1
+
+        def timed_read(g: Any, cypher: str, **params: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return read(g, cypher, **params)
+            finally:
+                add(cypher, time.perf_counter() - t0)
+
+        def timed_write_many(g: Any, statements: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return write_many(g, statements)
+            finally:
+                add(" + ".join(self.names.get(c, "?") for c, _ in statements), time.perf_counter() - t0)
+
+        client.Graph.read = timed_read  # type: ignore[method-assign]
+        client.Graph.write_many = timed_write_many  # type: ignore[method-assign]
+
+    def report(self, facts: int) -> None:
+        for name, (sec, n) in sorted(self.t.items(), key=lambda kv: -kv[1][0]):
+            print(f"    {name}: {n} calls, {1000 * sec / max(facts, 1):.2f} ms per fact, "
+                  f"{1000 * sec / max(n, 1):.1f} ms per call")
+        self.t.clear()
+
+
 def _cpu_of(pid: int | None) -> float | None:
     """utime + stime of a process (the graph server), in seconds."""
     if pid is None:
@@ -125,7 +169,8 @@ def _graph(server: str | None, heap: str) -> Iterator[tuple[Any, str | None, int
         with connect() as graph:
             yield graph, None, None
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    # appended, not first: with PYTHONPATH=/other/checkout the kgprobe measured is that one
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
     from benchmarks.servers import fresh_graph
     from kgprobe.api import write_records
     from kgprobe.graph.templates import demo_paths, import_own_templates
@@ -167,6 +212,7 @@ def main() -> None:
     ap.add_argument("--write-batch", type=int, default=None, help="facts per write transaction")
     ap.add_argument("--pipeline", type=int, default=None, help="pipeline depth (0: one thread)")
     ap.add_argument("--repeat", type=int, default=1, help="probe runs per measure set (--force)")
+    ap.add_argument("--statements", action="store_true", help="wall time of every Cypher statement")
     args = ap.parse_args()
     with _graph(args.server, args.heap) as (graph, index_dir, pid):
         _bench(args, graph, index_dir, pid)
@@ -188,6 +234,9 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
         relations = DEMO_RELATIONS
     elif args.relations:
         relations = tuple(r.strip() for r in args.relations.split(",") if r.strip())
+    import kgprobe
+
+    print(f"kgprobe from {Path(kgprobe.__file__).parent}")
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
     def clock() -> tuple[float, float]:
@@ -209,6 +258,7 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
     runs = [(m,) for m in args.measure or ()] if args.per_measure else []
     runs.append(tuple(args.measure or ("kmin",)))
     parts = Parts()
+    statements = Statements() if args.statements else None
     loop_knobs = {k: v for k, v in (("write_facts", args.write_batch), ("pipeline", args.pipeline))
                   if v is not None}
     for measures in [m for m in runs for _ in range(args.repeat)]:
@@ -245,6 +295,8 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
               f"{f'; {runner.requests / max(done, 1):.1f} requests per fact' if args.model_free else ''}",
               flush=True)
         print(f"  loop parts: {parts.line(done)}", flush=True)
+        if statements is not None:
+            statements.report(done)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

@@ -80,6 +80,18 @@ def test_omega_filters_equal_the_per_fact_reads(world_graph: Any) -> None:
         CURIE, ADAMS]
 
 
+@pytest.mark.parametrize("limit", [1, 3, 50_001])
+def test_typed_candidates_many_equal_the_per_fact_reads(world_graph: Any, limit: int) -> None:
+    ctxs = list(gd.fact_contexts(world_graph, _world_facts()).values())
+    got = gd.typed_candidates_many(world_graph, ctxs, limit)
+    assert got == [gd.typed_candidates(world_graph, c, limit=limit) for c in ctxs]
+    obama = gd.fact_contexts(world_graph, [(USA, "P35", OBAMA)])[(USA, "P35", OBAMA)]
+    assert {c.qid for c in gd.typed_candidates_many(world_graph, [obama], limit)[0]} == (
+        {ADAMS, "Q1339", CURIE} if limit > 10 else set(c.qid for c in gd.typed_candidates(
+            world_graph, obama, limit=limit)))
+    assert gd.typed_candidates_many(world_graph, [], limit) == []
+
+
 def test_object_relations_many_equal_the_per_fact_reads(world_graph: Any) -> None:
     qids = sorted({o for _, _, o in _world_facts()} | {USA, "Q424242"})
     got = pr.object_relations_many(world_graph, qids)
@@ -148,7 +160,10 @@ def test_prefetch_answers_the_first_semantic_checks_without_the_graph(
     ctxs = list(gd.fact_contexts(graph, facts).values())
     g = Counting()
     pfs = prefetch(g, ctxs, strategy="temp+sem", n=5, at=REF, index=index)  # type: ignore[arg-type]
-    assert g.reads == 2  # temporal candidates, then the Ω(f) checks: one round trip each
+    # temporal candidates, the Ω(f) checks, Ω(f) for the facts plan A leaves short: one round
+    # trip each (the last only when some fact needs it)
+    assert g.reads in (2, 3)
+    base = g.reads
     for ctx, pf in zip(ctxs, pfs, strict=True):
         find_distractors(g, ctx.subject, ctx.pid, ctx.object, strategy="temp+sem", n=5,  # type: ignore[arg-type]
                          at=REF, index=index, context=ctx, prefetched=pf)
@@ -157,4 +172,4 @@ def test_prefetch_answers_the_first_semantic_checks_without_the_graph(
         find_distractors(per_fact, ctx.subject, ctx.pid, ctx.object, strategy="temp+sem", n=5,  # type: ignore[arg-type]
                          at=REF, index=index, context=ctx)
     assert per_fact.reads >= 2 * len(ctxs) - 5  # at least the temporal read and one check per fact
-    assert g.reads - 2 < per_fact.reads / 4
+    assert g.reads - base < per_fact.reads / 4

@@ -93,6 +93,22 @@ RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
        collect(coalesce(c.aliases, [])) AS aliases, collect(tq) AS types
 """
 
+#: TYPED_CANDIDATES_LIMITED for a batch of facts ($rows: {i, o, types, exclude}; one $limit
+#: per fact): one record of parallel lists per fact, the same statement run per row.
+TYPED_CANDIDATES_BATCH = f"""
+UNWIND $rows AS row
+CALL {{
+  WITH row
+  UNWIND row.types AS tq
+  MATCH (t:Entity {{qid: tq}})<-[:{TYPE_EDGES}]-(c:Entity)
+  WHERE c.qid <> row.o AND NOT c.qid IN row.exclude AND c.label IS NOT NULL
+  WITH c, tq ORDER BY c.qid LIMIT $limit
+  RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
+         collect(coalesce(c.aliases, [])) AS aliases, collect(tq) AS types
+}}
+RETURN row.i AS i, qids, labels, aliases, types
+"""
+
 #: Which of $candidates share one of $types and are not in $exclude (one batch of a filter).
 OMEGA_CHECK = f"""
 UNWIND $candidates AS q
@@ -388,6 +404,21 @@ def typed_candidates(graph: Graph, ctx: FactContext, limit: int | None = None) -
         _candidate(r)
         for r in _rows(result)
         if not ctx.label_clash(r.get("label"), r.get("aliases"))
+    ]
+
+
+def typed_candidates_many(
+    graph: Graph, contexts: Sequence[FactContext], limit: int
+) -> list[list[Candidate]]:
+    """:func:`typed_candidates` with ``limit`` of several facts in one round trip (a probe
+    batch's semantic plan B), in the order given."""
+    rows = [{"i": i, "o": c.object, "types": c.object_types, "exclude": c.true_objects}
+            for i, c in enumerate(contexts) if c.object_types]
+    by_fact = {r["i"]: r for r in graph.read(TYPED_CANDIDATES_BATCH, rows=rows, limit=limit)} if rows else {}
+    return [
+        [_candidate(r) for r in _rows([by_fact[i]]) if not c.label_clash(r.get("label"), r.get("aliases"))]
+        if i in by_fact else []
+        for i, c in enumerate(contexts)
     ]
 
 

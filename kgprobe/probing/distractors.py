@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.measures.common import EndMarker
-    from kgprobe.probing.semantic import IndexSettings, SemanticIndex
+    from kgprobe.probing.semantic import IndexSettings, Neighbour, SemanticIndex
 
 STRATEGIES = ("random", "sem", "temp+sem", "appropt")
 
@@ -86,6 +86,10 @@ class Prefetched:
 
     temporal: list[gd.Candidate] | None = None
     omega: dict[str, gd.Candidate | None] = field(default_factory=dict)
+    #: the semantic search's plan A, done: ((n, skipped), hits, candidates seen in Ω(f))
+    plan_a: tuple[tuple[int, frozenset[str]], list[Neighbour], dict[str, gd.Candidate]] | None = None
+    #: plan B's read of Ω(f) (typed candidates, up to OMEGA_READ_LIMIT + 1), when plan A fell short
+    typed: list[gd.Candidate] | None = None
 
     def omega_filter(self, graph: Graph, ctx: gd.FactContext, candidates: Sequence[str]) -> list[gd.Candidate]:
         """:func:`~kgprobe.graph.distractors.omega_filter`, asking the graph only about the
@@ -111,7 +115,8 @@ def prefetch(
     """What ``strategy`` will ask the graph about each fact of a batch, read in one round trip
     per need: the temporal candidates (temp+sem, or ``temporal`` when the caller wants the
     past objects too), then the Ω(f) membership of the nearest neighbours the semantic search
-    checks first (sem, temp+sem). Whatever the search asks beyond these is read per fact."""
+    checks first (sem, temp+sem), then, for the facts whose plan A falls short, Ω(f) for plan B.
+    Whatever the search asks beyond these is read per fact."""
     out = [Prefetched() for _ in contexts]
     if temporal or strategy == "temp+sem":
         for pf, cands in zip(out, gd.temporal_candidates_many(graph, contexts, at), strict=True):
@@ -120,6 +125,8 @@ def prefetch(
         return out
     asks: list[tuple[gd.FactContext, list[str]]] = []
     owners: list[Prefetched] = []
+    wants: list[int] = []
+    skips: list[set[str]] = []
     for ctx, pf in zip(contexts, out, strict=True):
         if not ctx.object_types or ctx.object not in index:
             continue
@@ -139,10 +146,38 @@ def prefetch(
         index.neighbours(ctx.object, want, predicate=record, max_checked=SEM_FIRST_BATCH * want)
         asks.append((ctx, [q for q in seen if q not in skip]))
         owners.append(pf)
+        wants.append(want)
+        skips.append(skip)
     for (_, asked), pf, members in zip(asks, owners, gd.omega_filters(graph, asks), strict=True):
         got = {c.qid: c for c in members}
         pf.omega.update((q, got.get(q)) for q in asked)
+    short: list[tuple[gd.FactContext, Prefetched]] = []
+    for (ctx, _), pf, want, skip in zip(asks, owners, wants, skips, strict=True):
+        hits, info = _plan_a(graph, ctx, want, index, skip, pf)
+        pf.plan_a = ((want, frozenset(skip)), hits, info)
+        if len(hits) < want:
+            short.append((ctx, pf))
+    if short:
+        typed = gd.typed_candidates_many(graph, [c for c, _ in short], OMEGA_READ_LIMIT + 1)
+        for (_, pf), cands in zip(short, typed, strict=True):
+            pf.typed = cands
     return out
+
+
+def _plan_a(graph: Graph, ctx: gd.FactContext, n: int, index: SemanticIndex, skip: set[str],
+            prefetched: Prefetched | None) -> tuple[list[Neighbour], dict[str, gd.Candidate]]:
+    """Sem's plan A: o's nearest neighbours, checked against Ω(f) (usually enough: entities
+    with o's relations and objects mostly share its type); the hits and the members seen."""
+    info: dict[str, gd.Candidate] = {}
+
+    def check(batch: list[str]) -> list[str]:
+        asked = [q for q in batch if q not in skip]
+        ok = (prefetched.omega_filter(graph, ctx, asked) if prefetched is not None
+              else gd.omega_filter(graph, ctx, asked))
+        info.update((c.qid, c) for c in ok)
+        return [c.qid for c in ok]
+
+    return index.neighbours(ctx.object, n, predicate=check, max_checked=SEM_FIRST_BATCH * n), info
 
 
 # --- strategies ---------------------------------------------------------------------------------
@@ -189,7 +224,11 @@ def semantic_distractors(
             f"object {ctx.object} is not in the semantic index (rebuild it: the graph changed?)",
         )
     skip_set = set(skip)
-    info: dict[str, gd.Candidate] = {}
+    done = prefetched.plan_a if prefetched is not None else None
+    if done is not None and done[0] == (n, frozenset(skip_set)):
+        hits, info = list(done[1]), dict(done[2])
+    else:  # Plan A: o's nearest neighbours checked against Ω(f), in one round trip
+        hits, info = _plan_a(graph, ctx, n, index, skip_set, prefetched)
 
     def check(batch: list[str]) -> list[str]:
         asked = [q for q in batch if q not in skip_set]
@@ -198,12 +237,10 @@ def semantic_distractors(
         info.update((c.qid, c) for c in ok)
         return [c.qid for c in ok]
 
-    # Plan A: o's nearest neighbours, checked against Ω(f) in one round trip (usually enough:
-    # entities with o's relations and objects mostly share its type).
-    hits = index.neighbours(ctx.object, n, predicate=check, max_checked=SEM_FIRST_BATCH * n)
     if len(hits) < n:
         # Plan B: read Ω(f) whole and search only inside it (exact on the flat index).
-        cands = gd.typed_candidates(graph, ctx, limit=OMEGA_READ_LIMIT + 1)
+        cands = (prefetched.typed if prefetched is not None and prefetched.typed is not None
+                 else gd.typed_candidates(graph, ctx, limit=OMEGA_READ_LIMIT + 1))
         if len(cands) <= OMEGA_READ_LIMIT:
             info = {c.qid: c for c in cands if c.qid not in skip_set}
             hits = index.neighbours(ctx.object, n, allowed=list(info))
