@@ -318,6 +318,41 @@ def test_killed_probe_resumes_and_matches_an_uninterrupted_run(
     }
 
 
+def test_ctrl_c_in_a_pipelined_run_stops_its_threads_and_the_rerun_finishes(
+    world: tuple[Any, Any], engines: dict[str, Any], tiny_models: dict[str, Path],
+) -> None:
+    """KeyboardInterrupt during the third batch's scoring: the run is marked interrupted, the
+    gather and write threads end, what was committed stays, and the same configuration then
+    scores exactly the rest."""
+    import threading
+
+    graph, index = world
+    eng = engines["gpt2"]
+    cfg = _config(tiny_models["gpt2"], batch_facts=2, write_facts=2, pipeline=2)
+
+    class CtrlC:
+        calls = 0
+
+        def run(self, requests: Any) -> Any:
+            self.calls += 1
+            if self.calls == 3:
+                raise KeyboardInterrupt
+            return eng.run(requests)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_probe(graph, CtrlC(), cfg, fingerprint=eng.fingerprint, index=index, progress=False)
+    deadline = time.monotonic() + 15
+    while any(t.name.startswith("kgprobe-") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("kgprobe-")]
+    (run,) = pr.list_runs(graph)
+    done = _scores(graph)
+    assert run["status"] == "interrupted" and run["facts_scored"] == len(done) <= 4
+    rest = run_probe(graph, eng, cfg, fingerprint=eng.fingerprint, index=index, progress=False)
+    assert (rest.skipped, rest.scored) == (len(done), 11 - len(done))
+    assert len(_scores(graph)) == 11
+
+
 def test_two_models_compare_end_to_end(world: tuple[Any, Any], engines: dict[str, Any],
                                        tiny_models: dict[str, Path]) -> None:
     graph, index = world
