@@ -7,7 +7,7 @@ from typing import Any
 from kgprobe._version import __version__
 
 #: Functions of the Python API, imported on first use so that ``import kgprobe`` stays light.
-_API = ("probe", "unknown", "compare", "report", "ingest_sources", "demo")
+_API = ("probe", "unknown", "compare", "report", "ladder", "ingest_sources", "demo")
 
 __all__ = ["__version__", *_API]
 

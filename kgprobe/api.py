@@ -14,6 +14,7 @@ from kgprobe.config import Settings
 from kgprobe.errors import InputError
 from kgprobe.graph.client import connect
 from kgprobe.graph.ingest import IngestSummary, check_ingest_options, ingest
+from kgprobe.progress import Progress
 from kgprobe.records import ErrorRecord, Record, SkipRecord
 
 
@@ -99,22 +100,15 @@ def ingest_sources(
 def write_records(
     graph: Any, records: Iterable[Record], *, batch_size: int = 5000, max_errors: int = 100, quiet: bool = False
 ) -> IngestSummary:
-    """Ingest records with a live progress line (records, facts, rate)."""
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
+    """Ingest records with a progress line (records, facts, rate): redrawn on a terminal,
+    periodic plain lines in a log (:mod:`kgprobe.progress`)."""
     start = time.monotonic()
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), disable=quiet, transient=False
-    ) as progress:
-        task = progress.add_task("ingesting", total=None)
+    with Progress("ingesting", enabled=not quiet) as progress:
 
         def on_flush(s: IngestSummary) -> None:
             rate = s.records / max(time.monotonic() - start, 1e-9)
-            progress.update(
-                task,
-                description=f"ingesting: {s.entities:,} entities, {s.facts:,} facts, "
-                f"{sum(s.skipped.values()):,} skipped, {s.error_count} errors ({rate:,.0f} records/s)",
-            )
+            progress.describe(f"{s.entities:,} entities, {s.facts:,} facts, {sum(s.skipped.values()):,} "
+                              f"skipped, {s.error_count} errors ({rate:,.0f} records/s)")
 
         return ingest(graph, records, batch_size=batch_size, error_budget=max_errors, on_flush=on_flush)
 
@@ -255,3 +249,22 @@ def report(
 
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
                  type_of=type_of, settings=settings)
+
+
+def ladder(
+    models: Sequence[str], *, out: str | Path | None = None, measure: str | None = None,
+    threshold: float | None = None, seed: int = 0, settings: Settings | None = None,
+) -> tuple[Any, dict[str, Path]]:
+    """Three or more models on the facts all were probed on (``kgprobe.ladder.Ladder``): each
+    model's mean with its interval, and each consecutive pair compared fact by fact; with
+    ``out``, ladder.json/.csv/.md/.svg written there."""
+    from kgprobe.ladder import build_ladder, write_ladder
+
+    if out:
+        from kgprobe.outputs import check_output_dir
+
+        check_output_dir(out)
+    with connect(settings) as graph:
+        lad = build_ladder(graph, list(models), measure=measure, threshold=threshold, seed=seed)
+    return lad, (write_ladder(lad, out) if out else {})
+

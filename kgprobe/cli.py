@@ -12,21 +12,24 @@ line; `--relation/-r` is repeatable; `-s` is always `--strategy`; the known thre
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import typer
 from rich.console import Console
 
 from kgprobe.errors import KgprobeError
+from kgprobe.progress import output_width
 
 app = typer.Typer(
     name="kgprobe",
     help="Measure what language models know, fact by fact, against a knowledge graph.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
 )
-console = Console(markup=False)
+console = Console(markup=False, width=output_width())
 err_console = Console(stderr=True, markup=False)
 
 
@@ -35,6 +38,14 @@ def _print_json(data: Any) -> None:
     import json
 
     print(json.dumps(data, ensure_ascii=False, default=str))
+
+
+def _heading(title: str) -> None:
+    """A rule with a title, as wide as the terminal but at most 100 columns (a console that is
+    not a terminal has no width limit, so that tables do not wrap: a rule would be endless)."""
+    from rich.rule import Rule
+
+    console.print(Rule(title), width=min(console.width, 100))
 
 
 def _print_jsonl(rows: Any) -> None:
@@ -152,12 +163,35 @@ def _model_options(device: str | None, batch_tokens: int | None, model_arg: list
     configure_loading(device, parse_model_args(model_arg), batch_tokens)
 
 
+_verbose = False
+
+
 @app.callback()
 def _root(
     _version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                   help="Print kgprobe's version and exit."),
+    plugin: list[str] = typer.Option(None, "--plugin", metavar="MODULE", help="Import this module's measures and backends (a plug-in); repeatable. Also KGPROBE_PLUGINS=mod1,mod2."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display (results and errors still print)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what is loaded (plug-ins) to stderr, and show the cause of an error."),
 ) -> None:
     """Measure what language models know, fact by fact, against a knowledge graph."""
+    import logging
+
+    from kgprobe.errors import ConfigError
+    from kgprobe.plugins import use
+    from kgprobe.progress import set_quiet
+
+    global _verbose
+    if quiet and verbose:
+        raise ConfigError("--quiet and --verbose exclude each other")
+    set_quiet(quiet)
+    _verbose = verbose
+    if verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logging.getLogger("kgprobe").addHandler(handler)
+        logging.getLogger("kgprobe").setLevel(logging.INFO)
+    use(plugin or [])
 
 
 @app.command()
@@ -432,12 +466,12 @@ def demo(
         print(json.dumps(result, ensure_ascii=False, default=str))
         return
     graph = result["graph"]
-    console.rule("demo graph")
+    _heading("demo graph")
     console.print(
         f"{graph['entities']:,} entities, {graph['facts']:,} facts ({graph['temporal_facts']:,} dated) "
         f"over {len(graph['per_relation'])} relations; {graph['templates']} templates"
     )
-    console.rule("knowledge gaps per relation")
+    _heading("knowledge gaps per relation")
     print_report(rep, console)
     secs = result["seconds"]
     console.print(
@@ -602,6 +636,7 @@ def probe(
     max_subject_labels: int = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences)."),
     end: str = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the model's documented one), eos, tail, none."),
     label_rule: str = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all."),
+    verbalizer: str = typer.Option("careful", "--verbalizer", help="How labels are written into templates: careful (articles, capitals, quoted titles) or raw (as the DFA paper)."),
     on_model_mismatch: str = typer.Option("suffix", "--on-model-mismatch", help="When the model key holds other weights' scores: suffix or refuse."),
     max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
@@ -640,6 +675,7 @@ def probe(
         model, relations=_relations(relation, relations_alias), sample=sample or None, measures=measure or ("kmin",),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
         max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
+        verbalizer=verbalizer,
         on_model_mismatch=on_model_mismatch, batch_facts=batch_facts, write_facts=write_batch,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
         force=force, history_first=history_first, progress=not as_json, output_path=output_path,
@@ -666,14 +702,24 @@ def measures(as_json: bool = typer.Option(False, "--json", help="Print one JSON 
                   for p in SHARED.values()]
         print(json.dumps({"measures": rows, "shared_parameters": shared}, ensure_ascii=False, default=str))
         return
-    from rich.table import Table
+    import textwrap
 
-    table = Table("measure", "paper section", "parameters (default)", "needs", "property", title="measures")
+    from rich.text import Text
+
+    # one block per measure, one field per line, wrapped under its label: readable at 80
+    # columns, and one line per field in a log (no terminal: no width limit)
+    width = max(console.width, 40)
     for r in rows:
+        head = textwrap.wrap(f"{r['name']} - {r['section']}", width, subsequent_indent=" " * 13,
+                             break_long_words=False, break_on_hyphens=False)
+        console.print(Text(str(r["name"]), style="bold") + Text("\n".join(head)[len(str(r["name"])):]),
+                      highlight=False, soft_wrap=True)
         params = ", ".join(f"{p['name']}={p['default']}" for p in r["parameters"])
-        table.add_row(str(r["name"]), str(r["section"]), str(params),
-                      str(", ".join(r["needs"])), str(r["property"]))
-    console.print(table)
+        for label, value in (("", r["summary"]), ("parameters", params or "-"),
+                             ("needs", ", ".join(r["needs"])), ("property", r["property"])):
+            lines = textwrap.wrap(str(value), width, initial_indent=f"  {label:<11}", subsequent_indent=" " * 13,
+                                  break_long_words=False, break_on_hyphens=False)
+            console.print(Text("\n".join(lines)), highlight=False, soft_wrap=True)
     console.print("shared by label-using measures: " + str(", ".join(
         f"--{p.name.replace('_', '-')} ({p.default})" for p in SHARED.values())), highlight=False)
 
@@ -823,21 +869,50 @@ def report(
 ) -> None:
     """Knowledge gaps per relation (or type, or popularity bucket): n, mean score with a
     bootstrap CI where n >= 10, share known, popularity buckets and temporal staleness."""
-    import json
 
     from kgprobe.api import report as build
     from kgprobe.reporting import print_report
 
     _check_seed(seed)
     rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed, by=by, type_of=type_of)
+    _print_with_files(rep, paths, as_json, print_report)
+
+
+def _print_with_files(doc_of: Any, paths: dict[str, Any], as_json: bool,
+                      show: Callable[[Any, Any], None]) -> None:
+    """A report-like result: one JSON document (with the files written), or the tables and
+    then one line per file."""
+    import json
+
     if as_json:
-        doc = rep.to_dict()
+        doc = doc_of.to_dict()
         doc["files"] = {k: str(v) for k, v in paths.items()}
         print(json.dumps(doc, ensure_ascii=False, default=str))
         return
-    print_report(rep, console)
+    show(doc_of, console)
     for kind, path in paths.items():
         console.print(f"{kind}: {path}", highlight=False)
+
+
+@app.command()
+def ladder(
+    models: list[str] = typer.Option(..., "--model", "-m", help="A probed model; three or more, in ladder order (repeat)."),
+    out: str | None = typer.Option(None, "--out", help="Write ladder.json, ladder.csv, ladder.md and ladder.svg here."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: one all models share)."),
+    threshold: float | None = typer.Option(None, "--threshold", help="Known when score >= this (default: the first model's run)."),
+    seed: int = typer.Option(0, help="Seed of the bootstraps."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Three or more models on the facts all of them were probed on: each model's mean with its
+    interval per relation, and each step up the ladder compared fact by fact (paired bootstrap
+    interval of the difference, McNemar's exact test)."""
+
+    from kgprobe.api import ladder as build
+    from kgprobe.ladder import print_ladder
+
+    _check_seed(seed)
+    lad, paths = build(models, out=out, measure=measure, threshold=threshold, seed=seed)
+    _print_with_files(lad, paths, as_json, print_ladder)
 
 
 def main() -> None:
@@ -851,8 +926,12 @@ def main() -> None:
     from kgprobe.config import redact
 
     try:
-        app()
+        app(prog_name="kgprobe")
     except KgprobeError as exc:
+        if _verbose and exc.__cause__ is not None:  # --verbose: where the one line came from
+            import traceback
+
+            print(redact("".join(traceback.format_exception(exc.__cause__))), file=sys.stderr, end="")
         err_console.print(Text("error: ", style="bold red") + Text(redact(str(exc))), highlight=False,
                           soft_wrap=True)
         sys.exit(exc.exit_code)

@@ -17,6 +17,11 @@ class ConfigError(KgprobeError):
     exit_code = 2
 
 
+class PluginError(ConfigError):
+    """A plug-in (entry point, ``--plugin`` or ``KGPROBE_PLUGINS`` module) cannot be loaded: an
+    import error, or a name that a built-in or another plug-in already holds."""
+
+
 class GraphUnavailable(KgprobeError):
     """The graph server cannot be reached, refused the credentials, or went away."""
 

@@ -99,6 +99,8 @@ def test_keys_carry_every_score_changing_setting() -> None:
     assert measure_key("kmin", "temp+sem", 5, max_object_labels=1) == "kmin_temp_sem_n5_o1"
     assert measure_key("kmin", "temp+sem", 5, end="eos") == "kmin_temp_sem_n5_eeos"
     assert measure_key("kmin", "temp+sem", 5, label_rule="all") == "kmin_temp_sem_n5_lrall"
+    assert measure_key("kmin", "temp+sem", 5, verbalizer="raw") == "kmin_temp_sem_n5_vraw"
+    assert measure_key("kmin", "temp+sem", 5, verbalizer="careful") == "kmin_temp_sem_n5"
     assert measure_key("kmin", "temp+sem", 5, max_subject_labels=2) == "kmin_temp_sem_n5_s2"
     assert measure_key("belief:k=5", "random", 3) == "belief_random_n3_k5"
     # report-only parameters change no stored value and no key
@@ -112,7 +114,7 @@ def test_cli_measures_json_is_one_document() -> None:
     doc = json.loads(out.stdout)
     assert {m["name"] for m in doc["measures"]} >= {"kmin", "belief", "factor"}
     assert {p["name"] for p in doc["shared_parameters"]} == {
-        "max_subject_labels", "max_object_labels", "end", "label_rule"}
+        "max_subject_labels", "max_object_labels", "end", "label_rule", "verbalizer"}
 
 
 def _cfg(model: Path, **kw: Any) -> ProbeConfig:
@@ -329,11 +331,57 @@ def test_label_rule_keeps_codes_out_of_probe_requests(world: tuple[Any, Any], en
                       fingerprint=engine.fingerprint, index=index, progress=False)
         assert s.scored == 3
         ctxs = set(seen)
-        assert "The capital of French Republic is" in ctxs
+        assert "The capital of the French Republic is" in ctxs  # the careful verbalizer
         assert ("The capital of FR is" in ctxs) == (rule == "all")
         assert ("The capital of 🇫🇷 is" in ctxs) == (rule == "all")
     assert {r["measure_keys"][0] for r in pr.list_runs(graph)} == {
         "kmin_random_n2_s5", "kmin_random_n2_s5_lrall"}
+
+
+def test_verbalizer_types_come_with_the_labels(world: tuple[Any, Any]) -> None:
+    """FACT_DETAILS and ENTITY_LABELS return each entity's types (declared P31) in the same
+    read as its labels: the verbalizer needs no query of its own."""
+    from distractor_world import FRANCE, OBAMA, USA
+
+    graph, _ = world
+    [row] = pr.fact_details(graph, ["Q76$P27"], {"Q76$P27": OBAMA}, [])
+    assert (row["s_label"], row["s_types"]) == ("Barack Obama", ["Q5"])
+    assert (row["o_label"], row["o_types"]) == ("United States of America", ["Q6256"])
+    rows = pr.entity_labels(graph, [USA, FRANCE, "Q90000010"])
+    assert {q: r["types"] for q, r in rows.items()} == {USA: ["Q6256"], FRANCE: ["Q6256"],
+                                                       "Q90000010": []}
+
+
+def test_verbalizer_careful_and_raw_in_a_probe_run(world: tuple[Any, Any], engine: Any,
+                                                   gpt2: Path) -> None:
+    """Careful: "the" is in the continuation of the object that needs it and of no other
+    candidate; raw: the labels as they are, under their own key."""
+    from kgprobe.probing.requests import LogProbRequest
+
+    graph, index = world
+    seen: list[tuple[str, str]] = []
+
+    class Recording:
+        def run(self, requests: Any) -> Any:
+            seen.extend((r.context, r.continuation) for r in requests if isinstance(r, LogProbRequest))
+            return engine.run(requests)
+
+    for verbalizer in ("careful", "raw"):
+        seen.clear()
+        s = run_probe(graph, Recording(), _cfg(gpt2, relations=("P27",), verbalizer=verbalizer),
+                      fingerprint=engine.fingerprint, index=index, progress=False)
+        assert s.scored >= 5
+        obama = {cont for ctx, cont in seen if ctx == "Barack Obama is a citizen of"}
+        if verbalizer == "careful":
+            assert {" the United States of America.", " the USA.", " the U.S."} <= obama
+            assert not any(c.startswith(" United") for c in obama)
+            assert not any(c.startswith(" the") for c in obama - {
+                " the United States of America.", " the USA.", " the U.S."})
+        else:
+            assert {" United States of America.", " USA.", " U.S.."} <= obama
+            assert not any(c.startswith(" the") for c in obama)
+    assert {r["measure_keys"][0] for r in pr.list_runs(graph)} == {
+        "kmin_random_n2", "kmin_random_n2_vraw"}
 
 
 def test_end_marker_is_selectable_and_recorded(world: tuple[Any, Any], engine: Any,
@@ -367,19 +415,15 @@ def test_end_marker_is_selectable_and_recorded(world: tuple[Any, Any], engine: A
 
 
 def test_the_worked_example_of_the_docs_runs(world: tuple[Any, Any], engine: Any, gpt2: Path) -> None:
-    """docs/measures.md's "adding a measure" example, executed as written: registered, probed,
-    written onto the edges, in the report."""
-    import re
-
+    """docs/measures.md's "adding a measure" example (the module of examples/kgprobe-top1, which
+    the docs show as it is: tests/test_plugins.py), executed in-process: registered, probed,
+    written onto the edges, in the report. tests/test_plugins.py installs it as a package."""
     from kgprobe.reporting import build_report
 
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "measures.md").read_text(encoding="utf-8")
-    part = doc.split("### Worked example: adding a measure", 1)[1]
-    code = re.search(r"```python\n(.*?)```", part, re.S)
-    assert code is not None
+    module = Path(__file__).resolve().parent.parent / "examples" / "kgprobe-top1" / "kgprobe_top1" / "__init__.py"
     graph, index = world
     try:
-        exec(compile(code.group(1), "docs/measures.md", "exec"), {})  # noqa: S102
+        exec(compile(module.read_text(encoding="utf-8"), str(module), "exec"), {"__name__": "kgprobe_top1"})  # noqa: S102
         assert "top1" in REGISTRY
         s = run_probe(graph, engine, _cfg(gpt2, measures=("top1",), relations=("P36",)),
                       fingerprint=engine.fingerprint, index=index, progress=False)

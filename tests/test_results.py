@@ -107,6 +107,10 @@ def test_results_round_trip_into_pandas(probed: tuple[Any, dict[str, Path], Any]
         assert by_q[OBAMA]["log_pl"][i] == pytest.approx(
             _pl(engine, c["context"], ["Barack Obama", "Obama"]), abs=1e-4)
     assert usa["stale"] is not None and not math.isnan(usa["stale"])
+    # the sentences as the careful verbalizer wrote them (by hand)
+    assert [c["sentence"] for c in usa["clozes"]] == [
+        "The head of state of the United States of America is Joe Biden.",
+        "Who is the head of state of the United States of America? Joe Biden"]
 
     # the Parquet copy holds the same records
     pq = pd.read_parquet(paths["parquet"])

@@ -31,6 +31,7 @@ from typing import Any
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph.client import Graph
+from kgprobe.graph.distractors import TYPE_EDGES
 from kgprobe.records import is_pid, is_qid
 
 _PART = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
@@ -76,18 +77,24 @@ RETURN DISTINCT f.key AS key, s.qid AS s
 
 #: What a probe needs of some facts ({key, s} rows), and the configuration hashes already stored
 #: on each (one per ``cfg__`` property in $cfgs, in that order).
-FACT_DETAILS = """
+FACT_DETAILS = f"""
 UNWIND $facts AS row
-MATCH (s:Entity {qid: row.s})-[f:FACT {key: row.key}]->(o:Entity)
+MATCH (s:Entity {{qid: row.s}})-[f:FACT {{key: row.key}}]->(o:Entity)
+OPTIONAL MATCH (s)-[:{TYPE_EDGES}]->(st:Entity)
+WITH f, s, o, collect(DISTINCT st.qid) AS s_types
+OPTIONAL MATCH (o)-[:{TYPE_EDGES}]->(ot:Entity)
+WITH f, s, o, s_types, collect(DISTINCT ot.qid) AS o_types
 RETURN f.key AS key, f.pid AS pid, s.qid AS s, s.label AS s_label, s.aliases AS s_aliases,
-       o.qid AS o, o.label AS o_label, o.aliases AS o_aliases, [c IN $cfgs | f[c]] AS cfgs
+       o.qid AS o, o.label AS o_label, o.aliases AS o_aliases, [c IN $cfgs | f[c]] AS cfgs,
+       s_types, o_types
 """
 
 #: Labels and aliases of some entities (distractors need their aliases too).
-ENTITY_LABELS = """
+ENTITY_LABELS = f"""
 UNWIND $qids AS q
-MATCH (e:Entity {qid: q})
-RETURN e.qid AS qid, e.label AS label, e.aliases AS aliases
+MATCH (e:Entity {{qid: q}})
+OPTIONAL MATCH (e)-[:{TYPE_EDGES}]->(t:Entity)
+RETURN e.qid AS qid, e.label AS label, e.aliases AS aliases, collect(DISTINCT t.qid) AS types
 """
 
 #: One batch of scores: each row is {key, s, props}; a null in props removes that property.

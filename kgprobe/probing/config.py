@@ -63,6 +63,7 @@ class ProbeConfig:
     history_first: bool = False  # sample facts with a past value (staleness) first
     end: str = "auto"  # Eq. 1 end marker: auto (the model's documented one), eos, tail, none
     label_rule: str = "names"  # which aliases are labels (LabelRule): names or all
+    verbalizer: str = "careful"  # how labels are written into templates: careful or raw
     on_model_mismatch: str = "suffix"  # another model's weights under this key: suffix or refuse
     shard: tuple[int, int] | None = None  # (K, N): only shard K of N of the sampled facts
 
@@ -82,6 +83,7 @@ class ProbeConfig:
             raise ConfigError("a measure is given twice")
         SHARED["end"].parse(self.end)
         SHARED["label_rule"].parse(self.label_rule)
+        SHARED["verbalizer"].parse(self.verbalizer)
         if self.on_model_mismatch not in ("suffix", "refuse"):
             raise ConfigError("on a model mismatch choose suffix or refuse")
         if self.strategy not in STRATEGIES:
@@ -153,6 +155,7 @@ def run_context(cfg: ProbeConfig, model_name: str | None) -> Any:
     return RunContext(end=end, max_subject_labels=cfg.max_subject_labels,
                       max_object_labels=cfg.max_object_labels,
                       label_rule=LabelRule(cfg.label_rule),  # type: ignore[arg-type]
+                      verbalizer=cfg.verbalizer,
                       n=cfg.n, strategy=cfg.strategy, seed=cfg.seed, end_choice=cfg.end)
 
 

@@ -18,6 +18,8 @@ from kgprobe.probing.config import ProbeConfig, Runner
 from kgprobe.probing.distractors import find_distractors, prefetch
 from kgprobe.probing.measures.registry import FactInput, Replay
 from kgprobe.probing.pipeline import Ahead, Behind
+from kgprobe.probing.verbalize import entity_facts
+from kgprobe.progress import Progress
 from kgprobe.provenance import now
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -50,9 +52,11 @@ class Gatherer:
         self._all_templates: dict[str, tuple[str, ...]] | None = None
         self._demos: tuple[Any, ...] | None = None
 
-    def _ent(self, row: dict[str, Any] | None, qid: str) -> Any:
+    def _ent(self, row: dict[str, Any] | None, qid: str, pid: str | None = None) -> Any:
         row = row or {}
-        return self.rule.entity(row.get("label"), row.get("aliases"), qid)
+        facts = (None if self.cfg.verbalizer == "raw" else  # pid: the relation it is subject of
+                 entity_facts(row.get("label") or "", row.get("aliases") or (), row.get("types") or (), pid))
+        return self.rule.entity(row.get("label"), row.get("aliases"), qid, facts)
 
     def batch(self, rows: Sequence[dict[str, Any]]) -> list[Planned]:
         facts = [(row["s"], row["pid"], row["o"]) for row in rows]
@@ -108,13 +112,15 @@ class Gatherer:
         for row, ds, past, others, subjects, orel, why, err in pre:
             fact = FactInput(
                 key=row["key"], pid=row["pid"],
-                subject=self._ent({"label": row["s_label"], "aliases": row["s_aliases"]}, row["s"]),
-                object=self._ent({"label": row["o_label"], "aliases": row["o_aliases"]}, row["o"]),
+                subject=self._ent({"label": row["s_label"], "aliases": row["s_aliases"],
+                                   "types": row.get("s_types")}, row["s"], row["pid"]),
+                object=self._ent({"label": row["o_label"], "aliases": row["o_aliases"],
+                                  "types": row.get("o_types")}, row["o"]),
                 templates=tuple(text for _, text in self.templates[row["pid"]]),
                 distractors=tuple(self._ent(labels.get(q), q) for q in ds),
                 past=tuple(self._ent(labels.get(q), q) for q in past),
                 other_objects=tuple(self._ent(labels.get(q), q) for q in others),
-                other_subjects=tuple(self._ent(labels.get(q), q) for q in subjects),
+                other_subjects=tuple(self._ent(labels.get(q), q, row["pid"]) for q in subjects),
                 object_relation_templates=tuple(all_t[p] for p in orel if all_t.get(p)),
                 demonstrations=self._demonstrations() if "demonstrations" in self.needs else (),
                 distractor_reason=why,
@@ -131,8 +137,10 @@ class Gatherer:
                 for r in pr.relation_facts(self.graph, pid, self.cfg.seed):
                     pool.append(FactInput(
                         key=r["key"], pid=pid,
-                        subject=self._ent({"label": r["s_label"], "aliases": r["s_aliases"]}, r["s"]),
-                        object=self._ent({"label": r["o_label"], "aliases": r["o_aliases"]}, r["o"]),
+                        subject=self._ent({"label": r["s_label"], "aliases": r["s_aliases"],
+                                           "types": r.get("s_types")}, r["s"], pid),
+                        object=self._ent({"label": r["o_label"], "aliases": r["o_aliases"],
+                                          "types": r.get("o_types")}, r["o"]),
                         templates=tuple(text for _, text in self.templates[pid])))
             self._demos = tuple(pool)
         return self._demos
@@ -225,7 +233,7 @@ def score_and_write(
         behind.submit(job)
 
     try:
-        with _progress(progress, len(todo)) as (bar, task):
+        with Progress("probing", len(todo), "facts", enabled=progress) as bar:
             for batch, planned in ahead:
                 # a measure already stored with this configuration is not recomputed
                 wanted = {p.row["key"]: {m.name for m in plan.stale(p.row)} for p in planned}
@@ -256,8 +264,7 @@ def score_and_write(
                     pending.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
                 if len(pending) >= plan.write_facts:
                     write_pending()
-                if bar is not None:
-                    bar.advance(task, len(batch))
+                bar.advance(len(batch))
             if pending:
                 write_pending()
             behind.finish()
@@ -292,35 +299,3 @@ def _fact_props(sp: pr.ScoreProps, m: Any, v: dict[str, Any], run_id: str, cfg_h
 
 def chunks(rows: Sequence[Any], size: int) -> list[Sequence[Any]]:
     return [rows[i : i + size] for i in range(0, len(rows), size)]
-
-
-class _progress:
-    """A rich progress bar with an ETA, or nothing when ``enabled`` is false."""
-
-    def __init__(self, enabled: bool, total: int) -> None:
-        self.enabled = enabled and total > 0
-        self.total = total
-        self.bar: Any = None
-
-    def __enter__(self) -> tuple[Any, Any]:
-        if not self.enabled:
-            return None, None
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        self.bar = Progress(
-            TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TextColumn("facts"),
-            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
-        )
-        self.bar.__enter__()
-        return self.bar, self.bar.add_task("probing", total=self.total)
-
-    def __exit__(self, *exc: object) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)

@@ -193,7 +193,7 @@ def run_probe(
         "measure_params": json.dumps({**settings, "threshold": config.threshold,
                                       "measures": m_cfg}, default=str),
         "end_marker": json.dumps({"choice": config.end, "kind": ctx.end.kind, "text": ctx.end.text}),
-        "label_rule": config.label_rule,
+        "label_rule": config.label_rule, "verbalizer": config.verbalizer,
         "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "threshold": config.threshold, "sample": config.sample, "relations": relations,
         "history_first": config.history_first,
@@ -301,6 +301,7 @@ def probe(
     history_first: bool = False,
     end: str = "auto",
     label_rule: str = "names",
+    verbalizer: str = "careful",
     max_subject_labels: int = 1,
     on_model_mismatch: str = "suffix",
     shard: tuple[int, int] | None = None,
@@ -326,7 +327,7 @@ def probe(
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
         write_facts=write_facts, pipeline=pipeline,
         dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
-        history_first=history_first, end=end, label_rule=label_rule,
+        history_first=history_first, end=end, label_rule=label_rule, verbalizer=verbalizer,
         max_subject_labels=max_subject_labels, on_model_mismatch=on_model_mismatch, shard=shard,
     )
     config.validate()

@@ -6,6 +6,7 @@ fact. Cypher lives in :mod:`kgprobe.graph.probe_runs`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -92,33 +93,43 @@ def resolve_scores(
                   tuple(str(r["id"]) for r in used))
 
 
-def paired_scores(
-    graph: Graph, a: str, b: str, measure: str | None = None, threshold: float | None = None
-) -> tuple[Scores, Scores]:
-    """The scores of two models under one measure key, for comparing them fact by fact.
+def shared_scores(
+    graph: Graph, models: Sequence[str], measure: str | None = None, threshold: float | None = None
+) -> list[Scores]:
+    """The scores of several models under one measure key, for comparing them fact by fact.
 
-    Of the keys both were probed with (only those ``measure`` names, when given: the exact key,
-    else the keys of that measure name), A's latest: A's latest measure when B has it too, else
-    the latest of A's keys that B also has (the two models' latest runs may have used different
-    measures). No common key: one ConfigError line naming both lists.
-    ``threshold`` defaults to A's, for both."""
-    ka, _, keys_a = _model_measures(graph, a)
-    kb, _, keys_b = _model_measures(graph, b)
+    Of the keys every model was probed with (only those ``measure`` names, when given: the exact
+    key, else the keys of that measure name), the first model's latest: its latest measure when
+    the others have it too, else the latest of its keys that all of them have (the models'
+    latest runs may have used different measures). No common key: one ConfigError line naming
+    every list. ``threshold`` defaults to the first model's, for all."""
+    found = [_model_measures(graph, m) for m in models]
 
     def wanted(keys: list[str]) -> list[str]:
         if measure is None or measure in keys:
             return keys if measure is None else [measure]
         return [k for k in keys if k.startswith(pr.key_part(measure) + "_")]
 
-    common = [k for k in wanted(keys_a) if k in wanted(keys_b)]
+    common = [k for k in wanted(found[0][2]) if all(k in wanted(f[2]) for f in found[1:])]
     if not common:
         what = "no measure" if measure is None else f"no {measure!r} measure key"
+        names = [f[0] for f in found]
+        listed = "; ".join(f"{f[0]}: {', '.join(f[2])}" for f in found)
+        hint = "probe one with the other's measure" if len(models) == 2 else "probe them with one measure"
         raise ConfigError(
-            f"{ka} and {kb} share {what}, so they cannot be compared fact by fact "
-            f"({ka}: {', '.join(keys_a)}; {kb}: {', '.join(keys_b)}); probe one with the other's measure"
+            f"{', '.join(names[:-1])} and {names[-1]} share {what}, so they cannot be compared "
+            f"fact by fact ({listed}); {hint}"
         )
-    sa = resolve_scores(graph, a, common[0], threshold)  # an exact key: the same for both
-    sb = resolve_scores(graph, b, common[0], threshold if threshold is not None else sa.threshold)
+    first = resolve_scores(graph, models[0], common[0], threshold)  # an exact key: the same for all
+    thr = threshold if threshold is not None else first.threshold
+    return [first, *(resolve_scores(graph, m, common[0], thr) for m in models[1:])]
+
+
+def paired_scores(
+    graph: Graph, a: str, b: str, measure: str | None = None, threshold: float | None = None
+) -> tuple[Scores, Scores]:
+    """The scores of two models under one measure key (:func:`shared_scores`)."""
+    sa, sb = shared_scores(graph, [a, b], measure, threshold)
     return sa, sb
 
 

@@ -20,7 +20,6 @@ finder, :mod:`kgprobe.probing.distractors`, that uses it).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -35,6 +34,7 @@ import numpy as np
 from kgprobe.config import private_dir, write_private_text
 from kgprobe.errors import ConfigError, KgprobeError
 from kgprobe.graph.distractors import entity_facts, graph_counts
+from kgprobe.progress import Progress
 
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse as sp
@@ -560,17 +560,9 @@ def ensure_index(
     except StaleIndexError:
         if not rebuild:
             raise
-    from rich.console import Console
-    from rich.markup import escape  # a path is text, never markup
-
-    with (
-        Console(stderr=True).status(
-            f"building the semantic index of {counts.get('entities', 0):,} entities in {escape(str(directory))}",
-            spinner="dots",
-        )
-        if progress
-        else contextlib.nullcontext()
-    ):
+    # a spinner on a terminal, one line when done in a log (kgprobe.progress; text, never markup)
+    with Progress(f"building the semantic index of {counts.get('entities', 0):,} entities in {directory}",
+                  enabled=progress):
         if bags is None:
             bags = list(feature_bags(graph))
         idx = SemanticIndex.from_bags(bags, settings, counts)

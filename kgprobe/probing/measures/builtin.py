@@ -21,6 +21,7 @@ from kgprobe.probing.measures.registry import (
     Values,
     _is_num,
     register,
+    verbalizer_config,
 )
 
 
@@ -28,7 +29,7 @@ def _cap(e: Entity, n: int | None) -> Entity:
     """``e`` with at most ``n`` labels (label + aliases), so library functions that read every
     label honour the run's --max-labels."""
     labels = e.labels(n)
-    return Entity(labels[0] if labels else e.label, tuple(labels[1:]), e.qid)
+    return Entity(labels[0] if labels else e.label, tuple(labels[1:]), e.qid, e.facts)
 
 
 def _fact(f: FactInput, ctx: RunContext) -> Fact:
@@ -96,19 +97,21 @@ class _DistractorK(Measure):
                          else 0.0 for c in fp.clozes]
                 stale = sum(flags) / len(flags)
             out.append({"score": _mean(got), "stale": stale,
-                        "_details": _distractor_details(fp, n_ds, f.past)})
+                        "_details": _distractor_details(fp, n_ds, f.past, f.object)})
         return out
 
 
-def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity]) -> dict[str, Any]:
+def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity], obj: Entity) -> dict[str, Any]:
     """What the per-fact records (kgprobe.results) show of one scored fact: its cloze
-    sentences and every distractor's (and past value's) log-plausibility on each. Keys starting
-    with ``_`` never reach the graph."""
+    sentences (with the true object, as the run's verbalizer writes it) and every distractor's
+    (and past value's) log-plausibility on each. Keys starting with ``_`` never reach the graph."""
     past_qids = {e.qid for e in past}
     return {
         "templates": list(dict.fromkeys(c.sentence.template for c in fp.clozes)),
         "clozes": [{"template": c.sentence.template, "subject_label": c.sentence.subject_label,
-                    "context": c.sentence.context, "log_pl_object": float(c.log_pl_true)}
+                    "context": c.sentence.context,
+                    "sentence": c.sentence.cloze.sentence(obj.name),
+                    "log_pl_object": float(c.log_pl_true)}
                    for c in fp.clozes],
         "distractors": [
             {"qid": e.qid, "label": e.label,
@@ -279,7 +282,8 @@ class Karr(Measure):
     uses_labels = False  # KaRR has its own alias cap and its own probability (no end marker)
 
     def config(self, ctx: RunContext) -> dict[str, Any]:
-        return {**super().config(ctx), "seed": ctx.seed, "label_rule": ctx.label_rule.name}
+        return {**super().config(ctx), "seed": ctx.seed, "label_rule": ctx.label_rule.name,
+                **verbalizer_config(ctx)}
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
         from kgprobe.probing.measures.baselines import KarrItem, karr
@@ -589,7 +593,7 @@ class InfoKL(Measure):
         for i, f in enumerate(facts):
             for c in cloze_sentences(f.templates, f.subject, max_subject_labels=ctx.max_subject_labels):
                 prompts.append(c.context)
-                stated.append(fill(c.template, c.subject_label, f.object.label))
+                stated.append(fill(c.template, c.subject_label, f.object.name))
                 owners.append(i)
         k = int(self.settings["top_k"])
         res: list[Any] = []

@@ -1,6 +1,6 @@
-"""The catalogue of measures: the registry filled with the built-in measures (and, later,
-plug-ins), and what needs all of them: creating a measure by name, the run-wide settings of
-``--measure`` specs, ``kgprobe measures``' table and the per-relation aggregates of the report.
+"""The catalogue of measures: the registry filled with the built-in measures (and the
+plug-ins: :func:`load_all`), and what needs all of them: creating a measure by name, the
+run-wide settings of ``--measure`` specs, ``kgprobe measures``' table and the per-relation aggregates of the report.
 
 Kept apart from :mod:`.registry` so that the built-in measures import the registry's base
 classes and this module imports them, with no import going back (DESIGN.md §1).
@@ -11,10 +11,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
-from kgprobe.errors import ConfigError
+from kgprobe.errors import ConfigError, PluginError
 from kgprobe.graph import probe_runs as pr
+from kgprobe.plugins import MEASURES, load_plugins
 from kgprobe.probing.measures import builtin  # noqa: F401  (registers the built-in measures)
 from kgprobe.probing.measures.registry import (
     REGISTRY,
@@ -23,18 +25,34 @@ from kgprobe.probing.measures.registry import (
     Measure,
     Param,
     parse_measure,
+    register,
 )
 
 
 def load_all() -> dict[str, type[Measure]]:
-    """The registry by name, built-in measures included (imported with this module)."""
+    """The registry by name: the built-in measures (imported with this module), then the
+    plug-ins (entry points of ``kgprobe.measures``, ``--plugin`` and ``KGPROBE_PLUGINS``
+    modules; :mod:`kgprobe.plugins`). Built-ins come first, so a plug-in that takes a built-in's
+    name is the one refused (one line, exit 2)."""
+    for plugin in load_plugins(MEASURES):
+        obj = plugin.obj
+        if isinstance(obj, ModuleType):
+            continue  # a module registers its measures when imported (``@register``)
+        if not (isinstance(obj, type) and issubclass(obj, Measure)):
+            raise PluginError(f"plugin {plugin.origin}: names {obj!r}, not a module or a Measure subclass")
+        if REGISTRY.get(getattr(obj, "name", None) or "") is not obj:
+            try:
+                register(obj)
+            except TypeError as exc:
+                raise PluginError(f"plugin {plugin.origin}: {exc}") from exc
     return REGISTRY
 
 
 def create(name: str, settings: Mapping[str, Any] | None = None) -> Measure:
     reg = load_all()
     if name not in reg:
-        raise ConfigError(f"unknown measure {name}; choose from: {', '.join(reg)}")
+        raise ConfigError(f"unknown measure {name}; choose from: {', '.join(reg)} (a measure of another "
+                          "package: install it, or kgprobe --plugin MODULE; docs/measures.md)")
     return reg[name](settings)
 
 

@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.probing.requests import Request, Result
-from kgprobe.probing.verbalize import OBJECT, SUBJECT, Cloze, cloze, fill
+from kgprobe.probing.verbalize import OBJECT, SUBJECT, Cloze, Facts, cloze, fill, join_tail, name
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION, derive_style
 
 
@@ -28,11 +28,14 @@ class Runner(Protocol):
 
 @dataclass(frozen=True)
 class Entity:
-    """An entity as the measures see it: a label, its aliases, optionally its QID."""
+    """An entity as the measures see it: a label, its aliases, optionally its QID, and, for
+    the careful verbalizer, the :class:`Facts` that decide how its names are written (None:
+    written raw)."""
 
     label: str
     aliases: tuple[str, ...] = ()
     qid: str | None = None
+    facts: Facts | None = None
 
     @classmethod
     def of(cls, value: Entity | str) -> Entity:
@@ -45,7 +48,15 @@ class Entity:
             x = (x or "").strip()
             if x and x not in out:
                 out.append(x)
-        return tuple(out[:max_labels] if max_labels else out)
+        kept = out[:max_labels] if max_labels else out
+        facts = self.facts
+        return tuple(kept) if facts is None else tuple(name(x, facts) for x in kept)
+
+    @property
+    def name(self) -> str:
+        """The label as templates write it (a :class:`~kgprobe.probing.verbalize.Name` when
+        the entity has verbalizer facts)."""
+        return self.label if self.facts is None else name(self.label, self.facts)
 
     @property
     def key(self) -> str:
@@ -84,10 +95,11 @@ class LabelRule:
         return (bool(_LETTER.search(a)) and len(a) >= self.min_length
                 and not _IDENTIFIER.match(a))
 
-    def entity(self, label: str | None, aliases: Iterable[str] | None, qid: str | None = None) -> Entity:
+    def entity(self, label: str | None, aliases: Iterable[str] | None, qid: str | None = None,
+               facts: Facts | None = None) -> Entity:
         """An :class:`Entity` with the aliases this rule keeps (the label is always kept)."""
         kept = tuple(a for a in (aliases or ()) if a and self.keeps(a))
-        return Entity(label or qid or "", kept, qid)
+        return Entity(label or qid or "", kept, qid, facts)
 
 
 @dataclass(frozen=True)
@@ -137,8 +149,8 @@ class EndMarker:
             return base, False
         if self.kind == "tail":
             tail = c.tail.rstrip()
-            return base + (tail if tail else self.text), False
-        return base + self.text, False
+            return base + join_tail(label, base, tail if tail else self.text), False
+        return base + join_tail(label, base, self.text), False
 
 
 #: Per-model end markers (documented in docs/measures.md). Models not listed use ``tail``.

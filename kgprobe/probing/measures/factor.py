@@ -163,10 +163,10 @@ def factor_items_from_fact(
 ) -> FactorItem:
     """A FACTOR item from a fact: c⁺ = the template filled with s and o, C⁻ = the same with
     o replaced by the first ``n_false`` distractors (typed distractors from any strategy)."""
-    ds = [Entity.of(d).label for d in distractors][:n_false]
+    ds = [Entity.of(d).name for d in distractors][:n_false]
     if not ds:
         raise InputError(f"fact {fact.key}: no distractor to build a FACTOR item")
-    subj = fact.subject.label
-    true = fill(template, subj, fact.object.label)
+    subj = fact.subject.name
+    true = fill(template, subj, fact.object.name)
     false = [fill(template, subj, d) for d in ds]
     return FactorItem(prefix, (true, *false), fact.key)

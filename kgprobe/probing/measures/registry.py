@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 from kgprobe.errors import ConfigError
 from kgprobe.probing.measures.common import EndMarker, Entity, LabelRule, Runner
 from kgprobe.probing.requests import Request, Result
+from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION
 
 #: What a measure can ask the loop to fetch for each fact.
 NEEDS: dict[str, str] = {
@@ -100,6 +101,8 @@ class RunContext:
     max_subject_labels: int = 1
     max_object_labels: int = 3
     label_rule: LabelRule = field(default_factory=LabelRule)
+    #: how labels are written into templates: careful or raw (kgprobe.probing.verbalize)
+    verbalizer: str = "careful"
     n: int = 5
     strategy: str = "temp+sem"
     seed: int = 0
@@ -172,7 +175,8 @@ class Measure:
         if self.uses_distractors:
             out.update(strategy=ctx.strategy, n=ctx.n, seed=ctx.seed)
         if self.uses_labels:
-            out.update(shared_values(ctx), end_kind=ctx.end.kind, end_text=ctx.end.text)
+            out.update(shared_values(ctx), end_kind=ctx.end.kind, end_text=ctx.end.text,
+                       **verbalizer_config(ctx))
         return out
 
     version: ClassVar[int] = 1
@@ -255,13 +259,27 @@ SHARED: dict[str, Param] = {
                  ("auto", "eos", "tail", "none"), str),
     "label_rule": Param("label_rule", "names", "which aliases are labels: names or all", "lr",
                         ("names", "all"), str),
+    "verbalizer": Param("verbalizer", "careful",
+                        "how labels are written: careful (articles, capitals, quoted titles) "
+                        "or raw (the label as it is, as the DFA paper)", "v",
+                        ("careful", "raw"), str),
 }
+
+
+def verbalizer_config(ctx: RunContext) -> dict[str, Any]:
+    """What of the verbalizer goes into a configuration hash beside the shared settings: the
+    careful rules' version (a change of the rules makes stored careful scores stale); nothing
+    for raw, so KaRR scores stored before the verbalizer existed stay valid under raw."""
+    if ctx.verbalizer == "raw":
+        return {}
+    return {"verbalizer": ctx.verbalizer, "verbalizer_rules": CAREFUL_RULES_VERSION}
 
 
 def shared_values(ctx: RunContext) -> dict[str, Any]:
     return {"max_subject_labels": ctx.max_subject_labels,
             "max_object_labels": ctx.max_object_labels,
-            "end": ctx.end_choice, "label_rule": ctx.label_rule.name}
+            "end": ctx.end_choice, "label_rule": ctx.label_rule.name,
+            "verbalizer": ctx.verbalizer}
 
 
 # --- the registry -------------------------------------------------------------------------------
@@ -274,13 +292,23 @@ def register(cls: type[Measure]) -> type[Measure]:
     for attr in ("name", "section", "summary"):
         if not getattr(cls, attr, None):
             raise TypeError(f"measure {cls.__name__} has no {attr}")
-    if cls.name in REGISTRY and REGISTRY[cls.name] is not cls:
-        raise TypeError(f"measure {cls.name!r} is registered twice")
+    old = REGISTRY.get(cls.name)
+    if old is not None and old is not cls:
+        raise TypeError(f"measure name {cls.name!r} of {_where(cls)} is taken by "
+                        f"{'the built-in measure' if _builtin(old) else 'the measure'} {_where(old)}")
     bad = set(cls.needs) - set(NEEDS)
     if bad:
         raise TypeError(f"measure {cls.name}: unknown needs {sorted(bad)}")
     REGISTRY[cls.name] = cls
     return cls
+
+
+def _where(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _builtin(cls: type) -> bool:
+    return cls.__module__.startswith("kgprobe.")
 
 
 def parse_measure(spec: str) -> tuple[str, dict[str, str]]:

@@ -1,0 +1,226 @@
+"""The careful verbalizer on a table of hard cases; every expected sentence written by hand.
+
+Types are Wikidata classes as the demo graph has them (declared P31 or the documented
+fallback types): Q5 human, Q6256 country, Q7278 political party, Q349 sport, Q15324 body of
+water, Q46831 mountain range, Q3918 university, Q12973014 sports team, Q43229 organization,
+Q34379 musical instrument, Q11424 film, Q7725634 literary work, Q15265344 broadcaster.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from kgprobe.errors import ConfigError
+from kgprobe.probing.measures.common import EndMarker, Entity, Fact, cloze_sentences, make_cloze
+from kgprobe.probing.measures.factor import factor_items_from_fact
+from kgprobe.probing.verbalize import (
+    Name,
+    after_determiner,
+    check_verbalizer,
+    cloze,
+    entity_facts,
+    fill,
+    surface,
+)
+
+
+def ent(label: str, types: tuple[str, ...] = (), aliases: tuple[str, ...] = (),
+        subject_of: str | None = None) -> Entity:
+    return Entity(label, aliases, None, entity_facts(label, aliases, types, subject_of))
+
+
+# (template, subject, object, the sentence a careful writer writes)
+CASES = [
+    # the three sentences of the issue
+    ("[X] is a citizen of [Y].", ent("Dan Shor", ("Q5",)),
+     ent("United States of America", ("Q6256",)), "Dan Shor is a citizen of the United States of America."),
+    ("The political party of [X] is [Y].", ent("Clarence Thomas", ("Q5",)),
+     ent("Republican Party", ("Q7278",)), "The political party of Clarence Thomas is the Republican Party."),
+    ("[X] competes in [Y].", ent("cross"), ent("boxing", ("Q349",)), "Cross competes in boxing."),
+    # articles from the name's form: unions, plural names, "X of Y", heads of descriptions
+    ("[X] is a member of [Y].", ent("Belgium", ("Q6256",)), ent("European Union", ("Q43229",)),
+     "Belgium is a member of the European Union."),
+    ("[X] lies in [Y].", ent("Netherlands"), ent("Europe", ("Q5107",)), "The Netherlands lies in Europe."),
+    ("[X] is a citizen of [Y].", ent("Manny Pacquiao", ("Q5",)), ent("Philippines", ("Q6256",)),
+     "Manny Pacquiao is a citizen of the Philippines."),
+    ("[X] is a citizen of [Y].", ent("Jan Hus", ("Q5",)), ent("Czech Republic", ("Q6256",)),
+     "Jan Hus is a citizen of the Czech Republic."),
+    ("[X] is a citizen of [Y].", ent("Mahmoud Abbas", ("Q5",)), ent("State of Palestine", ("Q6256",)),
+     "Mahmoud Abbas is a citizen of the State of Palestine."),
+    ("[X] is a citizen of [Y].", ent("Ai Weiwei", ("Q5",)), ent("People's Republic of China", ("Q6256",)),
+     "Ai Weiwei is a citizen of the People's Republic of China."),
+    ("[X] is a citizen of [Y].", ent("Erich Honecker", ("Q5",)), ent("Germany", ("Q6256",)),
+     "Erich Honecker is a citizen of Germany."),
+    # a label with its own "The": lower-case mid-sentence, capital at the start
+    ("[X] is a citizen of [Y].", ent("Sidney Poitier", ("Q5",)), ent("The Bahamas", ("Q6256",)),
+     "Sidney Poitier is a citizen of the Bahamas."),
+    ("[X]'s capital city is [Y].", ent("The Bahamas", ("Q6256",)), ent("Nassau", ("Q515",)),
+     "The Bahamas's capital city is Nassau."),
+    # universities: "the University of X", but "Harvard University"
+    ("[X] studied at [Y].", ent("Stephen Hawking", ("Q5",)), ent("University of Oxford", ("Q3918",)),
+     "Stephen Hawking studied at the University of Oxford."),
+    ("[X] studied at [Y].", ent("Barack Obama", ("Q5",)), ent("Harvard University", ("Q3918",)),
+     "Barack Obama studied at Harvard University."),
+    # bodies of water and mountain ranges: "the" whatever the form, not lakes
+    ("[X] flows into [Y].", ent("Inn", ("Q15324",)), ent("Danube", ("Q15324",)), "The Inn flows into the Danube."),
+    ("[X] flows into [Y].", ent("Niagara River"), ent("Lake Ontario", ("Q15324",)),
+     "The Niagara River flows into Lake Ontario."),
+    ("[X] is located next to [Y].", ent("Venice"), ent("Adriatic Sea", ("Q15324",)),
+     "Venice is located next to the Adriatic Sea."),
+    ("[X] lies in [Y].", ent("Marmolada"), ent("Dolomites", ("Q46831",)), "Marmolada lies in the Dolomites."),
+    # sports teams: plural nicknames and national teams take "the", clubs do not
+    ("[X] played for [Y].", ent("Michael Jordan", ("Q5",)), ent("Chicago Bulls", ("Q12973014",)),
+     "Michael Jordan played for the Chicago Bulls."),
+    ("[X] played for [Y].", ent("Pelé", ("Q5",)), ent("Brazil national football team", ("Q12973014",)),
+     "Pelé played for the Brazil national football team."),
+    ("[X] played for [Y].", ent("Frank Lampard", ("Q5",)), ent("Chelsea F.C.", ("Q12973014",)),
+     "Frank Lampard played for Chelsea F.C."),
+    # names of people never get an article, whatever their form
+    ("[X] is a sibling of [Y].", ent("Mary I of England", ("Q5",)), ent("Edward VI of England", ("Q5",)),
+     "Mary I of England is a sibling of Edward VI of England."),
+    ("[X] is married to [Y].", ent("Henry VIII", ("Q5",)), ent("Catherine of Aragon"),
+     "Henry VIII is married to Catherine of Aragon."),
+    ("[X] was born in [Y].", ent("The Weeknd", ("Q5",)), ent("Toronto", ("Q515",)), "The Weeknd was born in Toronto."),
+    ("The spouse of [X] is [Y].", ent("Kate Winslet", ("Q5",)), ent("The Edge", ("Q5",)),
+     "The spouse of Kate Winslet is The Edge."),
+    # an untyped subject of a relation whose subjects are people is a person: no article
+    ("[X] is married to [Y].", ent("Gabrielle Union", subject_of="P26"), ent("Dwyane Wade", ("Q5",)),
+     "Gabrielle Union is married to Dwyane Wade."),
+    ("[X] was educated at [Y].", ent("Beatrix of the Netherlands", subject_of="P69"),
+     ent("Leiden University", ("Q3918",)), "Beatrix of the Netherlands was educated at Leiden University."),
+    # ... and of a relation that does not say: the form decides
+    ("[X] is a member of [Y].", ent("Netherlands", subject_of="P463"), ent("NATO", ("Q43229",)),
+     "The Netherlands is a member of NATO."),
+    ("[X] is developed by [Y].", ent("Blitz: The League"), ent("Midway Games", ("Q4830453",)),
+     "Blitz: The League is developed by Midway Games."),
+    # templates that already determine the slot: no "the the", no article in an appositive
+    ("[X] is a member of the political party [Y].", ent("Clarence Thomas", ("Q5",)),
+     ent("Republican Party", ("Q7278",)), "Clarence Thomas is a member of the political party Republican Party."),
+    ("[X] plays the [Y].", ent("Acker Bilk", ("Q5",)), ent("clarinet", ("Q34379",)), "Acker Bilk plays the clarinet."),
+    ("[X] lies in the mountain range [Y].", ent("Ben Nevis"), ent("Grampian Mountains", ("Q46831",)),
+     "Ben Nevis lies in the mountain range Grampian Mountains."),
+    ("[X] is located in the country of [Y].", ent("Manila"), ent("Philippines", ("Q6256",)),
+     "Manila is located in the country of the Philippines."),
+    ("[X] is a citizen of the [Y].", ent("Sidney Poitier", ("Q5",)), ent("The Bahamas", ("Q6256",)),
+     "Sidney Poitier is a citizen of the Bahamas."),
+    # titles of creative works are quoted (by type, or as the subject of a work relation)
+    ("[X] was directed by [Y].", ent("The Long Voyage Home", ("Q11424",)), ent("John Ford", ("Q5",)),
+     "\"The Long Voyage Home\" was directed by John Ford."),
+    ("The author of [X] is [Y].", ent("Foundation and Earth", subject_of="P50"), ent("Isaac Asimov", ("Q5",)),
+     "The author of \"Foundation and Earth\" is Isaac Asimov."),
+    ("[X] was originally broadcast on [Y].", ent("Stranger Things", subject_of="P449"),
+     ent("Netflix", ("Q15265344",)), "\"Stranger Things\" was originally broadcast on Netflix."),
+    # capitals: camel-case brands keep their spelling; particles are capitalised
+    ("[X] was developed by [Y].", ent("iPad Pro"), ent("Apple Inc.", ("Q4830453",)), "iPad Pro was developed by Apple Inc."),
+    ("[X] is a citizen of [Y].", ent("de Gaulle", ("Q5",)), ent("France", ("Q6256",)), "De Gaulle is a citizen of France."),
+    # common nouns stay bare and lower-case mid-sentence
+    ("[X] died of [Y].", ent("Steve Jobs", ("Q5",)), ent("pancreatic cancer", ("Q1931388",)),
+     "Steve Jobs died of pancreatic cancer."),
+    ("[X] speaks [Y].", ent("Jan Hus", ("Q5",)), ent("Czech", ("Q34770",)), "Jan Hus speaks Czech."),
+    # Wikidata's own evidence: the alias "The Jewel Tower" of "Jewel Tower" (no rule would know)
+    ("[X] is owned by [Y].", ent("Jewel Tower", (), ("The Jewel Tower",)),
+     ent("English Heritage", ("Q43229",)), "The Jewel Tower is owned by English Heritage."),
+    # a question's answer starts a sentence
+    ("Which country is [X] a citizen of? [Y]", ent("Dan Shor", ("Q5",)),
+     ent("United States of America", ("Q6256",)), "Which country is Dan Shor a citizen of? The United States of America"),
+]
+
+
+@pytest.mark.parametrize(("template", "subject", "obj", "expected"), CASES,
+                         ids=[c[3][:40] for c in CASES])
+def test_careful_sentences(template: str, subject: Entity, obj: Entity, expected: str) -> None:
+    assert fill(template, subject.name, obj.name) == expected
+
+
+@pytest.mark.parametrize(("template", "subject", "obj", "expected"),
+                         [c for c in CASES if not c[0].rstrip().endswith("]")],
+                         ids=[c[3][:40] for c in CASES if not c[0].rstrip().endswith("]")])
+def test_cloze_agrees_with_the_sentence(template: str, subject: Entity, obj: Entity, expected: str) -> None:
+    """The cloze cuts the same sentence: context + continuation + tail."""
+    c = make_cloze(template, subject.labels(1)[0])
+    assert c.sentence(obj.labels(1)[0]) == expected
+
+
+def test_raw_labels_are_written_as_they_are() -> None:
+    """A plain str (and an Entity without verbalizer facts) is the DFA paper's raw filling."""
+    assert fill("[X] is a citizen of [Y].", "Dan Shor", "United States of America") == (
+        "Dan Shor is a citizen of United States of America.")
+    assert fill("[X] competes in [Y].", "cross", "boxing") == "cross competes in boxing."
+    raw = Entity("United States of America", ("USA",))
+    assert raw.labels() == ("United States of America", "USA") and raw.name == "United States of America"
+    c = cloze("[X] is a citizen of [Y].", "Dan Shor")
+    assert c.continuation(raw.name) == " United States of America"
+
+
+def test_the_article_is_in_the_continuation_of_each_candidate_alone() -> None:
+    """The true object's article is scored with the true object only: a distractor that needs no
+    article gets none, and one that needs it gets its own."""
+    subject = ent("Dan Shor", ("Q5",))
+    [c] = cloze_sentences(["[X] is a citizen of [Y]."], subject)
+    assert c.context == "Dan Shor is a citizen of"
+    end = EndMarker("tail", ".")
+    assert end.continuation(c.cloze, ent("United States of America", ("Q6256",)).name) == (
+        " the United States of America.", False)
+    assert end.continuation(c.cloze, ent("France", ("Q6256",)).name) == (" France.", False)
+    assert end.continuation(c.cloze, ent("Netherlands", ("Q6256",)).name) == (" the Netherlands.", False)
+    # a name that ends in a period ends the sentence with it
+    [p] = cloze_sentences(["[X] played for [Y]."], ent("Frank Lampard", ("Q5",)))
+    assert end.continuation(p.cloze, ent("Chelsea F.C.", ("Q12973014",)).name) == (" Chelsea F.C.", False)
+    assert end.continuation(p.cloze, "Chelsea F.C.") == (" Chelsea F.C..", False)  # raw: as it is
+
+
+def test_article_per_label_not_per_entity() -> None:
+    """Aliases are written each in its own form: "the USA" and "the UK", but "America" bare;
+    word acronyms ("NASA") take no article even when the full name does."""
+    usa = ent("United States of America", ("Q6256",), ("USA", "America", "United States"))
+    c = cloze("[X] is a citizen of [Y].", "Dan Shor")
+    assert [c.continuation(x) for x in usa.labels()] == [
+        " the United States of America", " the USA", " America", " the United States"]
+    nasa = ent("National Aeronautics and Space Administration", ("Q43229",), ("NASA",))
+    assert [surface(x, "operated by ") for x in nasa.labels()] == [
+        "the National Aeronautics and Space Administration", "NASA"]
+
+
+def test_appositive_detection() -> None:
+    assert after_determiner("is a member of the political party")
+    assert after_determiner("plays the")
+    assert after_determiner("has the official language")
+    assert not after_determiner("is located in the country of")
+    assert not after_determiner("is a citizen of")
+    assert not after_determiner("The capital of France's neighbour is")
+
+
+def test_factor_items_are_written_carefully() -> None:
+    fact = Fact(ent("Dan Shor", ("Q5",)), "P27", ent("United States of America", ("Q6256",)))
+    item = factor_items_from_fact(fact, "[X] is a citizen of [Y].",
+                                  [ent("France", ("Q6256",)), ent("United Kingdom", ("Q6256",))])
+    assert item.completions == ("Dan Shor is a citizen of the United States of America.",
+                                "Dan Shor is a citizen of France.",
+                                "Dan Shor is a citizen of the United Kingdom.")
+
+
+def test_name_survives_pickling_and_compares_as_its_label() -> None:
+    n = ent("Czech Republic", ("Q6256",)).name
+    assert isinstance(n, Name) and n == "Czech Republic" and hash(n) == hash("Czech Republic")
+    back = pickle.loads(pickle.dumps(n))
+    assert isinstance(back, Name) and surface(back, "a citizen of ") == "the Czech Republic"
+
+
+def test_verbalizer_is_part_of_every_label_measure_configuration() -> None:
+    """Changing how sentences are written changes the configuration hash (stored scores are
+    never mixed), for the distractor measure and for KaRR, which keys no shared setting."""
+    from kgprobe.probing.measures.catalog import create
+    from kgprobe.probing.measures.registry import RunContext
+
+    for name in ("kmin", "karr", "factor"):
+        m = create(name, {})
+        careful, raw = m.config(RunContext()), m.config(RunContext(verbalizer="raw"))
+        assert careful != raw, name
+
+
+def test_unknown_verbalizer_is_refused() -> None:
+    assert check_verbalizer("raw") == "raw"
+    with pytest.raises(ConfigError, match="careful or raw"):
+        check_verbalizer("fancy")
