@@ -8,7 +8,19 @@ its templates (the same run on both servers, for docs/benchmarks.md).
         --per-measure --measure kmin --measure belief ...   # the demo sample, cost per measure
 
 Prints the wall time and this process's CPU time of each phase (model load, semantic index,
-probe) and the facts scored. The machine may be shared: the load average before and after is
+probe) and the facts scored, and per fact the wall and CPU time of the loop's three parts:
+gather (the graph reads of a batch), score (the measures and the runner) and write (the write
+transactions), each timed on the thread that runs it, plus the server's CPU with ``--server``.
+With the pipeline (issue 18) gather and write run beside the scoring, so the parts add up to
+more than the probe's wall.
+
+``--model-free`` replaces the model by a runner that tokenizes every request for real and
+builds the engine's packing plan, then returns made-up log-probabilities (a function of the
+token ids): what is left is the graph side and the loop, which a GPU engine must not wait for.
+The same script runs against another checkout (``PYTHONPATH=/path/to/old/checkout``) to
+compare before and after; ``--write-batch`` and ``--pipeline`` are passed only when given.
+
+    python benchmarks/bench_probe.py --server arcadedb --model-free --relations demo --sample 600 The machine may be shared: the load average before and after is
 printed too, since wall time grows with it while CPU time does not. ``--force`` rescoring makes
 repeated runs comparable; the score cache is off.
 """
@@ -26,30 +38,152 @@ from pathlib import Path
 from typing import Any
 
 
+class ModelFree:
+    """A runner without a model: the real tokenization and packing plan of the loaded model's
+    engine for log-probability requests, then log p = -(0.1 + (id mod 97) / 10) per token (so
+    different labels get different scores). Any other kind of request goes to the engine."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+        self.tok = engine.tok
+        self.requests = 0
+
+    def run(self, requests: Any) -> list[Any]:
+        from kgprobe.probing.backends.packing import plan
+        from kgprobe.probing.requests import LogProbRequest, LogProbResult
+
+        lps = [r for r in dict.fromkeys(requests) if isinstance(r, LogProbRequest)]
+        out: dict[Any, Any] = {}
+        if lps:
+            encs = self.tok.causal_pairs([(r.context, r.continuation, r.add_eos) for r in lps])
+            plan([e.context_ids for e in encs], [e.continuation_ids for e in encs], 8192)
+            for r, e in zip(lps, encs, strict=True):
+                ids = tuple(int(i) for i in e.continuation_ids)
+                per = tuple(-(0.1 + (i % 97) / 10) for i in ids)
+                out[r] = LogProbResult(sum(per), per, (), False, e.boundary_merged, ids)
+        rest = [r for r in requests if r not in out]
+        if rest:
+            out.update(zip(rest, self.engine.run(rest), strict=True))
+        self.requests += len(requests)
+        return [out[r] for r in requests]
+
+
+class Parts:
+    """Wall and thread-CPU seconds of the loop's parts (gather, score, write), by wrapping the
+    loop's own functions (kgprobe.probing.loop) for the length of the benchmark."""
+
+    def __init__(self) -> None:
+        import kgprobe.probing.loop as loop
+        from kgprobe.graph import probe_runs as pr
+
+        self.t: dict[str, list[float]] = {k: [0.0, 0.0, 0] for k in ("gather", "score", "write")}
+        loop.Gatherer.batch = self._timed("gather", loop.Gatherer.batch)  # type: ignore[method-assign]
+        loop.score_batch = self._timed("score", loop.score_batch)  # type: ignore[assignment]
+        pr.write_scores = self._timed("write", pr.write_scores)  # type: ignore[assignment]
+
+    def _timed(self, name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **k: Any) -> Any:
+            w, c = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                t = self.t[name]
+                t[0] += time.perf_counter() - w
+                t[1] += time.thread_time() - c
+                t[2] += 1
+        return wrapper
+
+    def reset(self) -> None:
+        for t in self.t.values():
+            t[:] = [0.0, 0.0, 0]
+
+    def line(self, facts: int) -> str:
+        per = max(facts, 1) / 1000
+        return "; ".join(f"{k} {t[0] / per:.2f} ms wall {t[1] / per:.2f} ms CPU per fact ({t[2]} calls)"
+                         for k, t in self.t.items())
+
+
+class Statements:
+    """Wall seconds and calls of every Cypher statement the probe sends, by the name of the
+    constant in kgprobe.graph that holds it (``--statements``)."""
+
+    def __init__(self) -> None:
+        from kgprobe.graph import client, distractors, probe_runs, templates
+
+        self.names = {v: f"{m.__name__.rsplit('.', 1)[1]}.{k}" for m in (distractors, probe_runs, templates)
+                      for k, v in vars(m).items() if k.isupper() and isinstance(v, str)}
+        self.t: dict[str, list[float]] = {}
+        lock = __import__("threading").Lock()
+        read, write_many = client.Graph.read, client.Graph.write_many
+
+        def add(cypher: str, dt: float) -> None:
+            name = self.names.get(cypher, cypher.strip().splitlines()[0][:40])
+            with lock:
+                t = self.t.setdefault(name, [0.0, 0])
+                t[0] += dt
+                t[1] += 1
+
+        def timed_read(g: Any, cypher: str, **params: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return read(g, cypher, **params)
+            finally:
+                add(cypher, time.perf_counter() - t0)
+
+        def timed_write_many(g: Any, statements: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return write_many(g, statements)
+            finally:
+                add(" + ".join(self.names.get(c, "?") for c, _ in statements), time.perf_counter() - t0)
+
+        client.Graph.read = timed_read  # type: ignore[method-assign]
+        client.Graph.write_many = timed_write_many  # type: ignore[method-assign]
+
+    def report(self, facts: int) -> None:
+        for name, (sec, n) in sorted(self.t.items(), key=lambda kv: -kv[1][0]):
+            print(f"    {name}: {n} calls, {1000 * sec / max(facts, 1):.2f} ms per fact, "
+                  f"{1000 * sec / max(n, 1):.1f} ms per call")
+        self.t.clear()
+
+
+def _cpu_of(pid: int | None) -> float | None:
+    """utime + stime of a process (the graph server), in seconds."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @contextlib.contextmanager
-def _graph(server: str | None, heap: str) -> Iterator[tuple[Any, str | None]]:
+def _graph(server: str | None, heap: str) -> Iterator[tuple[Any, str | None, int | None]]:
     """The configured graph; or a fresh server of ``server``'s kind with the demo graph and its
     templates loaded, and a semantic-index directory of its own."""
     if server is None:
         from kgprobe.graph.client import connect
 
         with connect() as graph:
-            yield graph, None
+            yield graph, None, None
         return
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    # appended, not first: with PYTHONPATH=/other/checkout the kgprobe measured is that one
+    sys.path.append(str(Path(__file__).resolve().parent.parent))
     from benchmarks.servers import fresh_graph
     from kgprobe.api import write_records
     from kgprobe.graph.templates import demo_paths, import_own_templates
     from kgprobe.loaders.wikidata_json import load_json
 
     with tempfile.TemporaryDirectory(prefix="kgprobe-bench-") as tmp, \
-            fresh_graph(server, Path(tmp) / "server", heap) as (graph, _):
+            fresh_graph(server, Path(tmp) / "server", heap) as (graph, pid):
         t0 = time.monotonic()
         write_records(graph, load_json(demo_paths()[0]), quiet=True)
         import_own_templates(graph)
         print(f"{server}: demo graph and templates loaded in {time.monotonic() - t0:.1f} s; "
               f"server {graph.server_agent()}")
-        yield graph, str(Path(tmp) / "index")
+        yield graph, str(Path(tmp) / "index"), pid
 
 
 def main() -> None:
@@ -72,12 +206,19 @@ def main() -> None:
     ap.add_argument("--server", choices=("arcadedb", "neo4j"), default=None,
                     help="a fresh server of this kind with the demo graph (default: the configured graph)")
     ap.add_argument("--heap", default="2g", help="with --server: the server's heap")
+    ap.add_argument("--model-free", action="store_true",
+                    help="real tokenization and packing plan, made-up scores: the graph side alone")
+    ap.add_argument("--batch-facts", type=int, default=16)
+    ap.add_argument("--write-batch", type=int, default=None, help="facts per write transaction")
+    ap.add_argument("--pipeline", type=int, default=None, help="pipeline depth (0: one thread)")
+    ap.add_argument("--repeat", type=int, default=1, help="probe runs per measure set (--force)")
+    ap.add_argument("--statements", action="store_true", help="wall time of every Cypher statement")
     args = ap.parse_args()
-    with _graph(args.server, args.heap) as (graph, index_dir):
-        _bench(args, graph, index_dir)
+    with _graph(args.server, args.heap) as (graph, index_dir, pid):
+        _bench(args, graph, index_dir, pid)
 
 
-def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None) -> None:
+def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_pid: int | None) -> None:
 
     import torch
 
@@ -93,6 +234,9 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None) -> None:
         relations = DEMO_RELATIONS
     elif args.relations:
         relations = tuple(r.strip() for r in args.relations.split(",") if r.strip())
+    import kgprobe
+
+    print(f"kgprobe from {Path(kgprobe.__file__).parent}")
     print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
     def clock() -> tuple[float, float]:
@@ -113,15 +257,23 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None) -> None:
     end = end_marker_for(lm.name)
     runs = [(m,) for m in args.measure or ()] if args.per_measure else []
     runs.append(tuple(args.measure or ("kmin",)))
-    for measures in runs:
+    parts = Parts()
+    statements = Statements() if args.statements else None
+    loop_knobs = {k: v for k, v in (("write_facts", args.write_batch), ("pipeline", args.pipeline))
+                  if v is not None}
+    for measures in [m for m in runs for _ in range(args.repeat)]:
         engine = Engine(lm)  # a fresh engine per run: its counters cover that run only
+        runner = ModelFree(engine) if args.model_free else engine
         cfg = ProbeConfig(
             model=args.model, relations=relations, sample=args.sample, n=args.n,
             strategy=args.strategy, history_first=args.history_first, measures=measures, dtype=args.dtype, seed=args.seed,
             max_object_labels=args.max_labels, max_templates=args.max_templates, force=True,
+            batch_facts=args.batch_facts, **loop_knobs,
         )
+        parts.reset()
+        server0 = _cpu_of(server_pid)
         w3, c3 = clock()
-        s = run_probe(graph, engine, cfg, fingerprint=engine.fingerprint, index=index,
+        s = run_probe(graph, runner, cfg, fingerprint=engine.fingerprint, index=index,
                       model_info={"name": lm.name, "kind": lm.kind, "device": lm.device,
                                   "end_marker": {"kind": end.kind, "text": end.text}},
                       progress=sys.stderr.isatty())
@@ -135,6 +287,16 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None) -> None:
               f"{w4 - w3:.1f} s wall, {c4 - c3:.1f} s CPU ({(c4 - c3) / max(done, 1):.2f} CPU-s "
               f"per fact); engine {sum(st.kind_cpu_seconds.values()):.1f} CPU-s ({kinds}), "
               f"{st.forward_calls} forward calls", flush=True)
+        server1 = _cpu_of(server_pid)
+        per = max(done, 1) / 1000
+        server = f", server {(server1 - server0) / per:.2f} CPU-ms" if server0 is not None and server1 is not None else ""
+        print(f"  per fact: {(w4 - w3) / per:.2f} ms wall, {(c4 - c3) / per:.2f} CPU-ms (this process)"
+              f"{server}; {done / max(w4 - w3, 1e-9):.1f} facts/s"
+              f"{f'; {runner.requests / max(done, 1):.1f} requests per fact' if args.model_free else ''}",
+              flush=True)
+        print(f"  loop parts: {parts.line(done)}", flush=True)
+        if statements is not None:
+            statements.report(done)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

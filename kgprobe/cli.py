@@ -700,7 +700,8 @@ def probe(
     max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     threads: int = typer.Option(1, help="CPU threads for torch."),
-    batch_facts: int = typer.Option(16, "--batch-facts", help="Facts per engine run and per write."),
+    batch_facts: int = typer.Option(16, "--batch-facts", help="Facts per graph read and per engine run."),
+    write_batch: int = typer.Option(256, "--write-batch", help="Facts per write transaction (scores written behind the scoring)."),
     device: str | None = _DEVICE_OPT,
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
     model_arg: list[str] = _MODEL_ARG_OPT,
@@ -729,6 +730,7 @@ def probe(
     _check_number("--max-subject-labels", max_subject_labels, 1)
     _check_number("--max-templates", max_templates, 1)
     _check_number("--batch-facts", batch_facts, 1)
+    _check_number("--write-batch", write_batch, 1)
     _check_model_options(batch_tokens, threads)
     _model_options(device, batch_tokens, model_arg)
     summary = run(
@@ -737,7 +739,7 @@ def probe(
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
         max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
         verbalizer=verbalizer,
-        on_model_mismatch=on_model_mismatch, batch_facts=batch_facts,
+        on_model_mismatch=on_model_mismatch, batch_facts=batch_facts, write_facts=write_batch,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
         force=force, history_first=history_first, progress=not as_json, output_path=output_path,
         overwrite=overwrite, shard=parse_shard(shard) if shard else None,

@@ -89,6 +89,7 @@ def test_nan_and_out_of_range_thresholds_are_refused(graph: Any, kgprobe_env: di
     (["probe", "--sample", "-5"], "--sample must be at least 0"),
     (["probe", "--batch-tokens", "0"], "--batch-tokens must be at least 1"),
     (["probe", "--batch-facts", "0"], "--batch-facts must be at least 1"),
+    (["probe", "--write-batch", "0"], "--write-batch must be at least 1"),
     (["probe", "--max-labels", "0"], "--max-labels must be at least 1"),
     (["unknown", "--model", "m", "-r", "P0"], "'P0' is not a Wikidata property id"),
     (["templates", "list", "-r", "Q5"], "'Q5' is not a Wikidata property id"),

@@ -159,6 +159,42 @@ def test_probe_writes_scores_then_skips_them(world: tuple[Any, Any], engines: di
     assert all(avg[k]["score"] >= scores[k]["score"] for k in scores)  # Avg@n >= Min@n
 
 
+@pytest.mark.parametrize("strategy", ["temp+sem", "random"])
+def test_scores_do_not_depend_on_batching_or_the_pipeline(
+    world: tuple[Any, Any], engines: dict[str, Any], tiny_models: dict[str, Path], strategy: str,
+) -> None:
+    """One fact per batch on one thread (the per-fact loop), and batches of 3 or 8 gathered
+    ahead and written behind in transactions of 2 or 256 facts: the same values on every fact,
+    for measures that need distractors, past objects, other objects, other subjects and the
+    object's other relations."""
+    graph, index = world
+    eng = engines["gpt2"]
+    measures = ("kmin", "karr", "belief")
+
+    def values(**kw: Any) -> dict[str, dict[str, Any]]:
+        cfg = _config(tiny_models["gpt2"], strategy=strategy, measures=measures, force=True, **kw)
+        s = run_probe(graph, eng, cfg, fingerprint=eng.fingerprint, index=index, progress=False)
+        assert s.scored + s.unscorable == 11
+        rows = graph.read("MATCH (:Entity)-[f:FACT]->(:Entity) RETURN f.key AS key, f {.*} AS p")
+        return {r["key"]: {k: v for k, v in r["p"].items()
+                           if k.startswith(("score__", "known__", "stale__", "cfg__"))} for r in rows}
+
+    ref = values(batch_facts=1, write_facts=1, pipeline=0)
+    assert sum(1 for p in ref.values() if p) == 11 and len(next(p for p in ref.values() if p)) >= 9
+    for kw in ({"batch_facts": 3, "write_facts": 2, "pipeline": 1},
+               {"batch_facts": 8, "write_facts": 256, "pipeline": 2}):
+        got = values(**kw)
+        assert got.keys() == ref.keys()
+        for key, props in ref.items():
+            assert got[key].keys() == props.keys()
+            for name, v in props.items():
+                if isinstance(v, float) or (isinstance(v, list) and all(isinstance(x, float) for x in v)):
+                    # the engine packs other batches: the same scores up to float rounding
+                    assert got[key][name] == pytest.approx(v, abs=1e-6), (key, name)
+                else:
+                    assert got[key][name] == v, (key, name)
+
+
 def test_probe_bad_choices_give_one_line(world: tuple[Any, Any], engines: dict[str, Any],
                                          tiny_models: dict[str, Path]) -> None:
     graph, index = world
@@ -215,8 +251,9 @@ def test_killed_probe_resumes_and_matches_an_uninterrupted_run(
     world: tuple[Any, Any], graph_settings: Any, tiny_models: dict[str, Path], engines: dict[str, Any],
     tmp_path: Path,
 ) -> None:
-    """A separate process probing is SIGKILLed after two batches; the same configuration run
-    again scores only the rest, and the result equals an uninterrupted run."""
+    """A separate process probing is SIGKILLed after two batches (pipelined: gathered ahead,
+    each written in its own transaction behind the scoring); the same configuration run again
+    scores only the rest, and the result equals an uninterrupted run."""
     graph, index = world
     s = graph_settings
     script = tmp_path / "probe.py"
@@ -241,7 +278,8 @@ def test_killed_probe_resumes_and_matches_an_uninterrupted_run(
                 out = engine.run(requests)
                 time.sleep(0.4)
                 return out
-        cfg = ProbeConfig(model={str(tiny_models["gpt2"])!r}, sample=None, n=2, at={REF!r}, batch_facts=1)
+        cfg = ProbeConfig(model={str(tiny_models["gpt2"])!r}, sample=None, n=2, at={REF!r}, batch_facts=1,
+                          write_facts=1, pipeline=2)
         index = ensure_index(g, {str(tmp_path / "index")!r}, IndexSettings(dim=8, seed=0))
         run_probe(g, Slow(), cfg, fingerprint=engine.fingerprint, index=index, progress=False)
         print("done", flush=True)
@@ -254,6 +292,10 @@ def test_killed_probe_resumes_and_matches_an_uninterrupted_run(
         if not line:
             break
         seen += line.startswith("batch")
+    # the writes run behind the scoring: kill once the first has landed (a slow first write,
+    # e.g. Neo4j planning it on a loaded machine, may come after the third batch's scoring)
+    while not _scores(graph) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     partial = _scores(graph)
@@ -278,6 +320,41 @@ def test_killed_probe_resumes_and_matches_an_uninterrupted_run(
     assert {k: (r["score"], r["stale"]) for k, r in after.items()} == {
         k: (r["score"], r["stale"]) for k, r in clean.items()
     }
+
+
+def test_ctrl_c_in_a_pipelined_run_stops_its_threads_and_the_rerun_finishes(
+    world: tuple[Any, Any], engines: dict[str, Any], tiny_models: dict[str, Path],
+) -> None:
+    """KeyboardInterrupt during the third batch's scoring: the run is marked interrupted, the
+    gather and write threads end, what was committed stays, and the same configuration then
+    scores exactly the rest."""
+    import threading
+
+    graph, index = world
+    eng = engines["gpt2"]
+    cfg = _config(tiny_models["gpt2"], batch_facts=2, write_facts=2, pipeline=2)
+
+    class CtrlC:
+        calls = 0
+
+        def run(self, requests: Any) -> Any:
+            self.calls += 1
+            if self.calls == 3:
+                raise KeyboardInterrupt
+            return eng.run(requests)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_probe(graph, CtrlC(), cfg, fingerprint=eng.fingerprint, index=index, progress=False)
+    deadline = time.monotonic() + 15
+    while any(t.name.startswith("kgprobe-") for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("kgprobe-")]
+    (run,) = pr.list_runs(graph)
+    done = _scores(graph)
+    assert run["status"] == "interrupted" and run["facts_scored"] == len(done) <= 4
+    rest = run_probe(graph, eng, cfg, fingerprint=eng.fingerprint, index=index, progress=False)
+    assert (rest.skipped, rest.scored) == (len(done), 11 - len(done))
+    assert len(_scores(graph)) == 11
 
 
 def test_two_models_compare_end_to_end(world: tuple[Any, Any], engines: dict[str, Any],
@@ -329,7 +406,7 @@ def test_graph_lost_mid_run_stops_with_a_clear_message_and_resumes(
     server = ManagedServer(settings)
     server.start()
     eng = engines["gpt2"]
-    cfg = _config(tiny_models["gpt2"], strategy="random", batch_facts=3)
+    cfg = _config(tiny_models["gpt2"], strategy="random", batch_facts=3, write_facts=3)
 
     class StopsTheServer:
         calls = 0
@@ -337,6 +414,10 @@ def test_graph_lost_mid_run_stops_with_a_clear_message_and_resumes(
         def run(self, requests: Any) -> Any:
             self.calls += 1
             if self.calls == 2:
+                # the first batch is written behind the scoring: let it land, then pull the plug
+                deadline = time.monotonic() + 60
+                while len(_scores(g, "score__gpt2__kmin_random_n2")) < 3 and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 server.stop()
             return eng.run(requests)
 

@@ -17,6 +17,7 @@ from neo4j.exceptions import (
     AuthError,
     ClientError,
     ConfigurationError,
+    DatabaseError,
     Neo4jError,
     ServiceUnavailable,
     SessionExpired,
@@ -120,6 +121,13 @@ class Graph:
             raise GraphUnavailable(
                 f"lost the graph server at {self.uri}: {_first_line(exc)}; nothing of the failed "
                 "batch was written — start the server and run the command again to resume"
+            ) from exc
+        except DatabaseError as exc:
+            # the server failed, not the statement (e.g. ArcadeDB closing the database under a
+            # query while it shuts down: a probe's gather thread may be reading just then)
+            raise GraphUnavailable(
+                f"the graph server at {self.uri} failed: {_first_line(exc)}; nothing of the failed "
+                "batch was written — run the command again to resume"
             ) from exc
 
     def read(self, cypher: str, **params: Any) -> list[dict[str, Any]]:

@@ -105,6 +105,22 @@ RETURN id, c.qid AS qid, c.label AS label, coalesce(c.aliases, []) AS aliases,
        collect(DISTINCT t.qid) AS types
 """
 
+#: TYPED_CANDIDATES_LIMITED for a batch of facts ($rows: {i, o, types, exclude}; one $limit
+#: per fact): one record of parallel lists per fact, the same statement run per row.
+TYPED_CANDIDATES_BATCH = f"""
+UNWIND $rows AS row
+CALL {{
+  WITH row
+  UNWIND row.types AS tq
+  MATCH (t:Entity {{qid: tq}})<-[:{TYPE_EDGES}]-(c:Entity)
+  WHERE c.qid <> row.o AND NOT c.qid IN row.exclude AND c.label IS NOT NULL
+  WITH c, tq ORDER BY c.qid LIMIT $limit
+  RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
+         collect(coalesce(c.aliases, [])) AS aliases, collect(tq) AS types
+}}
+RETURN row.i AS i, qids, labels, aliases, types
+"""
+
 #: Which of $candidates share one of $types and are not in $exclude (one batch of a filter).
 OMEGA_CHECK = f"""
 UNWIND $candidates AS q
@@ -114,16 +130,38 @@ RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
        collect(coalesce(c.aliases, [])) AS aliases, collect(t.qid) AS types
 """
 
+#: FACT_CONTEXT for a batch of facts ($rows: {i, s, pid, o}), one record per fact whose object
+#: is in the graph, anchored on the object's and the subject's QID.
+FACT_CONTEXTS = f"""
+UNWIND $rows AS row
+MATCH (o:Entity {{qid: row.o}})
+OPTIONAL MATCH (o)-[:{TYPE_EDGES}]->(t:Entity)
+WITH row.i AS i, row.s AS sq, row.pid AS pid, o, collect(DISTINCT t.qid) AS types
+OPTIONAL MATCH (s:Entity {{qid: sq}})
+OPTIONAL MATCH (s)-[f:FACT {{pid: pid}}]->(x:Entity)
+WHERE f.rank IS NULL OR f.rank <> 'deprecated'
+WITH i, o, types, s, collect(DISTINCT x.qid) AS trues
+RETURN i, o.label AS label, o.aliases AS aliases, types, s.label AS subject_label, trues
+"""
+
+#: OMEGA_CHECK for a batch of facts ($rows: {i, o, types, exclude, candidates}): one record
+#: of parallel lists, ``i`` telling which fact each (candidate, type) pair belongs to.
+OMEGA_CHECKS = f"""
+UNWIND $rows AS row
+UNWIND row.candidates AS q
+MATCH (c:Entity {{qid: q}})-[:{TYPE_EDGES}]->(t:Entity)
+WHERE t.qid IN row.types AND c.qid <> row.o AND NOT c.qid IN row.exclude AND c.label IS NOT NULL
+RETURN collect(row.i) AS i, collect(c.qid) AS qids, collect(c.label) AS labels,
+       collect(coalesce(c.aliases, [])) AS aliases, collect(t.qid) AS types
+"""
+
 #: Objects of (s, r) other than $o that were valid before $ref and are not valid at $ref.
 #: Per statement: no temporal qualifier → 'always'; point in time only → past/now/future by
 #: pit; otherwise the interval [start, end) decides. An object with any 'always' or 'now'
 #: statement is still true at $ref and so is no temporal distractor. A coarse end or point in
 #: time covers its whole month (precision 10) or year (precision ≤ 9): a stint "until 2013"
 #: is still valid on 2013-06-01. (CE dates only; a BCE one is taken at its sort key.)
-TEMPORAL_CANDIDATES = """
-MATCH (s:Entity {qid: $s})-[f:FACT]->(c:Entity)
-WHERE f.pid = $pid AND (f.rank IS NULL OR f.rank <> 'deprecated') AND c.qid <> $o
-WITH c, f,
+_TEMPORAL_STATES = """
      CASE
        WHEN f.end_sort IS NULL OR f.end_sort < 0 OR coalesce(f.end_precision, 11) >= 11 THEN f.end_sort
        WHEN f.end_precision = 10 THEN f.end_sort + 99
@@ -134,7 +172,7 @@ WITH c, f,
        WHEN f.pit_precision = 10 THEN f.pit_sort + 99
        ELSE f.pit_sort + 9999
      END AS pit_eff
-WITH c, f, end_eff,
+WITH <keep>c, f, end_eff,
      CASE
        WHEN f.start_sort IS NULL AND f.end_sort IS NULL AND f.pit_sort IS NULL THEN 'always'
        WHEN f.start_sort IS NULL AND f.end_sort IS NULL THEN
@@ -144,13 +182,34 @@ WITH c, f, end_eff,
        WHEN end_eff IS NOT NULL AND end_eff <= $ref THEN 'past'
        ELSE 'future'
      END AS state
-WITH c, collect(state) AS states,
+WITH <keep>c, collect(state) AS states,
      max(coalesce(f.end_sort, f.pit_sort)) AS last_sort,
      collect({start: f.start_time, end: f.end_time, pit: f.pit_time, state: state}) AS statements
 WHERE 'past' IN states AND NOT 'now' IN states AND NOT 'always' IN states
-RETURN c.qid AS qid, c.label AS label, c.aliases AS aliases, last_sort, statements
+"""
+TEMPORAL_CANDIDATES = (
+    """
+MATCH (s:Entity {qid: $s})-[f:FACT]->(c:Entity)
+WHERE f.pid = $pid AND (f.rank IS NULL OR f.rank <> 'deprecated') AND c.qid <> $o
+WITH c, f,"""
+    + _TEMPORAL_STATES.replace("<keep>", "")
+    + """RETURN c.qid AS qid, c.label AS label, c.aliases AS aliases, last_sort, statements
 ORDER BY last_sort DESC, qid
 """
+)
+#: TEMPORAL_CANDIDATES for a batch of facts ($rows: {i, s, pid, o}; one $ref), ``i`` telling
+#: which fact a row belongs to; each fact's rows in the per-fact order.
+TEMPORAL_CANDIDATES_BATCH = (
+    """
+UNWIND $rows AS row
+MATCH (s:Entity {qid: row.s})-[f:FACT]->(c:Entity)
+WHERE f.pid = row.pid AND (f.rank IS NULL OR f.rank <> 'deprecated') AND c.qid <> row.o
+WITH row.i AS i, c, f,"""
+    + _TEMPORAL_STATES.replace("<keep>", "i, ")
+    + """RETURN i, c.qid AS qid, c.label AS label, c.aliases AS aliases, last_sort, statements
+ORDER BY i, last_sort DESC, qid
+"""
+)
 
 #: Same-type entity ids only (the random strategy samples them in Python, seeded).
 TYPED_IDS = f"""
@@ -280,7 +339,28 @@ def fact_context(graph: Graph, subject: str, pid: str, obj: str) -> FactContext:
     rows = graph.read(FACT_CONTEXT, s=subject, pid=pid, o=obj)
     if not rows:
         raise ConfigError(f"object {obj} is not in the graph")
-    o = rows[0]
+    return _context(subject, pid, obj, rows[0])
+
+
+def fact_contexts(
+    graph: Graph, facts: Iterable[tuple[str, str, str]]
+) -> dict[tuple[str, str, str], FactContext]:
+    """:func:`fact_context` of many (subject, pid, object) facts in one round trip (a probe
+    batch). A fact whose ids are not Wikidata ids or whose object is not in the graph is left
+    out: :func:`fact_context` on it says why."""
+    wanted = list(dict.fromkeys(facts))
+    rows = [{"i": i, "s": s, "pid": p, "o": o} for i, (s, p, o) in enumerate(wanted)
+            if is_qid(s) and is_qid(o) and is_pid(p)]
+    if not rows:
+        return {}
+    out = {}
+    for r in graph.read(FACT_CONTEXTS, rows=rows):
+        s, p, o = wanted[r["i"]]
+        out[(s, p, o)] = _context(s, p, o, r)
+    return out
+
+
+def _context(subject: str, pid: str, obj: str, o: dict[str, Any]) -> FactContext:
     return FactContext(
         subject=subject,
         pid=pid,
@@ -339,6 +419,21 @@ def typed_candidates(graph: Graph, ctx: FactContext, limit: int | None = None) -
     ]
 
 
+def typed_candidates_many(
+    graph: Graph, contexts: Sequence[FactContext], limit: int
+) -> list[list[Candidate]]:
+    """:func:`typed_candidates` with ``limit`` of several facts in one round trip (a probe
+    batch's semantic plan B), in the order given."""
+    rows = [{"i": i, "o": c.object, "types": c.object_types, "exclude": c.true_objects}
+            for i, c in enumerate(contexts) if c.object_types]
+    by_fact = {r["i"]: r for r in graph.read(TYPED_CANDIDATES_BATCH, rows=rows, limit=limit)} if rows else {}
+    return [
+        [_candidate(r) for r in _rows([by_fact[i]]) if not c.label_clash(r.get("label"), r.get("aliases"))]
+        if i in by_fact else []
+        for i, c in enumerate(contexts)
+    ]
+
+
 def omega_filter(graph: Graph, ctx: FactContext, candidates: Sequence[str]) -> list[Candidate]:
     """The members of Ω(f) among ``candidates`` (one round trip), in the order given."""
     if not candidates or not ctx.object_types:
@@ -350,9 +445,36 @@ def omega_filter(graph: Graph, ctx: FactContext, candidates: Sequence[str]) -> l
         o=ctx.object,
         exclude=ctx.true_objects,
     )
-    ok = {
-        r["qid"]: r for r in _rows(result) if not ctx.label_clash(r.get("label"), r.get("aliases"))
-    }
+    return _omega_members(ctx, candidates, _rows(result))
+
+
+def omega_filters(
+    graph: Graph, asks: Sequence[tuple[FactContext, Sequence[str]]]
+) -> list[list[Candidate]]:
+    """:func:`omega_filter` of several facts, each with its candidates, in one round trip."""
+    rows = [
+        {"i": i, "o": ctx.object, "types": ctx.object_types, "exclude": ctx.true_objects,
+         "candidates": list(dict.fromkeys(cands))}
+        for i, (ctx, cands) in enumerate(asks) if cands and ctx.object_types
+    ]
+    if not rows:
+        return [[] for _ in asks]
+    result = graph.read(OMEGA_CHECKS, rows=rows)
+    by_fact: dict[int, list[int]] = {}
+    r = result[0] if result else {}
+    for pos, i in enumerate(r.get("i") or []):
+        by_fact.setdefault(i, []).append(pos)
+    out = []
+    for i, (ctx, cands) in enumerate(asks):
+        at = by_fact.get(i, [])
+        one = [{k: [r[k][j] for j in at] for k in ("qids", "labels", "aliases", "types")}]
+        out.append(_omega_members(ctx, cands, _rows(one)) if at else [])
+    return out
+
+
+def _omega_members(ctx: FactContext, candidates: Sequence[str],
+                   rows: list[dict[str, Any]]) -> list[Candidate]:
+    ok = {r["qid"]: r for r in rows if not ctx.label_clash(r.get("label"), r.get("aliases"))}
     return [_candidate(ok[q]) for q in dict.fromkeys(candidates) if q in ok]
 
 
@@ -417,6 +539,23 @@ def temporal_candidates(
     rows = graph.read(
         TEMPORAL_CANDIDATES, s=ctx.subject, pid=ctx.pid, o=ctx.object, ref=date_sort_key(at)
     )
+    return _temporal(ctx, rows)
+
+
+def temporal_candidates_many(
+    graph: Graph, contexts: Sequence[FactContext], at: dt.date | str | int | None = None
+) -> list[list[Candidate]]:
+    """:func:`temporal_candidates` of several facts in one round trip, in the order given."""
+    if not contexts:
+        return []
+    facts = [{"i": i, "s": c.subject, "pid": c.pid, "o": c.object} for i, c in enumerate(contexts)]
+    by_fact: dict[int, list[dict[str, Any]]] = {}
+    for r in graph.read(TEMPORAL_CANDIDATES_BATCH, rows=facts, ref=date_sort_key(at)):
+        by_fact.setdefault(r["i"], []).append(r)
+    return [_temporal(c, by_fact.get(i, [])) for i, c in enumerate(contexts)]
+
+
+def _temporal(ctx: FactContext, rows: list[dict[str, Any]]) -> list[Candidate]:
     out = []
     for r in rows:
         if ctx.label_clash(r.get("label"), r.get("aliases")) or not r.get("label"):

@@ -259,6 +259,13 @@ MATCH (:Entity)-[f:FACT]->(o:Entity {qid: $qid})
 RETURN DISTINCT f.pid AS pid
 """
 
+#: OBJECT_RELATIONS of several entities, anchored on each one's QID.
+OBJECT_RELATIONS_MANY = """
+UNWIND $qids AS q
+MATCH (:Entity)-[f:FACT]->(o:Entity {qid: q})
+RETURN q AS qid, collect(DISTINCT f.pid) AS pids
+"""
+
 #: Per-fact values of one measure: $names maps a value name to its property.
 MEASURE_ROWS = """
 MATCH ()-[f:FACT]->()
@@ -678,6 +685,17 @@ def relation_facts(graph: Graph, pid: str, seed: int, limit: int = 20) -> list[d
 
 def object_relations(graph: Graph, qid: str) -> list[str]:
     return sorted({r["pid"] for r in graph.read(OBJECT_RELATIONS, qid=qid)}, key=lambda p: int(p[1:]))
+
+
+def object_relations_many(graph: Graph, qids: Iterable[str]) -> dict[str, list[str]]:
+    """:func:`object_relations` of several entities in one round trip (every one asked for is
+    in the answer, with [] when it is the object of no fact)."""
+    wanted = sorted(set(qids))
+    out: dict[str, list[str]] = {q: [] for q in wanted}
+    if wanted:
+        for r in graph.read(OBJECT_RELATIONS_MANY, qids=wanted):
+            out[r["qid"]] = sorted(set(r["pids"] or []), key=lambda p: int(p[1:]))
+    return out
 
 
 def measure_rows(graph: Graph, names: dict[str, str]) -> list[dict[str, Any]]:

@@ -56,7 +56,9 @@ class ProbeConfig:
     max_object_labels: int = 3
     max_templates: int | None = None  # per relation; object-last statements first
     max_past_values: int = 5
-    batch_facts: int = 16
+    batch_facts: int = 16  # facts per gather and per engine run
+    write_facts: int = 256  # facts per write transaction (scores and counters together)
+    pipeline: int = 2  # batches gathered ahead / writes behind the scoring; 0 = one thread
     dtype: str = "float32"
     force: bool = False  # rescore facts already scored with this configuration
     history_first: bool = False  # sample facts with a past value (staleness) first
@@ -99,6 +101,10 @@ class ProbeConfig:
             raise ConfigError("--per-relation must be at least 1")
         if self.batch_facts < 1:
             raise ConfigError("the batch size must be at least 1")
+        if self.write_facts < 1:
+            raise ConfigError("the write batch must be at least 1")
+        if self.pipeline < 0:
+            raise ConfigError("the pipeline depth must not be negative")
         if min(self.max_subject_labels, self.max_object_labels, self.max_templates or 1) < 1:
             raise ConfigError("label and template limits must be at least 1")
         if self.max_past_values < 0:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.measures.common import EndMarker
-    from kgprobe.probing.semantic import IndexSettings, SemanticIndex
+    from kgprobe.probing.semantic import IndexSettings, Neighbour, SemanticIndex
 
 STRATEGIES = ("random", "sem", "temp+sem", "appropt")
 
@@ -74,6 +74,112 @@ class DistractorList:
         return asdict(self)
 
 
+@dataclass
+class Prefetched:
+    """What a probe batch already read for one fact in round trips shared by the whole batch
+    (:func:`prefetch`): the strategies use it instead of asking again, with the same results.
+
+    ``temporal``: the fact's :func:`~kgprobe.graph.distractors.temporal_candidates` at the
+    run's reference date; ``omega``: candidates already checked against Ω(f), each mapped to
+    its :class:`~kgprobe.graph.distractors.Candidate` when a member, else ``None``.
+    """
+
+    temporal: list[gd.Candidate] | None = None
+    omega: dict[str, gd.Candidate | None] = field(default_factory=dict)
+    #: the semantic search's plan A, done: ((n, skipped), hits, candidates seen in Ω(f))
+    plan_a: tuple[tuple[int, frozenset[str]], list[Neighbour], dict[str, gd.Candidate]] | None = None
+    #: plan B's read of Ω(f) (typed candidates, up to OMEGA_READ_LIMIT + 1), when plan A fell short
+    typed: list[gd.Candidate] | None = None
+
+    def omega_filter(self, graph: Graph, ctx: gd.FactContext, candidates: Sequence[str]) -> list[gd.Candidate]:
+        """:func:`~kgprobe.graph.distractors.omega_filter`, asking the graph only about the
+        candidates not checked yet (membership of one candidate does not depend on the others)."""
+        asked = list(dict.fromkeys(candidates))
+        unknown = [q for q in asked if q not in self.omega]
+        if unknown:
+            found = {c.qid: c for c in gd.omega_filter(graph, ctx, unknown)}
+            self.omega.update((q, found.get(q)) for q in unknown)
+        return [c for q in asked if (c := self.omega[q]) is not None]
+
+
+def prefetch(
+    graph: Graph,
+    contexts: Sequence[gd.FactContext],
+    *,
+    strategy: str,
+    n: int,
+    at: dt.date | str | int | None,
+    index: SemanticIndex | None,
+    temporal: bool = False,
+) -> list[Prefetched]:
+    """What ``strategy`` will ask the graph about each fact of a batch, read in one round trip
+    per need: the temporal candidates (temp+sem, or ``temporal`` when the caller wants the
+    past objects too), then the Ω(f) membership of the nearest neighbours the semantic search
+    checks first (sem, temp+sem), then, for the facts whose plan A falls short, Ω(f) for plan B.
+    Whatever the search asks beyond these is read per fact."""
+    out = [Prefetched() for _ in contexts]
+    if temporal or strategy == "temp+sem":
+        for pf, cands in zip(out, gd.temporal_candidates_many(graph, contexts, at), strict=True):
+            pf.temporal = cands
+    if strategy not in ("sem", "temp+sem") or index is None:
+        return out
+    asks: list[tuple[gd.FactContext, list[str]]] = []
+    owners: list[Prefetched] = []
+    wants: list[int] = []
+    skips: list[set[str]] = []
+    for ctx, pf in zip(contexts, out, strict=True):
+        if not ctx.object_types or ctx.object not in index:
+            continue
+        skip: set[str] = set()
+        want = n
+        if strategy == "temp+sem":
+            first = (pf.temporal or [])[:n]
+            want, skip = n - len(first), {c.qid for c in first}
+        if want <= 0:
+            continue
+        seen: list[str] = []
+
+        def record(batch: list[str], seen: list[str] = seen) -> list[str]:
+            seen.extend(batch)
+            return batch  # accept all: the search stops after its first round, as plan A does
+
+        index.neighbours(ctx.object, want, predicate=record, max_checked=SEM_FIRST_BATCH * want)
+        asks.append((ctx, [q for q in seen if q not in skip]))
+        owners.append(pf)
+        wants.append(want)
+        skips.append(skip)
+    for (_, asked), pf, members in zip(asks, owners, gd.omega_filters(graph, asks), strict=True):
+        got = {c.qid: c for c in members}
+        pf.omega.update((q, got.get(q)) for q in asked)
+    short: list[tuple[gd.FactContext, Prefetched]] = []
+    for (ctx, _), pf, want, skip in zip(asks, owners, wants, skips, strict=True):
+        hits, info = _plan_a(graph, ctx, want, index, skip, pf)
+        pf.plan_a = ((want, frozenset(skip)), hits, info)
+        if len(hits) < want:
+            short.append((ctx, pf))
+    if short:
+        typed = gd.typed_candidates_many(graph, [c for c, _ in short], OMEGA_READ_LIMIT + 1)
+        for (_, pf), cands in zip(short, typed, strict=True):
+            pf.typed = cands
+    return out
+
+
+def _plan_a(graph: Graph, ctx: gd.FactContext, n: int, index: SemanticIndex, skip: set[str],
+            prefetched: Prefetched | None) -> tuple[list[Neighbour], dict[str, gd.Candidate]]:
+    """Sem's plan A: o's nearest neighbours, checked against Ω(f) (usually enough: entities
+    with o's relations and objects mostly share its type); the hits and the members seen."""
+    info: dict[str, gd.Candidate] = {}
+
+    def check(batch: list[str]) -> list[str]:
+        asked = [q for q in batch if q not in skip]
+        ok = (prefetched.omega_filter(graph, ctx, asked) if prefetched is not None
+              else gd.omega_filter(graph, ctx, asked))
+        info.update((c.qid, c) for c in ok)
+        return [c.qid for c in ok]
+
+    return index.neighbours(ctx.object, n, predicate=check, max_checked=SEM_FIRST_BATCH * n), info
+
+
 # --- strategies ---------------------------------------------------------------------------------
 
 
@@ -107,6 +213,7 @@ def semantic_distractors(
     index: SemanticIndex,
     *,
     skip: Sequence[str] = (),
+    prefetched: Prefetched | None = None,
 ) -> tuple[list[Distractor], str | None]:
     """Sem: the members of Ω(f) whose vectors are closest (cosine) to o's."""
     if not ctx.object_types:
@@ -117,23 +224,31 @@ def semantic_distractors(
             f"object {ctx.object} is not in the semantic index (rebuild it: the graph changed?)",
         )
     skip_set = set(skip)
-    info: dict[str, gd.Candidate] = {}
+    done = prefetched.plan_a if prefetched is not None else None
+    if done is not None and done[0] == (n, frozenset(skip_set)):
+        hits, info = list(done[1]), dict(done[2])
+    else:  # Plan A: o's nearest neighbours checked against Ω(f), in one round trip
+        hits, info = _plan_a(graph, ctx, n, index, skip_set, prefetched)
 
     def check(batch: list[str]) -> list[str]:
-        ok = gd.omega_filter(graph, ctx, [q for q in batch if q not in skip_set])
+        asked = [q for q in batch if q not in skip_set]
+        ok = (prefetched.omega_filter(graph, ctx, asked) if prefetched is not None
+              else gd.omega_filter(graph, ctx, asked))
         info.update((c.qid, c) for c in ok)
         return [c.qid for c in ok]
 
-    # Plan A: o's nearest neighbours, checked against Ω(f) in one round trip (usually enough:
-    # entities with o's relations and objects mostly share its type).
-    hits = index.neighbours(ctx.object, n, predicate=check, max_checked=SEM_FIRST_BATCH * n)
     if len(hits) < n:
         # Plan B: read Ω(f) whole and search only inside it (exact on the flat index).
-        # (read whole only when the sampling index says Ω(f) may be small enough)
-        bound = gd.omega_bound(graph, ctx)
-        cands = (gd.typed_candidates(graph, ctx, limit=OMEGA_READ_LIMIT + 1)
-                 if bound is None or bound <= OMEGA_READ_LIMIT else [])
-        if cands and len(cands) <= OMEGA_READ_LIMIT:
+        # (read whole only when the sampling index says Ω(f) may be small enough; a batch's
+        # prefetch has read it already, capped the same way)
+        cands: list[gd.Candidate] | None
+        if prefetched is not None and prefetched.typed is not None:
+            cands = prefetched.typed
+        else:
+            bound = gd.omega_bound(graph, ctx)
+            cands = (gd.typed_candidates(graph, ctx, limit=OMEGA_READ_LIMIT + 1)
+                     if bound is None or bound <= OMEGA_READ_LIMIT else None)
+        if cands is not None and len(cands) <= OMEGA_READ_LIMIT:
             info = {c.qid: c for c in cands if c.qid not in skip_set}
             hits = index.neighbours(ctx.object, n, allowed=list(info))
         else:
@@ -162,9 +277,14 @@ def temporal_semantic_distractors(
     n: int,
     index: SemanticIndex,
     at: dt.date | str | int | None = None,
+    *,
+    prefetched: Prefetched | None = None,
 ) -> tuple[list[Distractor], str | None]:
     """Temp+Sem: past objects of (s, r) (most recently valid first), then semantic ones."""
-    temporal = gd.temporal_candidates(graph, ctx, at)[:n]
+    if prefetched is not None and prefetched.temporal is not None:
+        temporal = prefetched.temporal[:n]
+    else:
+        temporal = gd.temporal_candidates(graph, ctx, at)[:n]
     out = [
         Distractor(
             i + 1,
@@ -182,7 +302,8 @@ def temporal_semantic_distractors(
     ]
     if len(out) >= n:
         return out, None
-    sem, why = semantic_distractors(graph, ctx, n - len(out), index, skip=[d.qid for d in out])
+    sem, why = semantic_distractors(graph, ctx, n - len(out), index, skip=[d.qid for d in out],
+                                    prefetched=prefetched)
     for d in sem:
         d.rank = len(out) + 1
         out.append(d)
@@ -365,13 +486,15 @@ def find_distractors(
     progress: bool = False,
     context: gd.FactContext | None = None,
     end: EndMarker | None = None,
+    prefetched: Prefetched | None = None,
 ) -> DistractorList:
     """Distractors of (subject, pid, obj) by ``strategy``; ids must already be QIDs/PIDs.
 
     ``index`` (or ``index_dir``, loaded and rebuilt if stale) serves sem and temp+sem;
     ``engine`` serves appropt, with ``template`` (default: from the template store).
     ``context`` is the fact's :func:`~kgprobe.graph.distractors.fact_context` when the caller
-    already read it (a probe run reads it once per fact for every measure).
+    already read it (a probe run reads it once per fact for every measure); ``prefetched``
+    what a probe batch read for it in shared round trips (:func:`prefetch`, same results).
     """
     if strategy not in STRATEGIES:
         raise ConfigError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
@@ -392,9 +515,10 @@ def find_distractors(
                 graph, index_dir or default_index_dir(), index_settings, progress=progress
             )
         if strategy == "sem":
-            found, why = semantic_distractors(graph, ctx, n, index)
+            found, why = semantic_distractors(graph, ctx, n, index, prefetched=prefetched)
         else:
-            found, why = temporal_semantic_distractors(graph, ctx, n, index, ref)
+            found, why = temporal_semantic_distractors(graph, ctx, n, index, ref,
+                                                       prefetched=prefetched)
     else:
         if engine is None:
             raise ConfigError("appropt needs a language model (--model)")

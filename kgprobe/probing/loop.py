@@ -15,8 +15,9 @@ from kgprobe.graph import distractors as gd
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.templates import probe_templates
 from kgprobe.probing.config import ProbeConfig, Runner
-from kgprobe.probing.distractors import find_distractors
+from kgprobe.probing.distractors import find_distractors, prefetch
 from kgprobe.probing.measures.registry import FactInput, Replay
+from kgprobe.probing.pipeline import Ahead, Behind
 from kgprobe.probing.verbalize import entity_facts
 from kgprobe.progress import Progress
 from kgprobe.provenance import now
@@ -34,9 +35,12 @@ class Planned:
 
 
 class Gatherer:
-    """Fetches what the run's measures need, once per fact (and once per relation for what a
-    relation shares): one ``fact_context`` per fact serves the distractor strategy, the past
-    values and the other correct objects."""
+    """Fetches what the run's measures need for a whole batch of facts, each need in one
+    UNWIND round trip anchored on the facts' entities (and once per relation for what a
+    relation shares): the batch's fact contexts serve the distractor strategy, the past values
+    and the other correct objects; the temporal candidates and the first Ω(f) checks of the
+    semantic search are read for the batch too (:func:`~kgprobe.probing.distractors.prefetch`).
+    The values are those of the per-fact reads (tests/test_probe_batched_gather.py)."""
 
     def __init__(self, graph: Graph, cfg: ProbeConfig, needs: frozenset[str], ref: int,
                  templates: dict[str, list[tuple[str, str]]], index: SemanticIndex | None,
@@ -55,8 +59,19 @@ class Gatherer:
         return self.rule.entity(row.get("label"), row.get("aliases"), qid, facts)
 
     def batch(self, rows: Sequence[dict[str, Any]]) -> list[Planned]:
+        facts = [(row["s"], row["pid"], row["o"]) for row in rows]
+        wants_ctx = bool(self.needs & {"distractors", "past", "other_objects"})
+        contexts = gd.fact_contexts(self.graph, facts) if wants_ctx else {}
+        known = [k for k in dict.fromkeys(facts) if k in contexts]
+        fetched = dict(zip(known, prefetch(
+            self.graph, [contexts[k] for k in known],
+            strategy=self.cfg.strategy if "distractors" in self.needs else "", n=self.cfg.n,
+            at=self.ref, index=self.index, temporal="past" in self.needs,
+        ), strict=True)) if wants_ctx else {}
+        orels = (pr.object_relations_many(self.graph, [row["o"] for row in rows])
+                 if "object_relations" in self.needs else {})
         pre = []
-        for row in rows:
+        for row, fact_key in zip(rows, facts, strict=True):
             ds: list[str] = []
             past: list[str] = []
             others: list[str] = []
@@ -65,24 +80,28 @@ class Gatherer:
             subjects: list[str] = []
             orel: list[str] = []
             try:
-                if self.needs & {"distractors", "past", "other_objects"}:
-                    ctx = gd.fact_context(self.graph, row["s"], row["pid"], row["o"])
+                if wants_ctx:
+                    ctx = contexts.get(fact_key)
+                    if ctx is None:  # not in the graph, or not ids: the per-fact read says why
+                        ctx = gd.fact_context(self.graph, *fact_key)
+                    pf = fetched.get(fact_key)
                     others = [q for q in ctx.true_objects if q != row["o"]]
                     if "distractors" in self.needs:
                         found = find_distractors(
                             self.graph, row["s"], row["pid"], row["o"], strategy=self.cfg.strategy,
                             n=self.cfg.n, seed=self.cfg.seed, at=self.ref, index=self.index,
-                            engine=self.engine, context=ctx, end=self.end,
+                            engine=self.engine, context=ctx, end=self.end, prefetched=pf,
                         )
                         ds = [d.qid for d in found.distractors][: self.cfg.n]
                         why = None if ds else (found.reason or "no distractor found")
                     if "past" in self.needs:
-                        past = [c.qid for c in gd.temporal_candidates(self.graph, ctx, self.ref)][
-                            : self.cfg.max_past_values]
+                        temporal = (pf.temporal if pf is not None and pf.temporal is not None
+                                    else gd.temporal_candidates(self.graph, ctx, self.ref))
+                        past = [c.qid for c in temporal][: self.cfg.max_past_values]
                 if "other_subjects" in self.needs:
                     subjects = [q for q in self._relation_subjects(row["pid"]) if q != row["s"]]
                 if "object_relations" in self.needs:
-                    orel = [p for p in pr.object_relations(self.graph, row["o"]) if p != row["pid"]]
+                    orel = [p for p in orels[row["o"]] if p != row["pid"]]
             except ConfigError as exc:
                 why = err = str(exc)
             pre.append((row, ds, past, others, subjects, orel, why, err))
@@ -165,7 +184,9 @@ class LoopPlan:
     cfg_by: dict[str, dict[str, str]]
     threshold: float
     force: bool
-    batch_facts: int
+    batch_facts: int  # facts per gather and engine run
+    write_facts: int = 256  # facts per write transaction
+    pipeline: int = 2  # batches gathered ahead, writes waiting behind; 0: all on one thread
 
     def stale(self, d: dict[str, Any]) -> list[Any]:
         """The measures a fact still needs: those whose stored configuration hash differs
@@ -176,7 +197,7 @@ class LoopPlan:
 
 @dataclass
 class LoopOutcome:
-    """Counters of the facts the loop wrote, for the run's summary."""
+    """Counters of the facts the loop wrote (committed), for the run's summary."""
 
     scored: int = 0
     unscorable: int = 0
@@ -188,45 +209,71 @@ def score_and_write(
     ctx: Any, outcome: LoopOutcome, *, progress: bool = True,
     on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
 ) -> LoopOutcome:
-    """gather -> score -> write, batch by batch: each batch's scores and the run's counters in
-    one transaction, so a killed run loses nothing written (``outcome`` holds what was)."""
-    with Progress("probing", len(todo), "facts", enabled=progress) as bar:
-        for batch in chunks(todo, plan.batch_facts):
-            planned = gather.batch(batch)
-            # a measure already stored with this configuration is not recomputed
-            wanted = {p.row["key"]: {m.name for m in plan.stale(p.row)} for p in planned}
-            active = [m for m in plan.measures if any(m.name in w for w in wanted.values())]
-            per_measure = score_batch(runner, active, planned, ctx)
-            rows = []
-            n_ok = 0
-            for i, p in enumerate(planned):
-                fact_props: dict[str, Any] = {}
-                got_any = False
-                why = p.reason
-                for m, values in zip(active, per_measure, strict=True):
-                    if m.name not in wanted[p.row["key"]]:
-                        continue
-                    v = values[i] if p.reason is None else {"score": None, "_reason": p.reason}
-                    fact_props.update(_fact_props(plan.props[m.name], m, v, plan.run_id,
-                                                  plan.cfg_by[m.name][p.row["pid"]], plan.threshold))
-                    if v.get("score") is not None:
-                        got_any = True
-                    elif why is None:
-                        why = f"{m.name}: {v.get('_reason') or 'no value'}"
-                if on_fact is not None:
-                    on_fact(p, {m.name: (values[i] if p.reason is None
-                                         else {"score": None, "_reason": p.reason})
-                                for m, values in zip(active, per_measure, strict=True)})
-                if got_any:
-                    n_ok += 1
-                else:
-                    outcome.reasons[(why or "no value").split(";")[0][:120]] += 1
-                rows.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
-            pr.write_scores(graph, plan.run_id, rows, scored=n_ok, unscorable=len(rows) - n_ok,
-                            now=now())
-            outcome.scored += n_ok
-            outcome.unscorable += len(rows) - n_ok
-            bar.advance(len(batch))
+    """gather -> score -> write. Batches of ``plan.batch_facts`` facts are gathered ahead of the
+    scoring on a thread of their own (``plan.pipeline`` at most; ApprOpt's gather runs the
+    engine, so it stays on this thread) and their values written behind it, ``plan.write_facts``
+    facts per transaction together with the run's counters, so a killed run loses nothing
+    written and ``outcome`` counts what was. An error on either thread stops the loop here."""
+    ahead = Ahead(lambda b: (b, gather.batch(b)), chunks(todo, plan.batch_facts),
+                  0 if gather.engine is not None else plan.pipeline)
+    behind = Behind(plan.pipeline)
+    pending: list[dict[str, Any]] = []
+    pending_ok = 0
+
+    def write_pending() -> None:
+        nonlocal pending, pending_ok
+        rows, ok = pending, pending_ok
+        pending, pending_ok = [], 0
+
+        def job() -> None:
+            pr.write_scores(graph, plan.run_id, rows, scored=ok, unscorable=len(rows) - ok, now=now())
+            outcome.scored += ok
+            outcome.unscorable += len(rows) - ok
+
+        behind.submit(job)
+
+    try:
+        with Progress("probing", len(todo), "facts", enabled=progress) as bar:
+            for batch, planned in ahead:
+                # a measure already stored with this configuration is not recomputed
+                wanted = {p.row["key"]: {m.name for m in plan.stale(p.row)} for p in planned}
+                active = [m for m in plan.measures if any(m.name in w for w in wanted.values())]
+                per_measure = score_batch(runner, active, planned, ctx)
+                for i, p in enumerate(planned):
+                    fact_props: dict[str, Any] = {}
+                    got_any = False
+                    why = p.reason
+                    for m, values in zip(active, per_measure, strict=True):
+                        if m.name not in wanted[p.row["key"]]:
+                            continue
+                        v = values[i] if p.reason is None else {"score": None, "_reason": p.reason}
+                        fact_props.update(_fact_props(plan.props[m.name], m, v, plan.run_id,
+                                                      plan.cfg_by[m.name][p.row["pid"]], plan.threshold))
+                        if v.get("score") is not None:
+                            got_any = True
+                        elif why is None:
+                            why = f"{m.name}: {v.get('_reason') or 'no value'}"
+                    if on_fact is not None:
+                        on_fact(p, {m.name: (values[i] if p.reason is None
+                                             else {"score": None, "_reason": p.reason})
+                                    for m, values in zip(active, per_measure, strict=True)})
+                    if got_any:
+                        pending_ok += 1
+                    else:
+                        outcome.reasons[(why or "no value").split(";")[0][:120]] += 1
+                    pending.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
+                if len(pending) >= plan.write_facts:
+                    write_pending()
+                bar.advance(len(batch))
+            if pending:
+                write_pending()
+            behind.finish()
+    except BaseException:
+        # stop reading ahead; drop the writes still waiting (their facts are scored again by
+        # the next run) and let the one under way commit or roll back whole
+        ahead.close()
+        behind.abort()
+        raise
     return outcome
 
 

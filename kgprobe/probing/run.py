@@ -169,7 +169,7 @@ def run_probe(
         details.extend(pr.fact_details(graph, batch, subjects, cfg_props))
 
     plan = LoopPlan(uuid.uuid4().hex, measures, props, cfg_by, config.threshold, config.force,
-                    config.batch_facts)
+                    config.batch_facts, config.write_facts, config.pipeline)
     todo = [d for d in details if plan.stale(d)]
 
     run_id = plan.run_id
@@ -320,6 +320,8 @@ def probe(
     dtype: str = "float32",
     threads: int = 1,
     batch_facts: int = 16,
+    write_facts: int = 256,
+    pipeline: int = 2,
     force: bool = False,
     history_first: bool = False,
     end: str = "auto",
@@ -356,6 +358,7 @@ def probe(
         model=model, relations=tuple(relations), sample=sample, per_relation=per_relation,
         measures=tuple(measures),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, batch_facts=batch_facts,
+        write_facts=write_facts, pipeline=pipeline,
         dtype=dtype, max_object_labels=max_object_labels, max_templates=max_templates, force=force,
         history_first=history_first, end=end, label_rule=label_rule, verbalizer=verbalizer,
         max_subject_labels=max_subject_labels, on_model_mismatch=on_model_mismatch, shard=shard,
