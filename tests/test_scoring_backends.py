@@ -33,6 +33,7 @@ from kgprobe.probing.requests import (
     LogProbResult,
     NextTokenRequest,
     SpanScoreRequest,
+    TokenScoresRequest,
 )
 
 torch.set_num_threads(1)
@@ -93,7 +94,8 @@ class NaiveLogProbs(ScoringBackend):
 
 def test_hf_backends_declare_their_kinds(gpt2: LoadedModel, tmp_path: Path) -> None:
     assert set(Engine(gpt2).backend.serves()) == {
-        LogProbRequest, SpanScoreRequest, NextTokenRequest, BeamSearchRequest, GenerateRequest}
+        LogProbRequest, SpanScoreRequest, NextTokenRequest, BeamSearchRequest, GenerateRequest,
+        TokenScoresRequest}  # KaRR's reference scoring: causal models only
     bert = load_model(str(build("bert", tmp_path / "bert")), device="cpu")
     assert set(Engine(bert).backend.serves()) == {LogProbRequest, SpanScoreRequest}
     assert {"hf-causal", "hf-masked", "hf-seq2seq", "openai-completions"} <= set(BACKENDS)
