@@ -13,7 +13,7 @@ the model calls in the scoring engine (ApprOpt sends it one constrained beam sea
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -169,6 +169,15 @@ def _plan_a(graph: Graph, ctx: gd.FactContext, n: int, index: SemanticIndex, ski
     """Sem's plan A: o's nearest neighbours, checked against Ω(f) (usually enough: entities
     with o's relations and objects mostly share its type); the hits and the members seen."""
     info: dict[str, gd.Candidate] = {}
+    check = _omega_check(graph, ctx, skip, prefetched, info)
+    return index.neighbours(ctx.object, n, predicate=check, max_checked=SEM_FIRST_BATCH * n), info
+
+
+def _omega_check(graph: Graph, ctx: gd.FactContext, skip: Collection[str],
+                 prefetched: Prefetched | None,
+                 info: dict[str, gd.Candidate]) -> Callable[[list[str]], list[str]]:
+    """A neighbour predicate: which QIDs of a batch are in Ω(f) (and not skipped), through the
+    batch's prefetch when there is one; the members found are recorded in ``info``."""
 
     def check(batch: list[str]) -> list[str]:
         asked = [q for q in batch if q not in skip]
@@ -177,7 +186,7 @@ def _plan_a(graph: Graph, ctx: gd.FactContext, n: int, index: SemanticIndex, ski
         info.update((c.qid, c) for c in ok)
         return [c.qid for c in ok]
 
-    return index.neighbours(ctx.object, n, predicate=check, max_checked=SEM_FIRST_BATCH * n), info
+    return check
 
 
 # --- strategies ---------------------------------------------------------------------------------
@@ -230,13 +239,7 @@ def semantic_distractors(
     else:  # Plan A: o's nearest neighbours checked against Ω(f), in one round trip
         hits, info = _plan_a(graph, ctx, n, index, skip_set, prefetched)
 
-    def check(batch: list[str]) -> list[str]:
-        asked = [q for q in batch if q not in skip_set]
-        ok = (prefetched.omega_filter(graph, ctx, asked) if prefetched is not None
-              else gd.omega_filter(graph, ctx, asked))
-        info.update((c.qid, c) for c in ok)
-        return [c.qid for c in ok]
-
+    check = _omega_check(graph, ctx, skip_set, prefetched, info)
     if len(hits) < n:
         # Plan B: read Ω(f) whole and search only inside it (exact on the flat index).
         # (read whole only when the sampling index says Ω(f) may be small enough; a batch's
