@@ -193,15 +193,16 @@ def test_icl_needs_follow_the_parameters() -> None:
 def test_icl_fetches_no_distractor_and_keeps_its_values(graph: Any, engine: Any,
                                                         gpt2: Path) -> None:
     """BELIEF-ICL reads no distractor: no typed-candidate or temporal query reaches the graph
-    and the facts carry none — only the fact context, once per fact, for the other correct
-    objects an answer may name; its values equal those of a run where the distractors are
-    fetched (for kmin beside it)."""
+    and the facts carry none — only the fact contexts, one batched read per batch of facts
+    (3 facts, batches of 2: two reads), for the other correct objects an answer may name; its
+    values equal those of a run where the distractors are fetched (for kmin beside it)."""
     from kgprobe.graph import distractors as gd
 
     load(graph)
     distractor_cypher = {gd.FACT_CONTEXT, gd.TRUE_OBJECTS, gd.TYPED_CANDIDATES,
                          gd.TYPED_CANDIDATES_LIMITED, gd.OMEGA_CHECK, gd.TEMPORAL_CANDIDATES,
-                         gd.TYPED_IDS}
+                         gd.TYPED_IDS, gd.FACT_CONTEXTS, gd.TYPED_CANDIDATES_BATCH, gd.OMEGA_CHECKS,
+                         gd.TEMPORAL_CANDIDATES_BATCH, gd.DRAWN_MEMBERS}
     spec = "belief:icl=relation,samples=2,max_new_tokens=3"
     key = "belief_random_n2_iclrelation_smp2_t3"
     got = []
@@ -214,11 +215,12 @@ def test_icl_fetches_no_distractor_and_keeps_its_values(graph: Any, engine: Any,
         assert len(plans) == 3
         fetched = [c for c in log.cypher if c in distractor_cypher]
         if measures == (spec,):
-            assert fetched == [gd.FACT_CONTEXT] * 3
+            assert fetched == [gd.FACT_CONTEXTS] * 2
             assert all(p.fact.distractors == () and p.fact.past == () for p in plans)
             assert all(p.fact.demonstrations for p in plans)
         else:  # kmin needs them: the same log sees them fetched, once per fact
-            assert fetched.count(gd.FACT_CONTEXT) == 3
+            assert fetched.count(gd.FACT_CONTEXTS) == 2
+            assert set(fetched) - {gd.FACT_CONTEXTS}  # and the random strategy's own reads
             assert all(len(p.fact.distractors) == 2 for p in plans)
         got.append({k: (r["score"], r["ranks"], r["confidences"])
                     for k, r in _rows(graph, key).items()})
