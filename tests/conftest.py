@@ -115,6 +115,20 @@ def kgprobe_env(graph_settings: object, monkeypatch: pytest.MonkeyPatch) -> dict
     return env
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With KGPROBE_TEST_SERVER_ONLY=1 (the Neo4j half of `make test`), only the tests that
+    reach the session's graph server run: a test that does not ask for ``graph_settings``
+    (directly or through ``graph``/``kgprobe_env``) never talks to that server — it scores with
+    a model, parses a file, or starts a managed ArcadeDB home of its own — so it would run
+    exactly as in the ArcadeDB half, which has already run it."""
+    if os.environ.get("KGPROBE_TEST_SERVER_ONLY", "").strip() not in ("1", "true", "yes"):
+        return
+    skip = pytest.mark.skip(reason="does not reach the session's graph server: run in the ArcadeDB half")
+    for item in items:
+        if "graph_settings" not in getattr(item, "fixturenames", ()):
+            item.add_marker(skip)
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     if os.environ.get("NEO4J_URI"):
         return "graph server: NEO4J_URI (the server named in the environment)"
