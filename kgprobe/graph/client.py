@@ -123,12 +123,26 @@ class Graph:
                 "batch was written — start the server and run the command again to resume"
             ) from exc
         except DatabaseError as exc:
-            # the server failed, not the statement (e.g. ArcadeDB closing the database under a
-            # query while it shuts down: a probe's gather thread may be reading just then)
+            # A server-side error is either the statement's (Neo4j refuses a property too large
+            # to index: the caller reports that record) or the server's (ArcadeDB closing the
+            # database under a query while it shuts down: a probe's gather thread may be reading
+            # just then). Which one is asked, not guessed: a server that still answers had a
+            # statement error.
+            if self._answers():
+                raise
             raise GraphUnavailable(
                 f"the graph server at {self.uri} failed: {_first_line(exc)}; nothing of the failed "
                 "batch was written — run the command again to resume"
             ) from exc
+
+    def _answers(self) -> bool:
+        """Whether the server still runs a trivial query."""
+        try:
+            with self._session() as session:
+                session.run("RETURN 1 AS one").consume()
+            return True
+        except Exception:  # noqa: BLE001 - any failure means it does not answer
+            return False
 
     def read(self, cypher: str, **params: Any) -> list[dict[str, Any]]:
         """Run a read query; records as plain dicts."""

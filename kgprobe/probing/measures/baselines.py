@@ -484,7 +484,10 @@ def karr(
     - templates: object-last statements only (:func:`karr_templates`), stripped of a final
       period for N and KaRR_s, not for KaRR_r.
 
-    A NaN or an empty denominator gives None for that ratio, and then for KaRR."""
+    A NaN or an empty denominator gives None for that ratio, and then for KaRR.
+
+    Random draws are seeded per fact (``seed`` and the fact's key), so a fact's value does not
+    depend on the other facts of its batch."""
     rng = random.Random(seed)
 
     def take(pool: Sequence[Any], k: int) -> list[Any]:
@@ -509,6 +512,7 @@ def karr(
     plans: list[tuple[KarrItem, Terms, Terms, int, Terms, int]] = []
     for item in items:
         f = item.fact
+        rng = random.Random(f"{seed}|{f.key}")  # `take` draws from this fact's own generator
         own_t = take(karr_templates(item.templates), max_templates)
         obj, subj = aliases(f.object), aliases(f.subject)
         stripped = [t2 for t2 in (_strip_template(t) for t in own_t) if t2]
