@@ -7,7 +7,8 @@ from typing import Any
 from kgprobe._version import __version__
 
 #: Functions of the Python API, imported on first use so that ``import kgprobe`` stays light.
-_API = ("probe", "score", "unknown", "compare", "report", "ladder", "ingest_sources", "demo")
+_API = ("probe", "score", "unknown", "compare", "report", "ladder", "ingest_sources", "demo",
+        "load_results")
 
 __all__ = ["__version__", *_API]
 

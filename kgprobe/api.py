@@ -120,7 +120,7 @@ def write_records(
 #: and P26 ones: DistFactAssessLM subjects), and facts with a past value (member of sports team;
 #: drawn first) for staleness.
 DEMO_RELATIONS = ("P27", "P17", "P36", "P26", "P39", "P54")
-#: Facts per relation: the report's interval rule needs n >= 10 (kgprobe.reporting.MIN_N_CI).
+#: Facts per relation: the report's interval rule needs n >= 10 (kgprobe.stats.MIN_N_CI).
 DEMO_FACTS_PER_RELATION = 10
 
 
@@ -133,6 +133,7 @@ def demo(
     out: str | Path | None = None,
     quiet: bool = False,
     overwrite: bool = False,
+    compare_raw: bool = True,
     settings: Settings | None = None,
 ) -> dict[str, Any]:
     """The main job on a fresh install: start the graph, ingest the bundled demo graph and
@@ -144,14 +145,21 @@ def demo(
     model never replaces this one's report; an ``out`` holding another model's report is
     refused unless ``overwrite``).
 
+    With ``compare_raw`` (the default) the same facts are probed a second time with the labels
+    written raw (``verbalizer="raw"``, the DFA paper's wording, under its own ``_vraw`` key) and
+    the report compares the two wordings fact by fact (``report --vs-measure``): what the
+    careful verbalizer changed (docs/measures.md). Sentences that read the same in both are not
+    scored twice: the score cache answers them.
+
     Everything is idempotent: a second demo re-ingests nothing new and re-scores nothing.
     """
     from kgprobe.graph.stats import graph_stats
     from kgprobe.graph.templates import demo_paths, import_own_templates
     from kgprobe.loaders.wikidata_json import load_json
+    from kgprobe.probing.config import DEFAULT_MEASURES, DEFAULT_STRATEGY, measure_key
     from kgprobe.probing.run import probe as run_probe
-    from kgprobe.reporting import report as build_report
-    from kgprobe.results import FactDetails
+    from kgprobe.reports.results import FactDetails
+    from kgprobe.reports.write import report as build_report
 
     if out:
         check_output_dir(out)  # before anything is ingested or probed
@@ -169,16 +177,27 @@ def demo(
             model, relations=tuple(relations), sample=None, per_relation=per_relation, dtype=dtype,
             seed=0, history_first=True, progress=not quiet, graph=graph, on_fact=details,
         )
+        raw_summary = None
+        if compare_raw:  # the same sample (same seed and settings), labels written raw
+            raw_summary = run_probe(
+                model, relations=tuple(relations), sample=None, per_relation=per_relation,
+                dtype=dtype, seed=0, history_first=True, progress=not quiet, graph=graph,
+                verbalizer="raw",
+            )
         probed = time.monotonic()
+        careful = measure_key(DEFAULT_MEASURES[0], DEFAULT_STRATEGY, 5)
+        raw = measure_key(DEFAULT_MEASURES[0], DEFAULT_STRATEGY, 5, verbalizer="raw")
         out_dir = Path(out) if out else settings.home / "demo-report" / probe_summary.model_key
         rep, paths = build_report(probe_summary.model_key, out=out_dir, graph=graph,
                                   details=details.records, facts=probe_summary.fact_keys,
+                                  measure=careful, vs_measure=raw if compare_raw else None,
                                   overwrite=overwrite, command_seconds=time.monotonic() - started)
     return {
         "ingested": summary.to_dict(),
         "templates_imported": templates,
         "graph": stats,
         "probe": probe_summary.to_dict(),
+        "probe_raw": raw_summary.to_dict() if raw_summary is not None else None,
         "report": rep,
         "report_files": {k: str(v) for k, v in paths.items()},
         "seconds": {
@@ -189,7 +208,7 @@ def demo(
     }
 
 
-# --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reporting ---
+# --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reports ---
 
 
 def _owner_of(model: str | Any, dtype: str, name: str | None = None) -> dict[str, Any] | None:
@@ -233,8 +252,8 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     check_owner(output_path, _owner_of(model, str(kwargs.get("dtype", "float32")), kwargs.get("model_name")),
                 overwrite, "--output-path")
     from kgprobe.graph import probe_runs as pr
-    from kgprobe.reporting import report as build
-    from kgprobe.results import FactDetails
+    from kgprobe.reports.results import FactDetails
+    from kgprobe.reports.write import report as build
 
     started = time.monotonic()
     details = FactDetails()
@@ -282,25 +301,29 @@ def compare(
 def report(
     model: str, *, vs: str | None = None, out: str | Path | None = None, measure: str | None = None,
     threshold: float | None = None, seed: int = 0, by: str = "relation", type_of: str = "subject",
-    overwrite: bool = False, settings: Settings | None = None,
+    overwrite: bool = False, vs_measure: str | None = None, settings: Settings | None = None,
 ) -> tuple[Any, dict[str, Path]]:
-    """The knowledge-gap report (``kgprobe.reporting.Report``) by relation, subject/object type
+    """The knowledge-gap report (``kgprobe.reports.data.Report``) by relation, subject/object type
     or popularity and, with ``out``, the paths of the report and results files written there
-    (a directory holding the report of other models is refused unless ``overwrite``)."""
-    from kgprobe.reporting import report as build
+    (a directory holding the report of other models is refused unless ``overwrite``).
+    ``vs``: paired against another model; ``vs_measure``: against the same model under another
+    measure key (e.g. ``kmin_temp_sem_n5_vraw``, the raw wording)."""
+    from kgprobe.reports.write import report as build
 
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
-                 type_of=type_of, settings=settings, overwrite=overwrite)
+                 type_of=type_of, settings=settings, overwrite=overwrite, vs_measure=vs_measure)
 
 
 def ladder(
     models: Sequence[str], *, out: str | Path | None = None, measure: str | None = None,
-    threshold: float | None = None, seed: int = 0, settings: Settings | None = None,
+    threshold: float | None = None, seed: int = 0, overwrite: bool = False,
+    settings: Settings | None = None,
 ) -> tuple[Any, dict[str, Path]]:
-    """Three or more models on the facts all were probed on (``kgprobe.ladder.Ladder``): each
+    """Three or more models on the facts all were probed on (``kgprobe.reports.ladder.Ladder``): each
     model's mean with its interval, and each consecutive pair compared fact by fact; with
-    ``out``, ladder.json/.csv/.md/.svg written there."""
-    from kgprobe.ladder import build_ladder, write_ladder
+    ``out``, ladder.json/.csv/.md/.svg written there (a directory holding a report, or another
+    ladder, is refused unless ``overwrite``)."""
+    from kgprobe.reports.ladder import build_ladder, write_ladder
 
     if out:
         from kgprobe.outputs import check_output_dir
@@ -308,5 +331,13 @@ def ladder(
         check_output_dir(out)
     with connect(settings) as graph:
         lad = build_ladder(graph, list(models), measure=measure, threshold=threshold, seed=seed)
-    return lad, (write_ladder(lad, out) if out else {})
+    return lad, (write_ladder(lad, out, overwrite=overwrite) if out else {})
 
+
+def load_results(path: str | Path) -> Any:
+    """A report directory's results (results.json, samples) as pandas DataFrames
+    (``kgprobe.reports.results.Results``: ``.document``, ``.relations``, ``.samples``); needs
+    the ``results`` extra."""
+    from kgprobe.reports.results import load
+
+    return load(path)

@@ -462,7 +462,9 @@ def demo(
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
     model_arg: list[str] = _MODEL_ARG_OPT,
     out: str | None = typer.Option(None, help="Report directory (default: KGPROBE_HOME/demo-report/<model key>)."),
+    compare_raw: bool = typer.Option(True, "--compare-raw/--no-compare-raw", help="Also probe the same facts with raw labels and compare the two wordings fact by fact."),
     overwrite: bool = _OVERWRITE_OPT,
+    config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Load the bundled demo graph and templates, probe the default model on 10 facts of each of
@@ -471,13 +473,13 @@ def demo(
     import json
 
     from kgprobe.api import demo as run_demo
-    from kgprobe.reporting import print_report
+    from kgprobe.reports.console import print_report
 
     _check_number("--per-relation", per_relation, 1)
     _check_model_options(batch_tokens)
     _model_options(device, batch_tokens, model_arg)
     result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json,
-                      overwrite=overwrite)
+                      overwrite=overwrite, compare_raw=compare_raw)
     rep = result.pop("report")
     if as_json:
         result["report"] = rep.to_dict()
@@ -510,6 +512,7 @@ def distractors(
     model: str | None = typer.Option(None, "--model", help="appropt: model name, GGUF or HF directory."),
     template: str | None = typer.Option(None, "--template", help="appropt: object-last template with [X] and [Y]."),
     index_dir: str | None = typer.Option(None, "--index-dir", help="Semantic index directory (built or rebuilt when stale)."),
+    config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Distractors of a fact (subject, relation, object): ranked, each with why it qualified."""
@@ -560,6 +563,7 @@ def score(
     model_arg: list[str] = _MODEL_ARG_OPT,
     add_eos: bool = typer.Option(False, "--eos", help="Also score end-of-sequence after each candidate."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
+    config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Log-probability of each candidate after CONTEXT, per token, and its rank."""
@@ -610,6 +614,7 @@ def factor(
     device: str | None = _DEVICE_OPT,
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
     model_arg: list[str] = _MODEL_ARG_OPT,
+    config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """FACTOR accuracy: the share of rows whose true completion has the highest mean
@@ -798,6 +803,7 @@ def evaluate(
     grid: bool = typer.Option(False, "--grid", help="k-fold grid search over every stored configuration of each measure (Tables 3/4)."),
     folds: int = typer.Option(3, "--folds", help="k of the k-fold grid search."),
     seed: int = typer.Option(0, help="Seed of the fold split."),
+    config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Kendall's tau-b of stored scores against human scores, between two stored score sets
@@ -859,6 +865,7 @@ def unknown(
     threshold: float | None = typer.Option(None, "--threshold", help="Known threshold: facts scored below it are listed (default: the run's, 0.5)."),
     below: float | None = typer.Option(None, "--below", hidden=True, help="Old name of --threshold."),
     measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: the latest probed)."),
+    config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON array."),
     as_jsonl: bool = typer.Option(False, "--jsonl", help="Print one JSON object per fact and line."),
 ) -> None:
@@ -892,6 +899,7 @@ def compare(
     b: str = typer.Argument(..., help="Second probed model."),
     measure: str | None = typer.Option(None, "--measure", help="Measure key or name."),
     threshold: float | None = typer.Option(None, help="Known threshold (default: the run's)."),
+    config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """What one model knows and the other does not (facts probed for both)."""
@@ -923,6 +931,7 @@ def compare(
 def report(
     model: str = typer.Option(..., "--model", "-m", help="A probed model."),
     vs: str | None = typer.Option(None, "--vs", help="A second probed model to compare with."),
+    vs_measure: str | None = typer.Option(None, "--vs-measure", help="Compare the model with itself under this other measure key (e.g. kmin_temp_sem_n5_vraw: raw labels)."),
     out: str | None = typer.Option(None, "--out", "--output-path", help="Write report.html, results.json, samples.jsonl and CSVs here."),
     measure: str | None = typer.Option(None, "--measure", help="Measure key or name."),
     seed: int = typer.Option(0, help="Seed of the bootstrap."),
@@ -938,18 +947,18 @@ def report(
 
     from kgprobe.api import report as build
     from kgprobe.errors import ConfigError
-    from kgprobe.reporting import print_report
+    from kgprobe.reports.console import print_report
 
     _check_seed(seed)
     if fmt not in REPORT_FORMATS:
         raise ConfigError(f"unknown --format {fmt!r}; choose from: {', '.join(REPORT_FORMATS)}")
     rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed, by=by, type_of=type_of,
-                       overwrite=overwrite)
+                       overwrite=overwrite, vs_measure=vs_measure)
     if fmt in ("md", "tex", "harness"):
         import json
 
-        from kgprobe.report_text import latex, markdown
-        from kgprobe.results import harness_document
+        from kgprobe.reports.results import harness_document
+        from kgprobe.reports.text import latex, markdown
 
         text = {"md": markdown, "tex": latex}[fmt](rep) if fmt != "harness" else json.dumps(
             harness_document(rep), indent=1, ensure_ascii=False, default=str)
@@ -981,17 +990,20 @@ def ladder(
     measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: one all models share)."),
     threshold: float | None = typer.Option(None, "--threshold", help="Known when score >= this (default: the first model's run)."),
     seed: int = typer.Option(0, help="Seed of the bootstraps."),
+    config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a directory that holds a report or another ladder."),
 ) -> None:
     """Three or more models on the facts all of them were probed on: each model's mean with its
     interval per relation, and each step up the ladder compared fact by fact (paired bootstrap
     interval of the difference, McNemar's exact test)."""
 
     from kgprobe.api import ladder as build
-    from kgprobe.ladder import print_ladder
+    from kgprobe.reports.ladder import print_ladder
 
     _check_seed(seed)
-    lad, paths = build(models, out=out, measure=measure, threshold=threshold, seed=seed)
+    lad, paths = build(models, out=out, measure=measure, threshold=threshold, seed=seed,
+                        overwrite=overwrite)
     _print_with_files(lad, paths, as_json, print_ladder)
 
 

@@ -158,25 +158,32 @@ def _previous_owner(d: Path) -> dict[str, Any] | None:
     return owner if isinstance(owner, dict) else None
 
 
-def _who(owner: Mapping[str, Any]) -> str:
-    models = owner.get("models") or []
-    return " vs ".join(str(m) for m in models) or "another output"
+def _label(owner: Mapping[str, Any]) -> str:
+    """"report of a vs b" or "ladder of a, b, c"."""
+    models = [str(m) for m in owner.get("models") or []]
+    kind = str(owner.get("kind", "report"))
+    if not models:
+        return f"{kind} of another output"
+    return f"{kind} of " + (" vs ".join(models) if kind == "report" else ", ".join(models))
 
 
 def check_owner(out: str | os.PathLike[str], owner: Mapping[str, Any] | None, overwrite: bool = False,
                 option: str = "--out") -> None:
     """Refuse (ConfigError, exit 2) to write the output of ``owner`` (``{"models": [model keys,
     primary first]}``) into a directory that holds kgprobe's output of other models, unless
-    ``overwrite``. A directory without a manifest, or with one that names no owner (written by
-    an older kgprobe), or with the same models, is fine: the same report is brought up to date."""
+    ``overwrite``. ``owner["kind"]`` (default "report"; "ladder" for a model ladder) must match
+    too, so a ladder never replaces a report's files. A directory without a manifest, or with one
+    that names no owner (written by an older kgprobe), or with the same kind and models, is
+    fine: the same output is brought up to date."""
     if owner is None or overwrite:
         return
     before = _previous_owner(Path(out))
-    if before is None or list(before.get("models") or []) == list(owner.get("models") or []):
+    if before is None or (list(before.get("models") or []) == list(owner.get("models") or [])
+                          and before.get("kind", "report") == owner.get("kind", "report")):
         return
     raise ConfigError(
-        f"{option} {os.fspath(out)} holds the report of {_who(before)}; this is the report of "
-        f"{_who(owner)}: choose another directory, or pass --overwrite to replace it"
+        f"{option} {os.fspath(out)} holds the {_label(before)}; this is the {_label(owner)}: "
+        "choose another directory, or pass --overwrite to replace it"
     )
 
 

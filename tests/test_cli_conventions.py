@@ -56,6 +56,12 @@ def test_option_names_mean_one_thing_across_commands() -> None:
                 assert p.multiple and "-r" in p.opts, f"{path}: --relation/-r must be repeatable"
     walk(root, "kgprobe")
     assert without_json == []  # every command offers --json
+    # every command that loads a model or writes a report reads its options from --config too
+    no_config = [name for name, cmd in root.commands.items()  # type: ignore[attr-defined]
+                 if any({"--model", "--out"} & set(getattr(p, "opts", ()))
+                        for p in getattr(cmd, "params", []))
+                 and not any("--config" in getattr(p, "opts", ()) for p in cmd.params)]
+    assert no_config == []
     assert relation_options >= 5
     assert seen["-s"] == {"--strategy"} and seen["-r"] == {"--relation"} and seen["-m"] == {"--model"}
     assert all(len(longs) == 1 for longs in seen.values()), seen
@@ -173,6 +179,11 @@ def test_every_json_is_one_document(graph: Any, kgprobe_env: dict[str, str], tmp
                      "1,Water is,2,wet.,dry.,solid iron.,a planet.,x,Water is\n")
     factor = one_document(["factor", str(short), "--model", gpt2, "--json"], env)
     assert factor["items"] == 2
+    cfg = tmp_path / "factor.yaml"  # the same run from a config file (the file argument too)
+    cfg.write_text(f"file: {short}\nmodel: {gpt2}\nlimit: 1\n", encoding="utf-8")
+    one = one_document(["factor", "--config", str(cfg), "--json"], env)
+    assert one["items"] == 1 and one["per_item"][0] == factor["per_item"][0]
+    assert one_document(["factor", "--config", str(cfg), "--limit", "2", "--json"], env) == factor
     assert one_document(["ingest", str(FIXTURES / "wikidata" / "entity-json" / "Q182397.json"), "--json"],
                         env)["entities"] > 0
     if not os.environ.get("NEO4J_URI"):

@@ -95,17 +95,17 @@ LAYERS = [
     ("kgprobe.loaders", "kgprobe.graph"),
     ("kgprobe.loaders", "kgprobe.probing"),
     ("kgprobe.graph", "kgprobe.probing"),
-    ("kgprobe.graph", "kgprobe.reporting"),
+    ("kgprobe.graph", "kgprobe.reports"),
     ("kgprobe.probing.measures", "kgprobe.probing.run"),
     ("kgprobe.probing.measures", "kgprobe.probing.loop"),
     ("kgprobe.probing.measures", "kgprobe.probing.scores"),
-    ("kgprobe.probing.measures", "kgprobe.reporting"),
+    ("kgprobe.probing.measures", "kgprobe.reports"),
     ("kgprobe.probing.loop", "kgprobe.probing.run"),
     ("kgprobe.probing.scores", "kgprobe.probing.run"),
     ("kgprobe.probing", "kgprobe.app"),
-    ("kgprobe.probing", "kgprobe.reporting"),
+    ("kgprobe.probing", "kgprobe.reports"),
     ("kgprobe.graph", "kgprobe.app"),
-    ("kgprobe.reporting", "kgprobe.app"),
+    ("kgprobe.reports", "kgprobe.app"),
 ]
 
 
@@ -119,3 +119,22 @@ def test_layers_point_one_way(low: str, high: str) -> None:
         and not (b == low or b.startswith(low + "."))
     )
     assert bad == [], f"{low} imports {high}: {bad}"
+
+
+#: kgprobe.reports, bottom first: each module imports only modules before it in this list
+REPORTS = ["data", "text", "build", "console", "figures", "html", "results", "write", "ladder"]
+
+
+def test_the_reports_package_points_one_way() -> None:
+    g = import_graph()
+    mods = {f"kgprobe.reports.{m}" for m in REPORTS}
+    assert mods | {"kgprobe.reports"} == {n for n in g.nodes if n.startswith("kgprobe.reports")}
+    assert g.has_edge("kgprobe.reports.write", "kgprobe.reports.build")  # the walk sees the package
+    bad = sorted(
+        (a, b) for a, b in g.edges
+        if a in mods and b in mods
+        and REPORTS.index(b.rpartition(".")[2]) >= REPORTS.index(a.rpartition(".")[2])
+    )
+    assert bad == [], f"upward imports inside kgprobe.reports: {bad}"
+    assert not [b for b in g.successors("kgprobe.reports") if b.startswith("kgprobe")], \
+        "the package's __init__ imports nothing (importing one module never loads the others)"

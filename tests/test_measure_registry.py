@@ -140,7 +140,7 @@ def test_every_measure_round_trips_probe_edge_report(world: tuple[Any, Any], eng
     from kgprobe.graph.ingest import ingest
     from kgprobe.graph.templates import import_templates
     from kgprobe.records import EntityRecord, FactRecord, TemplateRecord, derive_style
-    from kgprobe.reporting import build_report
+    from kgprobe.reports.build import build_report
 
     graph, index = world
     # more subjects of a relation and more relations of an object for KaRR's samples
@@ -184,7 +184,7 @@ def test_every_measure_round_trips_probe_edge_report(world: tuple[Any, Any], eng
         assert r["score"]["n"] == r["scale facts"] and r["scale facts"] + others == r["facts"]
     from rich.console import Console
 
-    from kgprobe.reporting import print_report
+    from kgprobe.reports.console import print_report
 
     con = Console(record=True, width=200)
     print_report(rep, con)
@@ -196,7 +196,7 @@ def test_every_measure_round_trips_probe_edge_report(world: tuple[Any, Any], eng
     # the HTML report shows every measure and BELIEF's reliability diagram: one (confidence,
     # rank == 1) pair per prompt ranked over the vocabulary (mode=auto's primary scale; the
     # candidate set's prompts are another scale), read here straight off the FACT edges
-    from kgprobe.reporting import render_html
+    from kgprobe.reports.html import render_html
 
     bp = pr.ScoreProps("gpt2", keys["belief"])
     edges = graph.read(f"MATCH ()-[f:FACT]->() WHERE f.`{bp.score}` IS NOT NULL "
@@ -419,7 +419,7 @@ def test_the_worked_example_of_the_docs_runs(world: tuple[Any, Any], engine: Any
     """docs/measures.md's "adding a measure" example (the module of examples/kgprobe-top1, which
     the docs show as it is: tests/test_plugins.py), executed in-process: registered, probed,
     written onto the edges, in the report. tests/test_plugins.py installs it as a package."""
-    from kgprobe.reporting import build_report
+    from kgprobe.reports.build import build_report
 
     module = Path(__file__).resolve().parent.parent / "examples" / "kgprobe-top1" / "kgprobe_top1" / "__init__.py"
     graph, index = world

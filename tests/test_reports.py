@@ -20,11 +20,7 @@ from distractor_world import BACH, BIDEN, BUSH, CLINTON, CURIE, FRANCE, GERMANY,
 from probe_world import load
 
 from kgprobe.graph import probe_runs as pr
-from kgprobe.reporting import (
-    MIN_N_CI,
-    Report,
-    _ci,
-    bootstrap_ci,
+from kgprobe.reports.build import (
     bucket_of,
     build_report,
     interval,
@@ -32,10 +28,13 @@ from kgprobe.reporting import (
     popularity_edges,
     relation_stats,
     reliability_bins,
-    reliability_svg,
-    render_html,
-    write_report,
 )
+from kgprobe.reports.data import Report
+from kgprobe.reports.figures import reliability_svg
+from kgprobe.reports.html import render_html
+from kgprobe.reports.text import ci as _ci
+from kgprobe.reports.write import write_report
+from kgprobe.stats import MIN_N_CI, bootstrap_ci
 
 SP = pr.ScoreProps("hand", "kmin_temp_sem_n5")
 OTHER = pr.ScoreProps("other", "kmin_temp_sem_n5")
@@ -319,7 +318,7 @@ def test_terminal_report_prints_data_text_as_written(hand_graph: Any, markup: bo
     backslash added."""
     from rich.console import Console
 
-    from kgprobe.reporting import print_report
+    from kgprobe.reports.console import print_report
 
     hand_graph.write("MATCH (r:Relation {pid: 'P36'}) SET r.label = $l", l="capital [bold]x[/bold] [a]")
     con = Console(record=True, width=400, markup=markup)

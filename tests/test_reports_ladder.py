@@ -42,7 +42,7 @@ def _direct_paired(a: list[float], b: list[float], seed: int) -> tuple[float, fl
 
 
 def test_ladder_by_hand(ladder_graph: Any) -> None:
-    from kgprobe.ladder import build_ladder
+    from kgprobe.reports.ladder import build_ladder
 
     lad = build_ladder(ladder_graph, ["hand", "other", "third"], seed=0)
     assert lad.measure_key == KMIN and lad.facts == 11 and lad.threshold == 0.5
@@ -74,7 +74,7 @@ def test_ladder_by_hand(ladder_graph: Any) -> None:
 
 def test_ladder_only_on_facts_all_models_have(ladder_graph: Any) -> None:
     """A fourth model scored on 10 of the 11 facts: the ladder of all four uses those 10."""
-    from kgprobe.ladder import build_ladder
+    from kgprobe.reports.ladder import build_ladder
 
     _seed(ladder_graph, "fourth", KMIN, [1.0] * len(PAIRS), "t1")
     key = ladder_graph.read("MATCH (:Entity)-[f:FACT]->(:Entity) WHERE f.score__fourth__" + KMIN
@@ -86,7 +86,7 @@ def test_ladder_only_on_facts_all_models_have(ladder_graph: Any) -> None:
 
 
 def test_ladder_refusals(ladder_graph: Any) -> None:
-    from kgprobe.ladder import build_ladder
+    from kgprobe.reports.ladder import build_ladder
 
     with pytest.raises(ConfigError, match="at least three"):
         build_ladder(ladder_graph, ["hand", "other"])
@@ -100,7 +100,7 @@ def test_ladder_refusals(ladder_graph: Any) -> None:
 
 
 def test_ladder_files_and_cli(ladder_graph: Any, tmp_path: Path) -> None:
-    from kgprobe.ladder import build_ladder, write_ladder
+    from kgprobe.reports.ladder import build_ladder, write_ladder
 
     lad = build_ladder(ladder_graph, ["hand", "other", "third"], seed=0)
     paths = write_ladder(lad, tmp_path / "lad")
@@ -118,6 +118,24 @@ def test_ladder_files_and_cli(ladder_graph: Any, tmp_path: Path) -> None:
     assert "| P27" in md and "(n too small)" in md and "hand → other" in md
     svg = (tmp_path / "lad" / "ladder.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg and "third" in svg
+
+    # no silent overwrite: the same ladder again is fine; another ladder, or a ladder over a
+    # report's directory, is refused with nothing written, unless overwrite
+    write_ladder(lad, tmp_path / "lad")
+    other = build_ladder(ladder_graph, ["third", "other", "hand"], seed=0)
+    before = md
+    with pytest.raises(ConfigError, match="holds the ladder of hand, other, third; this is the ladder of third, other, hand"):
+        write_ladder(other, tmp_path / "lad")
+    assert (tmp_path / "lad" / "ladder.md").read_text() == before
+    write_ladder(other, tmp_path / "lad", overwrite=True)
+    assert "third → other" in (tmp_path / "lad" / "ladder.md").read_text()
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.write import write_report
+
+    write_report(build_report(ladder_graph, "hand", seed=0), tmp_path / "rep")
+    with pytest.raises(ConfigError, match="holds the report of hand; this is the ladder of hand, other, third"):
+        write_ladder(lad, tmp_path / "rep")
+    assert not (tmp_path / "rep" / "ladder.md").exists() and (tmp_path / "rep" / "report.md").is_file()
 
 
 def test_ladder_cli(kgprobe_env: dict[str, str], ladder_graph: Any, tmp_path: Path) -> None:

@@ -78,10 +78,10 @@ def pair_graph(graph: Any) -> Any:
 # --- the statistics module ---------------------------------------------------------------------------
 
 
-def test_reporting_and_results_do_not_import_each_other() -> None:
+def test_results_do_not_reach_the_report_builder() -> None:
     """Every import statement of each module (top level, function level, TYPE_CHECKING), followed
-    through kgprobe's own modules: results never reaches reporting; stats reaches nothing of
-    kgprobe but errors."""
+    through kgprobe's own modules: the results writer never reaches the report builder; stats
+    reaches nothing of kgprobe but errors; the measure registry imports no report module."""
 
     def imports(mod: str) -> set[str]:
         path = ROOT / (mod.replace(".", "/") + ".py")
@@ -110,16 +110,16 @@ def test_reporting_and_results_do_not_import_each_other() -> None:
                     todo.append(n)
         return seen
 
-    assert "kgprobe.reporting" not in reach("kgprobe.results")
+    assert "kgprobe.reports.results" in reach("kgprobe.reports.write")  # the walk follows imports
+    assert "kgprobe.reports.build" not in reach("kgprobe.reports.results")
     assert reach("kgprobe.stats") <= {"kgprobe.errors"}
-    assert "kgprobe.reporting" not in imports("kgprobe.probing.measures.registry")
+    assert not {m for m in imports("kgprobe.probing.measures.registry") if m.startswith("kgprobe.reports")}
     assert "kgprobe.stats" in imports("kgprobe.probing.measures.registry")
 
 
 def test_bootstrap_ci_keeps_its_numbers() -> None:
-    """Moved to kgprobe.stats with the same numbers: a direct numpy percentile bootstrap with
-    the same generator gives the same interval (scipy draws the same indices)."""
-    from kgprobe.reporting import bootstrap_ci as old_name
+    """kgprobe.stats.bootstrap_ci: a direct numpy percentile bootstrap with the same generator
+    gives the same interval (scipy draws the same indices)."""
     from kgprobe.stats import bootstrap_ci
 
     x = np.array(A_SCORES)
@@ -127,7 +127,6 @@ def test_bootstrap_ci_keeps_its_numbers() -> None:
     means = x[rng.integers(0, x.size, size=(1000, x.size))].mean(axis=1)
     lo, hi = np.percentile(means, [2.5, 97.5])
     assert bootstrap_ci(x.tolist(), 11) == pytest.approx((lo, hi), abs=1e-12)
-    assert old_name is bootstrap_ci
 
 
 def test_paired_bootstrap_against_direct_resampling() -> None:
@@ -180,7 +179,7 @@ def test_mcnemar_exact_by_hand() -> None:
 
 
 def test_paired_section_by_hand(pair_graph: Any) -> None:
-    from kgprobe.reporting import build_report
+    from kgprobe.reports.build import build_report
     from kgprobe.stats import paired_bootstrap_ci
 
     rep = build_report(pair_graph, "hand", vs="other", seed=0)
@@ -215,7 +214,9 @@ def test_paired_section_by_hand(pair_graph: Any) -> None:
 def test_paired_section_in_every_output(pair_graph: Any, tmp_path: Path) -> None:
     from rich.console import Console
 
-    from kgprobe.reporting import build_report, print_report, write_report
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.console import print_report
+    from kgprobe.reports.write import write_report
 
     rep = build_report(pair_graph, "hand", vs="other", seed=0)
     paths = write_report(rep, tmp_path)
@@ -242,10 +243,49 @@ def test_paired_section_in_every_output(pair_graph: Any, tmp_path: Path) -> None
     assert "paired_csv" not in only and not (tmp_path / "one" / "paired.csv").exists()
 
 
+def test_one_model_against_itself_under_another_measure_key(graph: Any, kgprobe_env: dict[str, str],
+                                                           tmp_path: Path) -> None:
+    """report --vs-measure (the demo's careful-vs-raw section): the same model's two measure
+    keys paired on the same facts give the numbers worked out by hand for hand vs other."""
+    import subprocess
+    import sys
+
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.text import other_measures, title
+    from kgprobe.reports.write import write_report
+
+    load(graph)
+    _seed(graph, "hand", KMIN, A_SCORES, "t1")
+    _seed(graph, "hand", KMIN + "_vraw", B_SCORES, "t2")
+    rep = build_report(graph, "hand", measure=KMIN, vs_measure=KMIN + "_vraw", seed=0)
+    al = rep.paired[-1]
+    assert al.key == "all" and al.facts == 11 and al.diff == pytest.approx(3 / 11)
+    assert (al.a_known, al.b_known, al.b, al.c) == (4, 7, 2, 5) and al.p == pytest.approx(58 / 128)
+    assert rep.comparison is not None and rep.comparison["both_probed"] == 11
+    assert rep.names() == ("careful", "raw")
+    assert title(rep).startswith("hand, careful vs raw labels: Min@5")
+    # the compared key is in the paired tables, not again under "other measures"
+    assert other_measures(rep) == []
+    alone = build_report(graph, "hand", measure=KMIN, seed=0)
+    assert {r["measure_key"] for r in other_measures(alone)} == {KMIN + "_vraw"}
+    assert write_report(rep, tmp_path / "r")  # one model's report: the owner is that model
+    manifest = json.loads(next((tmp_path / "r").glob(".kgprobe*")).read_text())
+    assert manifest["owner"]["models"] == ["hand"]
+    with pytest.raises(ConfigError, match="not both"):
+        build_report(graph, "hand", vs="hand", vs_measure=KMIN + "_vraw")
+    with pytest.raises(ConfigError, match="is the report's own measure key"):
+        build_report(graph, "hand", measure=KMIN, vs_measure=KMIN)
+    r = subprocess.run([sys.executable, "-m", "kgprobe.cli", "report", "-m", "hand", "--measure", KMIN,
+                        "--vs-measure", KMIN + "_vraw", "--json"], capture_output=True, text=True,
+                       env=kgprobe_env, timeout=300, check=False)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["paired"][-1]["c"] == 5
+
+
 def test_vs_picks_the_common_measure(graph: Any) -> None:
     """A's latest run used kavg, an older one kmin; B has only kmin. Today's code asked B for
     A's latest measure and failed; the report now uses kmin, the measure both have."""
-    from kgprobe.reporting import build_report
+    from kgprobe.reports.build import build_report
 
     load(graph)
     _seed(graph, "hand", KMIN, A_SCORES, "t1")
@@ -262,7 +302,7 @@ def test_vs_measure_name_picks_the_key_both_have(graph: Any) -> None:
     """``--measure kmin``: A's latest kmin key is kmin_random_n5, B has only kmin_temp_sem_n5,
     which A also has; both the report and ``compare`` use that one."""
     from kgprobe.probing.scores import compare_in
-    from kgprobe.reporting import build_report
+    from kgprobe.reports.build import build_report
 
     load(graph)
     _seed(graph, "hand", KMIN, A_SCORES, "t1")
@@ -279,7 +319,7 @@ def test_vs_measure_name_picks_the_key_both_have(graph: Any) -> None:
 def test_vs_exact_measure_key_wins_over_a_longer_one(graph: Any) -> None:
     """B's latest key extends A's (``kmin_temp_sem_n5_lrall``): the exact key is used, not the
     first key it is a prefix of."""
-    from kgprobe.reporting import build_report
+    from kgprobe.reports.build import build_report
 
     load(graph)
     _seed(graph, "hand", KMIN, A_SCORES, "t1")
@@ -294,7 +334,7 @@ def test_vs_without_a_common_measure_is_one_line(graph: Any, kgprobe_env: dict[s
     import subprocess
     import sys
 
-    from kgprobe.reporting import build_report
+    from kgprobe.reports.build import build_report
 
     load(graph)
     _seed(graph, "hand", KMIN, A_SCORES, "t1")
@@ -316,7 +356,9 @@ def test_chance_line(pair_graph: Any, tmp_path: Path) -> None:
     a measure without a defined chance level: none."""
     from rich.console import Console
 
-    from kgprobe.reporting import build_report, print_report, write_report
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.console import print_report
+    from kgprobe.reports.write import write_report
 
     rep = build_report(pair_graph, "hand", seed=0)
     assert rep.chance is not None and rep.chance.level == pytest.approx(1 / 6)
@@ -349,7 +391,9 @@ def test_popularity_and_staleness_for_both_models(pair_graph: Any, tmp_path: Pat
     on USA P35 only: A 1.0, B 0.0."""
     from rich.console import Console
 
-    from kgprobe.reporting import build_report, print_report, write_report
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.console import print_report
+    from kgprobe.reports.write import write_report
 
     rep = build_report(pair_graph, "hand", vs="other", seed=0)
     assert rep.other is not None

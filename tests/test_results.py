@@ -1,5 +1,5 @@
 """Results files: a real probe (tiny real model, real graph server) writes results.json and
-per-fact records with the distractors' scores; kgprobe.results.load reads them into pandas; the
+per-fact records with the distractors' scores; kgprobe.load_results reads them into pandas; the
 documented schema (docs/results.md) is the one written."""
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from distractor_world import BIDEN, OBAMA, TRUMP, USA
 from probe_world import REF, load
 
 from kgprobe.probing.run import ProbeConfig, run_probe
-from kgprobe.reporting import build_report, write_report
-from kgprobe.results import SCHEMA, FactDetails
-from kgprobe.results import load as load_results
+from kgprobe.reports.build import build_report
+from kgprobe.reports.results import SCHEMA, FactDetails
+from kgprobe.reports.results import load as load_results
+from kgprobe.reports.write import write_report
 
 torch.set_num_threads(1)
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "results.md"

@@ -48,3 +48,19 @@ def test_toml_and_refusals(tmp_path: Path) -> None:
     bad.write_text("batch-facts: 1\nbatch_facts: 2\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="given twice"):
         config_defaults(bad, _params("probe"))
+
+
+def test_every_command_that_computes_reads_a_config(tmp_path: Path) -> None:
+    """demo, factor and ladder take --config like probe and report: keys checked against each
+    command's own options (factor's CSV argument included), unknown keys refused."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: smollm2-135m\nper_relation: 12\ndtype: bfloat16\n", encoding="utf-8")
+    assert config_defaults(cfg, _params("demo")) == {"model": "smollm2-135m", "per_relation": 12,
+                                                     "dtype": "bfloat16"}
+    cfg.write_text("file: expert.csv\nmax-length: 1024\nlimit: 20\n", encoding="utf-8")
+    assert config_defaults(cfg, _params("factor")) == {"file": "expert.csv", "max_length": 1024, "limit": 20}
+    cfg.write_text("model: [a, b, c]\nout: lad\n", encoding="utf-8")
+    assert config_defaults(cfg, _params("ladder")) == {"models": ["a", "b", "c"], "out": "lad"}
+    cfg.write_text("sample: 5\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="unknown key 'sample'; known: .*per_relation"):
+        config_defaults(cfg, _params("demo"))

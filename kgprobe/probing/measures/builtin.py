@@ -102,7 +102,7 @@ class _DistractorK(Measure):
 
 
 def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity], obj: Entity) -> dict[str, Any]:
-    """What the per-fact records (kgprobe.results) show of one scored fact: its cloze
+    """What the per-fact records (kgprobe.reports.results) show of one scored fact: its cloze
     sentences (with the true object, as the run's verbalizer writes it) and every distractor's
     (and past value's) log-plausibility on each. Keys starting with ``_`` never reach the graph."""
     past_qids = {e.qid for e in past}

@@ -20,11 +20,14 @@ from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.probing.measures.catalog import chance_level
 from kgprobe.probing.scores import shared_scores
-from kgprobe.report_data import Chance, Group, PairedGroup
 
 # the report's own formatting: a number prints the same in a ladder as in a report
-from kgprobe.reporting import BOOTSTRAP, _diff, _figure, group_stats, measure_label, paired_group
-from kgprobe.reporting import _ci as _with_ci
+from kgprobe.reports.build import group_stats, measure_label, paired_group
+from kgprobe.reports.data import Chance, Group, PairedGroup
+from kgprobe.reports.figures import new_figure
+from kgprobe.reports.text import ci as _with_ci
+from kgprobe.reports.text import diff as _diff
+from kgprobe.stats import BOOTSTRAP
 
 if TYPE_CHECKING:  # pragma: no cover
     from rich.console import Console
@@ -174,7 +177,7 @@ def ladder_svg(lad: Ladder) -> str:
 
     import matplotlib
 
-    fig = _figure(1.6 + 1.1 * len(lad.rungs), 3.6)
+    fig = new_figure(1.6 + 1.1 * len(lad.rungs), 3.6)
     ax = fig.add_subplot()
     xs = list(range(len(lad.rungs)))
     for p in lad.relations:
@@ -199,9 +202,10 @@ def ladder_svg(lad: Ladder) -> str:
     return buf.getvalue()
 
 
-def write_ladder(lad: Ladder, out: str | Path) -> dict[str, Path]:
+def write_ladder(lad: Ladder, out: str | Path, *, overwrite: bool = False) -> dict[str, Path]:
     """ladder.json, ladder.csv (one row per model and relation, one per step), ladder.md and
-    ladder.svg in ``out``, written as one output (kgprobe.outputs.write_files)."""
+    ladder.svg in ``out``, written as one output (kgprobe.outputs.write_files). A directory that
+    holds a report, or the ladder of other models, is refused unless ``overwrite``."""
     from kgprobe.outputs import csv_text, write_files
 
     rows: list[list[Any]] = []
@@ -220,4 +224,5 @@ def write_ladder(lad: Ladder, out: str | Path) -> dict[str, Path]:
         "ladder.md": markdown(lad),
         "ladder.svg": ladder_svg(lad),
     }
-    return write_files(out, files)
+    owner = {"kind": "ladder", "models": [r.model_key for r in lad.rungs]}
+    return write_files(out, files, owner=owner, overwrite=overwrite)

@@ -1,6 +1,6 @@
-"""The report's data: plain dataclasses that ``kgprobe.reporting`` builds and
-``kgprobe.results`` writes. They live apart so that neither of those modules imports the other
-(reporting imports results to write results files; results needs only these types)."""
+"""The report's data: plain dataclasses that ``reports.build`` fills and every writer
+(``text``, ``console``, ``html``, ``results``, ``write``) reads. They are at the bottom of the
+package so that no writer imports the builder for its types."""
 
 from __future__ import annotations
 
@@ -100,12 +100,25 @@ class Report:
     #: run: ``probe --output-path``)
     scope: str = "all"
 
+    @property
+    def same_model(self) -> bool:
+        """One model against itself under two measure keys (``report --vs-measure``)."""
+        return self.other is not None and self.other.model_key == self.primary.model_key
+
     def names(self) -> tuple[str, str | None]:
         """Display names of the primary and the other model; their property keys where the two
-        names are the same (one model at two dtypes)."""
+        names are the same (one model at two dtypes). One model under two measure keys
+        (``report --vs-measure``): "careful" and "raw" for a key and its ``_vraw`` twin (the
+        verbalizer), else the two measure keys; titles then name the model once."""
         a, b = self.primary, self.other
         if b is None:
             return a.display, None
+        if self.same_model:
+            if b.measure_key == f"{a.measure_key}_vraw":
+                return "careful", "raw"
+            if a.measure_key == f"{b.measure_key}_vraw":
+                return "raw", "careful"
+            return a.measure_key, b.measure_key
         if a.display == b.display:
             return a.model_key, b.model_key
         return a.display, b.display

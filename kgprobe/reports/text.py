@@ -1,7 +1,7 @@
 """The report's numbers as text: one formatter per kind of cell, used by every place that prints
 them (the terminal tables, the HTML page, Markdown and LaTeX), so a number has one spelling and
 one interval wherever it appears. Markdown (GitHub tables) and LaTeX (``booktabs``) tables are
-built here from a :class:`~kgprobe.report_data.Report`; ``kgprobe report --format md|tex``
+built here from a :class:`~kgprobe.reports.data.Report`; ``kgprobe report --format md|tex``
 prints them and every report directory holds them as ``report.md`` and ``report.tex``.
 
 Imports only the report's data types (below ``reporting`` and ``results``)."""
@@ -9,8 +9,9 @@ Imports only the report's data types (below ``reporting`` and ``results``)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from kgprobe.report_data import Group, PairedGroup, Report
+from kgprobe.reports.data import Group, ModelReport, PairedGroup, Report
 
 TOO_SMALL = "n too small"
 
@@ -105,7 +106,12 @@ def title(rep: Report) -> str:
     name_a, name_b = rep.names()
     a = rep.primary
     vs = f" vs {name_b}" if name_b is not None else ""
-    return f"{name_a}{vs}: {a.measure_label} (known ≥ {a.threshold:g}), by {by_title(rep)}"
+    if rep.same_model:  # one model, two measure keys: name it once
+        both = {name_a, name_b} == {"careful", "raw"}
+        who = f"{a.display}, {name_a}{vs}" + (" labels" if both else "")
+    else:
+        who = f"{name_a}{vs}"
+    return f"{who}: {a.measure_label} (known ≥ {a.threshold:g}), by {by_title(rep)}"
 
 
 def notes(rep: Report) -> list[str]:
@@ -186,3 +192,37 @@ def latex(rep: Report) -> str:
         out.append(_tex_table(phead, prows, f"Paired comparison of {name_b} and {name_a} on the same facts.",
                               "tab:kgprobe-paired"))
     return "\n".join(out)
+
+
+def chance_note(rep: Report) -> str:
+    if rep.chance is None:
+        return "chance level: not defined for this measure"
+    return (f"chance level: {rep.chance.level:.3f} ({rep.chance.rule}; what a model that knows "
+            "nothing scores in expectation)")
+
+
+def paired_note(rep: Report) -> str:
+    a, b = rep.names()
+    b = b or "B"
+    return (f"paired: the same facts for both models; difference = mean({b}) − mean({a}) with a "
+            f"95% paired bootstrap (facts resampled, the same facts for both; only where n ≥ "
+            f"{rep.min_n_ci}); McNemar's exact test on known: b = only {a} knows, c = only {b} "
+            "knows, two-sided p")
+
+
+def display_name(rep: Report, m: ModelReport) -> str:
+    """A model's display name in this report (Report.names: its name, not its property key)."""
+    na, nb = rep.names()
+    return na if m is rep.primary else (nb or m.model_key)
+
+
+def other_measures(rep: Report) -> list[dict[str, Any]]:
+    """The per-relation aggregates of every measure probed for the primary model except the one
+    the report is about (shown above, with the report's own intervals; with ``--vs-measure``,
+    the compared key is shown above too)."""
+    shown = {rep.primary.measure_key} | ({rep.other.measure_key} if rep.same_model and rep.other else set())
+    return [r for r in rep.measures if r.get("measure_key") not in shown]
+
+
+def bucket_cells(g: Group | None) -> list[str]:
+    return [str(g.facts) if g else "–", ci(g), known(g)]

@@ -30,7 +30,7 @@ from kgprobe.errors import InputError
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
-    from kgprobe.report_data import Group, ModelReport, Report
+    from kgprobe.reports.data import Group, ModelReport, Report
 
 SCHEMA = "kgprobe-results/2"
 RESULTS = "results.json"
@@ -340,7 +340,7 @@ def load(path: str | Path) -> Results:
     try:
         import pandas as pd
     except ImportError as exc:  # pragma: no cover - the optional extra
-        raise InputError("kgprobe.results.load needs pandas: pip install 'kgprobe[results]'") from exc
+        raise InputError("kgprobe.load_results needs pandas: pip install 'kgprobe[results]'") from exc
     d = Path(path)
     if not (d / RESULTS).is_file():
         raise InputError(f"{d} has no {RESULTS}")
@@ -371,5 +371,5 @@ def load(path: str | Path) -> Results:
 
 def report_owner(rep: Report) -> dict[str, Any]:
     """Whose report a directory holds (kgprobe.outputs.check_owner): the model keys, primary
-    first."""
-    return {"models": [m.model_key for m in (rep.primary, rep.other) if m is not None]}
+    first (one model compared with itself under another measure key is that model's report)."""
+    return {"models": list(dict.fromkeys(m.model_key for m in (rep.primary, rep.other) if m is not None))}
