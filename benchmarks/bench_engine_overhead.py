@@ -71,7 +71,7 @@ def workload(data: Path, contexts: int, candidates: int, seed: int) -> list[LogP
         temp, rows, space = per_rel[k % len(per_rel)]
         k += 1
         fact = rng.choice(rows)
-        context = temp.rstrip(".")[: -len("[Y]")].replace("[X]", fact["sub_label"])
+        context = temp.rstrip(".")[: -len("[Y]")].rstrip().replace("[X]", fact["sub_label"])
         others = rng.sample([s for s in space if s != fact["obj_label"]], candidates - 1)
         reqs.extend(LogProbRequest(context, " " + c) for c in [fact["obj_label"], *others])
     return reqs
