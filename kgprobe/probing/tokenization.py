@@ -20,16 +20,14 @@ Rules, each a lesson of lm-evaluation-harness users:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kgprobe.errors import ConfigError
+from tokenizers import Tokenizer as _RustTokenizer  # behind every fast tokenizer
 
-try:  # the Rust tokenizers library behind every fast tokenizer (a transformers dependency)
-    from tokenizers import Tokenizer as _RustTokenizer
-except ImportError:  # pragma: no cover - transformers always brings it
-    _RustTokenizer = None
+from kgprobe.errors import ConfigError
 
 BosPolicy = Literal["auto", "always", "never"]
 
@@ -118,7 +116,7 @@ class Tokenization:
         would do exactly that call (no truncation, no padding, its special-token setting):
         the wrapper's per-text conversion costs a third of the encoding."""
         bk = getattr(self.tokenizer, "_tokenizer", None)
-        if (_RustTokenizer is None or not isinstance(bk, _RustTokenizer)
+        if (not isinstance(bk, _RustTokenizer)
                 or bk.truncation is not None or bk.padding is not None
                 or bk.encode_special_tokens != bool(getattr(self.tokenizer, "split_special_tokens",
                                                             False))):
@@ -366,10 +364,9 @@ def _splits_at_space(tokenizer: Any) -> bool:
     dropout, offsets not trimmed after it, and added tokens that cannot reach across a space (no whitespace in them, no
     stripping, no whole-word rule). Read from the tokenizer's serialized pipeline; anything
     else is encoded jointly."""
-    import json
 
     bk = getattr(tokenizer, "_tokenizer", None)
-    if _RustTokenizer is None or not isinstance(bk, _RustTokenizer):
+    if not isinstance(bk, _RustTokenizer):
         return False
     try:
         spec = json.loads(bk.to_str())
