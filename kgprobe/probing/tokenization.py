@@ -137,12 +137,16 @@ class Tokenization:
         except (NotImplementedError, ValueError, TypeError):
             return self.encode(text), None
 
-    def decode_tokens(self, ids: tuple[int, ...] | list[int]) -> tuple[str, ...]:
+    def decode_tokens(self, ids: Sequence[int]) -> tuple[str, ...]:
         """Each id decoded on its own (for per-token displays), keeping a SentencePiece
         word-start marker as the leading space it stands for. Each vocabulary id is decoded
         once per model and remembered: results carry token strings without a tokenizer call
         per token on the hot path."""
         memo = self._decoded
+        try:  # the usual case: every id seen before
+            return tuple(map(memo.__getitem__, ids))
+        except KeyError:
+            pass
         missing = [i for i in dict.fromkeys(ids) if i not in memo]
         if missing:
             texts = self.tokenizer.batch_decode([[i] for i in missing])

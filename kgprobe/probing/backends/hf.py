@@ -90,10 +90,10 @@ class HFBackend(ScoringBackend):
         return LogProbResult(
             logprob=float(sum(s.logprobs)),
             token_logprobs=tuple(s.logprobs),
-            tokens=self.tok.decode_tokens(list(ids)),
+            tokens=self.tok.decode_tokens(ids),
             is_greedy=s.is_greedy,
             boundary_merged=merged,
-            token_ids=tuple(int(i) for i in ids),
+            token_ids=tuple(map(int, ids)),
         )
 
     def _span_result(
