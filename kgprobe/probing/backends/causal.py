@@ -362,16 +362,16 @@ class CausalBackend(Backend):
     def _block_masks(self, row: PackedRow) -> _RowSegments:
         """Each attention block's slice of ``_row_mask``'s (dense, additive) mask, built on its
         own: the same values the block would read from the whole row's mask."""
-        end = torch.from_numpy(row.end).to(self.device)
-        neg = torch.finfo(next(self.model.parameters()).dtype).min
+        neg = np.float32(torch.finfo(next(self.model.parameters()).dtype).min)
+        zero = np.float32(0.0)
         blocks: list[tuple[int, int, int, int]] = [tuple(b) for b in row.blocks.tolist()]  # type: ignore[misc]
         masks = []
-        for a, b, t0, t1 in blocks:
-            q = torch.arange(a, b, device=self.device)
-            kv = q if t1 <= t0 else torch.cat([torch.arange(t0, t1, device=self.device), q])
-            allowed = (kv[None, :] <= q[:, None]) & (q[:, None] < end[kv][None, :])
-            masks.append(torch.zeros((1, 1, *allowed.shape), device=self.device)
-                         .masked_fill(~allowed[None, None], neg))
+        for a, b, t0, t1 in blocks:  # numpy: a block is a few small arrays, torch costs 5x
+            q = np.arange(a, b)
+            kv = q if t1 <= t0 else np.concatenate([np.arange(t0, t1), q])
+            allowed = (kv[None, :] <= q[:, None]) & (q[:, None] < row.end[kv][None, :])
+            m = torch.from_numpy(np.where(allowed, zero, neg)[None, None])
+            masks.append(m if self.device.type == "cpu" else m.to(self.device))
         return _RowSegments(blocks, masks)
 
     def _row_forward_once(self, row: PackedRow, keep: np.ndarray) -> tuple[torch.Tensor, bool]:
