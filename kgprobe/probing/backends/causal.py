@@ -363,15 +363,25 @@ class CausalBackend(Backend):
         """Each attention block's slice of ``_row_mask``'s (dense, additive) mask, built on its
         own: the same values the block would read from the whole row's mask."""
         neg = np.float32(torch.finfo(next(self.model.parameters()).dtype).min)
-        zero = np.float32(0.0)
-        blocks: list[tuple[int, int, int, int]] = [tuple(b) for b in row.blocks.tolist()]  # type: ignore[misc]
-        masks = []
-        for a, b, t0, t1 in blocks:  # numpy: a block is a few small arrays, torch costs 5x
-            q = np.arange(a, b)
-            kv = q if t1 <= t0 else np.concatenate([np.arange(t0, t1), q])
-            allowed = (kv[None, :] <= q[:, None]) & (q[:, None] < row.end[kv][None, :])
-            m = torch.from_numpy(np.where(allowed, zero, neg)[None, None])
-            masks.append(m if self.device.type == "cpu" else m.to(self.device))
+        bl = row.blocks.astype(np.int64).reshape(-1, 4)
+        a, t0 = bl[:, 0], bl[:, 2]
+        nq, tl = bl[:, 1] - a, bl[:, 3] - t0
+        nkv = tl + nq
+        sizes = nq * nkv
+        # every block's (query, key) pairs in one flat array, block after block, row-major:
+        # the keys of block i are its trunk's t0..t1-1, then its own a..b-1
+        blk = np.repeat(np.arange(len(bl)), sizes)
+        off = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        qpos = a[blk] + off // nkv[blk]
+        kj = off % nkv[blk]
+        kvpos = np.where(kj < tl[blk], t0[blk] + kj, a[blk] + kj - tl[blk])
+        allowed = (kvpos <= qpos) & (qpos < row.end[kvpos])
+        flat = torch.from_numpy(np.where(allowed, np.float32(0.0), neg))
+        if self.device.type != "cpu":
+            flat = flat.to(self.device)
+        blocks: list[tuple[int, int, int, int]] = [tuple(b) for b in bl.tolist()]  # type: ignore[misc]
+        masks = [m.view(1, 1, q, k) for m, q, k in
+                 zip(torch.split(flat, sizes.tolist()), nq.tolist(), nkv.tolist(), strict=True)]
         return _RowSegments(blocks, masks)
 
     def _row_forward_once(self, row: PackedRow, keep: np.ndarray) -> tuple[torch.Tensor, bool]:
@@ -460,11 +470,11 @@ class CausalBackend(Backend):
                         dists[int(read_item[k])] = lp[loc]
                     del lp
                 self.stats.head_cpu_seconds += time.process_time() - c0
-        greedy = np.logical_and.reduceat(hits, p.read_start[:-1]) if n_reads else hits
+        greedy = (np.logical_and.reduceat(hits, p.read_start[:-1]) if n_reads else hits).tolist()
         bounds = p.read_start.tolist()
         flat = vals.tolist()
-        results = [ScoredTokens(flat[bounds[i] : bounds[i + 1]], bool(greedy[i]))
-                   for i in range(len(contexts))]
+        results = [ScoredTokens(flat[lo:hi], g)
+                   for lo, hi, g in zip(bounds, bounds[1:], greedy, strict=False)]
         return results, dists
 
     def packing_works(self) -> bool:
