@@ -5,20 +5,28 @@ bit for bit, with the cheap paths on and off."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
+from pathlib import Path
 
 import pytest
 import torch
 from _scoring_models import build
 
 from kgprobe.probing.backends.packing import plan
+from kgprobe.probing.cache import ScoreCache, _dump, request_key
 from kgprobe.probing.engine import Engine
 from kgprobe.probing.models import DEFAULT_MODEL, LoadedModel, load_model
 from kgprobe.probing.requests import (
+    BeamSearchRequest,
+    GenerateRequest,
     LogProbRequest,
     NextTokenRequest,
+    NextTokenResult,
     Request,
     SpanScoreRequest,
+    TokenScoresRequest,
 )
 from kgprobe.probing.tokenization import split_trailing_whitespace
 
@@ -114,3 +122,42 @@ def test_mixed_batch_scores_identical_with_cheap_paths_on_and_off(causal: Loaded
     finally:
         tok._splits_at_space = saved
     assert apart == joint
+
+
+def test_cache_keys_and_stored_text_unchanged(causal: LoadedModel, tmp_path: Path) -> None:
+    """Cache files written before stay valid: a key is the canonical JSON of
+    ``dataclasses.asdict(request)`` and a stored result the JSON of ``asdict(result)``, as
+    they always were; a batch lookup finds exactly what one query per request found."""
+    reqs: list[Request] = [
+        LogProbRequest("The capital of France is", " Paris"),
+        LogProbRequest("Lyon is a city in", " France", add_eos=True),
+        SpanScoreRequest.marked("Berlin is the capital of Germany.", "Germany"),
+        NextTokenRequest("Answer:", top_k=3),
+        BeamSearchRequest("The capital of France is", num_beams=2, max_new_tokens=2,
+                          allowed=(" Paris", " Lyon")),
+        GenerateRequest("Answer:", max_new_tokens=2, stop=("\n",)),
+        TokenScoresRequest("Paris is the capital of France."),
+    ]
+    results = Engine(causal).run(reqs)
+    for req, res in zip(reqs, results, strict=True):
+        old_key = json.dumps([type(req).__name__, dataclasses.asdict(req)], ensure_ascii=False,
+                             sort_keys=True)
+        assert request_key(req) == old_key
+        old = dataclasses.asdict(res)
+        old.pop("full_logprobs", None)
+        assert _dump(res) == json.dumps(old, ensure_ascii=False)
+    cache = ScoreCache(tmp_path / "scores.sqlite")
+    cache.put_many("fp", zip(reqs, results, strict=True))
+    assert cache._db is not None
+    one_by_one = {}
+    for req in reqs:
+        row = cache._db.execute("SELECT value FROM scores WHERE fingerprint = ? AND key = ?",
+                                ("fp", request_key(req))).fetchone()
+        if row is not None:
+            one_by_one[req] = row[0]
+    missing = LogProbRequest("The capital of France is", " Rome")
+    got = cache.get_many("fp", [*reqs, missing, NextTokenRequest("Answer:", top_k=None)])
+    assert set(got) == set(one_by_one) == set(reqs)
+    assert all(got[r] == res for r, res in zip(reqs, results, strict=True)
+               if not isinstance(res, NextTokenResult))
+    cache.close()
