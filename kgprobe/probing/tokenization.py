@@ -224,7 +224,8 @@ class Tokenization:
         non-space and a continuation starting with one space then a letter, digit or ASCII
         sign): there the joint encoding IS the context's ids followed by the continuation's,
         and nothing merges. Every other pair is encoded jointly. The demo's cloze requests
-        repeat each context for every candidate and each candidate for many contexts."""
+        repeat each context for every candidate and each candidate for many contexts. Pairs
+        may share the lists of a context or a continuation: copy them, never mutate them."""
         if not self._splits_at_space:
             return self.split_joint_many(pairs)
         apart = [bool(c) and _space_word(x) for c, x in pairs]
@@ -238,8 +239,8 @@ class Tokenization:
                     index.setdefault(x, len(index))
             ids = self._encode_many(list(index))
             for i, ((c, x), ok) in enumerate(zip(pairs, apart, strict=True)):
-                if ok:
-                    out[i] = (list(ids[index[c]]), list(ids[index[x]]), False)
+                if ok:  # lists shared between pairs: callers copy, never mutate
+                    out[i] = (ids[index[c]], ids[index[x]], False)
         if joint_at:
             for i, got in zip(joint_at, self.split_joint_many([pairs[i] for i in joint_at]),
                               strict=True):
@@ -254,6 +255,8 @@ class Tokenization:
         """``causal_pair`` for a whole chunk of (context, continuation, add_eos), one
         tokenizer call; errors name the offending continuation."""
         split = [split_trailing_whitespace(c, x) for c, x, _ in requests]
+        prefix = self._prefix()
+        limit = self.max_length
         out = []
         for (_, continuation), (ctx, cont, merged), (_, _, add_eos) in zip(
             split, self.split_many(split), requests, strict=True
@@ -264,8 +267,12 @@ class Tokenization:
                 cont = cont + [self.eos_id]
             if not cont:
                 raise ConfigError(f"continuation {continuation!r} encodes to no token")
-            ctx = self._with_prefix(ctx)
-            ctx = self._fit(ctx, len(cont))
+            if prefix and ctx[:1] != prefix:  # ``_with_prefix``, inlined for the usual cases
+                ctx = prefix + ctx
+            elif not ctx:
+                ctx = self._with_prefix(ctx)
+            if limit is not None and len(ctx) + len(cont) > limit:
+                ctx = self._fit(ctx, len(cont))
             out.append(PairEncoding(tuple(ctx), tuple(cont), merged))
         return out
 
