@@ -377,8 +377,8 @@ def _splits_at_space(tokenizer: Any) -> bool:
     else is encoded jointly."""
 
     bk = getattr(tokenizer, "_tokenizer", None)
-    if not isinstance(bk, _RustTokenizer):
-        return False
+    if not isinstance(bk, _RustTokenizer) or type(bk.pre_tokenizer).__name__ != "ByteLevel":
+        return False  # (checked first: serializing a large vocabulary costs a moment)
     try:
         spec = json.loads(bk.to_str())
     except (ValueError, TypeError, AttributeError):
