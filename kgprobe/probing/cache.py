@@ -49,14 +49,30 @@ def cacheable(req: Request) -> bool:
     return not (isinstance(req, NextTokenRequest) and req.top_k is None)
 
 
+#: field names per dataclass type (``dataclasses.fields`` costs more than the key itself)
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _shallow(obj: Any) -> dict[str, Any]:
+    """Field name -> value, without ``dataclasses.asdict``'s deep copy: for fields that
+    are strings, numbers, None or tuples of those, ``json.dumps`` writes the same text."""
+    names = _FIELDS.get(type(obj))
+    if names is None:
+        names = _FIELDS[type(obj)] = tuple(f.name for f in dataclasses.fields(obj))
+    return {n: getattr(obj, n) for n in names}
+
+
 def request_key(req: Request) -> str:
     """Canonical JSON of the request: its type and every field, exact text included."""
-    return json.dumps([type(req).__name__, dataclasses.asdict(req)], ensure_ascii=False,
-                      sort_keys=True)
+    return json.dumps([type(req).__name__, _shallow(req)], ensure_ascii=False, sort_keys=True)
+
+
+#: results whose fields hold no dataclass (their shallow dict dumps as ``asdict`` does)
+_FLAT_RESULTS = (LogProbResult, SpanScoreResult, TokenScoresResult, GenerateResult)
 
 
 def _dump(result: Result) -> str:
-    d = dataclasses.asdict(result)
+    d = _shallow(result) if type(result) in _FLAT_RESULTS else dataclasses.asdict(result)
     d.pop("full_logprobs", None)
     return json.dumps(d, ensure_ascii=False)
 
@@ -75,6 +91,8 @@ def _load(req: Request, text: str) -> Result:
 
 #: Environment variable naming the cache file (``kgprobe.probing.score.default_score_cache``).
 ENV_SCORE_CACHE = "KGPROBE_SCORE_CACHE"
+#: keys per lookup query (SQLite allows 32,766 parameters since 3.32, 999 before)
+_LOOKUP_CHUNK = 900
 #: Seconds to wait for another process's write lock before running without the cache.
 LOCK_TIMEOUT = 2.0
 
@@ -129,16 +147,22 @@ class ScoreCache:
         found: dict[Request, Result] = {}
         if self._db is None:
             return found
+        keyed: dict[str, list[Request]] = {}
+        for req in requests:
+            if cacheable(req):
+                keyed.setdefault(request_key(req), []).append(req)
+        keys = list(keyed)
         try:
-            for req in requests:
-                if not cacheable(req):
-                    continue
-                row = self._db.execute(
-                    "SELECT value FROM scores WHERE fingerprint = ? AND key = ?",
-                    (fingerprint, request_key(req)),
-                ).fetchone()
-                if row is not None:
-                    found[req] = _load(req, row[0])
+            for i in range(0, len(keys), _LOOKUP_CHUNK):  # one query per chunk of keys
+                part = keys[i : i + _LOOKUP_CHUNK]
+                rows = self._db.execute(
+                    "SELECT key, value FROM scores WHERE fingerprint = ? AND key IN "
+                    f"({', '.join('?' * len(part))})",
+                    (fingerprint, *part),
+                ).fetchall()
+                for key, value in rows:
+                    for req in keyed[key]:
+                        found[req] = _load(req, value)
         except sqlite3.Error as exc:
             self._give_up(exc)
             return {}

@@ -20,9 +20,12 @@ Rules, each a lesson of lm-evaluation-harness users:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from tokenizers import Tokenizer as _RustTokenizer  # behind every fast tokenizer
 
 from kgprobe.errors import ConfigError
 
@@ -100,12 +103,32 @@ class Tokenization:
         #: contexts cut from the left so far (generation prompts, or with truncate_left)
         self.cut_count = 0
         self._decoded: dict[int, str] = {}
+        self._splits_at_space = _splits_at_space(tokenizer)
 
     # -- low level ------------------------------------------------------------------------
 
     def encode(self, text: str) -> list[int]:
         """Ids of ``text`` without any special token added by the tokenizer."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _backend(self) -> Any:
+        """The Rust tokenizer to call directly, when a call through the transformers wrapper
+        would do exactly that call (no truncation, no padding, its special-token setting):
+        the wrapper's per-text conversion costs a third of the encoding."""
+        bk = getattr(self.tokenizer, "_tokenizer", None)
+        if (not isinstance(bk, _RustTokenizer)
+                or bk.truncation is not None or bk.padding is not None
+                or bk.encode_special_tokens != bool(getattr(self.tokenizer, "split_special_tokens",
+                                                            False))):
+            return None
+        return bk
+
+    def _encode_many(self, texts: list[str]) -> list[list[int]]:
+        """Ids of each text without special tokens, one tokenizer call."""
+        bk = self._backend()
+        if bk is not None:
+            return [e.ids for e in bk.encode_batch(texts, add_special_tokens=False)]
+        return [list(x) for x in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def _encode_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]] | None]:
         try:
@@ -114,12 +137,16 @@ class Tokenization:
         except (NotImplementedError, ValueError, TypeError):
             return self.encode(text), None
 
-    def decode_tokens(self, ids: tuple[int, ...] | list[int]) -> tuple[str, ...]:
+    def decode_tokens(self, ids: Sequence[int]) -> tuple[str, ...]:
         """Each id decoded on its own (for per-token displays), keeping a SentencePiece
         word-start marker as the leading space it stands for. Each vocabulary id is decoded
         once per model and remembered: results carry token strings without a tokenizer call
         per token on the hot path."""
         memo = self._decoded
+        try:  # the usual case: every id seen before
+            return tuple(map(memo.__getitem__, ids))
+        except KeyError:
+            pass
         missing = [i for i in dict.fromkeys(ids) if i not in memo]
         if missing:
             texts = self.tokenizer.batch_decode([[i] for i in missing])
@@ -159,11 +186,18 @@ class Tokenization:
         """``split_joint`` for many pairs with ONE tokenizer call (the fast tokenizer's batch
         encoding): no per-request tokenizer round trip on the hot path."""
         texts = [c + x for c, x in pairs]
-        try:
-            enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
-            all_ids, all_offs = enc["input_ids"], enc["offset_mapping"]
-        except (NotImplementedError, ValueError, TypeError):
-            all_ids, all_offs = [self.encode(t) for t in texts], None
+        bk = self._backend()
+        all_ids: Any
+        all_offs: Any
+        if bk is not None:
+            encs = bk.encode_batch(texts, add_special_tokens=False)
+            all_ids, all_offs = [e.ids for e in encs], [e.offsets for e in encs]
+        else:
+            try:
+                enc = self.tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+                all_ids, all_offs = enc["input_ids"], enc["offset_mapping"]
+            except (NotImplementedError, ValueError, TypeError):
+                all_ids, all_offs = [self.encode(t) for t in texts], None
         out: list[tuple[list[int], list[int], bool]] = []
         for i, (context, _) in enumerate(pairs):
             whole = list(all_ids[i])
@@ -181,6 +215,38 @@ class Tokenization:
             out.append((whole[:k], whole[k:], k < len(ctx)))
         return out
 
+    def split_many(
+        self, pairs: Sequence[tuple[str, str]]
+    ) -> list[tuple[list[int], list[int], bool]]:
+        """``split_joint_many``, with each distinct context and each distinct continuation
+        encoded once where the tokenizer provably splits the joint text at the boundary
+        (``_splits_at_space``: a GPT-2 style byte-level BPE, a context ending in a
+        non-space and a continuation starting with one space then a letter, digit or ASCII
+        sign): there the joint encoding IS the context's ids followed by the continuation's,
+        and nothing merges. Every other pair is encoded jointly. The demo's cloze requests
+        repeat each context for every candidate and each candidate for many contexts. Pairs
+        may share the lists of a context or a continuation: copy them, never mutate them."""
+        if not self._splits_at_space:
+            return self.split_joint_many(pairs)
+        apart = [bool(c) and _space_word(x) for c, x in pairs]
+        joint_at = [i for i, ok in enumerate(apart) if not ok]
+        out: list[tuple[list[int], list[int], bool]] = [([], [], False)] * len(pairs)
+        if len(joint_at) < len(pairs):
+            index: dict[str, int] = {}
+            for (c, x), ok in zip(pairs, apart, strict=True):
+                if ok:
+                    index.setdefault(c, len(index))
+                    index.setdefault(x, len(index))
+            ids = self._encode_many(list(index))
+            for i, ((c, x), ok) in enumerate(zip(pairs, apart, strict=True)):
+                if ok:  # lists shared between pairs: callers copy, never mutate
+                    out[i] = (ids[index[c]], ids[index[x]], False)
+        if joint_at:
+            for i, got in zip(joint_at, self.split_joint_many([pairs[i] for i in joint_at]),
+                              strict=True):
+                out[i] = got
+        return out
+
     def causal_pair(self, context: str, continuation: str, add_eos: bool = False) -> PairEncoding:
         """Context and continuation ids for a causal LM (see the module rules)."""
         return self.causal_pairs([(context, continuation, add_eos)])[0]
@@ -189,9 +255,11 @@ class Tokenization:
         """``causal_pair`` for a whole chunk of (context, continuation, add_eos), one
         tokenizer call; errors name the offending continuation."""
         split = [split_trailing_whitespace(c, x) for c, x, _ in requests]
+        prefix = self._prefix()
+        limit = self.max_length
         out = []
         for (_, continuation), (ctx, cont, merged), (_, _, add_eos) in zip(
-            split, self.split_joint_many(split), requests, strict=True
+            split, self.split_many(split), requests, strict=True
         ):
             if add_eos:
                 if self.eos_id is None:
@@ -199,8 +267,12 @@ class Tokenization:
                 cont = cont + [self.eos_id]
             if not cont:
                 raise ConfigError(f"continuation {continuation!r} encodes to no token")
-            ctx = self._with_prefix(ctx)
-            ctx = self._fit(ctx, len(cont))
+            if prefix and ctx[:1] != prefix:  # ``_with_prefix``, inlined for the usual cases
+                ctx = prefix + ctx
+            elif not ctx:
+                ctx = self._with_prefix(ctx)
+            if limit is not None and len(ctx) + len(cont) > limit:
+                ctx = self._fit(ctx, len(cont))
             out.append(PairEncoding(tuple(ctx), tuple(cont), merged))
         return out
 
@@ -282,3 +354,47 @@ class Tokenization:
         if not dec:
             raise ConfigError(f"continuation {continuation!r} encodes to no token")
         return PairEncoding(tuple(enc), tuple(dec), False)
+
+
+def _space_word(text: str) -> bool:
+    """``text`` starts with one space and then a letter, a digit or a visible ASCII sign: the
+    GPT-2 pre-tokenization regex starts a new piece at that space whatever comes before
+    it, provided that is not whitespace."""
+    if len(text) < 2 or text[0] != " ":
+        return False
+    c = text[1]
+    return c.isalnum() or (c.isascii() and c.isprintable() and c != " ")
+
+
+def _splits_at_space(tokenizer: Any) -> bool:
+    """Whether encoding ``context + continuation`` gives the context's ids followed by the
+    continuation's whenever the context ends in a non-space and the continuation starts with
+    a space word (``_space_word``): a byte-level BPE (GPT-2, SmolLM2, Pythia) with no
+    normalizer, the GPT-2 regex as its only pre-tokenizer (every regex alternative that
+    matches a non-space stops at whitespace; ``\\s+(?!\\S)`` only looks ahead), no BPE
+    dropout, offsets not trimmed after it, and added tokens that cannot reach across a space (no whitespace in them, no
+    stripping, no whole-word rule). Read from the tokenizer's serialized pipeline; anything
+    else is encoded jointly."""
+
+    bk = getattr(tokenizer, "_tokenizer", None)
+    if not isinstance(bk, _RustTokenizer) or type(bk.pre_tokenizer).__name__ != "ByteLevel":
+        return False  # (checked first: serializing a large vocabulary costs a moment)
+    try:
+        spec = json.loads(bk.to_str())
+    except (ValueError, TypeError, AttributeError):
+        return False
+    pre = spec.get("pre_tokenizer") or {}
+    model = spec.get("model") or {}
+    post = spec.get("post_processor") or {}
+    if (spec.get("normalizer") is not None or pre.get("type") != "ByteLevel"
+            or pre.get("use_regex") is not True or model.get("type") != "BPE"
+            or model.get("dropout") is not None
+            # trimmed offsets could start a lone-space token past the boundary: the joint
+            # split (by offsets) would then differ; untrimmed ones cannot
+            or (post.get("type") == "ByteLevel" and post.get("trim_offsets") is not False)):
+        return False
+    return all(
+        not any(ch.isspace() for ch in a.get("content", " "))
+        and not (a.get("lstrip") or a.get("rstrip") or a.get("single_word"))
+        for a in spec.get("added_tokens") or []
+    )

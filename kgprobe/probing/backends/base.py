@@ -23,7 +23,8 @@ class EngineStats:
     tokens_fed: int = 0
     #: process CPU seconds spent inside forward calls (the rest of a run is overhead)
     forward_cpu_seconds: float = 0.0
-    #: process CPU seconds in the LM head + log_softmax on the read positions (packed path)
+    #: process CPU seconds in the LM head + log_softmax on the read positions, with the greedy
+    #: check's argmax over the vocabulary and the release of those buffers (packed path)
     head_cpu_seconds: float = 0.0
     #: process CPU seconds and request counts per request kind (class name), so a run's
     #: cost can be split by what measures asked for (benchmarks/bench_probe.py --per-measure)

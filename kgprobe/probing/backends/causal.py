@@ -28,7 +28,19 @@ from kgprobe.probing.backends.packing import PackedRow, plan
 
 #: the attention implementation kgprobe registers with transformers (``_segment_attention``)
 SEGMENT_ATTENTION = "kgprobe_segments"
-_SEGMENTS: contextvars.ContextVar[list[tuple[int, int, int, int]] | None] = (
+
+
+@dataclass
+class _RowSegments:
+    """The attention blocks of the packed row being run, each with its own mask (queries
+    ``[a, b)`` against the keys of its trunk, then of itself): built once per row, read by
+    every layer, instead of one row × row mask (8192² floats for an 8192-token row)."""
+
+    blocks: list[tuple[int, int, int, int]]
+    masks: list[torch.Tensor]
+
+
+_SEGMENTS: contextvars.ContextVar[_RowSegments | None] = (
     contextvars.ContextVar("kgprobe_segments", default=None))
 
 
@@ -42,18 +54,22 @@ def _segment_attention(module: Any, query: torch.Tensor, key: torch.Tensor, valu
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     base = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    blocks = _SEGMENTS.get()
-    if (blocks is None or len(blocks) < 2 or query.shape[2] != key.shape[2]
-            or blocks[-1][1] != query.shape[2] or attention_mask is None):
+    row = _SEGMENTS.get()
+    if row is None:
         return base(module, query, key, value, attention_mask, **kwargs)  # type: ignore[no-any-return]
+    if query.shape[2] != key.shape[2] or row.blocks[-1][1] != query.shape[2]:
+        # the row's mask exists only block by block: nothing else may run under it
+        raise RuntimeError("segment attention: a forward that is not the packed row ran "
+                           "under the row's blocks")
     outs = []
-    for a, b, t0, t1 in blocks:
-        k, v, m = key[:, :, a:b], value[:, :, a:b], attention_mask[..., a:b, a:b]
+    for (a, b, t0, t1), m in zip(row.blocks, row.masks, strict=True):
+        k, v = key[:, :, a:b], value[:, :, a:b]
         if t1 > t0:
             k = torch.cat([key[:, :, t0:t1], k], dim=2)
             v = torch.cat([value[:, :, t0:t1], v], dim=2)
-            m = torch.cat([attention_mask[..., a:b, t0:t1], m], dim=-1)
         outs.append(base(module, query[:, :, a:b], k, v, m, **kwargs)[0])
+    if len(outs) == 1:
+        return outs[0], None
     return torch.cat(outs, dim=1), None
 
 
@@ -343,17 +359,48 @@ class CausalBackend(Backend):
                 self._flex_checked = True
         return self._row_forward_once(row, keep)
 
+    def _block_masks(self, row: PackedRow) -> _RowSegments:
+        """Each attention block's slice of ``_row_mask``'s (dense, additive) mask, built on its
+        own: the same values the block would read from the whole row's mask."""
+        neg = np.float32(torch.finfo(next(self.model.parameters()).dtype).min)
+        bl = row.blocks.astype(np.int64).reshape(-1, 4)
+        a, t0 = bl[:, 0], bl[:, 2]
+        nq, tl = bl[:, 1] - a, bl[:, 3] - t0
+        nkv = tl + nq
+        sizes = nq * nkv
+        # every block's (query, key) pairs in one flat array, block after block, row-major:
+        # the keys of block i are its trunk's t0..t1-1, then its own a..b-1
+        blk = np.repeat(np.arange(len(bl)), sizes)
+        off = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+        qpos = a[blk] + off // nkv[blk]
+        kj = off % nkv[blk]
+        kvpos = np.where(kj < tl[blk], t0[blk] + kj, a[blk] + kj - tl[blk])
+        allowed = (kvpos <= qpos) & (qpos < row.end[kvpos])
+        flat = torch.from_numpy(np.where(allowed, np.float32(0.0), neg))
+        if self.device.type != "cpu":
+            flat = flat.to(self.device)
+        blocks: list[tuple[int, int, int, int]] = [tuple(b) for b in bl.tolist()]  # type: ignore[misc]
+        masks = [m.view(1, 1, q, k) for m, q, k in
+                 zip(torch.split(flat, sizes.tolist()), nq.tolist(), nkv.tolist(), strict=True)]
+        return _RowSegments(blocks, masks)
+
     def _row_forward_once(self, row: PackedRow, keep: np.ndarray) -> tuple[torch.Tensor, bool]:
         ids = torch.from_numpy(row.ids)[None].to(self.device)
         pos = torch.from_numpy(row.positions)[None].to(self.device)
         at = torch.from_numpy(keep).to(self.device)
-        mask = self._row_mask(row)
+        segments = self.attention_path() == "segments"
+        if segments:
+            # the blocks carry their masks; the model is handed a 4D placeholder that
+            # transformers passes through untouched (no row × row tensor is built)
+            length = len(row.ids)
+            mask = torch.zeros((), device=self.device).expand(1, 1, length, length)
+        else:
+            mask = self._row_mask(row)
         self.stats.forward_calls += 1
         self.stats.tokens_fed += len(row.ids)
-        c0 = time.process_time()
         split = self.head_splits()  # its own check forward runs outside the row's segments
-        token = _SEGMENTS.set([tuple(b) for b in row.blocks.tolist()]  # type: ignore[misc]
-                              if self.attention_path() == "segments" else None)
+        token = _SEGMENTS.set(self._block_masks(row) if segments else None)
+        c0 = time.process_time()
         try:
             return self._row_forward_model(ids, pos, at, mask, c0, split)
         finally:
@@ -403,27 +450,31 @@ class CausalBackend(Backend):
             for s in range(0, len(uniq), chunk):
                 lo, hi = np.searchsorted(inv, [s, s + chunk])
                 part = out[s : s + chunk]
+                k_sel = sel[lo:hi]
+                tgt = p.read_target[k_sel]
+                scored = tgt >= 0
+                # the vocabulary-wide work on the read positions (LM head, log_softmax, the
+                # greedy check's argmax, releasing those buffers) is the model's, timed apart
+                # from the engine's own bookkeeping
                 c0 = time.process_time()
                 with torch.inference_mode():
                     lp = torch.log_softmax(self._head(part) if is_hidden else part.float(), -1)
+                    local = torch.from_numpy(inv[lo:hi] - s).to(lp.device)
+                    if scored.any():
+                        li = local[torch.from_numpy(scored).to(lp.device)]
+                        ti = torch.from_numpy(tgt[scored]).to(lp.device)
+                        vals[k_sel[scored]] = lp[li, ti].double().cpu().numpy()
+                        hits[k_sel[scored]] = (lp.argmax(-1)[li] == ti).cpu().numpy()
+                    for k, loc in zip(k_sel[~scored].tolist(),
+                                      (inv[lo:hi] - s)[~scored].tolist(), strict=True):
+                        dists[int(read_item[k])] = lp[loc]
+                    del lp
                 self.stats.head_cpu_seconds += time.process_time() - c0
-                k_sel = sel[lo:hi]
-                local = torch.from_numpy(inv[lo:hi] - s).to(lp.device)
-                tgt = p.read_target[k_sel]
-                scored = tgt >= 0
-                if scored.any():
-                    li = local[torch.from_numpy(scored).to(lp.device)]
-                    ti = torch.from_numpy(tgt[scored]).to(lp.device)
-                    vals[k_sel[scored]] = lp[li, ti].double().cpu().numpy()
-                    hits[k_sel[scored]] = (lp.argmax(-1)[li] == ti).cpu().numpy()
-                for k, loc in zip(k_sel[~scored].tolist(), (inv[lo:hi] - s)[~scored].tolist(),
-                                  strict=True):
-                    dists[int(read_item[k])] = lp[loc]
-        greedy = np.logical_and.reduceat(hits, p.read_start[:-1]) if n_reads else hits
+        greedy = (np.logical_and.reduceat(hits, p.read_start[:-1]) if n_reads else hits).tolist()
         bounds = p.read_start.tolist()
         flat = vals.tolist()
-        results = [ScoredTokens(flat[bounds[i] : bounds[i + 1]], bool(greedy[i]))
-                   for i in range(len(contexts))]
+        results = [ScoredTokens(flat[lo:hi], g)
+                   for lo, hi, g in zip(bounds, bounds[1:], greedy, strict=False)]
         return results, dists
 
     def packing_works(self) -> bool:

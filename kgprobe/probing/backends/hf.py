@@ -90,10 +90,10 @@ class HFBackend(ScoringBackend):
         return LogProbResult(
             logprob=float(sum(s.logprobs)),
             token_logprobs=tuple(s.logprobs),
-            tokens=self.tok.decode_tokens(list(ids)),
+            tokens=self.tok.decode_tokens(ids),
             is_greedy=s.is_greedy,
             boundary_merged=merged,
-            token_ids=tuple(int(i) for i in ids),
+            token_ids=tuple(map(int, ids)),
         )
 
     def _span_result(
@@ -166,8 +166,11 @@ class HFCausal(HFBackend):
         else:
             seqs = [list(c) + list(x) for c, x in pairs]
             scored = self.model.score_sequences(seqs, [len(c) for c, _ in pairs])
+        decode = self.tok.decode_tokens  # ``_lp_result``, inlined: one result per request
         return [
-            self._lp_result(s, e.continuation_ids, e.boundary_merged)
+            LogProbResult(float(sum(s.logprobs)), tuple(s.logprobs),
+                          decode(e.continuation_ids), s.is_greedy, e.boundary_merged,
+                          tuple(map(int, e.continuation_ids)))
             for s, e in zip(scored, encs, strict=True)
         ]
 
