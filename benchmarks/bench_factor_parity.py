@@ -84,6 +84,7 @@ def main() -> None:
     lm = load_model("smollm2-135m", dtype="float32", threads=args.threads, device="cpu")
     cur = lm.tokenization.max_length
     lm.tokenization.max_length = args.max_tokens if cur is None else min(cur, args.max_tokens)
+    lm.tokenization.truncate_left = True  # the official left truncation (kgprobe factor --max-length)
     engine = Engine(lm, batch_size=args.batch_size, progress=False, chunk_size=64)
     directory = _convert_gguf(registry_gguf(REGISTRY["smollm2-135m"]))
 
