@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from _scoring_models import build
+from test_scoring_packing import DEMOS  # the same few-shot demonstrations
 
 from kgprobe.probing.backends.packing import plan
 from kgprobe.probing.cache import ScoreCache, _dump, request_key
@@ -32,8 +33,6 @@ from kgprobe.probing.tokenization import split_trailing_whitespace
 
 torch.set_num_threads(1)
 
-DEMOS = ("Question: What is the capital of France? Answer: Paris.\n"
-         "Question: What is the capital of Spain? Answer: Madrid.\n")
 CONTEXTS = ["The capital of France is", "Answer:", "Berlin is the capital of", "hello world, the",
             "The capital of France is ", "x'", "city (", "Lyon 19", "",
             DEMOS + "Question: What is the capital of Italy? Answer:",
