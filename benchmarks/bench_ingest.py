@@ -17,6 +17,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,9 @@ def jvm_peak_mb(pid: int | None) -> float:
     return float("nan")
 
 
-def raw_rows(records: list[Any]) -> dict[str, list[Any]]:
-    """The exact rows kgprobe's writer sends, built up front."""
+def raw_rows(records: Iterable[Any]) -> dict[str, list[Any]]:
+    """The exact rows kgprobe's writer sends, built up front (records streamed: at 5M statements
+    a list of them would double the benchmark's memory)."""
     ents: dict[str, dict[str, Any]] = {}
     stubs: set[str] = set()
     types: list[dict[str, str]] = []
@@ -81,7 +83,12 @@ def main() -> None:
     ap.add_argument("--heap", default="4g")
     add_server_option(ap)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="keep kgprobe's ingested graph in this new directory (a KGPROBE_HOME for "
+                         "bench_probe_scale.py --server configured; ArcadeDB only)")
     args = ap.parse_args()
+    if args.keep is not None and (args.server != "arcadedb" or args.keep.exists()):
+        raise SystemExit("--keep needs --server arcadedb and a directory that does not exist yet")
 
     with tempfile.TemporaryDirectory(prefix="kgprobe-bench-") as tmp:
         root = Path(tmp)
@@ -91,7 +98,7 @@ def main() -> None:
         gen_s = time.perf_counter() - t0
 
         # kgprobe: file → loader → records → writer
-        with fresh_graph(args.server, root / "a", args.heap) as (graph, pid):
+        with fresh_graph(args.server, args.keep or root / "a", args.heap) as (graph, pid):
             t0 = time.perf_counter()
             summary = ing.ingest(graph, load_json(dump), batch_size=args.batch_size)
             kg_s = time.perf_counter() - t0
@@ -100,7 +107,7 @@ def main() -> None:
         statements = summary.facts + summary.type_edges
 
         # raw: the same rows, pre-built, written with the same statements
-        rows = raw_rows(list(load_json(dump)))
+        rows = raw_rows(load_json(dump))
         with fresh_graph(args.server, root / "b", args.heap) as (graph, pid):
             t0 = time.perf_counter()
             write_raw(graph, rows, args.batch_size)

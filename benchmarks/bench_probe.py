@@ -45,7 +45,7 @@ class ModelFree:
 
     def __init__(self, engine: Any) -> None:
         self.engine = engine
-        self.tok = engine.tok
+        self.tok = engine.lm.tokenization  # what the engine's backend encodes with
         self.requests = 0
 
     def run(self, requests: Any) -> list[Any]:
@@ -76,7 +76,7 @@ class Parts:
         import kgprobe.probing.loop as loop
         from kgprobe.graph import probe_runs as pr
 
-        self.t: dict[str, list[float]] = {k: [0.0, 0.0, 0] for k in ("gather", "score", "write")}
+        self.t: dict[str, list[float]] = {k: [0.0, 0.0, 0] for k in ("gather", "score", "write", "engine")}
         loop.Gatherer.batch = self._timed("gather", loop.Gatherer.batch)  # type: ignore[method-assign]
         loop.score_batch = self._timed("score", loop.score_batch)  # type: ignore[assignment]
         pr.write_scores = self._timed("write", pr.write_scores)  # type: ignore[assignment]
@@ -92,6 +92,19 @@ class Parts:
                 t[1] += time.thread_time() - c
                 t[2] += 1
         return wrapper
+
+    def engine(self, runner: Any) -> Any:
+        """``runner`` with its ``run`` timed as the "engine" part (the model's share of the wall)."""
+        parts = self
+
+        class Timed:
+            def __init__(self) -> None:
+                self.run = parts._timed("engine", runner.run)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(runner, name)
+
+        return Timed()
 
     def reset(self) -> None:
         for t in self.t.values():
@@ -164,10 +177,14 @@ def _graph(server: str | None, heap: str) -> Iterator[tuple[Any, str | None, int
     """The configured graph; or a fresh server of ``server``'s kind with the demo graph and its
     templates loaded, and a semantic-index directory of its own."""
     if server is None:
+        from kgprobe.config import Settings
         from kgprobe.graph.client import connect
+        from kgprobe.graph.server import ManagedServer
 
+        settings = Settings.load()
         with connect() as graph:
-            yield graph, None, None
+            # the managed server's pid, for its CPU (none for a NEO4J_URI server)
+            yield graph, None, None if settings.uri else ManagedServer(settings).info().pid
         return
     # appended, not first: with PYTHONPATH=/other/checkout the kgprobe measured is that one
     sys.path.append(str(Path(__file__).resolve().parent.parent))
@@ -213,7 +230,13 @@ def main() -> None:
     ap.add_argument("--pipeline", type=int, default=None, help="pipeline depth (0: one thread)")
     ap.add_argument("--repeat", type=int, default=1, help="probe runs per measure set (--force)")
     ap.add_argument("--statements", action="store_true", help="wall time of every Cypher statement")
+    ap.add_argument("--gather-threads", type=int, default=None,
+                    help="batches gathered at once (kgprobe.probing.loop.GATHER_THREADS)")
     args = ap.parse_args()
+    if args.gather_threads is not None:
+        import kgprobe.probing.loop as loop
+
+        loop.GATHER_THREADS = args.gather_threads
     with _graph(args.server, args.heap) as (graph, index_dir, pid):
         _bench(args, graph, index_dir, pid)
 
@@ -273,7 +296,7 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
         parts.reset()
         server0 = _cpu_of(server_pid)
         w3, c3 = clock()
-        s = run_probe(graph, runner, cfg, fingerprint=engine.fingerprint, index=index,
+        s = run_probe(graph, parts.engine(runner), cfg, fingerprint=engine.fingerprint, index=index,
                       model_info={"name": lm.name, "kind": lm.kind, "device": lm.device,
                                   "end_marker": {"kind": end.kind, "text": end.text}},
                       progress=sys.stderr.isatty())
@@ -295,6 +318,8 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
               f"{f'; {runner.requests / max(done, 1):.1f} requests per fact' if args.model_free else ''}",
               flush=True)
         print(f"  loop parts: {parts.line(done)}", flush=True)
+        print(f"  in the engine (runner.run, wall): {100 * parts.t['engine'][0] / max(w4 - w3, 1e-9):.1f} % "
+              f"of the probe's wall", flush=True)
         if statements is not None:
             statements.report(done)
     print(f"load average after: {os.getloadavg()[0]:.1f}")

@@ -200,9 +200,9 @@ def test_icl_fetches_no_distractor_and_keeps_its_values(graph: Any, engine: Any,
 
     load(graph)
     distractor_cypher = {gd.FACT_CONTEXT, gd.TRUE_OBJECTS, gd.TYPED_CANDIDATES,
-                         gd.TYPED_CANDIDATES_LIMITED, gd.OMEGA_CHECK, gd.TEMPORAL_CANDIDATES,
-                         gd.TYPED_IDS, gd.FACT_CONTEXTS, gd.TYPED_CANDIDATES_BATCH, gd.OMEGA_CHECKS,
-                         gd.TEMPORAL_CANDIDATES_BATCH, gd.DRAWN_MEMBERS}
+                         gd.TYPED_CANDIDATES_LIMITED, gd.TEMPORAL_CANDIDATES,
+                         gd.TYPED_IDS, gd.FACT_CONTEXTS, gd.TYPED_CANDIDATES_BATCH,
+                         gd.TEMPORAL_CANDIDATES_BATCH, gd.DRAWN_MEMBERS_BATCH}
     spec = "belief:icl=relation,samples=2,max_new_tokens=3"
     key = "belief_random_n2_iclrelation_smp2_t3"
     got = []

@@ -80,6 +80,43 @@ def test_omega_filters_equal_the_per_fact_reads(world_graph: Any) -> None:
         CURIE, ADAMS]
 
 
+def test_omega_membership_in_python_equals_the_cypher_typed_candidates(world_graph: Any) -> None:
+    """Ω(f) checks are decided in Python on the entities' terms (omega_members); the typed
+    candidates are decided in Cypher (TYPED_CANDIDATES): on every fact of the world, the two
+    agree on who is a member and on the shared types, with and without the run's cache."""
+    everyone = sorted({r.qid for r in world() if isinstance(r, EntityRecord)} | {"Q424242"})
+    terms = gd.EntityTerms(world_graph)
+    for ctx in gd.fact_contexts(world_graph, _world_facts()).values():
+        cypher = {c.qid: c.shared_types for c in gd.typed_candidates(world_graph, ctx)}
+        for cache in (None, terms):
+            python = {c.qid: c.shared_types for c in gd.omega_filter(world_graph, ctx, everyone, cache)}
+            assert python == cypher, ctx
+    assert terms.read == len(everyone)  # each entity asked of the graph once, then kept
+
+
+def test_entity_terms_keep_what_they_read_and_stay_bounded(world_graph: Any) -> None:
+    terms = gd.EntityTerms(world_graph, max_entries=3)
+    first = terms.get([USA, OBAMA, "Q424242"])
+    assert list(first) == [USA, OBAMA] and first[USA]["label"] == "United States of America"
+    assert terms.get([OBAMA, USA]) == {OBAMA: first[OBAMA], USA: first[USA]} and terms.read == 3
+    terms.get([TRUMP])  # a fourth entity: the cache starts afresh rather than grow
+    assert terms.read == 4 and len(terms._rows) == 1
+    assert terms.get([USA]) == {USA: first[USA]} and terms.read == 5
+
+
+@pytest.mark.parametrize("seed", [0, 7, "x"])
+def test_random_draws_of_a_batch_equal_the_per_fact_draws(world_graph: Any, seed: int | str) -> None:
+    ctxs = list(gd.fact_contexts(world_graph, _world_facts()).values())
+    for n in (1, 2, 5):
+        many = gd.random_same_type_many(world_graph, ctxs, n, [seed] * len(ctxs))
+        assert many == [gd.random_same_type(world_graph, c, n, seed) for c in ctxs]
+        assert any(many)
+    # per-fact seeds stay per fact
+    seeds = [f"{seed}|{i}" for i in range(len(ctxs))]
+    assert gd.random_same_type_many(world_graph, ctxs, 2, seeds) == [
+        gd.random_same_type(world_graph, c, 2, s) for c, s in zip(ctxs, seeds, strict=True)]
+
+
 @pytest.mark.parametrize("limit", [1, 3, 50_001])
 def test_typed_candidates_many_equal_the_per_fact_reads(world_graph: Any, limit: int) -> None:
     ctxs = list(gd.fact_contexts(world_graph, _world_facts()).values())

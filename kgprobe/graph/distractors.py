@@ -18,9 +18,11 @@ and years above 9999 compare correctly.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
+import threading
 import unicodedata
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -36,12 +38,15 @@ TYPE_EDGES = "INSTANCE_OF|INFERRED_TYPE"
 
 # --- queries ------------------------------------------------------------------------------------
 
-#: Label, aliases and types of some entities.
+#: Label, aliases and types of some entities (also what Ω(f) membership is decided on:
+#: :func:`omega_members`), as ONE record holding a [qid, label, aliases, types] list per entity
+#: (a list keeps its nulls, where parallel ``collect`` columns would drop a null label).
 ENTITY_TERMS = f"""
 UNWIND $qids AS q
 MATCH (e:Entity {{qid: q}})
 OPTIONAL MATCH (e)-[:{TYPE_EDGES}]->(t:Entity)
-RETURN e.qid AS qid, e.label AS label, e.aliases AS aliases, collect(DISTINCT t.qid) AS types
+WITH e, collect(DISTINCT t.qid) AS types
+RETURN collect([e.qid, e.label, e.aliases, types]) AS rows
 """
 
 #: Every object of (s, r) with its validity, deprecated statements left out.
@@ -94,14 +99,16 @@ RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
        collect(coalesce(c.aliases, [])) AS aliases, collect(tq) AS types
 """
 
-#: Drawn type-member slots → the members of Ω(f) among them (one seek per slot on its unique
-#: id, then the member's types, anchored on its QID).
-DRAWN_MEMBERS = f"""
-UNWIND $ids AS id
+#: Drawn type-member slots of a batch of facts ($rows: {i, ids, types, o, exclude}) → the
+#: members of each fact's Ω(f) among them (one seek per slot on its unique id, then the
+#: member's types, anchored on its QID).
+DRAWN_MEMBERS_BATCH = f"""
+UNWIND $rows AS row
+UNWIND row.ids AS id
 MATCH (x:TypeSlot {{id: id}})
 MATCH (c:Entity {{qid: x.qid}})-[:{TYPE_EDGES}]->(t:Entity)
-WHERE t.qid IN $types AND c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
-RETURN id, c.qid AS qid, c.label AS label, coalesce(c.aliases, []) AS aliases,
+WHERE t.qid IN row.types AND c.qid <> row.o AND NOT c.qid IN row.exclude AND c.label IS NOT NULL
+RETURN row.i AS i, id, c.qid AS qid, c.label AS label, coalesce(c.aliases, []) AS aliases,
        collect(DISTINCT t.qid) AS types
 """
 
@@ -121,15 +128,6 @@ CALL {{
 RETURN row.i AS i, qids, labels, aliases, types
 """
 
-#: Which of $candidates share one of $types and are not in $exclude (one batch of a filter).
-OMEGA_CHECK = f"""
-UNWIND $candidates AS q
-MATCH (c:Entity {{qid: q}})-[:{TYPE_EDGES}]->(t:Entity)
-WHERE t.qid IN $types AND c.qid <> $o AND NOT c.qid IN $exclude AND c.label IS NOT NULL
-RETURN collect(c.qid) AS qids, collect(c.label) AS labels,
-       collect(coalesce(c.aliases, [])) AS aliases, collect(t.qid) AS types
-"""
-
 #: FACT_CONTEXT for a batch of facts ($rows: {i, s, pid, o}), one record per fact whose object
 #: is in the graph, anchored on the object's and the subject's QID.
 FACT_CONTEXTS = f"""
@@ -142,17 +140,6 @@ OPTIONAL MATCH (s)-[f:FACT {{pid: pid}}]->(x:Entity)
 WHERE f.rank IS NULL OR f.rank <> 'deprecated'
 WITH i, o, types, s, collect(DISTINCT x.qid) AS trues
 RETURN i, o.label AS label, o.aliases AS aliases, types, s.label AS subject_label, trues
-"""
-
-#: OMEGA_CHECK for a batch of facts ($rows: {i, o, types, exclude, candidates}): one record
-#: of parallel lists, ``i`` telling which fact each (candidate, type) pair belongs to.
-OMEGA_CHECKS = f"""
-UNWIND $rows AS row
-UNWIND row.candidates AS q
-MATCH (c:Entity {{qid: q}})-[:{TYPE_EDGES}]->(t:Entity)
-WHERE t.qid IN row.types AND c.qid <> row.o AND NOT c.qid IN row.exclude AND c.label IS NOT NULL
-RETURN collect(row.i) AS i, collect(c.qid) AS qids, collect(c.label) AS labels,
-       collect(coalesce(c.aliases, [])) AS aliases, collect(t.qid) AS types
 """
 
 #: Objects of (s, r) other than $o that were valid before $ref and are not valid at $ref.
@@ -267,6 +254,7 @@ RETURN r.pid AS pid, r.label AS label ORDER BY pid
 # --- label normalization ------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalize_label(label: str) -> str:
     """The form in which labels are compared for Ω(f): case, whitespace and punctuation erased.
 
@@ -324,8 +312,13 @@ def check_ids(*, qids: Sequence[str] = (), pids: Sequence[str] = ()) -> None:
 
 
 def entity_terms(graph: Graph, qids: Sequence[str]) -> dict[str, dict[str, Any]]:
-    rows = graph.read(ENTITY_TERMS, qids=list(qids))
-    return {r["qid"]: r for r in rows}
+    """qid -> {qid, label, aliases, types} of those ``qids`` that are in the graph (one round
+    trip, one record)."""
+    if not qids:
+        return {}
+    result = graph.read(ENTITY_TERMS, qids=list(qids))
+    return {q: {"qid": q, "label": label, "aliases": aliases, "types": types}
+            for q, label, aliases, types in ((result[0]["rows"] or []) if result else [])}
 
 
 def true_objects(graph: Graph, subject: str, pid: str) -> list[dict[str, Any]]:
@@ -434,48 +427,76 @@ def typed_candidates_many(
     ]
 
 
-def omega_filter(graph: Graph, ctx: FactContext, candidates: Sequence[str]) -> list[Candidate]:
-    """The members of Ω(f) among ``candidates`` (one round trip), in the order given."""
-    if not candidates or not ctx.object_types:
-        return []
-    result = graph.read(
-        OMEGA_CHECK,
-        candidates=list(candidates),
-        types=ctx.object_types,
-        o=ctx.object,
-        exclude=ctx.true_objects,
-    )
-    return _omega_members(ctx, candidates, _rows(result))
+class EntityTerms:
+    """Label, aliases and types (:data:`ENTITY_TERMS`) of entities, each read from the graph
+    once and then kept: a probe run asks about the same nearest neighbours, distractors and
+    labels fact after fact, so most of its Ω(f) checks and label reads need no round trip.
+
+    Holds at most ``max_entries`` entities (then starts afresh), so memory stays bounded;
+    safe to share between the run's threads. Entity terms do not change while a run writes
+    its scores (those go on FACT edges), so what is kept is what the graph would answer."""
+
+    def __init__(self, graph: Graph, max_entries: int = 500_000) -> None:
+        self.graph, self.max_entries = graph, max_entries
+        self._rows: dict[str, dict[str, Any] | None] = {}
+        self._lock = threading.Lock()
+        self.read = 0  # entities asked of the graph (the rest were kept)
+
+    def get(self, qids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The rows of those entities that are in the graph, in the order asked."""
+        wanted = list(dict.fromkeys(qids))
+        with self._lock:
+            known = {q: self._rows[q] for q in wanted if q in self._rows}
+        unknown = [q for q in wanted if q not in known]
+        if unknown:
+            got = entity_terms(self.graph, unknown)
+            with self._lock:
+                if len(self._rows) + len(unknown) > self.max_entries:
+                    self._rows.clear()
+                for q in unknown:
+                    self._rows[q] = known[q] = got.get(q)
+                self.read += len(unknown)
+        return {q: r for q in wanted if (r := known[q]) is not None}
 
 
-def omega_filters(
-    graph: Graph, asks: Sequence[tuple[FactContext, Sequence[str]]]
-) -> list[list[Candidate]]:
-    """:func:`omega_filter` of several facts, each with its candidates, in one round trip."""
-    rows = [
-        {"i": i, "o": ctx.object, "types": ctx.object_types, "exclude": ctx.true_objects,
-         "candidates": list(dict.fromkeys(cands))}
-        for i, (ctx, cands) in enumerate(asks) if cands and ctx.object_types
-    ]
-    if not rows:
-        return [[] for _ in asks]
-    result = graph.read(OMEGA_CHECKS, rows=rows)
-    by_fact: dict[int, list[int]] = {}
-    r = result[0] if result else {}
-    for pos, i in enumerate(r.get("i") or []):
-        by_fact.setdefault(i, []).append(pos)
+def omega_members(ctx: FactContext, candidates: Sequence[str],
+                  terms: Mapping[str, dict[str, Any]]) -> list[Candidate]:
+    """The members of Ω(f) among ``candidates`` (in the order given, once each), decided on
+    their :data:`ENTITY_TERMS` rows: a label, a type shared with o (the shared ones are
+    reported), not o nor a true object of (s, r), no label or alias in common with o."""
+    types = set(ctx.object_types)
+    exclude = set(ctx.true_objects) | {ctx.object}
     out = []
-    for i, (ctx, cands) in enumerate(asks):
-        at = by_fact.get(i, [])
-        one = [{k: [r[k][j] for j in at] for k in ("qids", "labels", "aliases", "types")}]
-        out.append(_omega_members(ctx, cands, _rows(one)) if at else [])
+    for q in dict.fromkeys(candidates):
+        r = terms.get(q)
+        if r is None or q in exclude or r.get("label") is None:
+            continue
+        shared = types.intersection(r.get("types") or ())
+        if shared and not ctx.label_clash(r["label"], r.get("aliases")):
+            out.append(Candidate(q, r["label"], tuple(r.get("aliases") or ()), tuple(sorted(shared))))
     return out
 
 
-def _omega_members(ctx: FactContext, candidates: Sequence[str],
-                   rows: list[dict[str, Any]]) -> list[Candidate]:
-    ok = {r["qid"]: r for r in rows if not ctx.label_clash(r.get("label"), r.get("aliases"))}
-    return [_candidate(ok[q]) for q in dict.fromkeys(candidates) if q in ok]
+def omega_filter(graph: Graph, ctx: FactContext, candidates: Sequence[str],
+                 terms: EntityTerms | None = None) -> list[Candidate]:
+    """The members of Ω(f) among ``candidates`` (at most one round trip: none when ``terms``
+    already holds them all), in the order given."""
+    if not candidates or not ctx.object_types:
+        return []
+    rows = terms.get(candidates) if terms is not None else entity_terms(graph, list(dict.fromkeys(candidates)))
+    return omega_members(ctx, candidates, rows)
+
+
+def omega_filters(
+    graph: Graph, asks: Sequence[tuple[FactContext, Sequence[str]]], terms: EntityTerms | None = None
+) -> list[list[Candidate]]:
+    """:func:`omega_filter` of several facts, each with its candidates: the terms of every
+    candidate of the batch in one round trip (each entity once)."""
+    wanted = [q for ctx, cands in asks if ctx.object_types for q in cands]
+    if not wanted:
+        return [[] for _ in asks]
+    rows = terms.get(wanted) if terms is not None else entity_terms(graph, list(dict.fromkeys(wanted)))
+    return [omega_members(ctx, cands, rows) if ctx.object_types else [] for ctx, cands in asks]
 
 
 def date_sort_key(at: dt.date | str | int | None = None) -> int:
@@ -576,47 +597,75 @@ def random_same_type(graph: Graph, ctx: FactContext, n: int, seed: int | str) ->
     member of k of o's types is kept with probability 1/k (uniform over Ω(f)). Cost grows with
     ``n`` and the share of Ω(f) among the types' members, not with the types' size (one read of
     the ranges, then about one round trip per ``2n`` draws)."""
-    if not ctx.object_types:
-        return []
-    types = sorted(set(ctx.object_types))
+    return random_same_type_many(graph, [ctx], n, [seed])[0]
+
+
+def random_same_type_many(graph: Graph, contexts: Sequence[FactContext], n: int,
+                          seeds: Sequence[int | str]) -> list[list[Candidate]]:
+    """:func:`random_same_type` of several facts (each with its seed), the same draws fact by
+    fact: one read of the type ranges for all of them, then one round trip per round of
+    draws, every fact still short drawing in the same round."""
+    types = sorted({t for c in contexts for t in c.object_types})
     ranges = si.type_ranges(graph, types)
     if any(ranges.get(t, (0, 0))[0] == 0 for t in types):
         # o is a member of each of its types, so an empty range means the index does not
         # cover this graph yet: build it (once) rather than draw from nothing
         si.ensure_sample_index(graph)
         ranges = si.type_ranges(graph, types)
-    spans = [(t, ranges[t][0]) for t in sorted(ranges) if ranges[t][0] > 0]
-    total = sum(size for _, size in spans)
-    rng = random.Random(seed)
-    order = si.permutation(total, rng)
-    out: dict[str, Candidate] = {}
-    step = max(2 * n, 16)
-    while len(out) < n:
-        ids = []
-        for j in order:
-            for t, size in spans:
+    draws = [_Draw(ctx, ranges, n, seed) for ctx, seed in zip(contexts, seeds, strict=True)]
+    while asks := [(i, ids) for i, d in enumerate(draws) if (ids := d.next_ids())]:
+        got: dict[int, dict[str, dict[str, Any]]] = {}
+        rows = [{"i": i, "ids": ids, "types": contexts[i].object_types, "o": contexts[i].object,
+                 "exclude": contexts[i].true_objects} for i, ids in asks]
+        for r in graph.read(DRAWN_MEMBERS_BATCH, rows=rows):
+            got.setdefault(r["i"], {})[r["id"]] = r
+        for i, ids in asks:
+            draws[i].take(ids, got.get(i, {}))
+    return [list(d.out.values()) for d in draws]
+
+
+class _Draw:
+    """One fact's seeded draw (:func:`random_same_type`): which slots to read next, and what
+    to keep of what they hold, in the order of the fact's own generator."""
+
+    def __init__(self, ctx: FactContext, ranges: dict[str, tuple[int, int]], n: int,
+                 seed: int | str) -> None:
+        self.ctx, self.n = ctx, n
+        self.spans = [(t, ranges[t][0]) for t in sorted(set(ctx.object_types))
+                      if ranges.get(t, (0, 0))[0] > 0]
+        self.rng = random.Random(seed)
+        self.order = si.permutation(sum(size for _, size in self.spans), self.rng)
+        self.out: dict[str, Candidate] = {}
+        self.step = max(2 * n, 16)
+        self.done = not ctx.object_types
+
+    def next_ids(self) -> list[str]:
+        """The next round's slot ids (none: the draw is over)."""
+        if self.done or len(self.out) >= self.n:
+            return []
+        ids: list[str] = []
+        for j in self.order:
+            for t, size in self.spans:
                 if j < size:
                     ids.append(f"{t}:{j}")
                     break
                 j -= size
-            if len(ids) >= step:
+            if len(ids) >= self.step:
                 break
-        if not ids:
-            break
-        rows = graph.read(DRAWN_MEMBERS, ids=ids, types=ctx.object_types, o=ctx.object,
-                          exclude=ctx.true_objects)
-        got = {r["id"]: r for r in rows}
+        self.done = not ids
+        return ids
+
+    def take(self, ids: list[str], got: dict[str, dict[str, Any]]) -> None:
         for slot in ids:
             r = got.get(slot)
-            if r is None or r["qid"] in out or ctx.label_clash(r["label"], r["aliases"]):
+            if r is None or r["qid"] in self.out or self.ctx.label_clash(r["label"], r["aliases"]):
                 continue
             shared = sorted(set(r["types"]))
-            if rng.random() * len(shared) < 1:
-                out[r["qid"]] = _candidate({**r, "shared_types": shared})
-                if len(out) >= n:
+            if self.rng.random() * len(shared) < 1:
+                self.out[r["qid"]] = _candidate({**r, "shared_types": shared})
+                if len(self.out) >= self.n:
                     break
-        step *= 2
-    return list(out.values())
+        self.step *= 2
 
 
 def omega_bound(graph: Graph, ctx: FactContext) -> int | None:

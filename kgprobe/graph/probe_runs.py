@@ -32,7 +32,7 @@ from typing import Any
 from kgprobe.errors import ConfigError
 from kgprobe.graph import sample_index as si
 from kgprobe.graph.client import Graph
-from kgprobe.graph.distractors import TYPE_EDGES
+from kgprobe.graph.distractors import TYPE_EDGES, entity_terms
 from kgprobe.records import is_pid, is_qid
 
 _PART = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
@@ -115,14 +115,6 @@ WITH f, s, o, s_types, collect(DISTINCT ot.qid) AS o_types
 RETURN f.key AS key, f.pid AS pid, s.qid AS s, s.label AS s_label, s.aliases AS s_aliases,
        o.qid AS o, o.label AS o_label, o.aliases AS o_aliases, [c IN $cfgs | f[c]] AS cfgs,
        s_types, o_types
-"""
-
-#: Labels and aliases of some entities (distractors need their aliases too).
-ENTITY_LABELS = f"""
-UNWIND $qids AS q
-MATCH (e:Entity {{qid: q}})
-OPTIONAL MATCH (e)-[:{TYPE_EDGES}]->(t:Entity)
-RETURN e.qid AS qid, e.label AS label, e.aliases AS aliases, collect(DISTINCT t.qid) AS types
 """
 
 #: One batch of scores: each row is {key, s, props}; a null in props removes that property.
@@ -569,7 +561,7 @@ def entity_labels(graph: Graph, qids: Iterable[str]) -> dict[str, dict[str, Any]
     wanted = sorted(set(qids))
     if not wanted:
         return {}
-    return {r["qid"]: r for r in graph.read(ENTITY_LABELS, qids=wanted)}
+    return entity_terms(graph, wanted)
 
 
 def graph_counts(graph: Graph) -> dict[str, int]:

@@ -90,6 +90,10 @@ class Prefetched:
     plan_a: tuple[tuple[int, frozenset[str]], list[Neighbour], dict[str, gd.Candidate]] | None = None
     #: plan B's read of Ω(f) (typed candidates, up to OMEGA_READ_LIMIT + 1), when plan A fell short
     typed: list[gd.Candidate] | None = None
+    #: the run's entity terms, which answer the Ω(f) checks of entities already read
+    terms: gd.EntityTerms | None = None
+    #: the random strategy's seeded draw (n, seed, members), done for the batch at once
+    random: tuple[int, int | str, list[gd.Candidate]] | None = None
 
     def omega_filter(self, graph: Graph, ctx: gd.FactContext, candidates: Sequence[str]) -> list[gd.Candidate]:
         """:func:`~kgprobe.graph.distractors.omega_filter`, asking the graph only about the
@@ -97,7 +101,7 @@ class Prefetched:
         asked = list(dict.fromkeys(candidates))
         unknown = [q for q in asked if q not in self.omega]
         if unknown:
-            found = {c.qid: c for c in gd.omega_filter(graph, ctx, unknown)}
+            found = {c.qid: c for c in gd.omega_filter(graph, ctx, unknown, self.terms)}
             self.omega.update((q, found.get(q)) for q in unknown)
         return [c for q in asked if (c := self.omega[q]) is not None]
 
@@ -111,13 +115,22 @@ def prefetch(
     at: dt.date | str | int | None,
     index: SemanticIndex | None,
     temporal: bool = False,
+    terms: gd.EntityTerms | None = None,
+    seed: int = 0,
 ) -> list[Prefetched]:
     """What ``strategy`` will ask the graph about each fact of a batch, read in one round trip
-    per need: the temporal candidates (temp+sem, or ``temporal`` when the caller wants the
+    per need: the random strategy's draws (one round trip per round of draws, ``seed`` as the
+    per-fact strategy takes it), the temporal candidates (temp+sem, or ``temporal`` when the caller wants the
     past objects too), then the Ω(f) membership of the nearest neighbours the semantic search
     checks first (sem, temp+sem), then, for the facts whose plan A falls short, Ω(f) for plan B.
-    Whatever the search asks beyond these is read per fact."""
-    out = [Prefetched() for _ in contexts]
+    Whatever the search asks beyond these is read per fact. ``terms``: the run's entity terms
+    (Ω(f) checks of entities it holds need no round trip)."""
+    out = [Prefetched(terms=terms) for _ in contexts]
+    if strategy == "random":
+        draw = [(ctx, pf) for ctx, pf in zip(contexts, out, strict=True) if ctx.object_types]
+        drawn = gd.random_same_type_many(graph, [c for c, _ in draw], n, [seed] * len(draw))
+        for (_, pf), members in zip(draw, drawn, strict=True):
+            pf.random = (n, seed, members)
     if temporal or strategy == "temp+sem":
         for pf, cands in zip(out, gd.temporal_candidates_many(graph, contexts, at), strict=True):
             pf.temporal = cands
@@ -148,7 +161,7 @@ def prefetch(
         owners.append(pf)
         wants.append(want)
         skips.append(skip)
-    for (_, asked), pf, members in zip(asks, owners, gd.omega_filters(graph, asks), strict=True):
+    for (_, asked), pf, members in zip(asks, owners, gd.omega_filters(graph, asks, terms), strict=True):
         got = {c.qid: c for c in members}
         pf.omega.update((q, got.get(q)) for q in asked)
     short: list[tuple[gd.FactContext, Prefetched]] = []
@@ -202,12 +215,13 @@ def _short_reason(ctx: gd.FactContext, what: str) -> str:
 
 
 def random_distractors(
-    graph: Graph, ctx: gd.FactContext, n: int, seed: int
+    graph: Graph, ctx: gd.FactContext, n: int, seed: int, prefetched: Prefetched | None = None,
 ) -> tuple[list[Distractor], str | None]:
     """Random: a seeded sample of Ω(f) — the paper's lower bound on distractor quality."""
     if not ctx.object_types:
         return [], _short_reason(ctx, "random distractors")
-    cands = gd.random_same_type(graph, ctx, n, seed)
+    done = prefetched.random if prefetched is not None else None
+    cands = done[2] if done is not None and done[:2] == (n, seed) else gd.random_same_type(graph, ctx, n, seed)
     out = [
         Distractor(i + 1, c.qid, c.label, REASON_TYPE, None, list(c.shared_types), {"seed": seed})
         for i, c in enumerate(cands)
@@ -509,7 +523,7 @@ def find_distractors(
     ctx = context if context is not None and context.object == obj else gd.fact_context(graph, subject, pid, obj)
     result = DistractorList(subject, pid, obj, ctx.object_label, strategy, n, seed, ref)
     if strategy == "random":
-        found, why = random_distractors(graph, ctx, n, seed)
+        found, why = random_distractors(graph, ctx, n, seed, prefetched)
     elif strategy in ("sem", "temp+sem"):
         if index is None:
             from kgprobe.probing.semantic import ensure_index

@@ -27,6 +27,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.probing.semantic import SemanticIndex
 
 
+#: Batches gathered at once (each one's reads in order; up to the pipeline depth).
+GATHER_THREADS = 2
+
+
 @dataclass
 class Planned:
     row: dict[str, Any]
@@ -51,6 +55,8 @@ class Gatherer:
         self._subjects: dict[str, list[str]] = {}
         self._all_templates: dict[str, tuple[str, ...]] | None = None
         self._demos: tuple[Any, ...] | None = None
+        #: the run's entity terms: Ω(f) checks and labels of entities met before cost nothing
+        self.terms = gd.EntityTerms(graph)
 
     def _ent(self, row: dict[str, Any] | None, qid: str, pid: str | None = None) -> Any:
         row = row or {}
@@ -66,7 +72,8 @@ class Gatherer:
         fetched = dict(zip(known, prefetch(
             self.graph, [contexts[k] for k in known],
             strategy=self.cfg.strategy if "distractors" in self.needs else "", n=self.cfg.n,
-            at=self.ref, index=self.index, temporal="past" in self.needs,
+            at=self.ref, index=self.index, temporal="past" in self.needs, terms=self.terms,
+            seed=self.cfg.seed,
         ), strict=True)) if wants_ctx else {}
         orels = (pr.object_relations_many(self.graph, [row["o"] for row in rows])
                  if "object_relations" in self.needs else {})
@@ -105,8 +112,8 @@ class Gatherer:
             except ConfigError as exc:
                 why = err = str(exc)
             pre.append((row, ds, past, others, subjects, orel, why, err))
-        labels = pr.entity_labels(self.graph, [q for _, ds, past, others, subjects, _, _, _ in pre
-                                               for q in (*ds, *past, *others, *subjects)])
+        labels = self.terms.get([q for _, ds, past, others, subjects, _, _, _ in pre
+                                 for q in (*ds, *past, *others, *subjects)])
         all_t = self._relation_templates() if "object_relations" in self.needs else {}
         out = []
         for row, ds, past, others, subjects, orel, why, err in pre:
@@ -215,7 +222,7 @@ def score_and_write(
     facts per transaction together with the run's counters, so a killed run loses nothing
     written and ``outcome`` counts what was. An error on either thread stops the loop here."""
     ahead = Ahead(lambda b: (b, gather.batch(b)), chunks(todo, plan.batch_facts),
-                  0 if gather.engine is not None else plan.pipeline)
+                  0 if gather.engine is not None else plan.pipeline, GATHER_THREADS)
     behind = Behind(plan.pipeline)
     pending: list[dict[str, Any]] = []
     pending_ok = 0

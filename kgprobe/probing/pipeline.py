@@ -1,12 +1,13 @@
 """Overlap a probe's graph I/O with its scoring: a reader that works ahead, a writer behind.
 
-The probe loop reads what the next batch needs (:class:`Ahead`) and writes the scores of the
-previous ones (:class:`Behind`) while the engine scores the current batch. Each runs on ONE
-thread of its own, so its graph calls go through sessions of their own (``Graph`` opens a
-session per call; the driver is thread-safe, a session is not). Both queues are bounded: the
-reader is at most ``depth`` batches ahead, the writer at most ``depth`` write jobs behind, so
-memory does not grow with the run. An error on either thread is raised again on the thread
-that consumes it, as the same exception object (a ``GraphUnavailable`` stays one).
+The probe loop reads what the next batches need (:class:`Ahead`) and writes the scores of the
+previous ones (:class:`Behind`) while the engine scores the current batch. The reader runs on
+threads of its own (two batches gathered at once by default: each waits on the server much of
+the time), the writer on ONE thread, so their graph calls go through sessions of their own
+(``Graph`` opens a session per call; the driver is thread-safe, a session is not). Both are
+bounded: the reader is at most ``depth`` batches ahead, the writer at most ``depth`` write jobs
+behind, so memory does not grow with the run. An error on any of these threads is raised again
+on the thread that consumes it, as the same exception object (a ``GraphUnavailable`` stays one).
 
 A write job is one transaction (scores and the run's counters together), done in order, so a
 run killed at any point has written a prefix of its batches, each whole: the same command
@@ -16,74 +17,63 @@ scores the rest (docs/probing.md, "Resuming").
 from __future__ import annotations
 
 import contextlib
+import itertools
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
 _POLL = 0.1  # seconds between checks of the other side while a queue is full or empty
-_OK, _END, _ERR = "ok", "end", "err"
 
 
 class Ahead(Generic[T, R]):
-    """``fn(item)`` for each item, computed on a background thread at most ``depth`` results
-    ahead of the consumer, yielded in order. ``depth`` 0 computes each on the consumer's
+    """``fn(item)`` for each item, computed on background threads at most ``depth`` results
+    ahead of the consumer, yielded in order. Up to ``threads`` items are computed at once
+    (never more than ``depth``): a gather spends much of its time waiting for the server, and
+    a second thread's Python runs meanwhile. ``depth`` 0 computes each on the consumer's
     thread when it is asked for (no thread: for work that must not run beside the scoring,
     e.g. ApprOpt's beam search, which uses the engine itself)."""
 
-    def __init__(self, fn: Callable[[T], R], items: Iterable[T], depth: int = 2) -> None:
+    def __init__(self, fn: Callable[[T], R], items: Iterable[T], depth: int = 2,
+                 threads: int = 1) -> None:
         self._fn, self._items, self.depth = fn, items, depth
-        self._stop = threading.Event()
-        self._q: queue.Queue[tuple[str, object]] = queue.Queue(maxsize=max(depth, 1))
-        self._thread: threading.Thread | None = None
+        self.threads = max(1, min(threads, depth))
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: deque[Future[R]] = deque()
 
     def __iter__(self) -> Iterator[R]:
         if self.depth <= 0:
             for item in self._items:
                 yield self._fn(item)
             return
-        self._thread = threading.Thread(target=self._work, name="kgprobe-gather", daemon=True)
-        self._thread.start()
-        while True:
-            try:
-                kind, value = self._q.get(timeout=_POLL)
-            except queue.Empty:
-                if not self._thread.is_alive() and self._q.empty():
-                    raise RuntimeError("the gather thread ended without a word") from None
-                continue
-            if kind == _END:
-                return
-            if kind == _ERR:
-                assert isinstance(value, BaseException)
-                raise value
-            yield value  # type: ignore[misc]
-
-    def _put(self, entry: tuple[str, object]) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._q.put(entry, timeout=_POLL)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def _work(self) -> None:
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="kgprobe-gather")
+        items = iter(self._items)
         try:
-            for item in self._items:
-                if self._stop.is_set() or not self._put((_OK, self._fn(item))):
-                    return
-            self._put((_END, None))
-        except BaseException as exc:  # handed to the consumer, raised there
-            self._put((_ERR, exc))
+            for item in itertools.islice(items, self.depth):
+                self._running.append(self._pool.submit(self._fn, item))
+            while self._running:
+                value = self._running.popleft().result()  # its error, raised here as itself
+                for item in itertools.islice(items, 1):
+                    self._running.append(self._pool.submit(self._fn, item))
+                yield value
+        finally:
+            self.close()
 
     def close(self, timeout: float = 5.0) -> None:
-        """Stop working ahead (what was read ahead is dropped) and wait for the thread."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        """Stop working ahead (what was read ahead is dropped) and wait up to ``timeout``
+        seconds for the items under way."""
+        if self._pool is None:
+            return
+        for f in self._running:
+            f.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        wait(self._running, timeout)
+        self._running.clear()
 
 
 class Behind:
