@@ -118,6 +118,8 @@ def main() -> None:
     ap.add_argument("--strategy", default="random", help="random (model-free Ω(f) draws) or temp+sem")
     ap.add_argument("-n", type=int, default=5)
     ap.add_argument("--batch-facts", type=int, default=64)
+    ap.add_argument("--index-dir", type=Path, default=None,
+                    help="semantic index directory (sem, temp+sem; one per graph, or it is rebuilt)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
@@ -190,7 +192,7 @@ def _bench(args: argparse.Namespace, graph: Any, pid: int | None) -> dict[str, A
         from kgprobe.probing.semantic import ensure_index
 
         t = clock()
-        index = ensure_index(graph, Path(tempfile.gettempdir()) / "kgprobe-bench-scale-index")
+        index = ensure_index(graph, args.index_dir or Path(tempfile.gettempdir()) / "kgprobe-bench-scale-index")
         out["semantic_index_s"] = round(since(t)[0], 1)
     first: list[float] = []
     t = clock()

@@ -5,6 +5,7 @@ the run's setup (:mod:`.run`); reading scores back is :mod:`.scores`.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
     from kgprobe.probing.semantic import SemanticIndex
 
+
+#: The verbalizer's facts of an entity, from its row (the same entities recur fact after fact).
+_entity_facts = functools.lru_cache(maxsize=1 << 16)(entity_facts)
 
 #: Batches gathered at once (each one's reads in order; up to the pipeline depth).
 GATHER_THREADS = 2
@@ -61,7 +65,8 @@ class Gatherer:
     def _ent(self, row: dict[str, Any] | None, qid: str, pid: str | None = None) -> Any:
         row = row or {}
         facts = (None if self.cfg.verbalizer == "raw" else  # pid: the relation it is subject of
-                 entity_facts(row.get("label") or "", row.get("aliases") or (), row.get("types") or (), pid))
+                 _entity_facts(row.get("label") or "", tuple(row.get("aliases") or ()),
+                               tuple(row.get("types") or ()), pid))
         return self.rule.entity(row.get("label"), row.get("aliases"), qid, facts)
 
     def batch(self, rows: Sequence[dict[str, Any]]) -> list[Planned]:

@@ -21,6 +21,7 @@ aliases, the label's own shape); the rules are listed next to each table below.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -170,6 +171,7 @@ def entity_facts(label: str, aliases: Iterable[str] = (), types: Iterable[str] =
     return Facts(ts, the_forms, _takes_the(label, base), work)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pure; called per candidate per cloze sentence
 def name(label: str, facts: Facts) -> Name:
     """``label`` with the form a careful writer gives it (see the module doc)."""
     return Name(label, article=_takes_the(label, facts), work=facts.work,
@@ -217,6 +219,7 @@ does did do lies flows empties plays played speaks wrote holds held named called
 """)
 
 
+@functools.lru_cache(maxsize=1 << 12)  # pure; one template prefix serves every candidate
 def after_determiner(before: str) -> bool:
     """Whether the words right before a slot already determine it: "the [Y]", "the party [Y]",
     "its capital [Y]" (an appositive after a noun with its own determiner), so the name gets
@@ -230,6 +233,7 @@ def after_determiner(before: str) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def sentence_initial(before: str) -> bool:
     """Whether a slot starts a sentence: nothing before it, or a sentence end ("? ")."""
     b = before.rstrip()

@@ -8,6 +8,7 @@ model call goes through a :class:`Runner` (``Engine.run`` is one); no measure to
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -43,14 +44,18 @@ class Entity:
 
     def labels(self, max_labels: int | None = None) -> tuple[str, ...]:
         """Λ(e): the label first, then the aliases; blanks and duplicates dropped."""
+        return self._names[:max_labels] if max_labels else self._names
+
+    @functools.cached_property
+    def _names(self) -> tuple[str, ...]:
+        """Λ(e) whole, written once per entity (a measure asks for it per cloze sentence)."""
         out: list[str] = []
         for x in (self.label, *self.aliases):
             x = (x or "").strip()
             if x and x not in out:
                 out.append(x)
-        kept = out[:max_labels] if max_labels else out
         facts = self.facts
-        return tuple(kept) if facts is None else tuple(name(x, facts) for x in kept)
+        return tuple(out) if facts is None else tuple(name(x, facts) for x in out)
 
     @property
     def name(self) -> str:
