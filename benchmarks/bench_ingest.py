@@ -4,7 +4,8 @@ the raw batched-UNWIND write rate of the same server, measured in the same run.
     python benchmarks/bench_ingest.py --statements 1000000
 
 Both sides write the same nodes and edges with the same MERGE statements into a fresh database
-of a fresh managed ArcadeDB server; "raw" gets its rows pre-built in memory (no file, no JSON,
+of a fresh managed ArcadeDB server, the sampling index's slots included (``--raw-without-index``
+leaves them out of the raw side, as before the index existed); "raw" gets its rows pre-built in memory (no file, no JSON,
 no records), so the ratio is the cost of everything kgprobe adds on top of the database.
 Prints one table; figures go to docs/benchmarks.md.
 """
@@ -13,10 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -42,11 +45,14 @@ def jvm_peak_mb(pid: int | None) -> float:
 
 def raw_rows(records: Iterable[Any]) -> dict[str, list[Any]]:
     """The exact rows kgprobe's writer sends, built up front (records streamed: at 5M statements
-    a list of them would double the benchmark's memory)."""
+    a list of them would double the benchmark's memory), the sampling index's slots numbered
+    here as kgprobe numbers them (per relation, per type, in the order written)."""
     ents: dict[str, dict[str, Any]] = {}
     stubs: set[str] = set()
     types: list[dict[str, str]] = []
     facts: list[dict[str, Any]] = []
+    fact_slots: list[dict[str, Any]] = []
+    members: dict[str, dict[str, str]] = {}
     for r in records:
         if isinstance(r, EntityRecord):
             props: dict[str, Any] = {"label": r.label} if r.label else {}
@@ -57,22 +63,46 @@ def raw_rows(records: Iterable[Any]) -> dict[str, list[Any]]:
             ents[r.qid] = props
             stubs.update(r.types)
             types += [{"s": r.qid, "o": t} for t in r.types]
+            for t in r.types:
+                members.setdefault(f"{t}|{r.qid}", {"space": t, "s": r.qid})
         elif isinstance(r, FactRecord):
             stubs.update((r.subject, r.object))
             facts.append({"s": r.subject, "o": r.object, "key": r.key, "props": ing.fact_properties(r)})
+            fact_slots.append({"space": r.pid, "key": r.key, "s": r.subject})
     return {
         "entities": [{"qid": q, "props": p} for q, p in ents.items()],
         "stubs": sorted(stubs - ents.keys()),
         "types": types,
         "facts": facts,
+        "fact_slots": _numbered(fact_slots),
+        "type_slots": _numbered([{"member": m, **row} for m, row in members.items()]),
     }
 
 
-def write_raw(graph: Graph, rows: dict[str, list[Any]], batch: int) -> None:
+def node_counts(graph: Graph) -> dict[str, int]:
+    """Nodes per label: both sides must have written the same graph."""
+    return {label: int(graph.read(f"MATCH (x:{label}) RETURN count(x) AS n")[0]["n"])
+            for label in ("Entity", "FactSlot", "TypeSlot")}
+
+
+def _numbered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    taken: Counter[str] = Counter()
+    out = []
+    for r in rows:
+        o = taken[r["space"]]
+        taken[r["space"]] += 1
+        out.append({**r, "ord": o, "id": f"{r['space']}:{o}"})
+    return out
+
+
+def write_raw(graph: Graph, rows: dict[str, list[Any]], batch: int, index: bool = True) -> None:
     graph.write_batches(ing.MERGE_ENTITIES, rows["entities"], batch)
     graph.write_batches(ing.MERGE_STUBS, rows["stubs"], batch)
     graph.write_batches(ing.MERGE_INSTANCE_OF, rows["types"], batch)
     graph.write_batches(ing.MERGE_FACTS, rows["facts"], batch)
+    if index:  # the sampling index kgprobe writes with the same statements
+        graph.write_batches(ing.MERGE_FACT_SLOTS, rows["fact_slots"], batch)
+        graph.write_batches(ing.MERGE_TYPE_SLOTS, rows["type_slots"], batch)
 
 
 def main() -> None:
@@ -86,6 +116,8 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None,
                     help="keep kgprobe's ingested graph in this new directory (a KGPROBE_HOME for "
                          "bench_probe_scale.py --server configured; ArcadeDB only)")
+    ap.add_argument("--raw-without-index", action="store_true",
+                    help="raw writes no sampling-index slots (the comparison before the index)")
     args = ap.parse_args()
     if args.keep is not None and (args.server != "arcadedb" or args.keep.exists()):
         raise SystemExit("--keep needs --server arcadedb and a directory that does not exist yet")
@@ -103,6 +135,7 @@ def main() -> None:
             summary = ing.ingest(graph, load_json(dump), batch_size=args.batch_size)
             kg_s = time.perf_counter() - t0
             kg_jvm = jvm_peak_mb(pid)
+            kg_counts = node_counts(graph)
         py_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         statements = summary.facts + summary.type_edges
 
@@ -110,9 +143,10 @@ def main() -> None:
         rows = raw_rows(load_json(dump))
         with fresh_graph(args.server, root / "b", args.heap) as (graph, pid):
             t0 = time.perf_counter()
-            write_raw(graph, rows, args.batch_size)
+            write_raw(graph, rows, args.batch_size, index=not args.raw_without_index)
             raw_s = time.perf_counter() - t0
             raw_jvm = jvm_peak_mb(pid)
+            raw_counts = node_counts(graph)
 
     result = {
         "server": args.server,
@@ -129,6 +163,9 @@ def main() -> None:
         "python_peak_rss_mb_during_kgprobe_ingest": round(py_peak),
         "server_peak_rss_mb": {"kgprobe": round(kg_jvm), "raw": round(raw_jvm)},
         "batch_size": args.batch_size,
+        "raw_writes_sampling_index": not args.raw_without_index,
+        "nodes_written": {"kgprobe": kg_counts, "raw": raw_counts},
+        "load_average_after": round(os.getloadavg()[0], 1),
     }
     if args.json:
         print(json.dumps(result))

@@ -82,9 +82,9 @@ def _graph(server: str, source: str, heap: str) -> Iterator[tuple[Any, int | Non
         from kgprobe.config import Settings
         from kgprobe.graph.server import ManagedServer
 
-        info = ManagedServer(Settings.load()).info()
-        with connect() as graph:
-            yield graph, info.pid, {}
+        settings = Settings.load()
+        with connect(settings) as graph:  # started first: its pid is known once it runs
+            yield graph, None if settings.uri else ManagedServer(settings).info().pid, {}
         return
     from benchmarks.servers import fresh_graph
     from kgprobe.api import write_records

@@ -31,8 +31,10 @@ if TYPE_CHECKING:  # pragma: no cover
 #: The verbalizer's facts of an entity, from its row (the same entities recur fact after fact).
 _entity_facts = functools.lru_cache(maxsize=1 << 16)(entity_facts)
 
-#: Batches gathered at once (each one's reads in order; up to the pipeline depth).
-GATHER_THREADS = 2
+#: Batches gathered at once (each one's reads in order; up to the pipeline depth). One: a
+#: second gather thread gave nothing measurable at 1M statements (the process is bound by its
+#: own Python there, docs/benchmarks.md); `benchmarks/bench_probe.py --gather-threads` measures it.
+GATHER_THREADS = 1
 
 
 @dataclass

@@ -2,8 +2,7 @@
 
 The probe loop reads what the next batches need (:class:`Ahead`) and writes the scores of the
 previous ones (:class:`Behind`) while the engine scores the current batch. The reader runs on
-threads of its own (two batches gathered at once by default: each waits on the server much of
-the time), the writer on ONE thread, so their graph calls go through sessions of their own
+threads of its own (one by default: the loop's ``GATHER_THREADS``), the writer on ONE thread, so their graph calls go through sessions of their own
 (``Graph`` opens a session per call; the driver is thread-safe, a session is not). Both are
 bounded: the reader is at most ``depth`` batches ahead, the writer at most ``depth`` write jobs
 behind, so memory does not grow with the run. An error on any of these threads is raised again
