@@ -12,7 +12,13 @@ import pytest
 
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph import sample_index as si
-from kgprobe.graph.distractors import FactContext, label_set, random_same_type
+from kgprobe.graph.distractors import (
+    FactContext,
+    fact_context,
+    label_set,
+    random_same_type,
+    random_same_type_many,
+)
 from kgprobe.graph.ingest import ingest
 from kgprobe.records import EntityRecord, FactRecord, RelationRecord, TimeValue
 
@@ -171,6 +177,22 @@ def test_random_same_type_samples_omega(g: Any) -> None:
     assert [c.qid for c in a] == [c.qid for c in random_same_type(g, ctx, 7, seed=4)]
     assert [c.qid for c in a] != [c.qid for c in random_same_type(g, ctx, 7, seed=5)]
     assert {c.qid for c in random_same_type(g, ctx, 10_000, seed=4)} == omega
+
+
+def test_the_same_seed_draws_the_same_on_every_server(g: Any) -> None:
+    """Same graph, seed and arguments -> the same facts and the same random distractors, in the
+    same order, whichever server holds the graph: these draws were recorded on ArcadeDB, and
+    the suite asserts them on Neo4j 5 too (the ordinals come from ingest order, the draws from
+    Python's seeded generator; nothing here may depend on a server's scan order)."""
+    assert list(pr.sample_facts(g, ["P1", "P2", "P3"], total=12, seed=7, ref=REF)) == [
+        "P1-16", "P1-57", "P1-38", "P1-28", "P1-15", "P1-31", "P2-0",
+        "P3-18", "P3-19", "P3-8", "P3-17", "P3-1"]
+    assert list(pr.sample_facts(g, ["P1", "P3"], total=None, per_relation=3, seed=7, ref=REF,
+                                history_first=True)) == [
+        "P1-16", "P1-57", "P1-38", "P3-18", "P3-3", "P3-12"]
+    ctxs = [fact_context(g, "Q1", "P1", "Q101"), fact_context(g, "Q2", "P1", "Q102")]
+    assert [[c.qid for c in cs] for cs in random_same_type_many(g, ctxs, 4, [4, 4])] == [
+        ["Q121", "Q156", "Q5", "Q80"], ["Q61", "Q78", "Q27", "Q185"]]
 
 
 def test_per_relation_option_is_checked() -> None:
