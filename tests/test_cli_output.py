@@ -168,7 +168,7 @@ def test_probe_and_ingest_progress_in_a_log(graph: Any, kgprobe_env: dict[str, s
     q = str(FIXTURES / "wikidata" / "entity-json" / "Q182397.json")
     ing = kgprobe("ingest", q, env=env)
     assert ing.returncode == 0, ing.stderr
-    assert re.fullmatch(r"ingesting: 1 entities, \d+ facts, \d+ skipped, 0 errors \(\d+ records/s\), 0:00:\d\d\n",
+    assert re.fullmatch(r"ingesting: 1 entities, \d+ facts, \d+ skipped, 0 errors \(\d[\d,]* records/s\), 0:00:\d\d\n",
                         ing.stderr), ing.stderr
 
 
