@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 
 #: Item and property ids: upper case, no leading zero, at most 18 digits (the number fits a
 #: 64-bit integer, and an id stays far below any index key limit of the graph server).
@@ -64,13 +65,14 @@ class TimeValue:
     precision: int = 11
     calendar: str = "Q1985727"  # proleptic Gregorian
 
-    @property
+    @cached_property
     def year(self) -> int:
         return parse_year(self.time)
 
-    @property
+    @cached_property
     def sort_key(self) -> int:
-        """``year * 10000 + month * 100 + day``: orders times inside one year too."""
+        """``year * 10000 + month * 100 + day``: orders times inside one year too (kept: the
+        loaders sort qualifiers by it and the writer stores it, once per statement each)."""
         return time_sort_key(self.time)
 
 
@@ -163,7 +165,7 @@ class FactRecord:
 
     @property
     def is_temporal(self) -> bool:
-        return any(t is not None for t in (self.start, self.end, self.point_in_time))
+        return self.start is not None or self.end is not None or self.point_in_time is not None
 
 
 #: Template styles: how the object slot sits in the text (docs/templates.md).
