@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.gen_dump import write_dump  # noqa: E402
-from benchmarks.servers import add_server_option, fresh_graph  # noqa: E402
+from benchmarks.servers import add_server_option, fresh_graph, server_cpu_s  # noqa: E402
 from kgprobe.graph import ingest as ing  # noqa: E402
 from kgprobe.graph.client import Graph  # noqa: E402
 from kgprobe.loaders.wikidata_json import load_json  # noqa: E402
@@ -85,6 +85,10 @@ def node_counts(graph: Graph) -> dict[str, int]:
             for label in ("Entity", "FactSlot", "TypeSlot")}
 
 
+def _minus(after: float | None, before: float | None) -> float | None:
+    return None if after is None or before is None else round(after - before, 1)
+
+
 def _numbered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     taken: Counter[str] = Counter()
     out = []
@@ -131,9 +135,10 @@ def main() -> None:
 
         # kgprobe: file → loader → records → writer
         with fresh_graph(args.server, args.keep or root / "a", args.heap) as (graph, pid):
-            t0 = time.perf_counter()
+            t0, c0, s0 = time.perf_counter(), time.process_time(), server_cpu_s(pid)
             summary = ing.ingest(graph, load_json(dump), batch_size=args.batch_size)
             kg_s = time.perf_counter() - t0
+            kg_cpu = (time.process_time() - c0, _minus(server_cpu_s(pid), s0))
             kg_jvm = jvm_peak_mb(pid)
             kg_counts = node_counts(graph)
         py_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -142,9 +147,10 @@ def main() -> None:
         # raw: the same rows, pre-built, written with the same statements
         rows = raw_rows(load_json(dump))
         with fresh_graph(args.server, root / "b", args.heap) as (graph, pid):
-            t0 = time.perf_counter()
+            t0, c0, s0 = time.perf_counter(), time.process_time(), server_cpu_s(pid)
             write_raw(graph, rows, args.batch_size, index=not args.raw_without_index)
             raw_s = time.perf_counter() - t0
+            raw_cpu = (time.process_time() - c0, _minus(server_cpu_s(pid), s0))
             raw_jvm = jvm_peak_mb(pid)
             raw_counts = node_counts(graph)
 
@@ -160,6 +166,8 @@ def main() -> None:
         "raw_s": round(raw_s, 1),
         "raw_statements_per_s": round(statements / raw_s),
         "ratio_kgprobe_over_raw": round(raw_s / kg_s, 3),
+        "client_cpu_s": {"kgprobe": round(kg_cpu[0], 1), "raw": round(raw_cpu[0], 1)},
+        "server_cpu_s": {"kgprobe": kg_cpu[1], "raw": raw_cpu[1]},
         "python_peak_rss_mb_during_kgprobe_ingest": round(py_peak),
         "server_peak_rss_mb": {"kgprobe": round(kg_jvm), "raw": round(raw_jvm)},
         "batch_size": args.batch_size,

@@ -37,6 +37,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.servers import server_cpu_s  # noqa: E402
+
 
 class ModelFree:
     """A runner without a model: the real tokenization and packing plan of the loaded model's
@@ -159,17 +163,6 @@ class Statements:
                   f"{1000 * sec / max(n, 1):.1f} ms per call")
         self.t.clear()
 
-
-def _cpu_of(pid: int | None) -> float | None:
-    """utime + stime of a process (the graph server), in seconds."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
 
 
 @contextlib.contextmanager
@@ -294,7 +287,7 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
             batch_facts=args.batch_facts, **loop_knobs,
         )
         parts.reset()
-        server0 = _cpu_of(server_pid)
+        server0 = server_cpu_s(server_pid)
         w3, c3 = clock()
         s = run_probe(graph, parts.engine(runner), cfg, fingerprint=engine.fingerprint, index=index,
                       model_info={"name": lm.name, "kind": lm.kind, "device": lm.device,
@@ -310,7 +303,7 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
               f"{w4 - w3:.1f} s wall, {c4 - c3:.1f} s CPU ({(c4 - c3) / max(done, 1):.2f} CPU-s "
               f"per fact); engine {sum(st.kind_cpu_seconds.values()):.1f} CPU-s ({kinds}), "
               f"{st.forward_calls} forward calls", flush=True)
-        server1 = _cpu_of(server_pid)
+        server1 = server_cpu_s(server_pid)
         per = max(done, 1) / 1000
         server = f", server {(server1 - server0) / per:.2f} CPU-ms" if server0 is not None and server1 is not None else ""
         print(f"  per fact: {(w4 - w3) / per:.2f} ms wall, {(c4 - c3) / per:.2f} CPU-ms (this process)"

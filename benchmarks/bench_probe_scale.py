@@ -12,7 +12,7 @@ calls: relations with templates (`probe_relations`), the graph snapshot counts, 
 (`sample_facts`, from the sampling index) and the sampled facts' details. Then a whole probe
 (`run_probe`) with a model-free runner: every request answered with a constant log-probability
 (no tokenization, no model), so what remains is the graph (gather, write-back) and kgprobe's own
-Python. Reported: wall and CPU of this process, and the server's CPU (psutil on its pid), per
+Python. Reported: wall and CPU of this process, and the server's CPU (/proc of its pid), per
 fact. The machine may be shared: the load average is printed, CPU times are the steadier figure.
 """
 
@@ -31,8 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import psutil  # noqa: E402
-
+from benchmarks.servers import server_cpu_s  # noqa: E402
 from kgprobe.probing.requests import (  # noqa: E402
     BeamSearchResult,
     GenerateResult,
@@ -102,10 +101,7 @@ def _graph(server: str, source: str, heap: str) -> Iterator[tuple[Any, int | Non
 
 
 def _cpu(pid: int | None) -> float:
-    if pid is None:
-        return 0.0
-    t = psutil.Process(pid).cpu_times()
-    return t.user + t.system
+    return server_cpu_s(pid) or 0.0
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,18 @@ def add_server_option(ap: argparse.ArgumentParser) -> None:
     """``--server``: which fresh server a benchmark writes to (the same option everywhere)."""
     ap.add_argument("--server", choices=SERVERS, default="arcadedb",
                     help="a fresh managed ArcadeDB, or a real Neo4j 5 (Java 17+ and Maven)")
+
+
+def server_cpu_s(pid: int | None) -> float | None:
+    """utime + stime of a process (the graph server), in seconds; None when it cannot be read."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 @contextlib.contextmanager
