@@ -164,7 +164,6 @@ class Statements:
         self.t.clear()
 
 
-
 @contextlib.contextmanager
 def _graph(server: str | None, heap: str) -> Iterator[tuple[Any, str | None, int | None]]:
     """The configured graph; or a fresh server of ``server``'s kind with the demo graph and its
