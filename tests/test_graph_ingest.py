@@ -168,6 +168,29 @@ def test_refusals_while_the_next_batch_is_being_built(graph: Any) -> None:
     assert type_ids == {f"Q5:{i}" for i in range(38)}
 
 
+def test_the_gil_switches_promptly_while_ingesting_and_is_restored_after(graph: Any) -> None:
+    """The writer thread needs the GIL each time the server answers; at Python's default 5 ms
+    interval the server waited on it (docs/benchmarks.md: 1M statements 102.5 s against 82.9 s
+    at 5 µs). The interval must be short while records are read, and back to what it was after
+    the ingest, also when the source fails midway."""
+    before = sys.getswitchinterval()
+    seen: list[float] = []
+
+    def source(fail: bool) -> Any:
+        for i, rec in enumerate(synthetic_records(5)):
+            seen.append(sys.getswitchinterval())
+            if fail and i == 7:
+                raise InputError("truncated input")
+            yield rec
+
+    ingest(graph, source(False), batch_size=4)
+    assert seen and max(seen) <= 1e-5
+    assert sys.getswitchinterval() == before
+    with pytest.raises(InputError, match="truncated"):
+        ingest(graph, source(True), batch_size=4)
+    assert sys.getswitchinterval() == before
+
+
 def test_the_driver_packs_with_its_rust_extension() -> None:
     """neo4j-rust-ext is a dependency (a tenth of the pure-Python codec's cost per batch): it
     must be installed for the driver release in use, or the driver silently falls back."""

@@ -93,6 +93,10 @@ def statement_fact(
     subject: str, st: Statement, skips: SkipCounter, source: str, location: str = ""
 ) -> FactRecord:
     source = st.source or source
+    sid = normalize_statement_id(st.statement_id) if st.statement_id else None
+    if not st.qualifiers:  # most statements: nothing to choose or render
+        return FactRecord(subject=subject, pid=st.pid, object=st.value.text, statement_id=sid,
+                          rank=st.rank, source=source, location=location)
     by_pid: dict[str, list[Value]] = {}
     for qpid, qv in st.qualifiers:
         by_pid.setdefault(qpid, []).append(qv)
@@ -114,7 +118,7 @@ def statement_fact(
         subject=subject,
         pid=st.pid,
         object=st.value.text,
-        statement_id=normalize_statement_id(st.statement_id) if st.statement_id else None,
+        statement_id=sid,
         rank=st.rank,
         start=chosen.get(START_TIME),
         end=chosen.get(END_TIME),
