@@ -65,6 +65,15 @@ class TimeValue:
     precision: int = 11
     calendar: str = "Q1985727"  # proleptic Gregorian
 
+    @classmethod
+    def parsed(cls, time: str, precision: int, calendar: str, *, year: int, sort_key: int) -> TimeValue:
+        """A TimeValue whose year and sort key its caller has just parsed from ``time`` (the
+        JSON loader splits every time string anyway): they are stored, not parsed twice more."""
+        tv = cls(time, precision, calendar)
+        tv.__dict__["year"] = year  # what the cached properties below would compute
+        tv.__dict__["sort_key"] = sort_key
+        return tv
+
     @cached_property
     def year(self) -> int:
         return parse_year(self.time)

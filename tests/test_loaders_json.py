@@ -32,6 +32,7 @@ from kgprobe.records import (
     RedirectRecord,
     RelationRecord,
     SkipRecord,
+    TimeValue,
 )
 
 MOCK_DUMP = WD / "wdtk" / "mock-dump-for-testing.json"
@@ -265,6 +266,33 @@ def test_bce_and_far_future_dates_keep_sign_digits_and_precision(tmp_path: Path)
         assert start.precision == value["precision"]
     years = sorted(f.start.year for f in got.values() if f.start)
     assert years[0] < -200_000_000 and years[-1] > 2_000_000_000
+
+
+@pytest.mark.parametrize(
+    ("time", "precision", "calendar", "expected"),
+    [  # (canonical time, year, sort key, calendar id), worked out by hand
+        ("+1952-03-11T00:00:00Z", 10, "http://www.wikidata.org/entity/Q1985727",
+         ("+1952-03-00T00:00:00Z", 1952, 19520300, "Q1985727")),
+        ("-0199-05-01T00:00:00Z", 9, "http://www.wikidata.org/entity/Q1985786",
+         ("-0199-00-00T00:00:00Z", -199, -1990000, "Q1985786")),
+        ("+2024-3-5T00:00:00Z", 11, None, ("+2024-03-05T00:00:00Z", 2024, 20240305, "Q1985727")),
+        ("-0000-00-00T00:00:00Z", 9, "", ("-0000-00-00T00:00:00Z", 0, 0, "Q1985727")),
+        ("+20000000000-01-01T00:00:00Z", 3, "urn:other-calendar",
+         ("+20000000000-00-00T00:00:00Z", 20_000_000_000, 200_000_000_000_000, "urn:other-calendar")),
+    ],
+)
+def test_json_time_values_carry_the_year_and_sort_key_of_their_canonical_string(
+    time: str, precision: int, calendar: str | None, expected: tuple[str, int, int, str]
+) -> None:
+    """time_from_json stores the year and sort key it parsed; they must be those of the
+    canonical string, as a TimeValue parsed afresh from that string computes them."""
+    value: dict[str, object] = {"time": time, "precision": precision}
+    if calendar is not None:
+        value["calendarmodel"] = calendar
+    tv = time_from_json(value)
+    assert (tv.time, tv.year, tv.sort_key, tv.calendar) == expected
+    fresh = TimeValue(tv.time, tv.precision, tv.calendar)
+    assert (fresh.year, fresh.sort_key) == (tv.year, tv.sort_key) and fresh == tv
 
 
 def test_json_dump_memory_does_not_grow_with_size(tmp_path: Path) -> None:

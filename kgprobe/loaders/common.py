@@ -330,6 +330,8 @@ def _read_up_to(n: int, last: str) -> str:
 
 # --------------------------------------------------------------------------- time values
 
+_GREGORIAN_URI = f"http://www.wikidata.org/entity/{GREGORIAN}"
+_CALENDAR_QID = re.compile(r"^Q[1-9][0-9]*$")
 _TIME_PARTS = re.compile(r"^([+-]?)(\d+)-(\d{1,2})-(\d{1,2})(T.*)?$")
 
 
@@ -337,8 +339,10 @@ def calendar_id(uri: str | None) -> str:
     """``http://www.wikidata.org/entity/Q1985727`` → ``Q1985727``; unknown models kept whole."""
     if not uri:
         return GREGORIAN
+    if uri == _GREGORIAN_URI:  # nearly every time value
+        return GREGORIAN
     tail = uri.rstrip("/").rsplit("/", 1)[-1]
-    return tail if re.match(r"^Q[1-9][0-9]*$", tail) else uri
+    return tail if _CALENDAR_QID.match(tail) else uri
 
 
 def _split(time: str) -> tuple[int, int, int, int, str]:
@@ -362,21 +366,31 @@ def canonical_time(time: str, precision: int) -> str:
     all their digits: no ``datetime`` is involved, so 200 BCE and year 2,000,000,200 survive.
     """
     sign, year, month, day, rest = _split(time)
-    if precision <= PRECISION_YEAR:
-        month = day = 0
-    elif precision == PRECISION_MONTH:
-        day = 0
+    month, day = _zeroed(precision, month, day)
     return _format(sign, year, month, day, rest)
 
 
+def _zeroed(precision: int, month: int, day: int) -> tuple[int, int]:
+    """Month and day with the parts finer than ``precision`` set to 0 (unknown)."""
+    if precision <= PRECISION_YEAR:
+        return 0, 0
+    if precision == PRECISION_MONTH:
+        return month, 0
+    return month, day
+
+
 def time_from_json(value: dict[str, object]) -> TimeValue:
-    """A JSON ``time`` datavalue → TimeValue (canonical string, precision, calendar)."""
+    """A JSON ``time`` datavalue → TimeValue (canonical string, precision, calendar), with the
+    year and sort key of the canonical string taken from the one split made here."""
     precision = int(value.get("precision", PRECISION_DAY))  # type: ignore[call-overload]
-    time = str(value["time"])
-    return TimeValue(
-        time=canonical_time(time, precision),
-        precision=precision,
-        calendar=calendar_id(str(value.get("calendarmodel") or "")),
+    sign, year, month, day, rest = _split(str(value["time"]))
+    month, day = _zeroed(precision, month, day)
+    return TimeValue.parsed(
+        _format(sign, year, month, day, rest),
+        precision,
+        calendar_id(str(value.get("calendarmodel") or "")),
+        year=sign * year,
+        sort_key=sign * year * 10000 + month * 100 + day,
     )
 
 
