@@ -13,6 +13,7 @@ Prints one table; figures go to docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -120,11 +121,18 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, default=None,
                     help="keep kgprobe's ingested graph in this new directory (a KGPROBE_HOME for "
                          "bench_probe_scale.py --server configured; ArcadeDB only)")
+    ap.add_argument("--gil-switch-us", type=float, default=None,
+                    help="ablation: the GIL switch interval kgprobe's ingest runs with, in µs "
+                         "(default: kgprobe's own, 5; Python's default is 5000)")
     ap.add_argument("--raw-without-index", action="store_true",
                     help="raw writes no sampling-index slots (the comparison before the index)")
     args = ap.parse_args()
     if args.keep is not None and (args.server != "arcadedb" or args.keep.exists()):
         raise SystemExit("--keep needs --server arcadedb and a directory that does not exist yet")
+
+    if args.gil_switch_us is not None:
+        ing._prompt_thread_switches = functools.partial(  # type: ignore[assignment]
+            ing._prompt_thread_switches, args.gil_switch_us / 1e6)
 
     with tempfile.TemporaryDirectory(prefix="kgprobe-bench-") as tmp:
         root = Path(tmp)
@@ -171,6 +179,7 @@ def main() -> None:
         "python_peak_rss_mb_during_kgprobe_ingest": round(py_peak),
         "server_peak_rss_mb": {"kgprobe": round(kg_jvm), "raw": round(raw_jvm)},
         "batch_size": args.batch_size,
+        "gil_switch_us": args.gil_switch_us or "kgprobe's own",
         "raw_writes_sampling_index": not args.raw_without_index,
         "nodes_written": {"kgprobe": kg_counts, "raw": raw_counts},
         "load_average_after": round(os.getloadavg()[0], 1),
