@@ -179,7 +179,7 @@ def main() -> None:
         "python_peak_rss_mb_during_kgprobe_ingest": round(py_peak),
         "server_peak_rss_mb": {"kgprobe": round(kg_jvm), "raw": round(raw_jvm)},
         "batch_size": args.batch_size,
-        "gil_switch_us": args.gil_switch_us or "kgprobe's own",
+        "gil_switch_us": "kgprobe's own" if args.gil_switch_us is None else args.gil_switch_us,
         "raw_writes_sampling_index": not args.raw_without_index,
         "nodes_written": {"kgprobe": kg_counts, "raw": raw_counts},
         "load_average_after": round(os.getloadavg()[0], 1),

@@ -365,33 +365,26 @@ def canonical_time(time: str, precision: int) -> str:
     Wikidata writes today), so that old and new JSON, and RDF, agree. Years keep their sign and
     all their digits: no ``datetime`` is involved, so 200 BCE and year 2,000,000,200 survive.
     """
+    return _canonical(time, precision)[0]
+
+
+def _canonical(time: str, precision: int) -> tuple[str, int, int]:
+    """The canonical string, with its year and sort key (``year * 10000 + month * 100 + day``)."""
     sign, year, month, day, rest = _split(time)
-    month, day = _zeroed(precision, month, day)
-    return _format(sign, year, month, day, rest)
-
-
-def _zeroed(precision: int, month: int, day: int) -> tuple[int, int]:
-    """Month and day with the parts finer than ``precision`` set to 0 (unknown)."""
     if precision <= PRECISION_YEAR:
-        return 0, 0
-    if precision == PRECISION_MONTH:
-        return month, 0
-    return month, day
+        month = day = 0
+    elif precision == PRECISION_MONTH:
+        day = 0
+    return _format(sign, year, month, day, rest), sign * year, sign * year * 10000 + month * 100 + day
 
 
 def time_from_json(value: dict[str, object]) -> TimeValue:
     """A JSON ``time`` datavalue → TimeValue (canonical string, precision, calendar), with the
     year and sort key of the canonical string taken from the one split made here."""
     precision = int(value.get("precision", PRECISION_DAY))  # type: ignore[call-overload]
-    sign, year, month, day, rest = _split(str(value["time"]))
-    month, day = _zeroed(precision, month, day)
-    return TimeValue.parsed(
-        _format(sign, year, month, day, rest),
-        precision,
-        calendar_id(str(value.get("calendarmodel") or "")),
-        year=sign * year,
-        sort_key=sign * year * 10000 + month * 100 + day,
-    )
+    time, year, sort_key = _canonical(str(value["time"]), precision)
+    return TimeValue.parsed(time, precision, calendar_id(str(value.get("calendarmodel") or "")),
+                            year=year, sort_key=sort_key)
 
 
 def _gregorian_to_jdn(year: int, month: int, day: int) -> int:
