@@ -17,7 +17,10 @@ model object and the same torch thread setting:
 
 ``--random-init 135m|1.7b|8b`` builds a randomly initialised Llama of that real shape (SmolLM2-
 135M, SmolLM2-1.7B, Llama-3-8B layers) with the default model's tokenizer, so no hub is needed:
-speed does not depend on the weights. ``--device`` / ``--dtype`` as on the CLI.
+speed does not depend on the weights; ``--tokenizer DIR`` reads that tokenizer from a directory
+(``save_pretrained``) on a machine without the model's package. ``--device`` / ``--dtype`` as
+on the CLI. On a GPU kgprobe's first forwards compile FlexAttention: a warm-up on 1/20 of the
+workload is timed apart (``warmup_seconds``).
 
 Figures: requests/s, speed-ups, max |Δ log p| against the harness, and achieved FLOP/s
 (2 × parameters × tokens actually fed) against a single-thread matmul peak measured here.
@@ -36,6 +39,7 @@ import argparse
 import json
 import random
 import time
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -103,25 +107,39 @@ SHAPES = {  # Llama shapes: (hidden, intermediate, layers, heads, kv heads)
 }
 
 
-def random_init(shape: str, device: str, dtype: str, threads: int) -> LoadedModel:
-    """A random Llama of a real shape with the default model's tokenizer (no hub)."""
-    from dataclasses import replace
+def random_init(shape: str, device: str, dtype: str, threads: int,
+                tokenizer_dir: Path | None = None) -> LoadedModel:
+    """A random Llama of a real shape with the default model's tokenizer (no hub).
 
-    from transformers import LlamaConfig, LlamaForCausalLM
+    ``tokenizer_dir``: that tokenizer saved in a directory (``save_pretrained``), for a machine
+    without the model's GGUF package (a GPU machine reached without a network); it gets the
+    default model's BOS policy and prefix token, as ``load_model`` gives them."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-    base = load_model("smollm2-135m", threads=threads, device="cpu")
+    from kgprobe.probing.models import REGISTRY
+    from kgprobe.probing.tokenization import Tokenization
+
+    if tokenizer_dir is None:
+        tok = load_model("smollm2-135m", threads=threads, device="cpu").tokenizer
+    else:
+        tok = AutoTokenizer.from_pretrained(str(tokenizer_dir), local_files_only=True)
+    entry = REGISTRY["smollm2-135m"]
+    prefix = tok.convert_tokens_to_ids(entry.prefix_token) if entry.prefix_token else None
     hidden, inter, layers, heads, kv = SHAPES[shape]
-    cfg = LlamaConfig(vocab_size=len(base.tokenizer), hidden_size=hidden, intermediate_size=inter,
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=inter,
                       num_hidden_layers=layers, num_attention_heads=heads,
                       num_key_value_heads=kv, max_position_embeddings=8192,
-                      tie_word_embeddings=shape != "8b", bos_token_id=base.tokenizer.bos_token_id,
-                      eos_token_id=base.tokenizer.eos_token_id)
+                      tie_word_embeddings=shape != "8b", bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id)
     dev = resolve_device(device)
     torch.manual_seed(0)
     with torch.device(dev):
         model = LlamaForCausalLM(cfg).to(torch_dtype(dtype)).eval()
-    return replace(base, name=f"random-{shape}", model=model, fingerprint=f"random-{shape}",
-                   device=dev, dtype=dtype)  # type: ignore[arg-type]
+    tokenization = Tokenization(tok, bos_policy=entry.bos_policy,
+                                prefix_token_id=prefix if isinstance(prefix, int) else None,
+                                max_length=cfg.max_position_embeddings)
+    return LoadedModel(f"random-{shape}", "causal", model, tok, tokenization,
+                       f"random-{shape}", dtype, dev)  # type: ignore[arg-type]
 
 
 def fed_tokens(lm: LoadedModel, reqs: list[LogProbRequest], shared: bool) -> int:
@@ -167,11 +185,26 @@ def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
     assert engine.causal is not None
     engine.causal.packing_works()  # the one-off self-check is not part of the run
     path = engine.causal.attention_path()
+    cold = None
+    if engine.causal.device.type == "cuda":
+        # a GPU run compiles its attention kernels on its first forward (FlexAttention): that
+        # one-off is timed on a slice of the workload and reported apart
+        t0 = time.perf_counter()
+        engine.run(reqs[: max(1, len(reqs) // 20)])
+        torch.cuda.synchronize()
+        cold = time.perf_counter() - t0
+        fresh = type(engine.stats)()  # the timed run's counters start from zero
+        for f in fields(fresh):
+            setattr(engine.stats, f.name, getattr(fresh, f.name))
     t0, c0 = time.perf_counter(), time.process_time()
     res = engine.run(reqs)
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     st = engine.stats
-    info = {"attention": path, "batch_tokens": engine.causal.batch_tokens,
+    info = {"attention": path, "attention_fallback": engine.causal.attention_fallback,
+            "packed": engine.causal.packing_works(),
+            "packing_check_diff": engine.causal.packing_check_diff,
+            "warmup_seconds": cold,
+            "batch_tokens": engine.causal.batch_tokens,
             "forward_calls": st.forward_calls, "tokens_fed_engine": st.tokens_fed,
             "tokens_per_forward": st.tokens_fed / max(1, st.forward_calls),
             "forward_cpu_seconds": st.forward_cpu_seconds,
@@ -195,11 +228,18 @@ def best_harness(lm: LoadedModel, reqs: list[LogProbRequest], batches: list[int]
 
     rates: dict[int, float] = {}
     gpu = str(lm.device).startswith("cuda")
+    first: list[float] | None = None
     for b in batches:
         h = HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=b, max_length=lm.max_length)
-        dt, cpu, _ = run_harness(h, reqs)
+        dt, cpu, vals = run_harness(h, reqs)
         rates[b] = len(reqs) / (dt if gpu else cpu)
-        print(f"  harness batch {b}: {rates[b]:.1f} req/{'s' if gpu else 'cpu-s'}", flush=True)
+        # the harness against itself at another batch size: the noise floor of the dtype
+        # (its padding and kernel shapes change), beside which kgprobe's |Δ| is read
+        self_delta = "" if first is None else f", max |Δ log p| vs batch {batches[0]}: " + (
+            f"{max(abs(a - c) for a, c in zip(first, vals, strict=True)):.2e}")
+        first = first or vals
+        print(f"  harness batch {b}: {rates[b]:.1f} req/{'s' if gpu else 'cpu-s'}{self_delta}",
+              flush=True)
     best = max(rates, key=lambda b: rates[b])
     return HFLM(pretrained=lm.model, tokenizer=lm.tokenizer, batch_size=best,
                 max_length=lm.max_length), best, rates
@@ -233,6 +273,9 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32", help="float32, bfloat16, float16")
     ap.add_argument("--random-init", choices=sorted(SHAPES), default=None,
                     help="a random Llama of this shape instead of --model")
+    ap.add_argument("--tokenizer", type=Path, default=None,
+                    help="with --random-init: the default model's tokenizer saved in this "
+                    "directory (a machine without its GGUF package)")
     ap.add_argument("--harness-batches", default="32,128,256,512")
     ap.add_argument("--plan-only", action="store_true",
                     help="only the packing plan (forward calls, tokens per forward); no forward")
@@ -247,7 +290,7 @@ def main() -> None:
     args = ap.parse_args()
 
     if args.random_init:
-        lm = random_init(args.random_init, args.device, args.dtype, args.threads)
+        lm = random_init(args.random_init, args.device, args.dtype, args.threads, args.tokenizer)
     else:
         lm = load_model(args.model, threads=args.threads, device=args.device, dtype=args.dtype)
     systems = args.systems.split(",")
@@ -315,6 +358,12 @@ def main() -> None:
                   f"{len(sub) / dt:7.1f} req/s  {len(sub) / cpu:7.1f} req/cpu-s  "
                   f"{row[system]['gflops_cpu']:6.2f} GFLOP/cpu-s", flush=True)
             if info:
+                if info["attention_fallback"]:
+                    print(f"[{label}] {system:8} flex attention fell back: "
+                          f"{info['attention_fallback']}", flush=True)
+                print(f"[{label}] {system:8} packed rows: {info['packed']} (self-check max "
+                      f"|Δ log p| {info['packing_check_diff']}); warm-up "
+                      f"{info['warmup_seconds']} s", flush=True)
                 print(f"[{label}] {system:8} attention {info['attention']}, row budget "
                       f"{info['batch_tokens']}: {info['forward_calls']} forward calls, "
                       f"{info['tokens_per_forward']:.0f} tokens/forward, "

@@ -14,6 +14,7 @@ import pytest
 import torch
 from _scoring_models import build
 
+from kgprobe.probing.backends import causal as causal_backend
 from kgprobe.probing.backends.packing import plan
 from kgprobe.probing.engine import Engine
 from kgprobe.probing.models import LoadedModel, load_model
@@ -199,6 +200,29 @@ def test_packed_equals_plain_forward_and_unpacked(causal: LoadedModel) -> None:
         assert np.allclose(a.token_logprobs, ref, atol=TOL, rtol=0)
         assert np.allclose(a.token_logprobs, b.token_logprobs, atol=TOL, rtol=0)
         assert a.tokens == b.tokens and a.is_greedy == b.is_greedy
+
+
+def test_a_failed_packing_check_scores_on_the_padded_path_with_the_same_scores(
+    causal: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The self-check's figure is kept; when it exceeds the tolerance (forced here: a tolerance
+    below zero) nothing is packed, and the padded path gives the packed path's scores."""
+    reqs = _requests()
+    packed_engine = Engine(causal, batch_tokens=4096)
+    packed = packed_engine.run(reqs)
+    assert packed_engine.causal is not None and packed_engine.causal.packing_works()
+    assert packed_engine.causal.packing_check_diff is not None
+    assert 0.0 <= packed_engine.causal.packing_check_diff < 5e-2
+    monkeypatch.setattr(causal_backend, "PACKING_TOLERANCE", -1.0)
+    engine = Engine(causal, batch_tokens=4096)
+    padded = engine.run(reqs)
+    assert engine.causal is not None and not engine.causal.packing_works()
+    assert engine.stats.tokens_fed == 0 and engine.stats.forward_calls > 1  # no packed row ran
+    for r, a, b in zip(reqs, packed, padded, strict=True):
+        assert isinstance(a, LogProbResult) and isinstance(b, LogProbResult)
+        assert np.allclose(b.token_logprobs, _plain_pair(causal, r), atol=TOL, rtol=0)
+        assert np.allclose(a.token_logprobs, b.token_logprobs, atol=TOL, rtol=0)
+        assert a.is_greedy == b.is_greedy
 
 
 @pytest.mark.parametrize("budget", [1, 9, 17, 40, 128])
