@@ -388,9 +388,10 @@ class CausalBackend(Backend):
         masks = [m.view(1, 1, q, k) for m, q, k in
                  zip(torch.split(flat, sizes.tolist()), nq.tolist(), nkv.tolist(), strict=True)]
         if self.device.type != "cpu":
-            # CUDA's SDPA kernels read a mask in the query's dtype from an aligned start: a
-            # view into one flat float32 buffer gave log-probs off by 0.8 nats in bf16 on an
-            # H100 (docs/benchmarks.md), so each block gets its own tensor there
+            # on an H100 in bf16, float32 masks viewed out of one flat buffer gave log-probs
+            # 0.8 nats off (docs/benchmarks.md); masks in the model's dtype, each its own
+            # tensor, agree with FlexAttention (which of the two mattered is not isolated).
+            # The CPU's views stay: they are exact there, and copying costs time
             dtype = next(self.model.parameters()).dtype
             flat = flat.to(self.device, dtype)
             masks = [m.view(1, 1, q, k).clone() for m, q, k in
