@@ -384,18 +384,18 @@ class CausalBackend(Backend):
         kvpos = np.where(kj < tl[blk], t0[blk] + kj, a[blk] + kj - tl[blk])
         allowed = (kvpos <= qpos) & (qpos < row.end[kvpos])
         flat = torch.from_numpy(np.where(allowed, np.float32(0.0), neg))
+        # on an H100 in bf16, float32 masks viewed out of one flat buffer gave log-probs 0.8
+        # nats off (docs/benchmarks.md); masks in the model's dtype, each its own tensor, agree
+        # with FlexAttention (which of the two mattered is not isolated). The CPU's views
+        # stay: they are exact there, and copying costs time
+        gpu = self.device.type != "cpu"
+        if gpu:
+            flat = flat.to(self.device, next(self.model.parameters()).dtype)
         blocks: list[tuple[int, int, int, int]] = [tuple(b) for b in bl.tolist()]  # type: ignore[misc]
         masks = [m.view(1, 1, q, k) for m, q, k in
                  zip(torch.split(flat, sizes.tolist()), nq.tolist(), nkv.tolist(), strict=True)]
-        if self.device.type != "cpu":
-            # on an H100 in bf16, float32 masks viewed out of one flat buffer gave log-probs
-            # 0.8 nats off (docs/benchmarks.md); masks in the model's dtype, each its own
-            # tensor, agree with FlexAttention (which of the two mattered is not isolated).
-            # The CPU's views stay: they are exact there, and copying costs time
-            dtype = next(self.model.parameters()).dtype
-            flat = flat.to(self.device, dtype)
-            masks = [m.view(1, 1, q, k).clone() for m, q, k in
-                     zip(torch.split(flat, sizes.tolist()), nq.tolist(), nkv.tolist(), strict=True)]
+        if gpu:
+            masks = [m.clone() for m in masks]
         return _RowSegments(blocks, masks)
 
     def _row_forward_once(self, row: PackedRow, keep: np.ndarray) -> tuple[torch.Tensor, bool]:
