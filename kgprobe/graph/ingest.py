@@ -482,16 +482,19 @@ class Ingestor:
         subclass_of: list[dict[str, str]] = []
         inferred: list[dict[str, str]] = []
         facts: list[dict[str, Any]] = []
+        fact_slots: list[dict[str, Any]] = []
         redirects: list[dict[str, str]] = []
         members: dict[str, dict[str, str]] = {}
         n: Counter[str] = Counter()
         n_qualifiers = n_temporal = 0
         for rec in batch:
             if isinstance(rec, FactRecord):
-                stubs.add(rec.subject)
+                subject, key = rec.subject, rec.key
+                stubs.add(subject)
                 stubs.add(rec.object)
                 relations.setdefault(rec.pid, {})
-                facts.append({"s": rec.subject, "o": rec.object, "key": rec.key, "props": fact_properties(rec)})
+                facts.append({"s": subject, "o": rec.object, "key": key, "props": fact_properties(rec)})
+                fact_slots.append({"space": rec.pid, "key": key, "s": subject})
                 if rec.qualifiers:
                     n_qualifiers += sum(map(len, rec.qualifiers.values()))
                 if rec.is_temporal:
@@ -559,7 +562,7 @@ class Ingestor:
             if rows:
                 stmts.append((cypher, {"rows": rows}))
         slots = {
-            "facts": [{"space": f["props"]["pid"], "key": f["key"], "s": f["s"]} for f in facts],
+            "facts": fact_slots,
             "types": [{"member": m, **row} for m, row in members.items()],
         }
         return stmts, [*entities, *relations], stub_list, n, slots

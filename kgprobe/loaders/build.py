@@ -92,16 +92,32 @@ def _temporal(values: list[Value]) -> tuple[TimeValue | None, list[Value]]:
 def statement_fact(
     subject: str, st: Statement, skips: SkipCounter, source: str, location: str = ""
 ) -> FactRecord:
-    source = st.source or source
-    sid = normalize_statement_id(st.statement_id) if st.statement_id else None
-    if not st.qualifiers:  # most statements: nothing to choose or render
-        return FactRecord(subject=subject, pid=st.pid, object=st.value.text, statement_id=sid,
-                          rank=st.rank, source=source, location=location)
+    return fact_record(subject, st.pid, st.value.text, st.rank, st.statement_id, st.qualifiers,
+                       st.source or source, skips, location)
+
+
+def fact_record(
+    subject: str,
+    pid: str,
+    obj: str,
+    rank: str,
+    statement_id: str | None,
+    qualifiers: list[tuple[str, Value]],
+    source: str,
+    skips: SkipCounter,
+    location: str = "",
+) -> FactRecord:
+    """One kept statement as a FactRecord: the earliest of each temporal qualifier chosen, the
+    other qualifiers rendered and sorted (shared by every format, and by the JSON fast path)."""
+    sid = normalize_statement_id(statement_id) if statement_id else None
+    if not qualifiers:  # most statements: nothing to choose or render
+        return FactRecord(subject=subject, pid=pid, object=obj, statement_id=sid,
+                          rank=rank, source=source, location=location)
     by_pid: dict[str, list[Value]] = {}
-    for qpid, qv in st.qualifiers:
+    for qpid, qv in qualifiers:
         by_pid.setdefault(qpid, []).append(qv)
     chosen: dict[str, TimeValue | None] = {}
-    qualifiers: dict[str, list[str]] = {}
+    rendered_by_pid: dict[str, list[str]] = {}
     for qpid, vals in by_pid.items():
         rest = vals
         if qpid in TEMPORAL:
@@ -113,20 +129,32 @@ def statement_fact(
             else:
                 rendered.append(v.text)
         if rendered:
-            qualifiers[qpid] = sorted(rendered)
+            rendered_by_pid[qpid] = sorted(rendered)
     return FactRecord(
         subject=subject,
-        pid=st.pid,
-        object=st.value.text,
+        pid=pid,
+        object=obj,
         statement_id=sid,
-        rank=st.rank,
+        rank=rank,
         start=chosen.get(START_TIME),
         end=chosen.get(END_TIME),
         point_in_time=chosen.get(POINT_IN_TIME),
-        qualifiers=dict(sorted(qualifiers.items())),
+        qualifiers=dict(sorted(rendered_by_pid.items())),
         source=source,
         location=location,
     )
+
+
+def skip_reason(pid: str, rank: str, kind: str, filters: Filters) -> str | None:
+    """Why a statement is not kept (its rank, its relation, or a value that is not an item),
+    or None: the one rule every loader's statements go through."""
+    if rank not in filters.ranks:
+        return SKIP_DEPRECATED if rank == "deprecated" else f"rank:{rank}"
+    if pid not in TYPE_RELATIONS and not filters.wants_relation(pid):
+        return SKIP_RELATION
+    if kind != "item":
+        return skip_value(kind)
+    return None
 
 
 def entity_records(
@@ -153,14 +181,9 @@ def entity_records(
     facts: list[FactRecord] = []
     full_pids = {st.pid for st in ent.statements}
     for st in ent.statements:
-        if st.rank not in filters.ranks:
-            skips.add(SKIP_DEPRECATED if st.rank == "deprecated" else f"rank:{st.rank}")
-            continue
-        if st.pid not in TYPE_RELATIONS and not filters.wants_relation(st.pid):
-            skips.add(SKIP_RELATION)
-            continue
-        if st.value.kind != "item":
-            skips.add(skip_value(st.value.kind))
+        reason = skip_reason(st.pid, st.rank, st.value.kind, filters)
+        if reason is not None:
+            skips.add(reason)
             continue
         if st.pid == INSTANCE_OF:
             types.append(st.value.text)

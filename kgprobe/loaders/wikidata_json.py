@@ -13,10 +13,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from kgprobe.errors import InputError
-from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
+from kgprobe.loaders.build import (
+    EntityData,
+    Statement,
+    Value,
+    entity_records,
+    fact_record,
+    skip_reason,
+)
 from kgprobe.loaders.common import (
     Filters,
+    SkipCounter,
     guarded,
     json_too_large,
     max_json_chars,
@@ -24,8 +34,21 @@ from kgprobe.loaders.common import (
     skip_entity,
     time_from_json,
 )
-from kgprobe.loaders.validate import validated
+from kgprobe.loaders.validate import (
+    MAX_ALIASES,
+    MAX_STATEMENT_ID_CHARS,
+    MAX_TERM_CHARS,
+    MAX_VALUE_CHARS,
+    STATEMENT_ID_RE,
+    Invalid,
+    check_fact,
+    validated,
+)
 from kgprobe.records import (
+    INSTANCE_OF,
+    PID_RE,
+    QID_RE,
+    SUBCLASS_OF,
     EntityRecord,
     ErrorRecord,
     Record,
@@ -170,6 +193,92 @@ def _with_kgprobe_fields(rec: EntityRecord, obj: dict[str, Any]) -> EntityRecord
     return rec
 
 
+def fast_records(
+    obj: dict[str, Any], filters: Filters, location: str, source: str = SOURCE
+) -> list[Record] | None:
+    """The records of a plain dump item, already validated; None when the entity needs the
+    general path.
+
+    Why it exists: the general path (`entity_from_json` → `entity_records` → `validated`) builds
+    an intermediate object per statement and re-checks every id it has just parsed, and that
+    CPU is what kgprobe's ingest costs beyond the database's own (docs/benchmarks.md). This
+    path makes the same decisions with the same helpers (`snak_value`, `skip_reason`,
+    `fact_record`, `check_fact`) and accepts only what the general path would write unchanged:
+    anything else (a bad id, an over-long term, kgprobe's own keys, a record that breaks a rule)
+    returns None, and the general path then gives the precise records and errors.
+    tests/test_loader_fast_path.py checks that both give the same records.
+    """
+    if "missing" in obj or obj.get("type", "item") != "item":
+        return None
+    if "kgprobe_popularity" in obj or "kgprobe_inferred_types" in obj:
+        return None
+    eid = obj["id"]
+    if not (isinstance(eid, str) and QID_RE.match(eid)):
+        return None
+    lang = filters.language
+    label = _term(obj.get("labels"), lang)
+    description = _term(obj.get("descriptions"), lang)
+    aliases = _aliases(obj.get("aliases"), lang)
+    if (
+        (label is not None and len(label) > MAX_TERM_CHARS)
+        or (description is not None and len(description) > MAX_TERM_CHARS)
+        or len(aliases) > MAX_ALIASES
+        or any(len(a) > MAX_TERM_CHARS for a in aliases)
+    ):
+        return None
+    claims = obj.get("claims", obj.get("statements")) or {}
+    if not isinstance(claims, dict):
+        return None
+    skips = SkipCounter()
+    types: list[str] = []
+    supers: list[str] = []
+    facts: list[Record] = []
+    for pid, statements in claims.items():
+        if not (isinstance(pid, str) and PID_RE.match(pid)):
+            return None
+        for st in statements:
+            # every snak is read, as the general path reads them: one it cannot read makes
+            # the whole entity an error there, so it raises here too (and the caller falls back)
+            qualifiers = [(qpid, snak_value(snak))
+                          for qpid, snaks in (st.get("qualifiers") or {}).items() for snak in snaks]
+            value = snak_value(st["mainsnak"])
+            kind, obj_id = value.kind, value.text
+            rank = str(st.get("rank", "normal"))
+            sid = st.get("id")
+            if sid is not None and not isinstance(sid, str):
+                return None
+            reason = skip_reason(pid, rank, kind, filters)
+            if reason is not None:
+                skips.add(reason)
+                continue
+            if not QID_RE.match(obj_id):
+                return None
+            if pid == INSTANCE_OF:
+                types.append(obj_id)
+                continue
+            if pid == SUBCLASS_OF:
+                supers.append(obj_id)
+                continue
+            own = st.get("kgprobe_source")
+            fact = fact_record(eid, pid, obj_id, rank, sid, qualifiers,
+                               str(own) if own else source, skips, location)
+            if fact.qualifiers or fact.is_temporal or len(fact.source) > MAX_VALUE_CHARS:
+                try:
+                    check_fact(fact)
+                except Invalid:
+                    return None
+            elif fact.statement_id is not None and not (
+                len(fact.statement_id) <= MAX_STATEMENT_ID_CHARS
+                and STATEMENT_ID_RE.match(fact.statement_id)
+            ):
+                return None
+            facts.append(fact)
+    entity = EntityRecord(qid=eid, label=label, aliases=aliases, description=description,
+                          types=list(dict.fromkeys(types)), superclasses=list(dict.fromkeys(supers)),
+                          location=location)
+    return [entity, *facts, *skips.flush(location)]
+
+
 # --------------------------------------------------------------------------- files
 
 
@@ -187,20 +296,48 @@ def _entity_stream(
     for location, obj in entities:
         if filters.limit is not None and items >= filters.limit:
             return
-        if isinstance(obj, (ErrorRecord, RedirectRecord, SkipRecord)):
+        if isinstance(obj, (ErrorRecord, SkipRecord)):
             yield obj
+            continue
+        if isinstance(obj, RedirectRecord):
+            yield from validated(iter([obj]))
             continue
         if not isinstance(obj, dict) or "id" not in obj and "missing" not in obj:
             yield ErrorRecord(location=location, message="not a Wikidata entity object")
             continue
         try:
-            recs = list(records_from_entity(obj, filters, location, source))
-        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
-            yield ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")
-            continue
+            recs = fast_records(obj, filters, location, source)
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
+            recs = None  # the general path names what is wrong
+        if recs is None:
+            try:
+                recs = list(validated(records_from_entity(obj, filters, location, source)))
+            except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+                yield ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")
+                continue
         if any(isinstance(r, EntityRecord) for r in recs):
             items += 1
         yield from recs
+
+
+#: digits → "0", so that one search finds a run of 19 digits (see `_loads`)
+_DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
+_LONG_DIGIT_RUN = b"0" * 19
+
+
+def _loads(text: str) -> Any:
+    """orjson (half the CPU of the standard library's decoder), where it gives what the
+    standard library gives; else the standard library decides, so that what is accepted and
+    every error message stay the same. orjson refuses NaN, Infinity, lone surrogates, deep
+    nesting and broken JSON (then the standard library parses or raises), and reads an
+    integer beyond 64 bits as a float, so a line with 19 digits in a row (in a number or a
+    string alike) goes to the standard library directly."""
+    if _LONG_DIGIT_RUN in text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ZERO):
+        return json.loads(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
 
 
 def _dump_lines(path: Path, fh: Any, first_lineno: int) -> Iterator[tuple[str, Any]]:
@@ -213,7 +350,7 @@ def _dump_lines(path: Path, fh: Any, first_lineno: int) -> Iterator[tuple[str, A
             s = s[:-1]
         loc = f"{path}:{lineno}"
         try:
-            yield loc, json.loads(s)
+            yield loc, _loads(s)
         except json.JSONDecodeError as exc:
             yield (
                 loc,
@@ -265,7 +402,7 @@ def load_json(
     ``MAX_JSON_MB``, see kgprobe.loaders.common). A truncated or corrupt file ends the stream
     with an InputError naming the file.
     """
-    return validated(guarded(Path(path), _load_json(Path(path), filters or Filters(), source)))
+    return guarded(Path(path), _load_json(Path(path), filters or Filters(), source))
 
 
 def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
@@ -315,6 +452,7 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
 __all__ = [
     "SOURCE",
     "entity_from_json",
+    "fast_records",
     "load_json",
     "records_from_entity",
     "snak_value",
