@@ -82,7 +82,7 @@ def _text(value: object, what: str, limit: int = MAX_TERM_CHARS) -> None:
         raise Invalid(f"{what} has {len(value):,} characters (limit {limit:,})")
 
 
-def _terms(label: object, description: object, aliases: object) -> None:
+def check_terms(label: object, description: object, aliases: object) -> None:
     _text(label, "label")
     _text(description, "description")
     if not isinstance(aliases, list):
@@ -110,18 +110,21 @@ def check_time(tv: TimeValue, what: str) -> None:
         raise Invalid(f"{what}: day {day} in {tv.time}")
 
 
+def check_statement_id(sid: object) -> None:
+    if not isinstance(sid, str):
+        raise Invalid(f"statement id {_show(sid)} is not text")
+    if len(sid) > MAX_STATEMENT_ID_CHARS:
+        raise Invalid(f"statement id has {len(sid):,} characters (limit {MAX_STATEMENT_ID_CHARS})")
+    if not STATEMENT_ID_RE.match(sid):
+        raise Invalid(f"statement id {_show(sid)} is not ENTITY$ID (letters, digits, '-')")
+
+
 def check_fact(fact: FactRecord) -> None:
     _qid(fact.subject, "subject")
     _pid(fact.pid, "property")
     _qid(fact.object, "object")
-    sid = fact.statement_id
-    if sid is not None:
-        if not isinstance(sid, str):
-            raise Invalid(f"statement id {_show(sid)} is not text")
-        if len(sid) > MAX_STATEMENT_ID_CHARS:
-            raise Invalid(f"statement id has {len(sid):,} characters (limit {MAX_STATEMENT_ID_CHARS})")
-        if not STATEMENT_ID_RE.match(sid):
-            raise Invalid(f"statement id {_show(sid)} is not ENTITY$ID (letters, digits, '-')")
+    if fact.statement_id is not None:
+        check_statement_id(fact.statement_id)
     if fact.rank not in RANKS:
         raise Invalid(f"rank {_show(fact.rank)} is not one of {', '.join(RANKS)}")
     for tv, what in ((fact.start, "start time"), (fact.end, "end time"), (fact.point_in_time, "point in time")):
@@ -142,7 +145,7 @@ def check_fact(fact: FactRecord) -> None:
 
 def check_entity(rec: EntityRecord) -> None:
     _qid(rec.qid, "entity id")
-    _terms(rec.label, rec.description, rec.aliases)
+    check_terms(rec.label, rec.description, rec.aliases)
     for t in rec.types:
         _qid(t, "type (P31)")
     for t in rec.superclasses:
@@ -169,7 +172,7 @@ def check_entity(rec: EntityRecord) -> None:
 
 def check_relation(rec: RelationRecord) -> None:
     _pid(rec.pid, "property id")
-    _terms(rec.label, rec.description, rec.aliases)
+    check_terms(rec.label, rec.description, rec.aliases)
 
 
 def check_redirect(rec: RedirectRecord) -> None:
@@ -233,6 +236,9 @@ __all__ = [
     "MAX_VALUE_CHARS",
     "MAX_YEAR",
     "SKIP_REJECTED_ENTITY",
+    "check_fact",
+    "check_statement_id",
+    "check_terms",
     "check_time",
     "problem",
     "validated",

@@ -35,13 +35,11 @@ from kgprobe.loaders.common import (
     time_from_json,
 )
 from kgprobe.loaders.validate import (
-    MAX_ALIASES,
-    MAX_STATEMENT_ID_CHARS,
-    MAX_TERM_CHARS,
     MAX_VALUE_CHARS,
-    STATEMENT_ID_RE,
     Invalid,
     check_fact,
+    check_statement_id,
+    check_terms,
     validated,
 )
 from kgprobe.records import (
@@ -219,12 +217,9 @@ def fast_records(
     label = _term(obj.get("labels"), lang)
     description = _term(obj.get("descriptions"), lang)
     aliases = _aliases(obj.get("aliases"), lang)
-    if (
-        (label is not None and len(label) > MAX_TERM_CHARS)
-        or (description is not None and len(description) > MAX_TERM_CHARS)
-        or len(aliases) > MAX_ALIASES
-        or any(len(a) > MAX_TERM_CHARS for a in aliases)
-    ):
+    try:
+        check_terms(label, description, aliases)
+    except Invalid:
         return None
     claims = obj.get("claims", obj.get("statements")) or {}
     if not isinstance(claims, dict):
@@ -262,15 +257,12 @@ def fast_records(
             own = st.get("kgprobe_source")
             fact = fact_record(eid, pid, obj_id, rank, sid, qualifiers,
                                str(own) if own else source, skips, location)
-            if fact.qualifiers or fact.is_temporal or len(fact.source) > MAX_VALUE_CHARS:
-                try:
+            try:  # subject, property and object were checked above
+                if fact.qualifiers or fact.is_temporal or len(fact.source) > MAX_VALUE_CHARS:
                     check_fact(fact)
-                except Invalid:
-                    return None
-            elif fact.statement_id is not None and not (
-                len(fact.statement_id) <= MAX_STATEMENT_ID_CHARS
-                and STATEMENT_ID_RE.match(fact.statement_id)
-            ):
+                elif fact.statement_id is not None:
+                    check_statement_id(fact.statement_id)
+            except Invalid:
                 return None
             facts.append(fact)
     entity = EntityRecord(qid=eid, label=label, aliases=aliases, description=description,
