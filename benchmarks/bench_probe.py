@@ -20,7 +20,14 @@ token ids): what is left is the graph side and the loop, which a GPU engine must
 The same script runs against another checkout (``PYTHONPATH=/path/to/old/checkout``) to
 compare before and after; ``--write-batch`` and ``--pipeline`` are passed only when given.
 
-    python benchmarks/bench_probe.py --server arcadedb --model-free --relations demo --sample 600 The machine may be shared: the load average before and after is
+    python benchmarks/bench_probe.py --server arcadedb --model-free --relations demo --sample 600
+
+On a GPU machine without the model's package or a hub, ``--random-init 8b --tokenizer DIR
+--device cuda --dtype bfloat16`` probes with a randomly initialised Llama of a real shape and the
+default model's tokenizer saved in DIR (as ``bench_scoring.py`` does): speed does not depend on
+the weights, and "in the engine" says whether the loop keeps the GPU fed.
+
+The machine may be shared: the load average before and after is
 printed too, since wall time grows with it while CPU time does not. ``--force`` rescoring makes
 repeated runs comparable; the score cache is off.
 """
@@ -37,7 +44,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# appended, not first: with PYTHONPATH=/other/checkout the kgprobe measured is that one
+sys.path.append(str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.servers import server_cpu_s  # noqa: E402
 
@@ -198,6 +206,11 @@ def _graph(server: str | None, heap: str) -> Iterator[tuple[Any, str | None, int
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--random-init", choices=("135m", "1.7b", "8b"), default=None,
+                    help="a random Llama of this real shape instead of --model (bench_scoring.py)")
+    ap.add_argument("--tokenizer", type=Path, default=None,
+                    help="with --random-init: the default model's tokenizer saved in this directory")
+    ap.add_argument("--device", default=None, help="cpu, cuda, ... (default: as load_model picks)")
     ap.add_argument("--sample", type=int, default=60)
     ap.add_argument("-n", type=int, default=5)
     ap.add_argument("--strategy", default="temp+sem")
@@ -258,7 +271,13 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
         return time.monotonic(), time.process_time()
 
     w0, c0 = clock()
-    lm = load_model(args.model, dtype=args.dtype, threads=1)
+    if args.random_init:
+        from benchmarks.bench_scoring import random_init
+
+        lm = random_init(args.random_init, args.device or "auto", args.dtype, 1, args.tokenizer)
+    else:
+        lm = load_model(args.model, dtype=args.dtype, threads=1, device=args.device)
+    print(f"model {lm.name} on {lm.device}, {args.dtype}")
     w1, c1 = clock()
     print(f"model load: {w1 - w0:.1f} s wall, {c1 - c0:.1f} s CPU")
     index = None
@@ -280,7 +299,7 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
         engine = Engine(lm)  # a fresh engine per run: its counters cover that run only
         runner = ModelFree(engine) if args.model_free else engine
         cfg = ProbeConfig(
-            model=args.model, relations=relations, sample=args.sample, n=args.n,
+            model=lm.name if args.random_init else args.model, relations=relations, sample=args.sample, n=args.n,
             strategy=args.strategy, history_first=args.history_first, measures=measures, dtype=args.dtype, seed=args.seed,
             max_object_labels=args.max_labels, max_templates=args.max_templates, force=True,
             batch_facts=args.batch_facts, **loop_knobs,
