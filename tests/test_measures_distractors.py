@@ -23,6 +23,7 @@ from kgprobe.probing.measures.distractors import (
     DistractorItem,
     distractor_measure,
     knowledge_given_cloze,
+    plausibility_requests,
 )
 from kgprobe.probing.models import LoadedModel, load_model
 from kgprobe.probing.requests import LogProbRequest, LogProbResult
@@ -133,3 +134,51 @@ def test_grid_search_over_n_and_aggregation_reuses_plausibilities(gpt2: LoadedMo
     assert engine.stats.forward_calls == calls  # the grid search made no model call
     assert len(res.folds) == 2 and all(f.best["n"] in (1, 3, 5) for f in res.folds)
     assert k_scores(fps, 5, "avg") == {fp.fact.key: fp.k(5, "avg") for fp in fps}
+
+
+class _Recording:
+    """A runner that records what it is asked and answers log p = -len(continuation)."""
+
+    def __init__(self) -> None:
+        self.asked: list[LogProbRequest] = []
+
+    def run(self, requests: list[LogProbRequest]) -> list[LogProbResult]:
+        self.asked.extend(requests)
+        return [LogProbResult(-float(len(r.continuation)), (), (), False, False, ()) for r in requests]
+
+
+def test_planned_items_keep_each_entitys_written_form() -> None:
+    """The measure caches each item's requests by value (the loop plans a batch twice). Two
+    objects with the same label but different verbalizer facts ("the Danube", a river; a bare
+    "Danube" otherwise) are different items and must keep their own sentences, each as
+    plausibility_requests writes it without any cache, however often and in whatever order
+    they are planned."""
+    from kgprobe.probing.verbalize import Facts
+
+    end = EndMarker("tail", ".")
+    river = Entity("Danube", ("Donau",), facts=Facts(types=frozenset({"Q4022"})))
+    plain = Entity("Danube", ("Donau",), facts=Facts())
+    vienna = Entity("Vienna", facts=Facts())
+    items = [DistractorItem(Fact(vienna, "P206", o), ("[X] lies on [Y].", "[X] is by [Y]."),
+                            (Entity("Rhine", facts=Facts(types=frozenset({"Q4022"}))),))
+             for o in (river, plain)]
+
+    def expected(item: DistractorItem) -> list[LogProbRequest]:
+        out: list[LogProbRequest] = []
+        for c in cloze_sentences(item.templates, item.fact.subject):
+            for e in (item.fact.object, *item.distractors):
+                out.extend(plausibility_requests(c, e, end, 3))
+        return out
+
+    conts = {r.continuation for r in expected(items[0])} ^ {r.continuation for r in expected(items[1])}
+    assert conts == {" the Danube.", " the Donau.", " Danube.", " Donau."}
+    for order in (items, items[::-1], items + items):
+        rec = _Recording()
+        scored = distractor_measure(rec, order, end=end, max_object_labels=3)
+        assert rec.asked == [r for item in order for r in expected(item)]
+        for item, fp in zip(order, scored, strict=True):
+            # Pl(o|c) read off the answers to the item's own sentences
+            want = [logsumexp(-float(len(r.continuation))
+                              for r in plausibility_requests(c, item.fact.object, end, 3))
+                    for c in cloze_sentences(item.templates, item.fact.subject)]
+            assert [c.log_pl_true for c in fp.clozes] == pytest.approx(want)

@@ -14,6 +14,7 @@ engine run (what the grid search of §4.2 needs). Plausibilities are kept as log
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -105,6 +106,27 @@ def plausibility_requests(
     return out
 
 
+#: One item's clozes, each with its request groups (the true object's, then each distractor's).
+_ClozePlan = tuple[tuple[ClozeSentence, tuple[tuple[LogProbRequest, ...], ...]], ...]
+
+
+@functools.lru_cache(maxsize=2048)
+def _item_plan(item: DistractorItem, end: EndMarker, max_distractors: int | None,
+               max_subject_labels: int | None, max_object_labels: int | None,
+               ) -> tuple[tuple[Entity, ...], _ClozePlan]:
+    """An item's distractors (Δ_n) and its requests, C(s, r) × Λ of each entity. Cached: the
+    probe loop plans a batch twice, once for its requests, once to read its values off the
+    results (kgprobe.probing.measures.registry), and writing the sentences is most of the
+    measure's own time. Equal items (frozen, compared by value) give equal requests."""
+    ds = tuple(Entity.of(d) for d in item.distractors)[:max_distractors]
+    per_cloze = tuple(
+        (c, tuple(tuple(plausibility_requests(c, e, end, max_object_labels))
+                  for e in (item.fact.object, *ds)))
+        for c in cloze_sentences(item.templates, item.fact.subject,
+                                 max_subject_labels=max_subject_labels))
+    return ds, per_cloze
+
+
 def distractor_measure(
     runner: Runner,
     items: Sequence[DistractorItem],
@@ -119,20 +141,14 @@ def distractor_measure(
     ``max_distractors`` truncates each ranked list (Δ_n for the largest n wanted);
     ``max_subject_labels``/``max_object_labels`` bound |Λ(s)| and |Λ(o)|."""
     end = end or EndMarker()
-    plans: list[tuple[FactPlausibilities, list[tuple[ClozeSentence, list[list[LogProbRequest]]]]]] = []
+    plans: list[tuple[FactPlausibilities, _ClozePlan]] = []
     requests: list[LogProbRequest] = []
     for item in items:
-        ds = [Entity.of(d) for d in item.distractors][:max_distractors]
-        fp = FactPlausibilities(item.fact, ds)
-        per_cloze = []
-        for c in cloze_sentences(item.templates, item.fact.subject,
-                                 max_subject_labels=max_subject_labels):
-            groups = [plausibility_requests(c, e, end, max_object_labels)
-                      for e in [item.fact.object, *ds]]
+        ds, per_cloze = _item_plan(item, end, max_distractors, max_subject_labels, max_object_labels)
+        for _, groups in per_cloze:
             for g in groups:
                 requests.extend(g)
-            per_cloze.append((c, groups))
-        plans.append((fp, per_cloze))
+        plans.append((FactPlausibilities(item.fact, list(ds)), per_cloze))
     results = runner.run(requests)
     by_req = {r: res for r, res in zip(requests, results, strict=True)}
     out = []
