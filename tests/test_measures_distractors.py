@@ -182,3 +182,18 @@ def test_planned_items_keep_each_entitys_written_form() -> None:
                               for r in plausibility_requests(c, item.fact.object, end, 3))
                     for c in cloze_sentences(item.templates, item.fact.subject)]
             assert [c.log_pl_true for c in fp.clozes] == pytest.approx(want)
+
+
+def test_an_item_built_with_lists_is_planned_without_the_cache() -> None:
+    """DistractorItem is public: an item with lists for tuples cannot be a cache key, and is
+    planned as before, with the same requests as its tuple twin."""
+    end = EndMarker("tail", ".")
+    fact = Fact(Entity("France"), "P36", Entity("Paris"))
+    twin = DistractorItem(fact, ("The capital of [X] is [Y].",), (Entity("Lyon"), "Nice"))
+    listy = DistractorItem(fact, ["The capital of [X] is [Y]."], [Entity("Lyon"), "Nice"])  # type: ignore[arg-type]
+    asked = []
+    for item in (listy, twin):
+        rec = _Recording()
+        distractor_measure(rec, [item], end=end)
+        asked.append(rec.asked)
+    assert asked[0] == asked[1] and len(asked[0]) == 3

@@ -144,7 +144,11 @@ def distractor_measure(
     plans: list[tuple[FactPlausibilities, _ClozePlan]] = []
     requests: list[LogProbRequest] = []
     for item in items:
-        ds, per_cloze = _item_plan(item, end, max_distractors, max_subject_labels, max_object_labels)
+        args = (item, end, max_distractors, max_subject_labels, max_object_labels)
+        try:
+            ds, per_cloze = _item_plan(*args)
+        except TypeError:  # an item built with lists is not hashable: planned without the cache
+            ds, per_cloze = _item_plan.__wrapped__(*args)
         for _, groups in per_cloze:
             for g in groups:
                 requests.extend(g)
