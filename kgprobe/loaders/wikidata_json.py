@@ -273,6 +273,9 @@ def fast_records(
 
 # --------------------------------------------------------------------------- files
 
+#: What reading an entity object of an unexpected shape raises (either path).
+_MALFORMED = (KeyError, TypeError, ValueError, AttributeError, RecursionError)
+
 
 def _brief(exc: BaseException) -> str:
     """``KeyError('id')`` style, cut to 300 characters (a value in a message can be huge)."""
@@ -299,12 +302,12 @@ def _entity_stream(
             continue
         try:
             recs = fast_records(obj, filters, location, source)
-        except (KeyError, TypeError, ValueError, AttributeError, RecursionError):
+        except _MALFORMED:
             recs = None  # the general path names what is wrong
         if recs is None:
             try:
                 recs = list(validated(records_from_entity(obj, filters, location, source)))
-            except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            except _MALFORMED as exc:
                 yield ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")
                 continue
         if any(isinstance(r, EntityRecord) for r in recs):
