@@ -129,15 +129,22 @@ def main() -> None:
     ap.add_argument("--gil-switch-us", type=float, default=None,
                     help="ablation: the GIL switch interval kgprobe's ingest runs with, in µs "
                          "(default: kgprobe's own, 5; Python's default is 5000)")
+    ap.add_argument("--gc-threshold", type=int, default=None,
+                    help="ablation: the cyclic collector's first threshold kgprobe's ingest runs "
+                         f"with (default: kgprobe's own, {ing.INGEST_GC_THRESHOLD}; Python's is 700)")
     ap.add_argument("--raw-without-index", action="store_true",
                     help="raw writes no sampling-index slots (the comparison before the index)")
     args = ap.parse_args()
     if args.keep is not None and (args.server != "arcadedb" or args.keep.exists()):
         raise SystemExit("--keep needs --server arcadedb and a directory that does not exist yet")
 
+    tuning: dict[str, Any] = {}
     if args.gil_switch_us is not None:
-        ing._prompt_thread_switches = functools.partial(  # type: ignore[assignment]
-            ing._prompt_thread_switches, args.gil_switch_us / 1e6)
+        tuning["switch_s"] = args.gil_switch_us / 1e6
+    if args.gc_threshold is not None:
+        tuning["gc_threshold"] = args.gc_threshold
+    if tuning:
+        ing._ingest_tuning = functools.partial(ing._ingest_tuning, **tuning)  # type: ignore[assignment]
 
     with tempfile.TemporaryDirectory(prefix="kgprobe-bench-") as tmp:
         root = Path(tmp)
@@ -161,7 +168,9 @@ def main() -> None:
         rows = raw_rows(load_json(dump))
         with fresh_graph(args.server, root / "b", args.heap) as (graph, pid):
             t0, c0, s0 = time.perf_counter(), time.process_time(), server_cpu_s(pid)
-            raw_before_facts = write_raw(graph, rows, args.batch_size, index=not args.raw_without_index)
+            with ing._ingest_tuning():  # raw's client runs with the same interpreter settings
+                raw_before_facts = write_raw(graph, rows, args.batch_size,
+                                             index=not args.raw_without_index)
             raw_s = time.perf_counter() - t0
             raw_cpu = (time.process_time() - c0, _minus(server_cpu_s(pid), s0))
             raw_jvm = jvm_peak_mb(pid)
@@ -186,6 +195,7 @@ def main() -> None:
         "server_peak_rss_mb": {"kgprobe": round(kg_jvm), "raw": round(raw_jvm)},
         "batch_size": args.batch_size,
         "gil_switch_us": "kgprobe's own" if args.gil_switch_us is None else args.gil_switch_us,
+        "gc_threshold": ing.INGEST_GC_THRESHOLD if args.gc_threshold is None else args.gc_threshold,
         "raw_writes_sampling_index": not args.raw_without_index,
         "nodes_written": {"kgprobe": kg_counts, "raw": raw_counts},
         "load_average_after": round(os.getloadavg()[0], 1),

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from typing import Any
 
@@ -168,27 +170,58 @@ def test_refusals_while_the_next_batch_is_being_built(graph: Any) -> None:
     assert type_ids == {f"Q5:{i}" for i in range(38)}
 
 
-def test_the_gil_switches_promptly_while_ingesting_and_is_restored_after(graph: Any) -> None:
+def test_the_gil_switches_promptly_and_cycles_are_collected_rarely_while_ingesting(graph: Any) -> None:
     """The writer thread needs the GIL each time the server answers; at Python's default 5 ms
     interval the server waited on it (docs/benchmarks.md: 1M statements 102.5 s against 82.9 s
-    at 5 µs). The interval must be short while records are read, and back to what it was after
-    the ingest, also when the source fails midway."""
-    before = sys.getswitchinterval()
-    seen: list[float] = []
+    at 5 µs). The cyclic collector at its default threshold (700) ran thousands of times per
+    million statements, holding the GIL. Both settings must hold while records are read, and be
+    back to what they were after the ingest, also when the source fails midway."""
+    before = sys.getswitchinterval(), gc.get_threshold()
+    seen: list[tuple[float, int]] = []
 
     def source(fail: bool) -> Any:
         for i, rec in enumerate(synthetic_records(5)):
-            seen.append(sys.getswitchinterval())
+            seen.append((sys.getswitchinterval(), gc.get_threshold()[0]))
             if fail and i == 7:
                 raise InputError("truncated input")
             yield rec
 
     ingest(graph, source(False), batch_size=4)
-    assert seen and max(seen) <= 1e-5
-    assert sys.getswitchinterval() == before
+    assert seen and max(s for s, _ in seen) <= 1e-5
+    assert min(t for _, t in seen) >= 100_000
+    assert (sys.getswitchinterval(), gc.get_threshold()) == before
     with pytest.raises(InputError, match="truncated"):
         ingest(graph, source(True), batch_size=4)
-    assert sys.getswitchinterval() == before
+    assert (sys.getswitchinterval(), gc.get_threshold()) == before
+
+
+def test_overlapping_ingests_restore_the_interpreter_settings_once_both_end(graph: Any) -> None:
+    """Two ingests in two threads, the first to start ending first: it must not restore the
+    settings the other still runs under, and the last one out restores Python's own."""
+    before = sys.getswitchinterval(), gc.get_threshold()
+    second_in, first_out = threading.Event(), threading.Event()
+    during: list[tuple[float, int]] = []
+
+    def second_source() -> Any:
+        second_in.set()
+        assert first_out.wait(30)
+        for rec in synthetic_records(2):
+            during.append((sys.getswitchinterval(), gc.get_threshold()[0]))
+            yield rec
+
+    second = threading.Thread(target=ingest, args=(graph, second_source()), kwargs={"batch_size": 4})
+
+    def first_source() -> Any:
+        second.start()
+        assert second_in.wait(30)
+        yield from synthetic_records(1)
+
+    ingest(graph, first_source(), batch_size=4)
+    first_out.set()
+    second.join(60)
+    assert not second.is_alive()
+    assert during and all(s <= 1e-5 and g >= 100_000 for s, g in during)
+    assert (sys.getswitchinterval(), gc.get_threshold()) == before
 
 
 def test_the_driver_packs_with_its_rust_extension() -> None:

@@ -13,10 +13,12 @@ written (docs/loaders.md#guarantees).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import random
 import re
 import sys
+import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -697,20 +699,49 @@ def resolve_redirects(graph: Graph) -> int:
     return len(rows)
 
 
+#: Python's cyclic collector runs when tracked allocations outnumber frees by this many (its
+#: default is 700). An ingest allocates a batch of records and rows (tens of thousands of
+#: objects) before it frees any, so at 700 the collector ran ~8,000 times per 1M statements, its
+#: full passes re-walking every live object, while holding the GIL the writer needs: 3.6 s of
+#: the 17.9 s that reading and building 1M statements cost (docs/benchmarks.md). Records and
+#: rows hold no reference cycles, so they are freed by reference counting alone; garbage in
+#: cycles still counts towards this threshold and is collected once it is reached.
+INGEST_GC_THRESHOLD = 100_000
+
+_tuning_lock = threading.Lock()
+_tuning_depth = 0
+_tuning_saved: tuple[float, tuple[int, int, int]] = (0.0, (0, 0, 0))
+
+
 @contextlib.contextmanager
-def _prompt_thread_switches(seconds: float = 0.000005) -> Iterator[None]:
-    """A short GIL switch interval while an ingest runs. The writer thread wakes from the
-    server's socket several times per statement and needs the GIL each time, which the calling
-    thread (parsing and building the next batch) holds; with Python's default 5 ms interval the
-    server sat idle while the writer waited. Measured at 1M statements (docs/benchmarks.md):
-    102.5 s at 5 ms, 101.4 s at 0.5 ms, 89.2 s at 20 µs, 82.9 s at 5 µs. It costs nothing when
-    only one thread wants the GIL."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(min(before, seconds))
+def _ingest_tuning(
+    switch_s: float = 0.000005, gc_threshold: int = INGEST_GC_THRESHOLD
+) -> Iterator[None]:
+    """The interpreter settings an ingest runs with, restored after it (the outermost of
+    overlapping ingests restores them).
+
+    A short GIL switch interval: the writer thread wakes from the server's socket several times
+    per statement and needs the GIL each time, which the calling thread (parsing and building
+    the next batch) holds; with Python's default 5 ms interval the server sat idle while the
+    writer waited. Measured at 1M statements (docs/benchmarks.md): 102.5 s at 5 ms, 101.4 s at
+    0.5 ms, 89.2 s at 20 µs, 82.9 s at 5 µs. It costs nothing when only one thread wants the
+    GIL. And a rarer cyclic collection (`INGEST_GC_THRESHOLD`)."""
+    global _tuning_depth, _tuning_saved
+    with _tuning_lock:
+        if _tuning_depth == 0:
+            _tuning_saved = (sys.getswitchinterval(), gc.get_threshold())
+            sys.setswitchinterval(min(_tuning_saved[0], switch_s))
+            first, *older = _tuning_saved[1]
+            gc.set_threshold(max(first, gc_threshold), *older)
+        _tuning_depth += 1
     try:
         yield
     finally:
-        sys.setswitchinterval(before)
+        with _tuning_lock:
+            _tuning_depth -= 1
+            if _tuning_depth == 0:
+                sys.setswitchinterval(_tuning_saved[0])
+                gc.set_threshold(*_tuning_saved[1])
 
 
 def ingest(
@@ -723,7 +754,7 @@ def ingest(
 ) -> IngestSummary:
     """Write all ``records``; raises `InputError` once the error budget is exceeded."""
     ingestor = Ingestor(graph, batch_size=batch_size, error_budget=error_budget, on_flush=on_flush)
-    with _prompt_thread_switches():
+    with _ingest_tuning():
         try:
             try:
                 for record in records:
