@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import Any
 
 import typer
-from rich.console import Console
 
 from kgprobe.errors import KgprobeError
-from kgprobe.progress import output_width
+from kgprobe.progress import console as safe_console
+from kgprobe.progress import output_width, visible
 
 app = typer.Typer(
     name="kgprobe",
@@ -29,8 +29,8 @@ app = typer.Typer(
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
 )
-console = Console(markup=False, width=output_width())
-err_console = Console(stderr=True, markup=False)
+console = safe_console(width=output_width())
+err_console = safe_console(stderr=True)
 
 
 def _print_json(data: Any) -> None:
@@ -547,7 +547,7 @@ def distractors(
     if res.reason:
         from rich.text import Text
 
-        console.print(Text(res.reason, style="yellow"))
+        console.print(Text(visible(res.reason), style="yellow"))
 
 
 @app.command()
@@ -780,14 +780,15 @@ def measures(as_json: bool = typer.Option(False, "--json", help="Print one JSON 
     for r in rows:
         head = textwrap.wrap(f"{r['name']} - {r['section']}", width, subsequent_indent=" " * 13,
                              break_long_words=False, break_on_hyphens=False)
-        console.print(Text(str(r["name"]), style="bold") + Text("\n".join(head)[len(str(r["name"])):]),
+        console.print(Text(visible(str(r["name"])), style="bold")
+                      + Text(visible("\n".join(head)[len(str(r["name"])):])),
                       highlight=False, soft_wrap=True)
         params = ", ".join(f"{p['name']}={p['default']}" for p in r["parameters"])
         for label, value in (("", r["summary"]), ("parameters", params or "-"),
                              ("needs", ", ".join(r["needs"])), ("property", r["property"])):
             lines = textwrap.wrap(str(value), width, initial_indent=f"  {label:<11}", subsequent_indent=" " * 13,
                                   break_long_words=False, break_on_hyphens=False)
-            console.print(Text("\n".join(lines)), highlight=False, soft_wrap=True)
+            console.print(Text(visible("\n".join(lines))), highlight=False, soft_wrap=True)
     console.print("shared by label-using measures: " + str(", ".join(
         f"--{p.name.replace('_', '-')} ({p.default})" for p in SHARED.values())), highlight=False)
 
@@ -962,6 +963,8 @@ def report(
 
         text = {"md": markdown, "tex": latex}[fmt](rep) if fmt != "harness" else json.dumps(
             harness_document(rep), indent=1, ensure_ascii=False, default=str)
+        if sys.stdout.isatty():  # a document for a file; on a terminal, data's escapes shown
+            text = visible(text)
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
     _print_with_files(rep, paths, as_json or fmt == "json", print_report)
@@ -1023,8 +1026,9 @@ def main() -> None:
         if _verbose and exc.__cause__ is not None:  # --verbose: where the one line came from
             import traceback
 
-            print(redact("".join(traceback.format_exception(exc.__cause__))), file=sys.stderr, end="")
-        err_console.print(Text("error: ", style="bold red") + Text(redact(str(exc))), highlight=False,
+            print(visible(redact("".join(traceback.format_exception(exc.__cause__)))), file=sys.stderr,
+                  end="")
+        err_console.print(Text("error: ", style="bold red") + Text(visible(redact(str(exc)))), highlight=False,
                           soft_wrap=True)
         sys.exit(exc.exit_code)
 

@@ -10,6 +10,7 @@ stdout holds only results. ``kgprobe --quiet`` (:func:`set_quiet`) turns every d
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -48,6 +49,56 @@ def output_width(stream: TextIO | None = None) -> int | None:
     if os.environ.get("COLUMNS") or _is_terminal(stream):
         return None
     return WIDE
+
+
+#: what a terminal would act on rather than show: C0 controls but tab and newline, DEL, C1
+#: controls (ESC starts ANSI sequences that clear, recolour or hide text), and the bidirectional
+#: embeddings, overrides and isolates that reorder what follows (Trojan Source, CVE-2021-42574)
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_UNSAFE_OR_NEWLINE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    c = ord(m.group())
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def visible(text: str, *, newlines: bool = True) -> str:
+    """``text`` (a label, a path, a message) with every character a terminal would act on
+    written as a visible escape (``\\x1b``, ``\\u202e``), so that data printed to a terminal
+    cannot clear it, recolour or hide text, or reverse what follows. Newlines stay unless
+    ``newlines`` is false (a table cell or one-line field). JSON, CSV and HTML keep the text
+    intact: only terminal output goes through here."""
+    pattern = _UNSAFE if newlines else _UNSAFE_OR_NEWLINE
+    return pattern.sub(_escape, text) if pattern.search(text) else text
+
+
+def safe_text(text: str, style: str | None = None) -> Any:
+    """A Rich ``Text`` of data, made :func:`visible` (newlines escaped too: a cell is one line)."""
+    from rich.text import Text
+
+    return Text(visible(text, newlines=False), style=style or "")
+
+
+def console(**kwargs: Any) -> Any:
+    """A Rich console for kgprobe's terminal output: markup off (text from data is never
+    markup) and every character a terminal would act on shown by :func:`visible`, in strings
+    before layout (so widths are right) and, as a net, in whatever else reaches the terminal
+    (Rich's own cursor and colour codes pass)."""
+    from rich.console import Console
+    from rich.segment import Segment
+
+    class _Safe(Console):
+        def render_str(self, text: str, **kw: Any) -> Any:
+            return super().render_str(visible(text), **kw)
+
+        def _render_buffer(self, buffer: Any) -> str:
+            return super()._render_buffer(
+                seg if seg.control else Segment(visible(seg.text), seg.style, seg.control)
+                for seg in buffer)
+
+    kwargs.setdefault("markup", False)
+    return _Safe(**kwargs)
 
 
 def clock_text(seconds: float) -> str:
@@ -139,7 +190,7 @@ class Progress:
 
     def _line(self) -> None:
         stream = self.stream if self.stream is not None else sys.stderr
-        print(self.line(), file=stream, flush=True)
+        print(visible(self.line()), file=stream, flush=True)
         self._last = self.clock()
         self._lines += 1
         self._dirty = False
@@ -148,7 +199,6 @@ class Progress:
         return f"{self.label}: {self.text}" if self.total is None and self.text else self.label
 
     def _start_live(self, stream: TextIO) -> None:
-        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -159,7 +209,7 @@ class Progress:
         )
         from rich.progress import Progress as Bar
 
-        console = Console(file=stream, markup=False)
+        live = console(file=stream)
         columns: list[Any]
         if self.total is None:
             columns = [SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn()]
@@ -167,7 +217,7 @@ class Progress:
             columns = [TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                        TextColumn(self.unit, markup=False), TimeElapsedColumn(), TextColumn("ETA"),
                        TimeRemainingColumn()]
-        self._bar = Bar(*columns, console=console)
+        self._bar = Bar(*columns, console=live)
         self._bar.__enter__()
         self._task = self._bar.add_task(self._live_text(), total=self.total)
 

@@ -13,8 +13,9 @@ from functools import cached_property
 
 #: Item and property ids: upper case, no leading zero, at most 18 digits (the number fits a
 #: 64-bit integer, and an id stays far below any index key limit of the graph server).
-QID_RE = re.compile(r"^Q[1-9][0-9]{0,17}$")
-PID_RE = re.compile(r"^P[1-9][0-9]{0,17}$")
+#: ``\Z``, never ``$``: ``$`` also matches before a final newline, so ``"Q42\n"`` would pass
+QID_RE = re.compile(r"^Q[1-9][0-9]{0,17}\Z")
+PID_RE = re.compile(r"^P[1-9][0-9]{0,17}\Z")
 
 #: Relations that become type edges instead of FACT edges.
 INSTANCE_OF = "P31"
@@ -43,12 +44,12 @@ def template_too_long(text: str) -> str | None:
 
 def is_qid(value: str) -> bool:
     """True for a Wikidata item id such as ``Q42``."""
-    return bool(QID_RE.match(value))
+    return isinstance(value, str) and QID_RE.fullmatch(value) is not None
 
 
 def is_pid(value: str) -> bool:
     """True for a Wikidata property id such as ``P31``."""
-    return bool(PID_RE.match(value))
+    return isinstance(value, str) and PID_RE.fullmatch(value) is not None
 
 
 @dataclass(frozen=True)

@@ -28,20 +28,44 @@ from kgprobe.errors import ConfigError, InputError
 ALIASES = {"model_args": "model_arg"}
 
 
+#: a run's options fit in far less; a larger file is refused before it is parsed
+MAX_CONFIG_BYTES = 1 << 20
+#: YAML aliases (``*name``) in one file: a handful is plenty for a run's options, and a cap stops
+#: a "billion laughs" document (aliases of aliases) from expanding into gigabytes
+MAX_ALIASES = 100
+#: values (list items, mapping entries, scalars) in the whole file, counting every alias's copy
+MAX_VALUES = 10_000
+#: characters in one string value
+MAX_STRING_CHARS = 100_000
+
+
 def read_config(path: str | Path) -> dict[str, Any]:
-    """The file's mapping: ``.toml`` as TOML, anything else as YAML (JSON is YAML too)."""
+    """The file's mapping: ``.toml`` as TOML, anything else as YAML (JSON is YAML too). The file
+    is bounded (:data:`MAX_CONFIG_BYTES`, UTF-8, :data:`MAX_ALIASES`, :data:`MAX_VALUES`,
+    :data:`MAX_STRING_CHARS`): a config is read before any check of its values, so it must not
+    be able to take the machine's memory or time (docs/guarantees.md)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise InputError(f"--config {path}: {exc.strerror or exc}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"--config {path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; "
+                          "a run's options fit in a few lines")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"--config {path}: not UTF-8 text (byte {exc.start}); save the file "
+                          "as UTF-8") from None
     try:
         if p.suffix.lower() == ".toml":
             data: Any = tomllib.loads(text)
         else:
-            import yaml
-
-            data = yaml.safe_load(text)
+            data = _load_yaml(text)
+        _check_size(data)
+    except ConfigError as exc:
+        raise ConfigError(f"--config {path}: {exc}") from None
     except (tomllib.TOMLDecodeError, ValueError) as exc:
         raise ConfigError(f"--config {path}: not valid TOML: {exc}") from None
     except Exception as exc:  # yaml.YAMLError, without importing yaml for a TOML file
@@ -51,6 +75,48 @@ def read_config(path: str | Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path}: the file must hold a mapping of option names to values")
     return data
+
+
+def _load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` with at most :data:`MAX_ALIASES` aliases (counted as they are composed,
+    before anything is expanded)."""
+    import yaml
+
+    class Bounded(yaml.SafeLoader):
+        aliases = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                self.aliases += 1
+                if self.aliases > MAX_ALIASES:
+                    raise ConfigError(f"more than {MAX_ALIASES} YAML aliases (*name); a run's "
+                                      "options need none")
+            return super().compose_node(parent, index)
+
+    loader = Bounded(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _check_size(data: Any) -> None:
+    """At most :data:`MAX_VALUES` values in all (an alias's value counted at each use) and no
+    string over :data:`MAX_STRING_CHARS`; stops counting at the first value over the limit."""
+    count = 0
+    stack = [data]
+    while stack:
+        value = stack.pop()
+        count += 1
+        if count > MAX_VALUES:
+            raise ConfigError(f"more than {MAX_VALUES:,} values; a run's options fit in far fewer")
+        if isinstance(value, str) and len(value) > MAX_STRING_CHARS:
+            raise ConfigError(f"a value of {len(value):,} characters (limit {MAX_STRING_CHARS:,})")
+        if isinstance(value, dict):
+            stack.extend(value.keys())
+            stack.extend(value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
 
 
 def _spellings(name: str, opts: Iterable[str]) -> set[str]:

@@ -42,7 +42,7 @@ from kgprobe.records import (
     is_pid,
 )
 
-_PROP_KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
+_PROP_KEY = re.compile(r"^[a-z_][a-z0-9_]*\Z")
 _RESERVED = frozenset({"qid", "label", "aliases", "description"})
 
 MERGE_RELATIONS = """
@@ -431,7 +431,7 @@ class Ingestor:
                 return
             self._keys[key] = record
         elif isinstance(record, EntityRecord):
-            bad = [k for k in record.extra if not _PROP_KEY.match(k) or k in _RESERVED]
+            bad = [k for k in record.extra if not _PROP_KEY.fullmatch(k) or k in _RESERVED]
             if bad:
                 self._error(
                     ErrorRecord(

@@ -35,7 +35,7 @@ from kgprobe.graph.client import Graph
 from kgprobe.graph.distractors import TYPE_EDGES, entity_terms
 from kgprobe.records import is_pid, is_qid
 
-_PART = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
+_PART = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*\Z")
 MAX_PART = 64
 
 # --- queries ------------------------------------------------------------------------------------
@@ -293,7 +293,7 @@ def key_part(text: str) -> str:
 
 def check_part(part: str) -> str:
     """Refuse anything that is not already a clean key part (the guard before string building)."""
-    if not isinstance(part, str) or len(part) > MAX_PART or not _PART.match(part):
+    if not isinstance(part, str) or len(part) > MAX_PART or not _PART.fullmatch(part):
         raise ConfigError(f"not a valid score key part (want [a-z0-9_], no '__'): {part!r}")
     return part
 

@@ -37,7 +37,7 @@ PRECISION_YEAR = 9
 PRECISION_MONTH = 10
 PRECISION_DAY = 11
 
-LANG_RE = re.compile(r"^[a-z]{2,3}(?:-[a-z0-9]{1,8})*$", re.IGNORECASE)
+LANG_RE = re.compile(r"^[a-z]{2,3}(?:-[a-z0-9]{1,8})*\Z", re.IGNORECASE)
 
 #: Ranks loaded unless asked otherwise: deprecated statements are known to be wrong.
 DEFAULT_RANKS = frozenset({"preferred", "normal"})
@@ -64,7 +64,7 @@ class Filters:
             bad = sorted(p for p in self.relations if not is_pid(p))
             if bad:
                 raise InputError(f"not a Wikidata property id: {', '.join(bad)}")
-        if not LANG_RE.match(self.language):
+        if not LANG_RE.fullmatch(self.language):
             raise InputError(f"not a language code: {self.language!r}")
         unknown = sorted(set(self.ranks) - set(RANKS))
         if unknown:
@@ -331,7 +331,7 @@ def _read_up_to(n: int, last: str) -> str:
 # --------------------------------------------------------------------------- time values
 
 _GREGORIAN_URI = f"http://www.wikidata.org/entity/{GREGORIAN}"
-_CALENDAR_QID = re.compile(r"^Q[1-9][0-9]*$")
+_CALENDAR_QID = re.compile(r"^Q[1-9][0-9]*\Z")
 _TIME_PARTS = re.compile(r"^([+-]?)(\d+)-(\d{1,2})-(\d{1,2})(T.*)?$")
 
 
@@ -342,7 +342,7 @@ def calendar_id(uri: str | None) -> str:
     if uri == _GREGORIAN_URI:  # nearly every time value
         return GREGORIAN
     tail = uri.rstrip("/").rsplit("/", 1)[-1]
-    return tail if _CALENDAR_QID.match(tail) else uri
+    return tail if _CALENDAR_QID.fullmatch(tail) else uri
 
 
 def _split(time: str) -> tuple[int, int, int, int, str]:

@@ -55,9 +55,9 @@ _NUMERIC = {str(XSD.decimal), str(XSD.integer), str(XSD.double), str(XSD.float)}
 COMMONS_FILE = "http://commons.wikimedia.org/wiki/Special:FilePath/"
 COMMONS_DATA = "http://commons.wikimedia.org/data/main/"
 
-_ENTITY_LOCAL = re.compile(r"^(Q[1-9]\d*|P[1-9]\d*|L[1-9]\d*(?:-[FS][1-9]\d*)?|M[1-9]\d*)$")
+_ENTITY_LOCAL = re.compile(r"^(Q[1-9]\d*|P[1-9]\d*|L[1-9]\d*(?:-[FS][1-9]\d*)?|M[1-9]\d*)\Z")
 _STATEMENT_OWNER = re.compile(r"^([QPLMqplm][1-9]\d*)[-$]")
-_PID = re.compile(r"^P[1-9]\d*$")
+_PID = re.compile(r"^P[1-9]\d*\Z")
 _PREFIX_LINE = re.compile(r"^\s*(?:@prefix\b|@base\b|prefix\s|base\s)", re.IGNORECASE)
 _PREFIX_DECL = re.compile(r"^\s*@?prefix\s+([A-Za-z][\w.-]*)?:\s*<([^>]*)>", re.IGNORECASE)
 _STRIP_TOKENS = re.compile(
@@ -93,7 +93,7 @@ class Namespaces:
     def entity_id(self, iri: str) -> str | None:
         if iri.startswith(self.entity):
             local = iri[len(self.entity) :]
-            if _ENTITY_LOCAL.match(local):
+            if _ENTITY_LOCAL.fullmatch(local):
                 return local
         return None
 
@@ -114,7 +114,7 @@ class Namespaces:
             return None
         rest = iri[len(self.prop) :]
         kind, _, pid = rest.rpartition("/")
-        if not _PID.match(pid):
+        if not _PID.fullmatch(pid):
             return None
         return (kind or "p"), pid
 

@@ -168,7 +168,7 @@ class QueryBuilder:
 
     def terms(self, qids: Sequence[str], language: str, limit: int, offset: int) -> str:
         """Label, description, aliases in ``language``, and owl:sameAs redirects."""
-        if not LANG_RE.match(language):
+        if not LANG_RE.fullmatch(language):
             raise InputError(f"not a language code: {language!r}")
         lang = escape_literal(language.lower())
         rdfs_label = _iri("http://www.w3.org/2000/01/rdf-schema#label")

@@ -45,8 +45,8 @@ MAX_YEAR = 99_999_999_999_999
 INT64 = (-(2**63), 2**63 - 1)
 
 #: ``Q42$F078E5B3-…`` after normalization (Wikibase test data also writes ``TEST$DATES-8-1``).
-STATEMENT_ID_RE = re.compile(r"^[A-Z0-9_]+\$[A-Z0-9_-]+$")
-_PROP_KEY = re.compile(r"^[a-z_][a-z0-9_]*$")
+STATEMENT_ID_RE = re.compile(r"^[A-Z0-9_]+\$[A-Z0-9_-]+\Z")
+_PROP_KEY = re.compile(r"^[a-z_][a-z0-9_]*\Z")
 _TIME_RE = re.compile(r"^[+-](\d+)-(\d{2})-(\d{2})T")
 _RESERVED_KEYS = frozenset({"qid", "label", "aliases", "description"})
 
@@ -64,12 +64,12 @@ def _show(value: object) -> str:
 
 
 def _qid(value: object, what: str) -> None:
-    if not (isinstance(value, str) and QID_RE.match(value)):
+    if not (isinstance(value, str) and QID_RE.fullmatch(value)):
         raise Invalid(f"{what} {_show(value)} is not an item id (Q followed by digits)")
 
 
 def _pid(value: object, what: str) -> None:
-    if not (isinstance(value, str) and PID_RE.match(value)):
+    if not (isinstance(value, str) and PID_RE.fullmatch(value)):
         raise Invalid(f"{what} {_show(value)} is not a property id (P followed by digits)")
 
 
@@ -115,7 +115,7 @@ def check_statement_id(sid: object) -> None:
         raise Invalid(f"statement id {_show(sid)} is not text")
     if len(sid) > MAX_STATEMENT_ID_CHARS:
         raise Invalid(f"statement id has {len(sid):,} characters (limit {MAX_STATEMENT_ID_CHARS})")
-    if not STATEMENT_ID_RE.match(sid):
+    if not STATEMENT_ID_RE.fullmatch(sid):
         raise Invalid(f"statement id {_show(sid)} is not ENTITY$ID (letters, digits, '-')")
 
 
@@ -154,7 +154,7 @@ def check_entity(rec: EntityRecord) -> None:
         _qid(t, "inferred type")
         _text(basis, "inferred type basis")
     for key, value in rec.extra.items():
-        if not (isinstance(key, str) and _PROP_KEY.match(key)) or key in _RESERVED_KEYS:
+        if not (isinstance(key, str) and _PROP_KEY.fullmatch(key)) or key in _RESERVED_KEYS:
             raise Invalid(f"property name {_show(key)} is not allowed")
         if isinstance(value, bool):
             continue
@@ -222,7 +222,9 @@ def validated(records: Iterator[Record], where: str = "") -> Iterator[Record]:
         elif isinstance(rec, RelationRecord):
             yield ErrorRecord(location=location, message=f"property not loaded: {why}")
         elif isinstance(rec, FactRecord):
-            sid = f" {rec.statement_id}" if rec.statement_id and len(rec.statement_id) <= 80 else ""
+            ok = (isinstance(rec.statement_id, str) and len(rec.statement_id) <= 80
+                  and STATEMENT_ID_RE.match(rec.statement_id))
+            sid = f" {rec.statement_id}" if ok else ""  # a broken id is shown by ``why``, quoted
             yield ErrorRecord(location=location, message=f"statement{sid} not loaded: {why}")
         else:
             yield ErrorRecord(location=location, message=f"redirect not loaded: {why}")

@@ -100,8 +100,9 @@ LOCK_TIMEOUT = 2.0
 def _warn(message: str) -> None:
     """One line on stderr (stdout may be a --json document)."""
     from kgprobe.config import redact
+    from kgprobe.progress import visible
 
-    print(f"warning: {redact(message)}", file=sys.stderr, flush=True)
+    print(f"warning: {visible(redact(message))}", file=sys.stderr, flush=True)
 
 
 class ScoreCache:

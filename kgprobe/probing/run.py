@@ -277,10 +277,11 @@ def claim_model_key(graph: Graph, key: str, fingerprint: str, on_mismatch: str =
 
 def _index_progress() -> Callable[[str, int, int], None]:
     """A progress line for the one-time build of the sampling index (graph/sample_index.py)."""
-    from rich.console import Console
     from rich.markup import escape
 
-    console = Console(stderr=True)
+    from kgprobe.progress import console as safe_console
+
+    console = safe_console(stderr=True, markup=True)
     shown = {"at": -1}
 
     def show(what: str, done: int, total: int) -> None:

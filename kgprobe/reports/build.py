@@ -66,7 +66,7 @@ BY = ("relation", "type", "popularity")
 
 def measure_label(key: str) -> str:
     """A human name for a measure key: ``kmin_temp_sem_n5`` -> "Min@5, temp+sem distractors"."""
-    m = _KEY.match(key)
+    m = _KEY.fullmatch(key)
     if not m or m["m"] not in _MEASURE_NAMES:
         return key
     name = _MEASURE_NAMES[m["m"]].format(n=m["n"])

@@ -139,16 +139,17 @@ def tables(lad: Ladder) -> tuple[list[str], list[list[str]], list[str], list[lis
 
 def print_ladder(lad: Ladder, console: Console) -> None:
     from rich.table import Table
-    from rich.text import Text
+
+    from kgprobe.progress import safe_text
 
     head, body, shead, sbody = tables(lad)
-    t = Table(*head, title=Text(f"model ladder: {measure_label(lad.measure_key)} on {lad.facts} shared facts"))
+    t = Table(*head, title=safe_text(f"model ladder: {measure_label(lad.measure_key)} on {lad.facts} shared facts"))
     for row in body:
-        t.add_row(*(Text(c) for c in row))
+        t.add_row(*(safe_text(c) for c in row))
     console.print(t)
-    st = Table(*shead, title=Text("steps: the upper rung minus the lower, fact by fact"))
+    st = Table(*shead, title=safe_text("steps: the upper rung minus the lower, fact by fact"))
     for row in sbody:
-        st.add_row(*(Text(c) for c in row))
+        st.add_row(*(safe_text(c) for c in row))
     console.print(st)
     console.print(f"intervals: 95% percentile bootstrap ({lad.bootstrap} resamples, seed {lad.seed}); "
                   f"known = score >= {lad.threshold:g}", highlight=False)

@@ -98,7 +98,7 @@ class LabelRule:
         if self.name == "all":
             return bool(a)
         return (bool(_LETTER.search(a)) and len(a) >= self.min_length
-                and not _IDENTIFIER.match(a))
+                and not _IDENTIFIER.fullmatch(a))
 
     def entity(self, label: str | None, aliases: Iterable[str] | None, qid: str | None = None,
                facts: Facts | None = None) -> Entity:
