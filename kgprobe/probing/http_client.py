@@ -271,11 +271,11 @@ class JsonClient:
             raise _Transient(f"no complete answer within the {self.deadline:g} s deadline")
         conn, target = self._connection(url, min(self.connect_timeout, remaining))
         cut = threading.Event()
+        opened: list[socket.socket] = []  # the socket, kept: the response may own it alone
 
         def watchdog() -> None:
             cut.set()
-            sock = conn.sock
-            if sock is not None:
+            for sock in [*opened, *([conn.sock] if conn.sock is not None else [])]:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
 
@@ -285,7 +285,10 @@ class JsonClient:
         try:
             conn.connect()
             if conn.sock is not None:
+                opened.append(conn.sock)
                 conn.sock.settimeout(self.read_timeout)
+            if cut.is_set():  # the deadline passed while connecting
+                raise _Transient(f"no complete answer within the {self.deadline:g} s deadline")
             conn.request(method, target, body=payload, headers=self._headers())
             resp = conn.getresponse()
             status = resp.status
