@@ -9,7 +9,9 @@ backends do). ``max_tokens`` is 1, as the harness's ``local-completions`` sends:
 (llama-cpp-python) read 0 as "no limit"; the one generated token is dropped. Prompts go
 ``batch_size`` per HTTP call (vLLM takes a list; llama-cpp-python takes one) and
 ``concurrency`` calls at once. The API key comes from the environment only
-(``KGPROBE_API_KEY``, else ``OPENAI_API_KEY``) and is never logged or put in an error.
+(``KGPROBE_API_KEY``, else ``OPENAI_API_KEY``) and is never logged or put in an error. HTTP goes
+through kgprobe.probing.http_client (no redirect to another origin, a deadline, a size cap,
+strict JSON), and every answer is type-checked, log-probs finite, before it becomes a score.
 """
 
 from __future__ import annotations
