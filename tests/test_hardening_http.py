@@ -335,3 +335,16 @@ def test_a_judge_url_that_is_not_http_is_refused(url: str, monkeypatch: pytest.M
     monkeypatch.setenv("KGPROBE_JUDGE_URL", url)
     with pytest.raises(ConfigError, match="KGPROBE_JUDGE_URL"):
         ChatJudge.from_env()
+
+
+def test_an_environment_proxy_is_still_used(keyed: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """urllib honoured http_proxy; the new client does too (an absolute URL to the proxy), so
+    moving off urllib loses no set-up. The endpoint's host is never resolved here."""
+    with serving(lambda h, _: send(h, 200, json.dumps({"data": [{"id": "via-proxy"}]}))) as proxy:
+        for name in ("no_proxy", "NO_PROXY", "HTTP_PROXY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("http_proxy", proxy.url)
+        backend = OpenAICompletions("http://endpoint.invalid:8000/v1", check_alignment=False)
+    assert backend.model == "via-proxy"
+    assert [(m, p) for m, p, _ in proxy.requests] == [
+        ("GET", "http://endpoint.invalid:8000/v1/models")]
