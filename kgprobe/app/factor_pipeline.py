@@ -459,7 +459,7 @@ def _run_generator(drafts: Sequence[Draft], generator: str | None, st: PipelineS
 
         name = os.environ.get("KGPROBE_GENERATOR_MODEL", "").strip() or "default"
         chat = ChatJudge(generator.rstrip("/"), name, os.environ.get("KGPROBE_GENERATOR_API_KEY") or None,
-                         cache=VerdictCache(default_verdict_cache()))
+                         role="FACTOR generator", cache=VerdictCache(default_verdict_cache()))
         gen: Generator = EndpointGenerator(chat.complete, f"{name}@{generator}")
     else:
         from kgprobe.probing.engine import Engine

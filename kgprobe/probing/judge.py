@@ -8,61 +8,64 @@ unavailable and says so in one line.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import os
 import sqlite3
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kgprobe.config import private_dir, redact
 from kgprobe.errors import ConfigError
+from kgprobe.probing.http_client import MAX_BYTES, JsonClient, check_http_url
+from kgprobe.probing.http_client import retry_after as retry_after  # re-exported (tests, callers)
 
 ENV_URL = "KGPROBE_JUDGE_URL"
 ENV_MODEL = "KGPROBE_JUDGE_MODEL"
 ENV_KEY = "KGPROBE_JUDGE_API_KEY"
 
 
-#: HTTP statuses worth retrying: rate limits and server-side failures.
-RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
-
-
-def retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    v = value.strip()
-    if v.isdigit():
-        return float(v)
-    try:
-        when = email.utils.parsedate_to_datetime(v).timestamp()
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when - (time.time() if now is None else now))
-
-
 class VerdictCache:
     """Judge answers keyed by (endpoint, model, prompt, settings), in SQLite like the scores,
-    so a resumed run never asks the judge twice."""
+    so a resumed run never asks the judge twice. Owner-only like the rest of the home: the
+    directory 0700, the file 0600 (an existing one is tightened). A file that is not a
+    database is one line naming it (ConfigError), never a traceback."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(self.path))
-        self.db.execute("CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, text TEXT NOT NULL)")
-        self.db.commit()
+        try:
+            private_dir(self.path.parent)
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))
+            if self.path.stat().st_mode & 0o077:
+                self.path.chmod(0o600)
+            self.db = sqlite3.connect(str(self.path), timeout=10)
+            self.db.execute(
+                "CREATE TABLE IF NOT EXISTS verdicts (key TEXT PRIMARY KEY, text TEXT NOT NULL)")
+            self.db.commit()
+        except (sqlite3.Error, OSError) as exc:
+            raise self._unusable(exc) from None
+
+    def _unusable(self, exc: BaseException) -> ConfigError:
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        return ConfigError(f"the judge's verdict cache {self.path} is unusable ({why}); move it "
+                           "away or delete it (it only saves asking the judge again)")
 
     def get(self, key: str) -> str | None:
-        row = self.db.execute("SELECT text FROM verdicts WHERE key = ?", (key,)).fetchone()
+        try:
+            row = self.db.execute("SELECT text FROM verdicts WHERE key = ?", (key,)).fetchone()
+        except sqlite3.Error as exc:
+            raise self._unusable(exc) from None
         return None if row is None else str(row[0])
 
     def put(self, key: str, text: str) -> None:
-        self.db.execute("INSERT OR REPLACE INTO verdicts (key, text) VALUES (?, ?)", (key, text))
-        self.db.commit()
+        try:
+            with self.db:
+                self.db.execute("INSERT OR REPLACE INTO verdicts (key, text) VALUES (?, ?)",
+                                (key, text))
+        except sqlite3.Error as exc:
+            raise self._unusable(exc) from None
 
 
 def default_verdict_cache() -> Path:
@@ -73,11 +76,15 @@ def default_verdict_cache() -> Path:
 
 @dataclass(frozen=True)
 class ChatJudge:
-    """POSTs ``/chat/completions`` with temperature 0 (and a seed) and returns the text.
+    """POSTs ``/chat/completions`` with temperature 0 (and a seed) and returns the text,
+    through kgprobe.probing.http_client (no redirect to another origin, a deadline, a size cap,
+    the key never in a message).
 
-    429 and 5xx answers are retried up to ``retries`` times, waiting what ``Retry-After``
-    says (capped at ``max_wait_s``) or else ``backoff_s`` × 2^attempt. Answers are cached in
-    ``cache`` when given."""
+    408/409/429 and 5xx answers are retried up to ``retries`` times, waiting what
+    ``Retry-After`` says (capped at ``max_wait_s``) or else ``backoff_s`` × 2^attempt; an
+    unreachable endpoint fails at once. ``timeout_s`` bounds each network read,
+    ``deadline_s`` a whole request. ``role`` names the caller in messages (the FACTOR
+    generator reuses this class). Answers are cached in ``cache`` when given."""
 
     base_url: str
     model: str
@@ -87,8 +94,15 @@ class ChatJudge:
     retries: int = 4
     backoff_s: float = 1.0
     max_wait_s: float = 60.0
+    connect_timeout_s: float = 10.0
+    deadline_s: float = 300.0
+    max_bytes: int = MAX_BYTES
+    role: str = "LLM judge"
     cache: VerdictCache | None = field(default=None, compare=False)
     sleep: Callable[[float], None] = field(default=time.sleep, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_http_url(self.base_url, self.role)
 
     @classmethod
     def from_env(cls) -> ChatJudge:
@@ -98,6 +112,7 @@ class ChatJudge:
                 f"LLM-as-a-judge is unavailable: no OpenAI-compatible endpoint configured "
                 f"(set {ENV_URL} and {ENV_MODEL}, optionally {ENV_KEY})"
             )
+        check_http_url(url, f"LLM judge ({ENV_URL})")
         return cls(url.rstrip("/"), os.environ.get(ENV_MODEL, "").strip() or "default",
                    os.environ.get(ENV_KEY) or None, cache=VerdictCache(default_verdict_cache()))
 
@@ -114,40 +129,25 @@ class ChatJudge:
         return text
 
     def _ask(self, prompt: str, max_tokens: int) -> str:
-        body = json.dumps({
+        client = JsonClient(
+            self.role, self.api_key,
+            connect_timeout=self.connect_timeout_s, read_timeout=self.timeout_s,
+            deadline=self.deadline_s, max_bytes=self.max_bytes, retries=self.retries,
+            backoff=self.backoff_s, max_wait=self.max_wait_s, retry_unreachable=False,
+            sleep=self.sleep)
+        data = client.post(f"{self.base_url}/chat/completions", {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
             "temperature": 0,
             "max_tokens": max_tokens,
             "seed": self.seed,
-        }).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
-        req = urllib.request.Request(f"{self.base_url}/chat/completions", body, headers)
-        attempt = 0
-        while True:
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    data = json.loads(resp.read().decode())
-                break
-            except urllib.error.HTTPError as exc:
-                if exc.code not in RETRY_STATUSES or attempt >= self.retries:
-                    raise ConfigError(
-                        f"LLM judge at {self.base_url} answered HTTP {exc.code}"
-                        + (f" after {attempt + 1} tries" if attempt else "")
-                    ) from None
-                wait = retry_after(exc.headers.get("Retry-After") if exc.headers else None)
-                self.sleep(min(self.max_wait_s, wait if wait is not None
-                               else self.backoff_s * 2 ** attempt))
-                attempt += 1
-            except (urllib.error.URLError, TimeoutError, OSError) as exc:
-                raise ConfigError(f"LLM judge at {self.base_url} is unreachable: {exc}") from None
-            except json.JSONDecodeError:
-                raise ConfigError(f"LLM judge at {self.base_url} did not answer JSON") from None
-        try:
-            return str(data["choices"][0]["message"]["content"])
-        except (KeyError, IndexError, TypeError):
+        })
+        choices = data.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        message = first.get("message") if isinstance(first, dict) else None
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, str):
             raise ConfigError(
-                f"LLM judge at {self.base_url} answered without choices[0].message.content"
-            ) from None
+                f"{self.role} at {redact(self.base_url)} answered without a text "
+                "choices[0].message.content")
+        return content

@@ -9,30 +9,30 @@ backends do). ``max_tokens`` is 1, as the harness's ``local-completions`` sends:
 (llama-cpp-python) read 0 as "no limit"; the one generated token is dropped. Prompts go
 ``batch_size`` per HTTP call (vLLM takes a list; llama-cpp-python takes one) and
 ``concurrency`` calls at once. The API key comes from the environment only
-(``KGPROBE_API_KEY``, else ``OPENAI_API_KEY``) and is never logged or put in an error.
+(``KGPROBE_API_KEY``, else ``OPENAI_API_KEY``) and is never logged or put in an error. HTTP goes
+through kgprobe.probing.http_client (no redirect to another origin, a deadline, a size cap,
+strict JSON), and every answer is type-checked, log-probs finite, before it becomes a score.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 import os
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.backends.base import EngineStats, Handler, ScoringBackend, register_backend
+from kgprobe.probing.http_client import MAX_BYTES, JsonClient
 from kgprobe.probing.requests import LogProbRequest, LogProbResult
 from kgprobe.probing.tokenization import split_trailing_whitespace
 
 ENV_API_KEYS = ("KGPROBE_API_KEY", "OPENAI_API_KEY")
 #: the bump of this backend's part of the fingerprint (how prompts are cut and read back)
 SERVED_VERSION = "1"
-_RETRY_STATUS = (408, 409, 429, 500, 502, 503, 504)
 
 
 class ServerError(ConfigError):
@@ -60,6 +60,9 @@ class OpenAICompletions(ScoringBackend):
         batch_size: int = 1,
         concurrency: int = 1,
         timeout: float = 60.0,
+        connect_timeout: float = 10.0,
+        deadline: float = 300.0,
+        max_bytes: int = MAX_BYTES,
         retries: int = 3,
         backoff: float = 0.5,
         stats: EngineStats | None = None,
@@ -67,12 +70,17 @@ class OpenAICompletions(ScoringBackend):
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"base_url must start with http:// or https://, got {base_url!r}")
-        if batch_size < 1 or concurrency < 1 or retries < 0 or timeout <= 0:
-            raise ConfigError("need batch_size >= 1, concurrency >= 1, retries >= 0, timeout > 0")
+        if batch_size < 1 or concurrency < 1 or retries < 0 or min(timeout, connect_timeout,
+                                                                   deadline) <= 0 or max_bytes < 1:
+            raise ConfigError("need batch_size >= 1, concurrency >= 1, retries >= 0, timeouts "
+                              "and deadline > 0, max_bytes >= 1")
         self.base_url = base_url.rstrip("/")
         self.batch_size = batch_size
         self.concurrency = concurrency
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.deadline = deadline
+        self.max_bytes = max_bytes
         self.retries = retries
         self.backoff = backoff
         self.stats = stats if stats is not None else EngineStats()
@@ -95,43 +103,49 @@ class OpenAICompletions(ScoringBackend):
 
     # -- HTTP -----------------------------------------------------------------------------
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    def _client(self) -> JsonClient:
+        """The HTTP client with the key the environment holds now (never kept elsewhere)."""
         key = next((os.environ[k] for k in ENV_API_KEYS if os.environ.get(k)), None)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        return headers
+        return JsonClient(self.name, key, connect_timeout=self.connect_timeout,
+                          read_timeout=self.timeout, deadline=self.deadline,
+                          max_bytes=self.max_bytes, retries=self.retries, backoff=self.backoff,
+                          error=ServerError)
 
-    def _call(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        """One JSON call with retries on timeouts, refused connections and 408/429/5xx
-        (exponential backoff); any other HTTP error fails at once with the server's message."""
+    def _call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        """One JSON call (kgprobe.probing.http_client: retries on timeouts, refused connections
+        and 408/409/429/5xx; any other HTTP error fails at once with a redacted excerpt)."""
+        client = self._client()
         url = f"{self.base_url}{path}"
-        data = None if body is None else json.dumps(body).encode()
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            req = urllib.request.Request(url, data=data, headers=self._headers(),
-                                         method="GET" if body is None else "POST")
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout) as resp:  # noqa: S310 (http(s) checked)
-                    self.stats.forward_calls += 1
-                    return json.loads(resp.read().decode("utf-8"))
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode("utf-8", "replace")[:300]
-                last = f"HTTP {exc.code}: {detail}"
-                if exc.code not in _RETRY_STATUS:
-                    break
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as exc:
-                last = str(getattr(exc, "reason", exc))
-        raise ServerError(f"{self.name}: {url} failed after {attempt + 1} attempt(s): {last}")
+        answer = client.get(url) if body is None else client.post(url, body)
+        self.stats.forward_calls += 1
+        return answer
+
+    def _malformed(self, path: str, what: str) -> ServerError:
+        return ServerError(f"{self.name}: {self.base_url}{path} answered a malformed "
+                           f"response: {what}")
 
     def _first_model(self) -> str:
         found = self._call("/models")
-        ids = [m.get("id") for m in found.get("data", []) if isinstance(m, dict)]
-        if not ids or not isinstance(ids[0], str):
+        data = found.get("data")
+        if not isinstance(data, list):
+            raise self._malformed("/models", "'data' is not a list")
+        ids = [m.get("id") for m in data if isinstance(m, dict)]
+        if not ids or not isinstance(ids[0], str) or not ids[0]:
             raise ServerError(f"{self.name}: {self.base_url}/models lists no model")
         return ids[0]
+
+    def _choices(self, answer: dict[str, Any], n: int) -> list[dict[str, Any]]:
+        """The answer's ``choices``: ``n`` objects in prompt order (by ``index`` when given)."""
+        choices = answer.get("choices")
+        if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
+            raise self._malformed("/completions", "'choices' is not a list of objects")
+        index = [c.get("index", i) for i, c in enumerate(choices)]
+        if not all(isinstance(i, int) and not isinstance(i, bool) for i in index):
+            raise self._malformed("/completions", "a choice's 'index' is not an integer")
+        if len(choices) != n:
+            raise ServerError(
+                f"{self.name}: asked for {n} prompt(s), got {len(choices)} choice(s)")
+        return [c for _, c in sorted(zip(index, choices, strict=True), key=lambda ic: ic[0])]
 
     def _check_alignment(self) -> None:
         """Refuse a server whose echoed log-probs are one position off. llama-cpp-python
@@ -144,19 +158,20 @@ class OpenAICompletions(ScoringBackend):
         prompt = "1, 2, 3, 4, 5, 6, 7"
         body = {"model": self.model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
                 "logprobs": 1, "echo": True}
-        choices = self._call("/completions", body).get("choices") or []
-        if not choices:
+        answer = self._call("/completions", body)
+        if not answer.get("choices"):
             raise ServerError(f"{self.name}: the server answered a completion with no choice")
-        lp = choices[0].get("logprobs") or {}
-        text = str(choices[0].get("text") or "")
-        offsets = lp.get("text_offset") or []
-        tops = lp.get("top_logprobs") or []
-        inside = [i for i, o in enumerate(offsets) if o < len(prompt)]
-        if not inside or len(tops) <= inside[-1] or not tops[inside[-1]]:
+        [choice] = self._choices(answer, 1)
+        lp = _echoed(choice.get("logprobs"), self.name, f"{self.base_url}/completions")
+        text = choice.get("text")
+        if not isinstance(text, str):
+            raise self._malformed("/completions", "the choice's 'text' is not a string")
+        inside = [i for i, o in enumerate(lp.offsets) if o < len(prompt)]
+        if not inside or not lp.tops[inside[-1]]:
             raise ServerError(f"{self.name}: the server returned no prompt log-probabilities "
                               "(does it support echo with logprobs?)")
-        top = tops[inside[-1]]
-        top1 = max(top, key=top.get)
+        top = lp.tops[inside[-1]] or {}
+        top1 = max(top, key=lambda t: top[t])
         generated = text[len(prompt):] if text.startswith(prompt) else text
         if generated and top1 == generated and not top1.strip().startswith("7"):
             raise ConfigError(
@@ -194,24 +209,62 @@ class OpenAICompletions(ScoringBackend):
         body = {"model": self.model, "prompt": prompts if len(prompts) > 1 else prompts[0],
                 "max_tokens": 1, "temperature": 0.0, "logprobs": 1, "echo": True}
         answer = self._call("/completions", body)
-        choices = sorted(answer.get("choices") or [], key=lambda ch: ch.get("index", 0))
-        if len(choices) != len(prompts):
-            raise ServerError(
-                f"{self.name}: asked for {len(prompts)} prompt(s), got {len(choices)} choice(s)")
-        return [_read_choice(ch.get("logprobs"), len(ctx), len(ctx) + len(cont), self.name)
+        choices = self._choices(answer, len(prompts))
+        url = f"{self.base_url}/completions"
+        return [_read_choice(_echoed(ch.get("logprobs"), self.name, url), len(ctx),
+                             len(ctx) + len(cont), self.name)
                 for ch, (ctx, cont) in zip(choices, pairs, strict=True)]
 
 
-def _read_choice(lp: Any, ctx_end: int, prompt_end: int, name: str) -> LogProbResult:
-    """The continuation's tokens of one echoed prompt: those that end after the context and
-    start inside the prompt (the generated token starts at its end)."""
+@dataclass(frozen=True)
+class _Echo:
+    """One choice's ``logprobs``, checked: the four lists of equal length."""
+
+    tokens: list[str]
+    offsets: list[int]
+    values: list[float | None]
+    tops: list[dict[str, float] | None]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _echoed(lp: Any, name: str, url: str) -> _Echo:
+    """A choice's ``logprobs`` checked before any of it becomes a score: token strings,
+    integer offsets, finite log-probs (None only where the API gives none), top-k maps of
+    finite numbers; anything else is a ServerError naming the URL."""
     if not isinstance(lp, dict) or not lp.get("tokens"):
         raise ServerError(f"{name}: the server returned no prompt log-probabilities "
                           "(does it support echo with logprobs?)")
-    tokens: list[str] = lp["tokens"]
-    offsets: list[int] = lp["text_offset"]
-    values: list[float | None] = lp["token_logprobs"]
-    tops: list[dict[str, float] | None] = lp.get("top_logprobs") or [None] * len(tokens)
+
+    def bad(what: str) -> ServerError:
+        return ServerError(f"{name}: {url} answered a malformed response: {what}")
+
+    tokens, offsets, values = lp["tokens"], lp.get("text_offset"), lp.get("token_logprobs")
+    tops = lp.get("top_logprobs") or [None] * (len(tokens) if isinstance(tokens, list) else 0)
+    if not (isinstance(tokens, list) and isinstance(offsets, list) and isinstance(values, list)
+            and isinstance(tops, list)):
+        raise bad("'tokens', 'text_offset', 'token_logprobs' and 'top_logprobs' must be lists")
+    if not len(tokens) == len(offsets) == len(values) == len(tops):
+        raise bad("'tokens', 'text_offset', 'token_logprobs' and 'top_logprobs' differ in length")
+    if not all(isinstance(t, str) for t in tokens):
+        raise bad("a token is not a string")
+    if not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in offsets):
+        raise bad("a text offset is not a non-negative integer")
+    if not all(v is None or _number(v) for v in values):
+        raise bad("a token log-probability is not a finite number")
+    for top in tops:
+        if top is not None and not (isinstance(top, dict) and all(
+                isinstance(k, str) and _number(v) for k, v in top.items())):
+            raise bad("a top_logprobs entry is not a map of tokens to finite numbers")
+    return _Echo(tokens, offsets, values, tops)
+
+
+def _read_choice(lp: _Echo, ctx_end: int, prompt_end: int, name: str) -> LogProbResult:
+    """The continuation's tokens of one echoed prompt: those that end after the context and
+    start inside the prompt (the generated token starts at its end)."""
+    tokens, offsets, values, tops = lp.tokens, lp.offsets, lp.values, lp.tops
     picked = [i for i, (t, o) in enumerate(zip(tokens, offsets, strict=True))
               if o < prompt_end and o + len(t) > ctx_end]
     if not picked:
@@ -225,9 +278,12 @@ def _read_choice(lp: Any, ctx_end: int, prompt_end: int, name: str) -> LogProbRe
                               "prompt's first token, which gets no log-probability")
         chosen.append(float(v))
         top = tops[i]
-        greedy = greedy and bool(top) and float(v) >= max(top.values())  # type: ignore[union-attr]
+        greedy = greedy and bool(top) and float(v) >= max((top or {}).values(), default=0.0)
+    total = float(sum(chosen))
+    if not math.isfinite(total):
+        raise ServerError(f"{name}: the continuation's log-probabilities sum to {total}")
     return LogProbResult(
-        logprob=float(sum(chosen)),
+        logprob=total,
         token_logprobs=tuple(chosen),
         tokens=tuple(tokens[i] for i in picked),
         is_greedy=greedy,
