@@ -131,3 +131,123 @@ def test_a_plugin_that_exits_while_imported_is_one_line(
                                     "being imported; a plug-in must not end the program"), r.stderr
         assert r.stdout == ""
     assert graph.read("MATCH (r:ProbeRun) RETURN count(r) AS n") == [{"n": 0}]
+
+
+# --- results files -------------------------------------------------------------------------------
+
+
+def _v1_document() -> dict[str, Any]:
+    """A results.json as kgprobe wrote it under schema 1 (docs/results.md, "Schema versions"):
+    lm-evaluation-harness's top-level names, no ``models``."""
+    return {"schema": "kgprobe-results/1", "date": "2025-01-01T00:00:00+00:00", "model_name": "gpt2",
+            "git_hash": None, "versions": {"torch": "2.5"}, "config": {"measure": "kmin"},
+            "results": {"P36": {"n": 3, "mean": 0.5}}}
+
+
+def test_load_results_refuses_what_it_cannot_read(graph: Any, gpt2: Path, tmp_path: Path) -> None:
+    """A real results directory (probe --output-path), then copies of it broken one way each:
+    every one is one line of the documented type naming the file, never a traceback and never
+    a document read as if it had no relations."""
+    import shutil
+
+    import kgprobe
+    from kgprobe.api import probe
+    from kgprobe.errors import ConfigError, InputError
+
+    load(graph)
+    good = tmp_path / "good"
+    probe(str(gpt2), graph=graph, strategy="random", n=2, sample=None, at=REF, cache=False,
+          progress=False, output_path=good)
+    res = kgprobe.load_results(good)
+    assert len(res.relations) > 1 and len(res.samples) > 1  # what the broken copies are made of
+    doc = json.loads((good / "results.json").read_text(encoding="utf-8"))
+
+    def copy(name: str, *, drop_jsonl: bool = False) -> Path:
+        d = tmp_path / name
+        shutil.copytree(good, d)
+        if drop_jsonl:
+            (d / "samples.jsonl").unlink()
+        return d
+
+    cases: list[tuple[str, Path, type[Exception], str]] = []
+    d = copy("v999")
+    (d / "results.json").write_text(json.dumps({**doc, "schema": "kgprobe-results/999"}), encoding="utf-8")
+    cases.append(("unknown version", d, ConfigError,
+                  f"{d / 'results.json'} has schema 'kgprobe-results/999', perhaps a newer kgprobe's; "
+                  "read it with that kgprobe; this kgprobe reads kgprobe-results/2"))
+    d = copy("v1")
+    (d / "results.json").write_text(json.dumps(_v1_document()), encoding="utf-8")
+    cases.append(("older version", d, ConfigError,
+                  f"{d / 'results.json'} has schema 'kgprobe-results/1', an older kgprobe's; write the "
+                  "results again with this kgprobe (kgprobe report --out); this kgprobe reads kgprobe-results/2"))
+    d = copy("truncated")
+    text = (good / "results.json").read_text(encoding="utf-8")
+    (d / "results.json").write_text(text[: len(text) // 2], encoding="utf-8")
+    cases.append(("truncated", d, InputError, f"{d / 'results.json'} is not valid JSON (damaged or cut short?): "))
+    d = copy("empty")
+    (d / "results.json").write_bytes(b"")
+    cases.append(("empty", d, InputError, f"{d / 'results.json'} is empty"))
+    d = copy("list")
+    (d / "results.json").write_text(json.dumps([doc]), encoding="utf-8")
+    cases.append(("a list", d, InputError, f"{d / 'results.json'} holds a JSON a list, not a kgprobe "
+                  "results document"))
+    d = copy("models-shape")
+    (d / "results.json").write_text(json.dumps({**doc, "models": [{**doc["models"][0], "results": []}]}),
+                                    encoding="utf-8")
+    cases.append(("models[0].results a list", d, InputError,
+                  f"{d / 'results.json'}: models[0].results is a list, not an object"))
+    d = copy("latin1")
+    (d / "results.json").write_bytes(json.dumps({**doc, "primary_model": "Café"}, ensure_ascii=False)
+                                     .encode("latin-1"))
+    cases.append(("Latin-1", d, InputError, f"{d / 'results.json'} is not UTF-8 text (byte 0xe9 at offset "))
+    d = copy("jsonl-cut")
+    lines = (good / "samples.jsonl").read_text(encoding="utf-8")
+    (d / "samples.jsonl").write_text(lines[: len(lines) - 40], encoding="utf-8")
+    n = lines.count("\n")
+    cases.append(("truncated samples.jsonl", d, InputError,
+                  f"{d / 'samples.jsonl'} line {n} is not valid JSON (damaged or cut short?): "))
+    d = copy("parquet", drop_jsonl=True)
+    data = (good / "samples.parquet").read_bytes()
+    (d / "samples.parquet").write_bytes(data[: len(data) // 2])
+    cases.append(("corrupt Parquet", d, InputError,
+                  f"{d / 'samples.parquet'} is not a readable Parquet file (damaged or cut short?): "))
+    cases.append(("missing directory", tmp_path / "nowhere", InputError,
+                  f"{tmp_path / 'nowhere'}: no such results directory"))
+    d = copy("no-results")
+    (d / "results.json").unlink()
+    cases.append(("missing results.json", d / "results.json", InputError, f"{d} has no results.json"))
+    for what, where, kind, text in cases:
+        with pytest.raises(kind) as got:
+            kgprobe.load_results(where)
+        msg = str(got.value)
+        assert type(got.value) is kind, (what, type(got.value), msg)
+        assert msg.startswith(text), (what, msg)
+        assert "\n" not in msg, (what, msg)
+    # the file itself may be named too
+    assert len(kgprobe.load_results(good / "results.json").samples) == len(res.samples)
+
+
+def test_a_nan_in_the_graph_never_reaches_a_json_file(
+    graph: Any, kgprobe_env: dict[str, str], gpt2: Path, tmp_path: Path,
+) -> None:
+    """A NaN stored by an older kgprobe: `kgprobe report --out` stops with one line naming the
+    file and the value's place (exit 1) and writes no report.json, results.json or harness.json
+    holding NaN (json.dumps would write the bare token NaN, which strict JSON readers refuse)."""
+    from kgprobe.api import probe
+
+    load(graph)
+    probe(str(gpt2), graph=graph, strategy="random", n=2, sample=None, at=REF, cache=False,
+          progress=False)
+    prop = "score__gpt2__kmin_random_n2"
+    hit = graph.write(f"MATCH ()-[f:FACT]->() WHERE f.{prop} IS NOT NULL WITH f LIMIT 1 "
+                      f"SET f.{prop} = $nan RETURN f.key AS key", nan=float("nan"))
+    assert len(hit) == 1
+    out = tmp_path / "report"
+    r = kgprobe("report", "-m", "gpt2", "--measure", "kmin_random_n2", "--out", str(out), env=kgprobe_env)
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    # the last line (scipy may warn first about the bootstrap of a degenerate sample)
+    line = r.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in r.stderr and line.startswith("error: report.json: the value at "), r.stderr
+    assert line.endswith("is nan, not a finite number; JSON has no such number, so nothing was written")
+    for name in ("report.json", "results.json", "harness.json"):
+        assert not (out / name).exists()
