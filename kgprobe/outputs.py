@@ -7,6 +7,9 @@ output paths"):
 * :func:`csv_text` — CSV with the spreadsheet-formula rule: a text cell from data that starts
   with ``=``, ``+``, ``-``, ``@``, tab or carriage return gets a leading ``'``, so that no
   spreadsheet runs a label from the graph as a formula. Numbers kgprobe computes stay numbers.
+* :func:`json_text` — JSON that is JSON: a NaN or an infinity (which ``json.dumps`` writes as
+  ``NaN``/``Infinity``, which no strict reader accepts) is an error naming the file and where
+  in it the value sits, never a file that only Python reads back.
 * :func:`write_files` — one output (a report, a results set) is put in place as a whole: every
   file is written to a temporary file in the directory first and only then renamed over its
   final name, so a full disk leaves the previous output whole. A manifest records what kgprobe
@@ -24,6 +27,7 @@ import csv
 import hashlib
 import io
 import json
+import math
 import os
 import stat
 import tempfile
@@ -31,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kgprobe.errors import ConfigError, OutputError
+from kgprobe.errors import ConfigError, KgprobeError, OutputError
 
 #: OWASP's list: a cell starting with one of these is read as a formula by Excel, LibreOffice
 #: or Google Sheets (tab and CR because some of them strip those first).
@@ -42,6 +46,39 @@ MANIFEST = ".kgprobe-files.json"
 
 
 # --- CSV ----------------------------------------------------------------------------------------
+
+
+def json_text(obj: Any, name: str, **kw: Any) -> str:
+    """``json.dumps(obj, ensure_ascii=False, **kw)`` refusing NaN and infinities: a
+    :class:`KgprobeError` naming ``name`` (the file) and the value's place, e.g.
+    ``models[0].overall.mean``. The values of a measure are checked when they are computed
+    (kgprobe.probing.measures.registry.checked_values), so this is the last guard."""
+    try:
+        return json.dumps(obj, ensure_ascii=False, allow_nan=False, **kw)
+    except ValueError as exc:
+        found = _non_finite_at(obj, "")
+        if found is None:
+            raise
+        where, value = found
+        raise KgprobeError(f"{name}: the value at {where or 'the top'} is {value!r}, not a finite "
+                           "number; JSON has no such number, so nothing was written") from exc
+
+
+def _non_finite_at(obj: Any, path: str) -> tuple[str, float] | None:
+    """The place (``a.b[2]``) and value of the first NaN or infinity in ``obj``; None."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else (path, obj)
+    if isinstance(obj, Mapping):
+        items: Iterable[tuple[str, Any]] = ((f"{path}.{k}" if path else str(k), v) for k, v in obj.items())
+    elif isinstance(obj, list | tuple):
+        items = ((f"{path}[{i}]", v) for i, v in enumerate(obj))
+    else:
+        return None
+    for p, v in items:
+        found = _non_finite_at(v, p)
+        if found is not None:
+            return found
+    return None
 
 
 def csv_cell(value: Any) -> Any:

@@ -16,12 +16,13 @@ at the bottom of the house: it imports nothing of kgprobe but :mod:`kgprobe.erro
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 _cli_modules: list[str] = []
 #: what a (group, modules) pair loaded, so the registry may call :func:`load_plugins` often
 _loaded: dict[tuple[str, tuple[str, ...]], list[Plugin]] = {}
+#: the origin of the plug-in being imported now (innermost last), so that what it registers
+#: can say where it came from in a later error line (:func:`loading`)
+_importing: list[str] = []
 
 
 @dataclass(frozen=True)
@@ -102,21 +106,47 @@ def load_plugins(group: str, extra_modules: Sequence[str] = ()) -> list[Plugin]:
         origin = (f"entry point {ep.name} = {ep.value} of "
                   f"{dist.metadata['Name'] + ' ' + dist.version if dist is not None else 'an installed package'}"
                   f" ({group})")
-        try:
-            obj = ep.load()
-        except Exception as exc:  # a plug-in's own failure, whatever it is, is one line
-            raise PluginError(f"plugin {origin}: {_one_line(exc)}") from exc
+        obj = _import(origin, f"plugin {origin}", ep.load)
         log.info("plug-in loaded: %s", origin)
         out.append(Plugin(ep.name, origin, obj))
     for name in modules:
-        try:
-            obj = importlib.import_module(name)
-        except Exception as exc:
-            raise PluginError(f"plugin module {name}: {_one_line(exc)}") from exc
+        origin = f"module {name} ({_module_origin(name)})"
+        obj = _import(origin, f"plugin module {name}", functools.partial(importlib.import_module, name))
         log.info("plug-in loaded: module %s (%s)", name, group)
-        out.append(Plugin(name, f"module {name}", obj))
+        out.append(Plugin(name, origin, obj))
     _loaded[key] = out
     return out
+
+
+def _import(origin: str, where: str, load: Callable[[], Any]) -> Any:
+    """``load()`` with ``origin`` as :func:`loading`. Whatever the plug-in does wrong while it
+    is imported is one line naming it: an exception, and ``sys.exit()`` too (a SystemExit would
+    otherwise end the command, with exit status 0 for ``sys.exit(0)``, having done nothing)."""
+    _importing.append(origin)
+    try:
+        return load()
+    except SystemExit as exc:
+        raise PluginError(f"plugin {origin}: called sys.exit({exc.code!r}) while being imported; "
+                          "a plug-in must not end the program") from exc
+    except Exception as exc:  # a plug-in's own failure, whatever it is, is one line
+        raise PluginError(f"{where}: {_one_line(exc)}") from exc
+    finally:
+        _importing.pop()
+
+
+def loading() -> str | None:
+    """Where the plug-in being imported now comes from (entry point, ``--plugin`` or
+    ``KGPROBE_PLUGINS``), for the registry to record beside what it registers; None outside
+    :func:`load_plugins`."""
+    return _importing[-1] if _importing else None
+
+
+def _module_origin(name: str) -> str:
+    """How a plug-in module was named: ``--plugin`` or ``KGPROBE_PLUGINS`` (both, or the
+    caller's ``extra_modules``)."""
+    env = re.split(r"[,\s]+", os.environ.get(ENV_PLUGINS, ""))
+    ways = [w for w, hit in (("--plugin", name in _cli_modules), (ENV_PLUGINS, name in env)) if hit]
+    return " and ".join(ways) or "load_plugins"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -17,7 +17,7 @@ from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.templates import probe_templates
 from kgprobe.probing.config import ProbeConfig, Runner
 from kgprobe.probing.distractors import find_distractors, prefetch
-from kgprobe.probing.measures.registry import FactInput, Replay
+from kgprobe.probing.measures.registry import FactInput, Replay, checked_values, guarded
 from kgprobe.probing.pipeline import Ahead, Behind
 from kgprobe.probing.verbalize import entity_facts
 from kgprobe.progress import Progress
@@ -177,15 +177,19 @@ def score_batch(
     runner: Runner, measures: Sequence[Any], planned: list[Planned], ctx: Any,
 ) -> list[list[dict[str, Any]]]:
     """Per measure, per fact: its values. Every measure's first-round requests go to the
-    engine in ONE run (deduplicated); each measure then reads its values off the results."""
+    engine in ONE run (deduplicated); each measure then reads its values off the results. What
+    a measure returns is checked against the contract here (:func:`checked_values`), before
+    anything of the batch is written, and a plug-in's own exception is one line naming it."""
     facts = [p.fact for p in planned]
     wanted: list[Any] = []
     for m in measures:
-        wanted.extend(m.requests(facts, ctx))
+        wanted.extend(guarded(m, facts, functools.partial(m.requests, facts, ctx)))
     unique = list(dict.fromkeys(wanted))
     results = dict(zip(unique, runner.run(unique), strict=True)) if unique else {}
     replay = Replay(runner, results)
-    return [m.values(facts, ctx, replay) for m in measures]
+    return [checked_values(m, facts, guarded(m, facts, functools.partial(m.values, facts, ctx, replay)))
+            for m in measures]
+
 
 @dataclass
 class LoopPlan:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kgprobe.errors import InputError
+from kgprobe.errors import ConfigError, InputError
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -272,13 +272,15 @@ def results_files(
 ) -> tuple[dict[str, str], dict[str, str | bytes]]:
     """The results files' contents, not yet written: ({key: file name}, {file name: content}).
     ``samples.parquet`` only with pyarrow."""
+    from kgprobe.outputs import json_text
+
     names = {"results": RESULTS, "harness": HARNESS, "samples": SAMPLES}
     records = sample_records(rep, details)
     files: dict[str, str | bytes] = {
-        RESULTS: json.dumps(results_document(rep, command_seconds=command_seconds), indent=1,
-                            ensure_ascii=False, default=str),
-        HARNESS: json.dumps(harness_document(rep, command_seconds=command_seconds), indent=1,
-                            ensure_ascii=False, default=str),
+        RESULTS: json_text(results_document(rep, command_seconds=command_seconds), RESULTS,
+                           indent=1, default=str),
+        HARNESS: json_text(harness_document(rep, command_seconds=command_seconds), HARNESS,
+                           indent=1, default=str),
         SAMPLES: "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records),
     }
     try:
@@ -335,38 +337,148 @@ class Results:
     samples: pd.DataFrame
 
 
+#: the schemas :func:`load` reads (docs/results.md, "Schema versions")
+READS = (SCHEMA,)
+_SCHEMA_NAME = re.compile(r"kgprobe-results/(\d+)")
+
+
 def load(path: str | Path) -> Results:
-    """Read ``results.json`` and ``samples.jsonl`` (or ``samples.parquet``) from ``path``."""
+    """Read ``results.json`` and ``samples.jsonl`` (or ``samples.parquet``) from ``path`` (the
+    directory, or its ``results.json``). A file that is not what kgprobe writes is one line
+    naming it: a schema this kgprobe does not read (older or newer) a ConfigError; a missing,
+    empty, truncated, non-UTF-8, not-JSON or wrongly shaped file, or a damaged Parquet file,
+    an InputError. Never a document read as if it had no relations."""
     try:
         import pandas as pd
     except ImportError as exc:  # pragma: no cover - the optional extra
         raise InputError("kgprobe.load_results needs pandas: pip install 'kgprobe[results]'") from exc
     d = Path(path)
+    if d.name == RESULTS and not d.is_dir():
+        d = d.parent
+    if not d.exists():
+        raise InputError(f"{d}: no such results directory")
+    if not d.is_dir():
+        raise InputError(f"{d} is a file, not a results directory (the directory that holds {RESULTS})")
     if not (d / RESULTS).is_file():
         raise InputError(f"{d} has no {RESULTS}")
-    doc = json.loads((d / RESULTS).read_text(encoding="utf-8"))
+    doc = _json_document(d / RESULTS)
     rel_rows = []
-    for m in doc.get("models", []):
+    for m in doc["models"]:
         for pid, g in {**m["results"], "all": m["overall"]}.items():
             rel_rows.append({"model": m["model_key"], "measure_key": m["measure_key"], "relation": pid,
                              **{k: v for k, v in g.items() if k != "by_popularity"}})
     relations = pd.DataFrame(rel_rows)
     if (d / SAMPLES).is_file():
-        recs = [json.loads(line) for line in (d / SAMPLES).read_text(encoding="utf-8").splitlines() if line]
         rows = []
-        for r in recs:
+        for r in _json_lines(d / SAMPLES):
             row = {k: v for k, v in r.items() if k != "scores"}
             row.update({f"score.{k}": v for k, v in (r.get("scores") or {}).items()})
             rows.append(row)
         samples = pd.DataFrame(rows)
     elif (d / SAMPLES_PARQUET).is_file():
-        samples = pd.read_parquet(d / SAMPLES_PARQUET)
-        for col in ("template_ids", "templates", "clozes", "distractors"):
-            if col in samples:
-                samples[col] = [None if v is None else json.loads(v) for v in samples[col]]
+        samples = _parquet(d / SAMPLES_PARQUET)
     else:
         samples = pd.DataFrame()
     return Results(doc, relations, samples)
+
+
+def _text(f: Path) -> str:
+    """A results file's text; unreadable, empty or not UTF-8 (as kgprobe writes them): one line."""
+    try:
+        data = f.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {f}: {exc.strerror or exc}") from None
+    if not data.strip():
+        raise InputError(f"{f} is empty; write the results again (kgprobe report --out)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{f} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                         "kgprobe writes its results files as UTF-8") from None
+
+
+def _json_value(text: Any, f: Path, where: str = "") -> Any:
+    if not isinstance(text, str):
+        raise InputError(f"{f}{where} holds {type(text).__name__}, not JSON text (docs/results.md)")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{f}{where} is not valid JSON (damaged or cut short?): {exc.msg} at line {exc.lineno} "
+                         f"column {exc.colno}") from None
+
+
+def _json_document(f: Path) -> dict[str, Any]:
+    """``results.json``, its schema and the parts :func:`load` reads checked."""
+    doc = _json_value(_text(f), f)
+    if not isinstance(doc, dict):
+        raise InputError(f"{f} holds a JSON {_json_kind(doc)}, not a kgprobe results document "
+                         "(an object with \"schema\": docs/results.md)")
+    schema = doc.get("schema")
+    if schema is None:
+        raise InputError(f"{f} has no \"schema\": not a kgprobe results document (docs/results.md)")
+    if schema not in READS:
+        known = _SCHEMA_NAME.fullmatch(str(schema))
+        age = ("an older kgprobe's; write the results again with this kgprobe (kgprobe report --out)"
+               if known and int(known.group(1)) < int(SCHEMA.rpartition("/")[2]) else
+               "perhaps a newer kgprobe's; read it with that kgprobe")
+        raise ConfigError(f"{f} has schema {str(schema)[:60]!r}, {age}; this kgprobe reads "
+                          f"{', '.join(READS)}")
+    models = doc.get("models")
+    if not isinstance(models, list):
+        raise InputError(f"{f}: \"models\" is {_json_kind(models)}, not a list (docs/results.md)")
+    for i, m in enumerate(models):
+        where = f"models[{i}]"
+        if not isinstance(m, dict):
+            raise InputError(f"{f}: {where} is {_json_kind(m)}, not an object (docs/results.md)")
+        for key, kind in (("model_key", str), ("measure_key", str), ("results", dict), ("overall", dict)):
+            if not isinstance(m.get(key), kind):
+                raise InputError(f"{f}: {where}.{key} is {_json_kind(m.get(key))}, not "
+                                 f"{'a string' if kind is str else 'an object'} (docs/results.md)")
+        for pid, g in m["results"].items():
+            if not isinstance(g, dict):
+                raise InputError(f"{f}: {where}.results.{pid} is {_json_kind(g)}, not an object "
+                                 "(docs/results.md)")
+    return doc
+
+
+def _json_lines(f: Path) -> list[dict[str, Any]]:
+    """``samples.jsonl``: one JSON object per line, its ``scores`` an object."""
+    out = []
+    for n, line in enumerate(_text(f).splitlines(), 1):
+        if not line.strip():
+            continue
+        r = _json_value(line, f, f" line {n}")
+        if not isinstance(r, dict) or not isinstance(r.get("scores", {}), dict | None):
+            what = _json_kind(r) if not isinstance(r, dict) else f"an object whose \"scores\" is {_json_kind(r['scores'])}"
+            raise InputError(f"{f} line {n} is {what}, not a sample record (docs/results.md)")
+        out.append(r)
+    return out
+
+
+def _parquet(f: Path) -> pd.DataFrame:
+    """``samples.parquet``, its JSON text columns decoded; a damaged file is one line."""
+    import pandas as pd
+
+    try:
+        samples = pd.read_parquet(f)
+    except ImportError as exc:
+        raise InputError(f"reading {f} needs pyarrow: pip install 'kgprobe[results]'") from exc
+    except Exception as exc:  # pyarrow's errors for a damaged file have no common base
+        raise InputError(f"{f} is not a readable Parquet file (damaged or cut short?): "
+                         f"{' '.join(str(exc).split())[:200]}") from None
+    for col in ("template_ids", "templates", "clozes", "distractors"):
+        if col in samples:
+            samples[col] = [None if v is None else _json_value(v, f, f" column {col}")
+                            for v in samples[col]]
+    return samples
+
+
+def _json_kind(v: Any) -> str:
+    """What a JSON value is, for an error line."""
+    if v is None:
+        return "missing or null"
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(v), "a number")
 
 
 def report_owner(rep: Report) -> dict[str, Any]:

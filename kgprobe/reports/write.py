@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -30,7 +29,7 @@ def write_report(
     removed, and a directory holding the report of other models is refused unless
     ``overwrite``). CSV text cells go through the spreadsheet-formula rule
     (kgprobe.outputs.csv_cell)."""
-    from kgprobe.outputs import csv_text, write_files
+    from kgprobe.outputs import csv_text, json_text, write_files
     from kgprobe.reports.results import report_owner, results_files
     from kgprobe.reports.text import latex, markdown
 
@@ -47,7 +46,7 @@ def write_report(
     names = {"json": "report.json", "csv": "relations.csv", "popularity_csv": "popularity.csv",
              "html": "report.html"}
     files: dict[str, str | bytes] = {
-        "report.json": json.dumps(rep.to_dict(), indent=1, ensure_ascii=False),
+        "report.json": json_text(rep.to_dict(), "report.json", indent=1),
         "relations.csv": groups_csv("relations"),
     }
     if rep.by != "relation":

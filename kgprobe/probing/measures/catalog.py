@@ -43,7 +43,7 @@ def load_all() -> dict[str, type[Measure]]:
             raise PluginError(f"plugin {plugin.origin}: names {obj!r}, not a module or a Measure subclass")
         if REGISTRY.get(getattr(obj, "name", None) or "") is not obj:
             try:
-                register(obj)
+                register(obj, plugin.origin)
             except TypeError as exc:
                 raise PluginError(f"plugin {plugin.origin}: {exc}") from exc
     return REGISTRY

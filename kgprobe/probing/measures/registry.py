@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
-from kgprobe.errors import ConfigError
+from kgprobe.errors import ConfigError, KgprobeError, PluginError
+from kgprobe.plugins import loading
 from kgprobe.probing.measures.common import EndMarker, Entity, LabelRule, Runner
 from kgprobe.probing.requests import Request, Result
 from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION
@@ -219,6 +221,103 @@ class Measure:
         return out
 
 
+# --- what the loop takes from a measure ------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+def guarded(m: Measure, facts: Sequence[FactInput], phase: Callable[[], _T]) -> _T:
+    """``phase()``, one of ``m``'s two phases over ``facts``. An exception a plug-in measure
+    raises (or its ``sys.exit``) is one :class:`PluginError` line naming the measure, the
+    plug-in and the facts; kgprobe's own errors (a lost server, an engine's one-line error
+    raised from ``runner.run``) pass as they are, and so does everything of a built-in."""
+    where = plugin_of(type(m))
+    if where is None:
+        return phase()
+    try:
+        return phase()
+    except KgprobeError:
+        raise
+    except (Exception, SystemExit) as exc:
+        text = " ".join(str(exc).split())
+        raise PluginError(f"measure {m.name} of {where} failed while scoring {_facts_text(facts)}: "
+                          f"{type(exc).__name__}{': ' + text if text else ''}") from exc
+
+
+def checked_values(m: Measure, facts: Sequence[FactInput], values: Any) -> list[Values]:
+    """``values`` as the contract says a measure returns them (docs/measures.md, "The
+    contract"): a list with one dict per fact, in the facts' order; each ``score`` None (with
+    ``_reason``: not scored) or a finite real number; ``known`` None or a bool; every number
+    among the values that are stored (``score`` and the ``extras``, inside lists too) finite.
+    Anything else is one line naming the measure (and its plug-in) and the first fact at fault,
+    raised before any value of the batch is stored: :class:`PluginError` for a plug-in,
+    :class:`KgprobeError` (a bug) for a built-in. numpy numbers become Python floats."""
+    def bad(what: str) -> KgprobeError:
+        where = plugin_of(type(m))
+        text = f"measure {m.name} of {where}" if where else f"built-in measure {m.name}"
+        msg = f"{text} {what}; nothing of this batch was stored"
+        return PluginError(msg) if where else KgprobeError(msg + " (a bug in kgprobe: please report it)")
+
+    if not isinstance(values, list | tuple):
+        raise bad(f"returned {_kind(values)} for {_facts_text(facts)}, not a list with one dict per fact")
+    if len(values) != len(facts):
+        raise bad(f"returned {len(values)} values for {len(facts)} facts ({_facts_text(facts)}); "
+                  "one dict per fact, in order")
+    out: list[Values] = []
+    for f, v in zip(facts, values, strict=True):
+        if not isinstance(v, Mapping):
+            raise bad(f"returned {_kind(v)} for fact {f.key}, not a dict such as {{'score': 0.5}}")
+        v = dict(v)
+        score = v.get("score")
+        if score is not None:
+            if not _is_real(score):
+                raise bad(f"returned score {_kind(score)} for fact {f.key}, not a number "
+                          "(None with a '_reason' marks a fact it cannot score)")
+            if not math.isfinite(score):
+                raise bad(f"returned score {float(score)!r} for fact {f.key}, not a finite number "
+                          "(None with a '_reason' marks a fact it cannot score)")
+            v["score"] = score if isinstance(score, int | float) else float(score)
+        if v.get("known") is not None and not isinstance(v["known"], bool):
+            raise bad(f"returned known {_kind(v['known'])} for fact {f.key}, not True, False or None")
+        for name in m.extras:
+            found = _non_finite(v.get(name))
+            if found is not None:
+                raise bad(f"returned {name} {found!r} for fact {f.key}, not a finite number")
+        out.append(v)
+    return out
+
+
+def _is_real(v: Any) -> bool:
+    """A real number, numpy's too, but not a bool."""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _non_finite(v: Any) -> float | None:
+    """The first NaN or infinity in a stored value (a number, or lists of numbers); None."""
+    if _is_real(v):
+        return None if math.isfinite(v) else float(v)
+    if isinstance(v, list | tuple):
+        for x in v:
+            found = _non_finite(x)
+            if found is not None:
+                return found
+    return None
+
+
+def _kind(v: Any) -> str:
+    """A value as an error line shows it: its type, and its text when short."""
+    if v is None:
+        return "None"
+    text = " ".join(repr(v).split())
+    return f"a {type(v).__name__}" + (f" {text}" if len(text) <= 40 else f" {text[:37]}...")
+
+
+def _facts_text(facts: Sequence[FactInput]) -> str:
+    keys = [str(f.key) for f in facts[:3]]
+    more = f" and {len(facts) - 3} more" if len(facts) > 3 else ""
+    return f"fact{'s' if len(facts) != 1 else ''} {', '.join(keys)}{more}"
+
+
 def _is_num(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and not math.isnan(v)
 
@@ -285,10 +384,14 @@ def shared_values(ctx: RunContext) -> dict[str, Any]:
 # --- the registry -------------------------------------------------------------------------------
 
 REGISTRY: dict[str, type[Measure]] = {}
+#: where each measure from outside kgprobe came from (the plug-in that registered it)
+ORIGINS: dict[type[Measure], str] = {}
 
 
-def register(cls: type[Measure]) -> type[Measure]:
-    """Class decorator: make a measure available to probe, report, the CLI and the docs."""
+def register(cls: type[Measure], origin: str | None = None) -> type[Measure]:
+    """Class decorator: make a measure available to probe, report, the CLI and the docs.
+    ``origin``: the plug-in it comes from (by default the one :mod:`kgprobe.plugins` is
+    importing), named in the lines about its values (:func:`plugin_of`)."""
     for attr in ("name", "section", "summary"):
         if not getattr(cls, attr, None):
             raise TypeError(f"measure {cls.__name__} has no {attr}")
@@ -300,7 +403,19 @@ def register(cls: type[Measure]) -> type[Measure]:
     if bad:
         raise TypeError(f"measure {cls.name}: unknown needs {sorted(bad)}")
     REGISTRY[cls.name] = cls
+    origin = origin or loading()
+    if origin is not None and not _builtin(cls):
+        ORIGINS.setdefault(cls, origin)
     return cls
+
+
+def plugin_of(cls: type[Measure]) -> str | None:
+    """``plug-in <module> (<where it was loaded from>)`` for a measure from outside kgprobe,
+    None for a built-in: what an error line about the measure's values names."""
+    if _builtin(cls):
+        return None
+    origin = ORIGINS.get(cls)
+    return f"plug-in {cls.__module__}" + (f" ({origin})" if origin else "")
 
 
 def _where(cls: type) -> str:
