@@ -122,6 +122,9 @@ MERGE (m:SampleIndex {name: $name})
 SET m.version = $version, m.facts_checked = $facts
 """
 ANY_ENTITY = "MATCH (e:Entity) RETURN e.qid AS qid LIMIT 1"
+#: A write that any server with room takes: when a lone record is refused, this tells the
+#: record's fault (the rest goes on) from a server that takes no write at all (a full disk)
+WRITE_CHECK = "MERGE (m:SampleIndex {name: $name}) SET m.write_checked = $at"
 FACT_SLOT_NEXT = """
 UNWIND $spaces AS p
 MATCH (r:Relation {pid: p})
@@ -593,9 +596,12 @@ class Ingestor:
         return [(SET_SAMPLE_MARKER, {"name": SAMPLE_INDEX_MARKER, "version": SAMPLE_INDEX_VERSION,
                                      "facts": 0})]
 
-    def _write(self, batch: list[Record], built: _Built | None = None) -> _Written:
-        """Write ``batch`` in one transaction; on refusal, bisect to the refused record(s).
-        Runs in the writer thread."""
+    def _write(self, batch: list[Record], built: _Built | None = None, room: int | None = None) -> _Written:
+        """Write ``batch`` in one transaction; on refusal, bisect to the refused record(s), but
+        no further than ``room`` refused records (what the error budget has left: past it the
+        ingest stops anyway, and a batch of 10,000 refused records must not count 10,000
+        errors). A lone refused record whose server then takes no write at all is the server's
+        failure (`GraphUnavailable`), never the record's. Runs in the writer thread."""
         stmts, nodes, stubs, counts, slots = built or self._statements(batch)
         if not stmts:
             return _Written()
@@ -607,13 +613,16 @@ class Ingestor:
         except _Rejected as exc:
             if len(batch) == 1:
                 rec = batch[0]
+                self._check_server_writes(rec, exc)
                 return _Written(errors=[ErrorRecord(
                     location=getattr(rec, "location", "") or _describe(rec),
                     message=f"{_describe(rec)}: refused by the graph server ({exc})",
                 )])
             mid = len(batch) // 2
-            done = self._write(batch[:mid])
-            done.merge(self._write(batch[mid:]))
+            room = self.error_budget + 1 if room is None else room
+            done = self._write(batch[:mid], room=room)
+            if len(done.errors) < room:
+                done.merge(self._write(batch[mid:], room=room - len(done.errors)))
             return done
         # only after the transaction committed: a failed batch leaves no node behind
         self._marker_checked = True
@@ -621,6 +630,19 @@ class Ingestor:
             for r in result:
                 (self._fact_slots if is_pid(r["space"]) else self._type_slots).update([r])
         return _Written(nodes=nodes + stubs, counts=counts)
+
+    def _check_server_writes(self, rec: Record, exc: _Rejected) -> None:
+        """Raise `GraphUnavailable` when the server refuses even :data:`WRITE_CHECK`."""
+        try:
+            self.graph.write_many([(WRITE_CHECK, {"name": SAMPLE_INDEX_MARKER, "at": time.time()})])
+        except GraphUnavailable:
+            raise
+        except (Neo4jError, DriverError) as check:
+            raise GraphUnavailable(
+                f"the graph server refuses every write ({_first_line(check)}; the record "
+                f"{_describe(rec)} was refused with: {exc}): is the disk under its data "
+                "directory full? Everything before that record was written; free space and run "
+                "the same ingest again (it is idempotent)") from check
 
     def _settle(self) -> None:
         """Wait for the batch in flight and account for it here (a lost server or any other
@@ -653,7 +675,8 @@ class Ingestor:
         built = self._statements(batch) if batch else None
         self._settle()
         if built is not None:
-            self._in_flight = self._writer.submit(self._write, batch, built)
+            room = self.error_budget - self.summary.error_count + 1
+            self._in_flight = self._writer.submit(self._write, batch, built, room)
 
     def flush(self, *, wait: bool = True) -> None:
         """Write everything buffered; with ``wait`` (the default) return once it is written."""
