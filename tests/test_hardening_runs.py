@@ -119,11 +119,11 @@ def test_only_runs_whose_owner_is_gone_are_marked_interrupted(graph: Any) -> Non
             graph.write("CREATE (r:ProbeRun {id: $id}) SET r += $props", id=rid,
                         props={"status": "running", "config_hash": "h38", **owner})
         marked = pr.create_run(graph, "new", {"status": "running", "config_hash": "h38"})
-        pr.release_run("new")
         assert sorted(marked) == ["dead", "legacy"]
         status = {r["id"]: r["status"] for r in pr.list_runs(graph)}
         assert status == {"alive": "running", "dead": "interrupted", "legacy": "interrupted",
                           "elsewhere": "running", "new": "running"}
+        pr.release_run("new")
         # a run of this very process that it no longer probes is over: the next run marks it
         assert pr.create_run(graph, "newer", {"status": "running", "config_hash": "h38"}) == ["new"]
         pr.release_run("newer")
