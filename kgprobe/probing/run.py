@@ -313,13 +313,23 @@ def _index_progress() -> Callable[[str, int, int], None]:
     return show
 
 
+#: How long a probe that lost its server waits for it to come back before it reports facts as
+#: written: ``db wipe`` stops the server, deletes the database and starts it again.
+RETURN_WAIT = 20.0
+
+
 def _run_gone(graph: Graph, run_id: str) -> bool:
     """After a lost server: is it back (``db wipe`` restarts it) without this run's record?
-    False when it still does not answer (then nothing is known)."""
-    try:
-        return pr.get_run(graph, run_id) is None
-    except GraphUnavailable:
-        return False
+    Asked for up to ``RETURN_WAIT`` seconds; False when it still does not answer (then the
+    facts counted as written are what the server held when it went away)."""
+    deadline = time.monotonic() + RETURN_WAIT
+    while True:
+        try:
+            return pr.get_run(graph, run_id) is None
+        except GraphUnavailable:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1.0)
 
 
 def _try_update(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
