@@ -26,6 +26,8 @@ ENV_PASSWORD = "NEO4J_PASSWORD"
 ENV_DATABASE = "NEO4J_DATABASE"
 ENV_HOME = "KGPROBE_HOME"
 ENV_CONFIG = "KGPROBE_CONFIG"
+ENV_BOLT_PORT = "KGPROBE_BOLT_PORT"
+ENV_HTTP_PORT = "KGPROBE_HTTP_PORT"
 
 CONFIG_KEYS = ("uri", "user", "password", "database", "home", "bolt_port", "http_port", "heap", "lockout_wait")
 ENV_LOCKOUT_WAIT = "KGPROBE_LOCKOUT_WAIT"
@@ -162,6 +164,10 @@ class Settings:
     # (a lock-out, not a wrong password): bounded, so a persistent attacker ends in one clear line.
     lockout_wait: float = DEFAULT_LOCKOUT_WAIT
     password_from: str | None = None  # where the password came from, for `kgprobe db status`
+    # Where an explicitly configured port came from (None: the default): a port the user asked
+    # for is used or refused in one line, never silently swapped for a free one.
+    bolt_port_from: str | None = None
+    http_port_from: str | None = None
 
     @property
     def managed(self) -> bool:
@@ -206,11 +212,12 @@ class Settings:
             if not password and uri_password:
                 password, password_from = uri_password, f"the user info of {ENV_URI}"
         home = pick(ENV_HOME, "home")
-        try:
-            bolt_port = int(str(pick("KGPROBE_BOLT_PORT", "bolt_port") or 7687))
-            http_port = int(str(pick("KGPROBE_HTTP_PORT", "http_port") or 2480))
-        except ValueError as exc:
-            raise ConfigError(f"ports must be integers: {exc}") from exc
+        ports: dict[str, tuple[int, str | None]] = {}
+        for env, key, default in ((ENV_BOLT_PORT, "bolt_port", 7687), (ENV_HTTP_PORT, "http_port", 2480)):
+            raw = pick(env, key)
+            origin = (f"environment variable {env}" if os.environ.get(env)
+                      else f"key {key!r} of {path}" if raw not in (None, "") else None)
+            ports[key] = (_port(raw, origin), origin) if origin else (default, None)
         lockout_wait = _seconds(pick(ENV_LOCKOUT_WAIT, "lockout_wait"), ENV_LOCKOUT_WAIT, DEFAULT_LOCKOUT_WAIT)
         return cls(
             uri=str(uri) if uri else None,
@@ -218,12 +225,27 @@ class Settings:
             password=str(password) if password else None,
             database=str(d) if (d := pick(ENV_DATABASE, "database")) else None,
             home=Path(str(home)).expanduser() if home else default_home(),
-            bolt_port=bolt_port,
-            http_port=http_port,
+            bolt_port=ports["bolt_port"][0],
+            http_port=ports["http_port"][0],
+            bolt_port_from=ports["bolt_port"][1],
+            http_port_from=ports["http_port"][1],
             heap=str(pick("KGPROBE_DB_HEAP", "heap") or "2g"),
             lockout_wait=lockout_wait,
             password_from=password_from,
         )
+
+
+def _port(value: object, origin: str) -> int:
+    """A TCP port setting: an integer in 1..65535 (0 would mean "any port" to the OS, and a
+    value past 65535 crashes the socket layer), refused in one line naming where it came from."""
+    text = str(value).strip()
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"{origin} must be a port number from 1 to 65535, not {value!r}")
+    return port
 
 
 def _seconds(value: object | None, name: str, default: float) -> float:

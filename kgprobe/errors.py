@@ -28,6 +28,12 @@ class GraphUnavailable(KgprobeError):
     exit_code = 3
 
 
+class GraphWiped(GraphUnavailable):
+    """What a command was writing to is gone from the graph: the graph wiped (``kgprobe db
+    wipe``) or the command's own record deleted while it ran. Nothing of the failed write was
+    committed; exit 3 like a lost server, with a line that says what happened."""
+
+
 class LockedOut(GraphUnavailable):
     """The server refuses logins for a user after repeated failed attempts: not a wrong password."""
 

@@ -170,9 +170,9 @@ class _CypherLog:
         self.cypher.append(cypher)
         return self._graph.write(cypher, **params)
 
-    def write_many(self, statements: Any) -> Any:
+    def write_many(self, statements: Any, check: Any = None) -> Any:
         self.cypher.extend(c for c, _ in statements)
-        return self._graph.write_many(statements)
+        return self._graph.write_many(statements, check=check)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._graph, name)

@@ -67,10 +67,20 @@ class Graph:
                 uri, auth=(user, password), connection_timeout=10, max_transaction_retry_time=15
             )
             self._waiting_out_lockouts(self._driver.verify_connectivity)
+            if database:
+                self._waiting_out_lockouts(self._use_database)
         except AuthError as exc:
             raise GraphUnavailable(
                 f"the graph server at {self.uri} refused the user name or password "
                 "(check NEO4J_USER / NEO4J_PASSWORD)"
+            ) from exc
+        except ClientError as exc:
+            if not _missing_database(exc):
+                raise GraphUnavailable(f"graph server at {self.uri}: {_first_line(exc)}") from exc
+            raise ConfigError(
+                f"the graph server at {self.uri} has no database {database!r} that user "
+                f"{self._user} may use (NEO4J_DATABASE or key 'database' of the config file); "
+                "name an existing database, or unset it for the server's default"
             ) from exc
         except (ConfigurationError, ValueError) as exc:
             raise ConfigError(f"cannot use NEO4J_URI {self.uri!r}: {_first_line(exc)}") from exc
@@ -78,6 +88,12 @@ class Graph:
             raise GraphUnavailable(f"no graph server reachable at {self.uri}: {_first_line(exc)}") from exc
         except Neo4jError as exc:
             raise GraphUnavailable(f"graph server at {self.uri}: {_first_line(exc)}") from exc
+
+    def _use_database(self) -> None:
+        """Run a trivial query in the configured database: the driver's connectivity check
+        does not open it, so a database that does not exist would fail on the first query."""
+        with self._session() as session:
+            session.run("RETURN 1 AS one").consume()
 
     # --- context management ----------------------------------------------------------------
     def close(self) -> None:
@@ -122,8 +138,26 @@ class Graph:
     def _call(self, fn: Callable[[], T]) -> T:
         try:
             return self._waiting_out_lockouts(fn)
-        except AuthError as exc:
-            raise GraphUnavailable(f"the graph server at {self.uri} refused the credentials") from exc
+        except ClientError as exc:
+            # The credentials were accepted at connect: a refusal now (AuthError), or a protocol
+            # error like ArcadeDB's "BEGIN not expected in state: AUTHENTICATION", comes from a
+            # server shutting down under the call (`db stop`, `db wipe`) unless the server still
+            # answers; only then is it the credentials, or the statement's own error.
+            if _missing_database(exc):
+                raise GraphUnavailable(
+                    f"the database {self.database or '(default)'} is gone from the graph server at "
+                    f"{self.uri} (dropped while this command ran); nothing of the failed batch "
+                    "was written"
+                ) from exc
+            if not self._answers():
+                raise GraphUnavailable(
+                    f"lost the graph server at {self.uri}: it stopped or went away while this "
+                    "command ran; nothing of the failed batch was written — start the server and "
+                    "run the command again to resume"
+                ) from exc
+            if isinstance(exc, AuthError):
+                raise GraphUnavailable(f"the graph server at {self.uri} refused the credentials") from exc
+            raise
         except (ServiceUnavailable, SessionExpired) as exc:
             raise GraphUnavailable(
                 f"lost the graph server at {self.uri}: {_first_line(exc)}; nothing of the failed "
@@ -167,11 +201,20 @@ class Graph:
         """Run a write query in one transaction."""
         return self.write_many([(cypher, params)])[-1]
 
-    def write_many(self, statements: list[tuple[str, dict[str, Any]]]) -> list[list[dict[str, Any]]]:
-        """Run several statements in ONE transaction: all of them are written or none."""
+    def write_many(
+        self, statements: list[tuple[str, dict[str, Any]]],
+        check: Callable[[list[list[dict[str, Any]]]], None] | None = None,
+    ) -> list[list[dict[str, Any]]]:
+        """Run several statements in ONE transaction: all of them are written or none.
+
+        ``check(results)`` runs before the commit; an exception from it rolls the whole
+        transaction back (a write that found less than it must, e.g. its run record gone)."""
 
         def work(tx: neo4j.ManagedTransaction) -> list[list[dict[str, Any]]]:
-            return [tx.run(cypher, params).data() for cypher, params in statements]
+            results = [tx.run(cypher, params).data() for cypher, params in statements]
+            if check is not None:
+                check(results)
+            return results
 
         def go() -> list[list[dict[str, Any]]]:
             with self._session() as session:
@@ -200,6 +243,13 @@ class Graph:
             # Neo4j reports an equivalent constraint under another name as a conflict: benign.
             if "EquivalentSchemaRule" not in (exc.code or "") and "already exists" not in str(exc):
                 raise
+
+
+def _missing_database(exc: Neo4jError) -> bool:
+    """A refusal that names the database: Neo4j's DatabaseNotFound, or ArcadeDB's Forbidden
+    (its answer for a database that does not exist or that the user may not open)."""
+    code = exc.code or ""
+    return code.endswith(("Database.DatabaseNotFound", "Security.Forbidden"))
 
 
 def _first_line(exc: BaseException) -> str:

@@ -23,16 +23,22 @@ so a fact's key always travels with its subject's QID (``tests/test_cypher_ancho
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import re
+import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kgprobe.errors import ConfigError
+from neo4j.exceptions import ConstraintError
+
+from kgprobe.errors import ConfigError, GraphWiped
 from kgprobe.graph import sample_index as si
 from kgprobe.graph.client import Graph
 from kgprobe.graph.distractors import TYPE_EDGES, entity_terms
+from kgprobe.graph.server import process_start_time
+from kgprobe.provenance import now as provenance_now
 from kgprobe.records import is_pid, is_qid
 
 _PART = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*\Z")
@@ -133,22 +139,42 @@ SET r += $props
 UPDATE_RUN = """
 MATCH (r:ProbeRun {id: $id})
 SET r += $props
+RETURN count(r) AS n
 """
 
-#: Progress counters, written in the same transaction as the batch of scores they count.
+#: Progress counters, written in the same transaction as the batch of scores they count; the
+#: count of runs matched tells the writer whether its run record still exists.
 COUNT_RUN = """
 MATCH (r:ProbeRun {id: $id})
 SET r.facts_scored = coalesce(r.facts_scored, 0) + $scored,
     r.facts_unscorable = coalesce(r.facts_unscorable, 0) + $unscorable,
     r.heartbeat = $now
+RETURN count(r) AS n
 """
 
-#: Earlier runs of the same configuration that never finished (killed, graph lost).
-MARK_INTERRUPTED = """
+#: Earlier runs of the same configuration still marked running: each one's owner (host, pid,
+#: process start time) is checked before it is called interrupted.
+RUNNING_RUNS = """
 MATCH (r:ProbeRun)
 WHERE r.config_hash = $config_hash AND r.status = 'running' AND r.id <> $id
+RETURN r.id AS id, r.owner_host AS host, r.owner_pid AS pid, r.owner_start AS start
+"""
+
+#: Those of them whose owner is gone (killed, machine rebooted).
+MARK_INTERRUPTED = """
+UNWIND $ids AS rid
+MATCH (r:ProbeRun {id: rid})
+WHERE r.status = 'running'
 SET r.status = 'interrupted'
 RETURN r.id AS id
+"""
+
+#: The key a model writes under, claimed for one fingerprint in one statement: concurrent
+#: claims of a new key race on its unique constraint, and the loser reads the winner's.
+CLAIM_MODEL_KEY = """
+MERGE (k:ModelKey {key: $key})
+ON CREATE SET k.fingerprint = $fp, k.claimed = $now
+RETURN k.fingerprint AS fp
 """
 
 LIST_RUNS = """
@@ -575,25 +601,91 @@ def graph_counts(graph: Graph) -> dict[str, int]:
 # --- runs and write-back -------------------------------------------------------------------------
 
 
+def run_owner() -> dict[str, Any]:
+    """This process as a ProbeRun's owner: host name, pid and the pid's start time (a pid
+    reused by another process after a reboot or wrap-around has another start time)."""
+    return {"owner_host": socket.gethostname(), "owner_pid": os.getpid(),
+            "owner_start": process_start_time(os.getpid())}
+
+
+#: Runs this process is probing right now (a process may run several, one after another or
+#: at once through the Python API): its own run that is not in here is over.
+_ACTIVE: set[str] = set()
+
+
+def owner_alive(run_id: str, host: object, pid: object, start: object) -> bool:
+    """Whether a run's recorded owner may still be probing it. A run without an owner (written
+    by an older kgprobe) is not; one of another host is left alone (its processes cannot be
+    seen from here); on this host, its process must run (same pid and start time) and, when
+    that process is this one, the run must be one it is probing now."""
+    if host is None or pid is None:
+        return False
+    if str(host) != socket.gethostname():
+        return True
+    me = run_owner()
+    if str(pid) == str(me["owner_pid"]) and str(start) == str(me["owner_start"]):
+        return run_id in _ACTIVE
+    try:
+        alive = process_start_time(int(str(pid)))
+    except ValueError:
+        return False
+    return alive is not None and (start is None or str(start) == alive)
+
+
+def release_run(run_id: str) -> None:
+    """This process no longer probes ``run_id`` (finished, failed or interrupted)."""
+    _ACTIVE.discard(run_id)
+
+
 def create_run(graph: Graph, run_id: str, props: dict[str, Any]) -> list[str]:
-    """Record a new ProbeRun; earlier unfinished runs of the same configuration are marked
-    ``interrupted`` (returns their ids)."""
-    rows = graph.write_many([
-        (CREATE_RUN, {"id": run_id, "props": props}),
-        (MARK_INTERRUPTED, {"id": run_id, "config_hash": props.get("config_hash")}),
-    ])
-    return [r["id"] for r in rows[1]]
+    """Record a new ProbeRun, owned by this process (``run_owner``). Earlier runs of the same
+    configuration still marked running whose owner is gone are marked ``interrupted`` (returns
+    their ids); one whose process is alive (a concurrent probe) is left alone."""
+    graph.write(CREATE_RUN, id=run_id, props={**props, **run_owner()})
+    _ACTIVE.add(run_id)
+    running = graph.read(RUNNING_RUNS, id=run_id, config_hash=props.get("config_hash"))
+    dead = [r["id"] for r in running if not owner_alive(r["id"], r["host"], r["pid"], r["start"])]
+    return [r["id"] for r in graph.write(MARK_INTERRUPTED, ids=dead)] if dead else []
 
 
 def update_run(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
-    graph.write(UPDATE_RUN, id=run_id, props=props)
+    """Set properties of a run; its record gone (the graph wiped under the run) is `GraphWiped`."""
+    if not graph.write(UPDATE_RUN, id=run_id, props=props)[0]["n"]:
+        raise GraphWiped(gone(run_id))
+
+
+def gone(run_id: str) -> str:
+    return (f"the graph was wiped, or probe run {run_id[:8]}'s record deleted, while the run was "
+            "probing")
+
+
+def claim_model_key(graph: Graph, key: str, fingerprint: str) -> str:
+    """The fingerprint of the weights ``key`` belongs to, claiming it for ``fingerprint`` if it
+    belongs to none yet. Decided by the server in one MERGE on the unique ``ModelKey.key``, so
+    two probes of different weights under one name started together never both get the key.
+    A key used before ModelKey nodes existed belongs to the weights its probe runs recorded."""
+    check_part(key)
+    seen = key_fingerprints(graph, key)
+    owner = fingerprint if not seen or fingerprint in seen and len(seen) == 1 else sorted(seen - {fingerprint})[0]
+    for attempt in range(3):
+        try:
+            return str(graph.write(CLAIM_MODEL_KEY, key=key, fp=owner, now=provenance_now())[0]["fp"])
+        except ConstraintError:
+            # another probe created the key between our MERGE's look and its commit: read it
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
 
 
 def write_scores(
     graph: Graph, run_id: str, rows: list[dict[str, Any]], *, scored: int, unscorable: int, now: str
 ) -> None:
     """One batch of ``{key, s, props}`` rows (``s``: the subject's QID) and the run's counters,
-    in ONE transaction: a batch is either written with its count or not at all."""
+    in ONE transaction: a batch is either written with its count or not at all.
+
+    The transaction commits only if the run's record and every fact of the batch were found:
+    a graph wiped (or a run record deleted) under the probe is `GraphWiped`, nothing of the
+    batch written, never scores silently matched to nothing and counted as written."""
     for row in rows:
         if not is_qid(str(row.get("s"))):
             raise ConfigError(f"a score row needs its fact's subject QID, got {row.get('s')!r}")
@@ -604,10 +696,20 @@ def write_scores(
             m, _, k = rest.partition("__")
             check_part(m)
             check_part(k)
+
+    def check(results: list[list[dict[str, Any]]]) -> None:
+        written, runs = results[0][0]["n"], results[1][0]["n"]
+        if not runs:
+            raise GraphWiped(gone(run_id))
+        if written != len(rows):
+            raise GraphWiped(f"{len(rows) - written} of the {len(rows)} facts of a write batch are no "
+                             f"longer in the graph: they were deleted while probe run {run_id[:8]} "
+                             "ran (the graph wiped or changed under it); nothing of the batch was written")
+
     graph.write_many([
         (WRITE_SCORES, {"rows": rows}),
         (COUNT_RUN, {"id": run_id, "scored": scored, "unscorable": unscorable, "now": now}),
-    ])
+    ], check=check)
 
 
 def list_runs(graph: Graph) -> list[dict[str, Any]]:

@@ -17,6 +17,8 @@ UNIQUE_KEYS: tuple[tuple[str, str], ...] = (
     ("Redirect", "qid"),
     ("Template", "id"),
     ("ProbeRun", "id"),
+    # the model key a probe writes under, claimed for one model's weights (probe_runs.py)
+    ("ModelKey", "key"),
     # the sampling index (graph/sample_index.py): one slot node per fact and per typed entity,
     # found by its ordinal id ("P19:17", "Q5:3") or by what it stands for
     ("FactSlot", "id"),

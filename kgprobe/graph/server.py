@@ -119,7 +119,7 @@ def _cmdline(pid: int) -> list[str] | None:
     return out.split(" ") if out else None
 
 
-def _start_time(pid: int) -> str | None:
+def process_start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (/proc/PID/stat field 22), if known."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
@@ -173,8 +173,8 @@ class ManagedServer:
             self.users_file.unlink(missing_ok=True)
             state = {
                 "password": secrets.token_urlsafe(24),
-                "bolt_port": self._choose_port(self.settings.bolt_port),
-                "http_port": self._choose_port(self.settings.http_port),
+                "bolt_port": self._choose_port(self.settings.bolt_port, self.settings.bolt_port_from),
+                "http_port": self._choose_port(self.settings.http_port, self.settings.http_port_from),
                 "database": DATABASE,
             }
             write_private_json(self.state_file, state)
@@ -186,9 +186,18 @@ class ManagedServer:
         return state
 
     @staticmethod
-    def _choose_port(preferred: int) -> int:
-        """The preferred port if free, else any free loopback port (recorded in server.json)."""
-        return preferred if not port_open(preferred) else free_port()
+    def _choose_port(preferred: int, asked_by: str | None = None) -> int:
+        """The default port if free, else any free loopback port (recorded in server.json). A
+        port the user configured (``asked_by`` names where) is used as given: taken, it is
+        refused in one line rather than silently swapped for another."""
+        if not port_open(preferred):
+            return preferred
+        if asked_by:
+            raise GraphUnavailable(
+                f"port {preferred} on 127.0.0.1, set by {asked_by}, is taken by another program; "
+                "choose a free port there, or stop that program"
+            )
+        return free_port()
 
     @property
     def password(self) -> str:
@@ -248,7 +257,7 @@ class ManagedServer:
             return False
         recorded = self._state().get("pid_start") if self.state_file.exists() else None
         if recorded and str(self._state().get("pid")) == str(pid):
-            return _start_time(pid) in (None, str(recorded))
+            return process_start_time(pid) in (None, str(recorded))
         return True
 
     def _server_pids(self) -> list[int]:
@@ -357,7 +366,7 @@ class ManagedServer:
 
     def _record_pid(self, pid: int) -> None:
         state = self._state()
-        state.update(pid=pid, pid_start=_start_time(pid))
+        state.update(pid=pid, pid_start=process_start_time(pid))
         write_private_json(self.state_file, state)
         write_private_text(self.pid_file, str(pid))
 

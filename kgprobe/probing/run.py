@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kgprobe.errors import ConfigError, GraphUnavailable
+from kgprobe.errors import ConfigError, GraphUnavailable, GraphWiped
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.client import connect
 from kgprobe.graph.distractors import date_sort_key
@@ -213,6 +213,21 @@ def run_probe(
             device_requested=LOAD_DEFAULTS.device), default=str),
     }
     summary.interrupted_runs = pr.create_run(graph, run_id, run_props)
+    try:
+        return _probe_run(graph, runner, config, summary, plan, todo, measures, ctx, available,
+                          index, index_dir, progress, on_fact, ref)
+    finally:
+        pr.release_run(run_id)
+
+
+def _probe_run(
+    graph: Graph, runner: Runner, config: ProbeConfig, summary: ProbeSummary, plan: LoopPlan,
+    todo: list[dict[str, Any]], measures: list[Any], ctx: Any, available: dict[str, list[tuple[str, str]]],
+    index: SemanticIndex | None, index_dir: str | Path | None, progress: bool,
+    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None, ref: int,
+) -> ProbeSummary:
+    """The scoring half of `run_probe`, once the run is recorded: score, write, finish."""
+    run_id = plan.run_id
 
     needs = frozenset().union(*(m.needs for m in measures))
     engine = runner if config.strategy == "appropt" else None
@@ -231,9 +246,16 @@ def run_probe(
     except GraphUnavailable as exc:
         summary.scored, summary.unscorable = outcome.scored, outcome.unscorable
         summary.status = "interrupted"
+        written = summary.scored + summary.unscorable
+        if isinstance(exc, GraphWiped) or _run_gone(graph, run_id):
+            # what was written went with the graph: say so, never "N facts written"
+            raise GraphWiped(
+                f"{exc if isinstance(exc, GraphWiped) else pr.gone(run_id)}; the {written} facts "
+                f"this run had written (of {len(todo)}) went with it; load the graph again and probe anew"
+            ) from exc
         raise GraphUnavailable(
-            f"{exc} (probe run {run_id[:8]}: {summary.scored + summary.unscorable} of {len(todo)} "
-            "facts written; run the same command again to score the rest)"
+            f"{exc} (probe run {run_id[:8]}: {written} of {len(todo)} facts written; run the same "
+            "command again to score the rest)"
         ) from exc
     except BaseException:
         summary.scored, summary.unscorable = outcome.scored, outcome.unscorable
@@ -255,22 +277,21 @@ def run_probe(
 
 
 def claim_model_key(graph: Graph, key: str, fingerprint: str, on_mismatch: str = "suffix") -> str:
-    """The model key a run writes under. A key belongs to one model's weights (issue 10 #11):
-    the fingerprint recorded on the key's earlier probe runs must equal this one, else the run
-    refuses (``refuse``) or writes under ``<key>_<first 8 hex of the fingerprint>``
-    (``suffix``, the default), so a different file with the same name never overwrites the
-    scores of another model."""
-    seen = pr.key_fingerprints(graph, key)
-    if not seen or seen == {fingerprint}:
+    """The model key a run writes under. A key belongs to one model's weights (issue 10 #11),
+    claimed atomically on the server (``probe_runs.claim_model_key``, issue 38 #5): when it
+    belongs to other weights the run refuses (``refuse``) or writes under ``<key>_<first 8 hex
+    of the fingerprint>`` (``suffix``, the default), so a different file with the same name
+    never overwrites the scores of another model, even when both are probed at once."""
+    owner = pr.claim_model_key(graph, key, fingerprint)
+    if owner == fingerprint:
         return key
     if on_mismatch == "refuse":
         raise ConfigError(
-            f"model key {key} holds scores of other weights (fingerprint {sorted(seen)[0][:12]}…, "
+            f"model key {key} holds scores of other weights (fingerprint {owner[:12]}…, "
             f"this model {fingerprint[:12]}…); rename the model file or let kgprobe suffix the key"
         )
     alt = pr.check_part(f"{key[: pr.MAX_PART - 9]}_{pr.key_part(fingerprint)[:8]}")
-    other = pr.key_fingerprints(graph, alt)
-    if other and other != {fingerprint}:
+    if pr.claim_model_key(graph, alt, fingerprint) != fingerprint:
         raise ConfigError(f"model keys {key} and {alt} both hold scores of other weights")
     return alt
 
@@ -291,6 +312,25 @@ def _index_progress() -> Callable[[str, int, int], None]:
             console.print(f"[dim]{escape(what)}: {done:,}/{total:,} ({pct}%)[/dim]")
 
     return show
+
+
+#: How long a probe that lost its server waits for it to come back before it reports facts as
+#: written: ``db wipe`` stops the server, deletes the database and starts it again.
+RETURN_WAIT = 20.0
+
+
+def _run_gone(graph: Graph, run_id: str) -> bool:
+    """After a lost server: is it back (``db wipe`` restarts it) without this run's record?
+    Asked for up to ``RETURN_WAIT`` seconds; False when it still does not answer (then the
+    facts counted as written are what the server held when it went away)."""
+    deadline = time.monotonic() + RETURN_WAIT
+    while True:
+        try:
+            return pr.get_run(graph, run_id) is None
+        except GraphUnavailable:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1.0)
 
 
 def _try_update(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
