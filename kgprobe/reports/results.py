@@ -281,7 +281,7 @@ def results_files(
                            indent=1, default=str),
         HARNESS: json_text(harness_document(rep, command_seconds=command_seconds), HARNESS,
                            indent=1, default=str),
-        SAMPLES: "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in records),
+        SAMPLES: "".join(json_text(r, SAMPLES, default=str) + "\n" for r in records),
     }
     try:
         import pyarrow as pa
