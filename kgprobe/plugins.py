@@ -1,4 +1,4 @@
-"""Plug-ins from outside the package: entry points and ``--plugin MODULE`` (DESIGN.md §8).
+"""Plug-ins from outside the package: entry points and ``--plugin MODULE`` (docs/design.md §8).
 
 A plug-in is a module that registers measures (``@register`` of
 :mod:`kgprobe.probing.measures.registry`) or backends when it is imported. Two ways in:

@@ -1,7 +1,7 @@
 """Plain records that loaders yield and `graph.ingest` writes.
 
 They are the only contract between the format-aware loaders and the graph: loaders know nothing
-of Cypher, the graph package knows nothing of file formats (DESIGN.md §1).
+of Cypher, the graph package knows nothing of file formats (docs/design.md §1).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 #: Relations of the demo graph: Wikidata English property label and the class used as the
-#: documented fallback type of objects without a declared P31 (DESIGN.md §2): the class of
+#: documented fallback type of objects without a declared P31 (docs/design.md §2): the class of
 #: the relation's objects in the demo graph, chosen after reading BEAR's closed answer spaces.
 RELATIONS: dict[str, tuple[str, str]] = {
     "P6": ("head of government", "Q5"),

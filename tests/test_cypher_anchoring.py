@@ -6,7 +6,7 @@ here, on the source of every module of the package (string constants and f-strin
 ``ast``): a relationship pattern ``(A)-[v:FACT ...]->(B)`` that is looked up by key — ``{key: …}``
 in the pattern, or ``v.key = …`` / ``v.key IN …`` — has an end ``A`` or ``B`` bound through the
 unique ``Entity.qid`` index: ``{qid: …}`` in that node pattern, or its variable bound so earlier
-in the same statement. Cypher lives only in ``kgprobe/graph/`` (DESIGN.md §1): that is checked too.
+in the same statement. Cypher lives only in ``kgprobe/graph/`` (docs/design.md §1): that is checked too.
 """
 
 from __future__ import annotations

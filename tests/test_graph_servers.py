@@ -1,4 +1,4 @@
-"""Where ArcadeDB and Neo4j 5 really differ (DESIGN.md §2), shown on whichever server the suite
+"""Where ArcadeDB and Neo4j 5 really differ (docs/design.md §2), shown on whichever server the suite
 runs against (`make test` runs it on both): the FACT key index that per-fact statements use, and
 what two writers MERGEing one new node meet (a lock, or a ConstraintError)."""
 
@@ -74,7 +74,7 @@ def test_a_per_fact_score_write_finds_its_fact_by_key_and_on_neo4j_through_the_i
 def test_two_writers_merging_one_new_entity_end_with_one_node_on_either_server(graph: Any) -> None:
     """Two transactions MERGE the same new :Entity (unique qid) at once. Neo4j makes the second
     wait on the first's lock, then it finds the node; ArcadeDB lets both run and refuses one commit
-    with a ConstraintError (DESIGN.md §2). Either way one node results, and ingest's
+    with a ConstraintError (docs/design.md §2). Either way one node results, and ingest's
     `write_retrying` treats that refusal as retryable, so a re-run batch completes."""
     from neo4j.exceptions import ConstraintError, Neo4jError
 

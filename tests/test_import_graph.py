@@ -1,5 +1,5 @@
 """kgprobe's modules form no import cycle at any depth, function-level imports included, and
-the layers of DESIGN.md §1 point one way (issue 18 #4, issue 21).
+the layers of docs/design.md §1 point one way (issue 18 #4, issue 21).
 
 Every ``import``/``from … import`` statement of every module counts, wherever it stands (module
 top, function body, try block), except those under ``if TYPE_CHECKING:``, which Python never

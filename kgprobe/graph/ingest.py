@@ -2,7 +2,7 @@
 
 Every write is a MERGE keyed by QID, PID or statement key, so re-running an ingest (or finishing
 one that was killed) creates no duplicate node or edge. Nodes go in their own statements before
-the edges that use them (DESIGN.md §2: ``UNWIND … MERGE … MERGE … ON CREATE SET`` is unreliable
+the edges that use them (docs/design.md §2: ``UNWIND … MERGE … MERGE … ON CREATE SET`` is unreliable
 on ArcadeDB), but inside the same transaction, so a failed batch leaves nothing behind.
 
 A batch refused for a transient reason (a concurrent writer) runs again; one refused for a

@@ -2,7 +2,7 @@
 
 Every Cypher string about templates lives here. Writes are idempotent (MERGE on the stable
 template id, ``kgprobe.records.template_id``), so importing a file twice adds nothing. Nodes
-are written in their own passes before the edges (DESIGN.md §2: ``ON CREATE SET`` after an
+are written in their own passes before the edges (docs/design.md §2: ``ON CREATE SET`` after an
 earlier MERGE of the same statement is unreliable on ArcadeDB).
 """
 

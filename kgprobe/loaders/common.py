@@ -1,6 +1,6 @@
 """What every loader shares: filters, skip counting, compressed input, and Wikidata time values.
 
-Loaders know formats only (DESIGN.md §1); the helpers here keep the JSON, RDF and SPARQL paths
+Loaders know formats only (docs/design.md §1); the helpers here keep the JSON, RDF and SPARQL paths
 producing *identical* records for the same statement, which is what lets the graph key facts by
 statement id whatever the source.
 """

@@ -1,6 +1,6 @@
 """Fill relation templates with labels: full sentences and cloze prompts (pure functions).
 
-Whitespace convention shared with the scoring engine (DESIGN.md §3): a cloze *context* never
+Whitespace convention shared with the scoring engine (docs/design.md §3): a cloze *context* never
 ends in whitespace; the space that separated it from the object slot moves to the front of the
 *continuation* (``"Paris was born in"`` + ``" France"``).
 

@@ -3,7 +3,7 @@ plug-ins: :func:`load_all`), and what needs all of them: creating a measure by n
 run-wide settings of ``--measure`` specs, ``kgprobe measures``' table and the per-relation aggregates of the report.
 
 Kept apart from :mod:`.registry` so that the built-in measures import the registry's base
-classes and this module imports them, with no import going back (DESIGN.md §1).
+classes and this module imports them, with no import going back (docs/design.md §1).
 """
 
 from __future__ import annotations

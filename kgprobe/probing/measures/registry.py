@@ -1,4 +1,4 @@
-"""The measure plug-in contract (DESIGN.md §8): one protocol, one registry.
+"""The measure plug-in contract (docs/design.md §8): one protocol, one registry.
 
 A probe run is a loop over facts; a measure is a value object the loop does not need to know.
 Every measure declares
