@@ -287,6 +287,16 @@ def unknown(
         return unknown_in(graph, model, relation=relation, below=below, measure=measure)[1]
 
 
+def cypher(query: str, params: dict[str, Any] | None = None, *, write: bool = False,
+           settings: Settings | None = None) -> list[dict[str, Any]]:
+    """Rows of a Cypher query of your own, read-only unless ``write``
+    (:func:`kgprobe.graph.query.run_query`; docs/data-model.md has queries to start from)."""
+    from kgprobe.graph.query import run_query
+
+    with connect(settings) as graph:
+        return run_query(graph, query, params, write=write)
+
+
 def compare(
     a: str, b: str, *, measure: str | None = None, threshold: float | None = None,
     settings: Settings | None = None,

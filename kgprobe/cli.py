@@ -393,6 +393,66 @@ def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
         console.print(table)
 
 
+@app.command()
+def cypher(
+    query: str = typer.Argument(..., help="A Cypher query, or the path of a file that holds one."),
+    param: list[str] | None = typer.Option(None, "--param", "-p", help="A query parameter NAME=VALUE (VALUE as JSON if it parses, else text); repeatable."),
+    write: bool = typer.Option(False, "--write", help="Allow a query that writes (default: read-only)."),
+    fmt: str = typer.Option("table", "--format", help="table, json or csv."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON (--format json)."),
+) -> None:
+    """Run a Cypher query of your own against the graph (read-only unless --write); values go
+    in as parameters.
+
+    Example: kgprobe cypher 'MATCH (r:Relation) RETURN r.pid AS pid, r.label AS label' --format csv"""
+    import json
+    from pathlib import Path
+
+    from kgprobe.api import cypher as run
+    from kgprobe.errors import ConfigError
+
+    if fmt not in ("table", "json", "csv"):
+        raise ConfigError(f"unknown --format {fmt!r}; choose from: table, json, csv")
+    path = Path(query)
+    if "\n" not in query and len(query) < 4096 and path.suffix.lower() in (".cypher", ".cql", ".txt"):
+        _require_file(query, "query file")
+        try:
+            query = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    params: dict[str, Any] = {}
+    for item in param or []:
+        name, eq, value = item.partition("=")
+        if not eq or not name.isidentifier():
+            raise ConfigError(f"--param {item!r}: want NAME=VALUE with NAME a plain identifier")
+        try:
+            params[name] = json.loads(value)
+        except ValueError:
+            params[name] = value
+    rows = run(query, params, write=write)
+    if as_json or fmt == "json":
+        _print_json(rows)
+        return
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+
+    def cell(v: Any) -> str:
+        return v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
+
+    if fmt == "csv":
+        from kgprobe.outputs import csv_text
+
+        plain = (str, int, float, bool, type(None))
+        sys.stdout.write(csv_text(columns, ([v if isinstance(v := row.get(c), plain) else cell(v)
+                                             for c in columns] for row in rows)))
+        return
+    from rich.table import Table
+
+    table = Table(*columns, title=f"{len(rows)} row{'s' if len(rows) != 1 else ''}")
+    for row in rows:
+        table.add_row(*(cell(row.get(c)) for c in columns))
+    console.print(table)
+
+
 templates_app = typer.Typer(help="Relation templates: import them into the graph, list them.", no_args_is_help=True)
 app.add_typer(templates_app, name="templates")
 
