@@ -1098,6 +1098,19 @@ def ladder(
     _print_with_files(lad, paths, as_json, print_ladder)
 
 
+#: Options of the whole program that are also accepted after the command (``kgprobe probe … -q``):
+#: no command has options of these names.
+_ANYWHERE = ("-q", "--quiet", "-v", "--verbose")
+
+
+def _hoisted(argv: list[str]) -> list[str]:
+    """``argv`` with -q/-v given after the command moved in front of it, where click reads
+    them (nothing after ``--`` is touched: that is data)."""
+    end = argv.index("--") if "--" in argv else len(argv)
+    flags = [a for a in argv[:end] if a in _ANYWHERE]
+    return flags + [a for a in argv[:end] if a not in _ANYWHERE] + argv[end:]
+
+
 def main() -> None:
     """Entry point: run the app, turning expected errors into one line and an exit code."""
     import logging
@@ -1109,7 +1122,7 @@ def main() -> None:
     from kgprobe.config import redact
 
     try:
-        app(prog_name="kgprobe")
+        app(args=_hoisted(sys.argv[1:]), prog_name="kgprobe")
     except KgprobeError as exc:
         if _verbose and exc.__cause__ is not None:  # --verbose: where the one line came from
             import traceback
