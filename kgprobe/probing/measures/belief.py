@@ -358,15 +358,14 @@ def rank_prompts(
                 except InputError:  # object-inside templates have no cloze
                     break
                 plan = _PromptPlan(pair, t, c.context, "vocab")
-                plan.true_single = [LogProbRequest(c.context, c.continuation(lab))
-                                    for o in pair.objects for lab in o.labels()]
+                plan.true_single = list(dict.fromkeys(
+                    LogProbRequest(c.context, c.continuation(lab))
+                    for o in pair.objects for lab in o.labels()))
                 for o, is_true in [(o, True) for o in pair.objects] + [
                     (d, False) for d in pair.distractors
                 ]:
-                    reqs = []
-                    for lab in o.labels():
-                        cont, eos = end.continuation(c, lab)
-                        reqs.append(LogProbRequest(c.context, cont, eos))
+                    reqs = [LogProbRequest(c.context, cont, eos)  # each distinct sentence once
+                            for cont, eos in end.continuations(c, o)]
                     plan.cand_reqs.append((o, is_true, reqs))
                 plans.append(plan)
     for p in plans:
