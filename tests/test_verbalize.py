@@ -324,3 +324,18 @@ def test_every_candidate_pays_for_the_sentence_end(label: str, types: tuple[str,
     q = make_cloze("Where does [X] play? [Y]", "Someone")  # a question: the end marker's text
     assert EndMarker("tail", ".").continuation(q, e.name) == (at_end, False)
     assert EndMarker("eos").continuation(c, e.name) == (f" {surface(e.name, 'for ')}", True)
+
+
+def test_the_new_rules_mark_scores_of_the_old_rules_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41 changed what careful sentences say (articles, sentence ends, each sentence
+    once): the rules' version in the configuration differs from the one stored scores of the
+    old rules (version 1) carry, so they are re-scored, never mixed."""
+    from kgprobe.probing.measures import registry
+    from kgprobe.probing.measures.catalog import create
+    from kgprobe.probing.measures.registry import RunContext
+
+    m = create("kmin", {})
+    now = m.config(RunContext())
+    monkeypatch.setattr(registry, "CAREFUL_RULES_VERSION", 1)
+    assert m.config(RunContext()) != now
+    assert now["verbalizer_rules"] == 2
