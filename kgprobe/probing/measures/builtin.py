@@ -117,7 +117,9 @@ def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity], obj: Entity)
             {"qid": e.qid, "label": e.label,
              "role": "distractor" if i < n_ds else "past value",
              "also_past_value": i < n_ds and e.qid in past_qids,
-             "log_pl": [float(c.log_pl_distractors[i]) for c in fp.clozes]}
+             "log_pl": [float(c.log_pl_distractors[i]) for c in fp.clozes],
+             # its label's sentence on each cloze, as the run's verbalizer writes it
+             "sentences": [c.sentence.cloze.sentence(e.name) for c in fp.clozes]}
             for i, e in enumerate(fp.distractors)
         ],
     }
