@@ -424,7 +424,7 @@ def _details(sentence: str, obj: float, label: str, dist: float, dist_sentence: 
             "clozes": [{"template": "[X] t [Y].", "subject_label": "S", "context": "S t",
                         "sentence": sentence, "log_pl_object": obj}],
             "distractors": [{"qid": "Q1", "label": label, "role": "distractor",
-                             "also_past_value": False, "log_pl": [dist], "sentences": [dist_sentence]}]}
+                             "also_past_value": False, "log_pl": [dist], "scored": [dist_sentence]}]}
 
 
 def test_careful_vs_raw_lists_the_facts_that_moved_and_why(graph: Any, tmp_path: Path) -> None:
@@ -462,5 +462,5 @@ def test_careful_vs_raw_lists_the_facts_that_moved_and_why(graph: Any, tmp_path:
     md = paths["markdown"].read_text()
     assert "Facts that moved between raw and careful wording (8)" in md
     assert "object: raw “S t United States.” → careful “S t the United States.”: Δ log Pl +0.00" in md
-    assert "distractor Canada (now loses to it)" in md and "≈ log 2: a sentence counted twice?" in md
+    assert "distractor Canada (the object now loses to it)" in md and "≈ log 2: a sentence counted twice?" in md
     assert "Facts that moved" in paths["html"].read_text()

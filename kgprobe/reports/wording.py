@@ -1,8 +1,8 @@
 """Why a fact's score moved between two wordings of the same probe (the demo's careful vs raw
-labels, ``report --vs-measure`` with a ``_vraw`` twin): per moved fact, the cloze sentences
-whose verdict changed, the true object's sentence in both wordings and how much its
-plausibility moved, and each distractor whose comparison flipped with its own sentences and
-change. A reader tells a wording effect (a capital, an article, a period) from a defect by
+labels): per moved fact, the cloze sentences whose verdict changed, the true object's label
+as scored in both wordings (context + continuation with the end marker) and how much its
+plausibility moved, and each distractor whose comparison flipped with its own scored texts
+and change. A reader tells a wording effect (a capital, an article, a period) from a defect by
 reading the two sentences; a change of exactly log 2 nats, the mark of a sentence counted
 twice, is flagged.
 """
@@ -48,7 +48,7 @@ def fact_move(row_a: Mapping[str, Any], row_b: Mapping[str, Any], det_a: Mapping
             wins_a, wins_b = oa > xa, ob > xb
             if wins_a == wins_b:
                 continue
-            sents_a, sents_b = da.get("sentences") or [], db.get("sentences") or []
+            sents_a, sents_b = da.get("scored") or [], db.get("scored") or []
             flips.append({
                 "label": da.get("label"), "object_wins_a": wins_a, "object_wins_b": wins_b,
                 "sentence_a": sents_a[i] if i < len(sents_a) else None,
@@ -57,7 +57,8 @@ def fact_move(row_a: Mapping[str, Any], row_b: Mapping[str, Any], det_a: Mapping
             })
         if flips:
             clozes.append({"template": key[0], "subject_label": key[1],
-                           "sentence_a": ca.get("sentence"), "sentence_b": cb.get("sentence"),
+                           "sentence_a": ca.get("scored") or ca.get("sentence"),
+                           "sentence_b": cb.get("scored") or cb.get("sentence"),
                            "delta_object": oa - ob, "counted_twice": _doubled(oa - ob),
                            "flips": flips})
     return {"key": row_a["key"], "relation": row_a.get("pid"),
@@ -95,7 +96,7 @@ def move_lines(move: Mapping[str, Any], names: tuple[str, str]) -> list[str]:
         lines.append(f"  object: {nb} “{c['sentence_b']}” → {na} “{c['sentence_a']}”: "
                      f"Δ log Pl {c['delta_object']:+.2f}{mark}")
         for f in c["flips"]:
-            who = "now beats it" if f["object_wins_a"] else "now loses to it"
+            who = "the object now beats it" if f["object_wins_a"] else "the object now loses to it"
             fmark = " [≈ log 2: a sentence counted twice?]" if f["counted_twice"] else ""
             lines.append(f"    distractor {f['label']} ({who}): {nb} “{f['sentence_b']}” → "
                          f"{na} “{f['sentence_a']}”: Δ log Pl {f['delta']:+.2f}{fmark}")
