@@ -93,11 +93,15 @@ def move_lines(move: Mapping[str, Any], names: tuple[str, str]) -> list[str]:
         lines.append("  (no per-cloze details for both wordings)")
     for c in move["clozes"]:
         mark = " [≈ log 2: a sentence counted twice?]" if c["counted_twice"] else ""
+        if c["sentence_a"] == c["sentence_b"] and abs(c["delta_object"]) >= 0.005:
+            mark += " (the label reads the same: the change is in its other names' sentences)"
         lines.append(f"  object: {nb} “{c['sentence_b']}” → {na} “{c['sentence_a']}”: "
                      f"Δ log Pl {c['delta_object']:+.2f}{mark}")
         for f in c["flips"]:
             who = "the object now beats it" if f["object_wins_a"] else "the object now loses to it"
             fmark = " [≈ log 2: a sentence counted twice?]" if f["counted_twice"] else ""
+            if f["sentence_a"] == f["sentence_b"] and abs(f["delta"]) >= 0.005:
+                fmark += " (the label reads the same: the change is in its other names' sentences)"
             lines.append(f"    distractor {f['label']} ({who}): {nb} “{f['sentence_b']}” → "
                          f"{na} “{f['sentence_a']}”: Δ log Pl {f['delta']:+.2f}{fmark}")
     return lines
