@@ -351,12 +351,16 @@ def rank_prompts(
     probes: list[Request] = []
     plans: list[_PromptPlan] = []
     for pair in pairs:
+        seen: set[str] = set()  # two subject names written alike make one prompt, counted once
         for t in pair.templates:
             for s in pair.subject.labels(max_subject_labels):
                 try:
                     c = make_cloze(t, s)
                 except InputError:  # object-inside templates have no cloze
                     break
+                if c.context in seen:
+                    continue
+                seen.add(c.context)
                 plan = _PromptPlan(pair, t, c.context, "vocab")
                 plan.true_single = list(dict.fromkeys(
                     LogProbRequest(c.context, c.continuation(lab))
