@@ -148,7 +148,8 @@ def demo(
     With ``compare_raw`` (the default) the same facts are probed a second time with the labels
     written raw (``verbalizer="raw"``, the DFA paper's wording, under its own ``_vraw`` key) and
     the report compares the two wordings fact by fact (``report --vs-measure``): what the
-    careful verbalizer changed (docs/measures.md). Sentences that read the same in both are not
+    careful verbalizer changed (docs/measures.md), and lists every fact whose score moved with
+    the sentences that changed and by how much (kgprobe.reports.wording). Sentences that read the same in both are not
     scored twice: the score cache answers them.
 
     Everything is idempotent: a second demo re-ingests nothing new and re-scores nothing.
@@ -167,7 +168,7 @@ def demo(
     settings = settings or Settings.load()
     graph_file, _ = demo_paths()
     started = time.monotonic()
-    details = FactDetails()
+    details, raw_details = FactDetails(), FactDetails()
     with connect(settings) as graph:
         summary = write_records(graph, load_json(graph_file), quiet=quiet)
         templates = import_own_templates(graph)
@@ -182,7 +183,7 @@ def demo(
             raw_summary = run_probe(
                 model, relations=tuple(relations), sample=None, per_relation=per_relation,
                 dtype=dtype, seed=0, history_first=True, progress=not quiet, graph=graph,
-                verbalizer="raw",
+                verbalizer="raw", on_fact=raw_details,
             )
         probed = time.monotonic()
         careful = measure_key(DEFAULT_MEASURES[0], DEFAULT_STRATEGY, 5)
@@ -191,6 +192,7 @@ def demo(
         rep, paths = build_report(probe_summary.model_key, out=out_dir, graph=graph,
                                   details=details.records, facts=probe_summary.fact_keys,
                                   measure=careful, vs_measure=raw if compare_raw else None,
+                                  vs_details=raw_details.records if compare_raw else None,
                                   overwrite=overwrite, command_seconds=time.monotonic() - started)
     return {
         "ingested": summary.to_dict(),

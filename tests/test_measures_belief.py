@@ -135,6 +135,42 @@ def test_rank_prompts_vocab_and_candidates(gpt2: LoadedModel) -> None:
     assert c.confidence == pytest.approx(math.exp(scores[best]) / z, rel=1e-4)
 
 
+
+def test_names_written_alike_make_one_prompt_and_one_candidate_sentence(gpt2: LoadedModel) -> None:
+    """Careful wording writes the label "United Kingdom" (with its article) and the alias "The
+    United Kingdom" alike: one prompt per distinct context (the pair's mean is not weighted
+    towards it), and a candidate's score sums each distinct sentence once."""
+    from kgprobe.probing.measures.common import logsumexp
+    from kgprobe.probing.verbalize import entity_facts
+
+    def careful(label: str, aliases: tuple[str, ...], types: tuple[str, ...]) -> Entity:
+        return Entity(label, aliases, None, entity_facts(label, aliases, types))
+
+    engine = Engine(gpt2)
+    uk = careful("United Kingdom", ("The United Kingdom",), ("Q6256",))
+    pair = BeliefPair(uk, "P36", (careful("London", (), ("Q515",)),), ("[X] has its capital in [Y].",),
+                      distractors=(careful("Netherlands", ("The Netherlands",), ("Q6256",)),))
+    class Recording:  # the real engine, with the requests it is asked written down
+        asked: list[Any] = []
+
+        def run(self, requests: Any) -> Any:
+            self.asked.extend(requests)
+            return engine.run(requests)
+
+    rec = Recording()
+    outs = rank_prompts(rec, [pair], mode="candidates")
+    assert [o.prompt for o in outs] == ["The United Kingdom has its capital in"]
+    # each candidate's distinct sentences, once each (a duplicate would be summed twice)
+    assert sorted(r.continuation for r in rec.asked if isinstance(r, LogProbRequest) and r.add_eos is False
+                  and r.continuation.endswith(".")) == [" London.", " the Netherlands."]
+    ctx = outs[0].prompt
+    lp = {x: engine.run([LogProbRequest(ctx, x)])[0].logprob  # type: ignore[union-attr]
+          for x in (" London.", " the Netherlands.")}  # "Netherlands" and "The Netherlands": one
+    assert outs[0].rank == (2 if lp[" the Netherlands."] > lp[" London."] else 1)
+    z = logsumexp(lp.values())
+    assert outs[0].confidence == pytest.approx(math.exp(max(lp.values()) - z), rel=1e-4)
+
+
 ICL_POOL = [
     IclFact(Entity("France"), "P36", Entity("Paris"),
             ("The capital of [X] is [Y].", "What is the capital of [X]? [Y].")),

@@ -197,3 +197,40 @@ def test_an_item_built_with_lists_is_planned_without_the_cache() -> None:
         distractor_measure(rec, [item], end=end)
         asked.append(rec.asked)
     assert asked[0] == asked[1] and len(asked[0]) == 3
+
+
+def test_names_written_alike_are_one_sentence(gpt2: LoadedModel) -> None:
+    """The careful writer gives "United Kingdom" its article, and the alias "The United Kingdom"
+    reads the same mid-sentence: Pl(o|c) sums each distinct sentence once (counted twice, it
+    was log 2 nats higher whenever that sentence dominated). The Probability baseline sums the
+    same way."""
+    from kgprobe.probing.measures.baselines import ProbeItem, probability
+    from kgprobe.probing.verbalize import entity_facts
+
+    def careful(label: str, aliases: tuple[str, ...], types: tuple[str, ...]) -> Entity:
+        return Entity(label, aliases, None, entity_facts(label, aliases, types))
+
+    engine = Engine(gpt2)
+    uk = careful("United Kingdom", ("The United Kingdom", "UK"), ("Q6256",))
+    ireland = careful("Ireland", ("The Republic of Ireland",), ("Q6256",))
+    fact = Fact(careful("Belfast", (), ("Q515",)), "P17", uk)
+    end = EndMarker("tail", ".")
+    [fp] = distractor_measure(engine, [DistractorItem(fact, ("[X] is in [Y].",), (ireland,))], end=end)
+    [c] = fp.clozes
+    assert c.sentence.context == "Belfast is in"
+
+    def log_pl(conts: list[str]) -> float:  # the distinct sentences, written out by hand
+        rs = engine.run([LogProbRequest("Belfast is in", x) for x in conts])
+        return logsumexp(r.logprob for r in rs if isinstance(r, LogProbResult))
+
+    # log-values: the random model's probabilities (~1e-43) are below approx's absolute slack
+    assert c.log_pl_true == pytest.approx(log_pl([" the United Kingdom.", " the UK."]), abs=1e-3)
+    assert c.log_pl_distractors[0] == pytest.approx(
+        log_pl([" Ireland.", " the Republic of Ireland."]), abs=1e-3)
+    [got] = probability(engine, [ProbeItem(fact, ("[X] is in [Y].",))], end=end)
+    assert math.log(got.score) == pytest.approx(log_pl([" the United Kingdom.", " the UK."]), abs=1e-3)
+    # the label and its alias alone: one sentence, so Pl is that sentence's probability
+    only = careful("United Kingdom", ("The United Kingdom",), ("Q6256",))
+    [fp1] = distractor_measure(engine, [DistractorItem(Fact(fact.subject, "P17", only),
+                                                       ("[X] is in [Y].",), (ireland,))], end=end)
+    assert fp1.clozes[0].log_pl_true == pytest.approx(log_pl([" the United Kingdom."]), abs=1e-3)

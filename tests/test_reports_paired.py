@@ -416,3 +416,51 @@ def test_popularity_and_staleness_for_both_models(pair_graph: Any, tmp_path: Pat
     assert "other: 1 of 11 probed facts have a past value; overall staleness 0% (n=1)" in page
     assert "hand: 1 of 11 probed facts have a past value; overall staleness 100% (n=1)" in page
     assert "other staleness (n)" in page
+
+
+def _details(sentence: str, obj: float, label: str, dist: float, dist_sentence: str) -> dict[str, Any]:
+    """A per-fact record as the probe writes it (kgprobe.reports.results.FactDetails)."""
+    return {"unscorable": None, "templates": ["[X] t [Y]."],
+            "clozes": [{"template": "[X] t [Y].", "subject_label": "S", "context": "S t",
+                        "sentence": sentence, "log_pl_object": obj}],
+            "distractors": [{"qid": "Q1", "label": label, "role": "distractor",
+                             "also_past_value": False, "log_pl": [dist], "scored": [dist_sentence]}]}
+
+
+def test_careful_vs_raw_lists_the_facts_that_moved_and_why(graph: Any, tmp_path: Path) -> None:
+    """Issue 41: the careful-vs-raw section lists every fact whose score moved (8 of PAIRS'
+    11: all but USA P36, FRANCE P36 and CURIE), largest move first, each with the cloze
+    whose verdict changed: the object's two sentences and Δ log Pl, and each flipped
+    distractor's; a change of exactly log 2 (a sentence counted twice) is flagged."""
+    import math
+
+    from kgprobe.reports.write import report
+
+    load(graph)
+    _seed(graph, "hand", KMIN, A_SCORES, "t1")
+    _seed(graph, "hand", KMIN + "_vraw", B_SCORES, "t2")
+    germany, clinton = _key(graph, GERMANY, "P36", "Q64"), _key(graph, CLINTON, "P27", USA)
+    careful = {germany: _details("S t Berlin.", -1.0, "Bonn", -2.0, "S t Bonn."),
+               clinton: _details("S t the United States.", -2.0, "Canada", -2.0, "S t Canada.")}
+    raw = {germany: _details("S t Berlin.", -3.0, "Bonn", -2.0, "S t Bonn."),
+           clinton: _details("S t United States.", -2.0, "Canada", -2.0 - math.log(2), "S t Canada.")}
+    rep, paths = report("hand", measure=KMIN, vs_measure=KMIN + "_vraw", graph=graph,
+                        details=careful, vs_details=raw, out=tmp_path / "r")
+    moved = {_key(graph, s, p, o) for s, p, o, a, b in PAIRS if a != b}
+    assert len(moved) == 8 and {m["key"] for m in rep.moves} == moved
+    assert [abs(m["score_a"] - m["score_b"]) for m in rep.moves] == [1.0] * 4 + [0.5] * 2 + [0.25] * 2
+    by_key = {m["key"]: m for m in rep.moves}
+    [g] = by_key[germany]["clozes"]
+    assert (g["sentence_a"], g["sentence_b"], g["delta_object"]) == ("S t Berlin.", "S t Berlin.", 2.0)
+    assert [(f["label"], f["object_wins_a"], f["delta"], f["counted_twice"]) for f in g["flips"]] == [
+        ("Bonn", True, 0.0, False)]
+    [c] = by_key[clinton]["clozes"]
+    assert c["delta_object"] == 0.0 and not c["counted_twice"]
+    [f] = c["flips"]
+    assert f["object_wins_a"] is False and f["delta"] == pytest.approx(math.log(2)) and f["counted_twice"]
+    assert by_key[_key(graph, BACH, "P27", GERMANY)]["clozes"] == []  # no details: listed, not explained
+    md = paths["markdown"].read_text()
+    assert "Facts that moved between raw and careful wording (8)" in md
+    assert "object: raw “S t United States.” → careful “S t the United States.”: Δ log Pl +0.00" in md
+    assert "distractor Canada (the object now loses to it)" in md and "≈ log 2: a sentence counted twice?" in md
+    assert "Facts that moved" in paths["html"].read_text()

@@ -114,6 +114,13 @@ def test_results_round_trip_into_pandas(probed: tuple[Any, dict[str, Path], Any]
     assert [c["sentence"] for c in usa["clozes"]] == [
         "The head of state of the United States of America is Joe Biden.",
         "Who is the head of state of the United States of America? Joe Biden"]
+    # ... and as scored, with the end marker (the question's answer too), the distractors' alike
+    assert [c["scored"] for c in usa["clozes"]] == [
+        "The head of state of the United States of America is Joe Biden.",
+        "Who is the head of state of the United States of America? Joe Biden."]
+    assert by_q[OBAMA]["scored"] == [
+        "The head of state of the United States of America is Barack Obama.",
+        "Who is the head of state of the United States of America? Barack Obama."]
 
     # the Parquet copy holds the same records
     pq = pd.read_parquet(paths["parquet"])

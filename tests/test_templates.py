@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -229,3 +231,103 @@ def test_own_templates_import_into_the_graph(graph) -> None:  # type: ignore[no-
     assert sorted(t.id or "" for t in stored) == sorted(t.id or "" for t in expected)
     p19 = list_templates(graph, "P19")
     assert len(p19) >= 3 and any(t.style == STYLE_QUESTION for t in p19)
+
+
+# --- kgprobe's own templates read well with careful labels (issue 41, item 4) ------------------------
+
+_FUNCTION_WORDS = frozenset(re.findall(
+    r"\w+", "the a an of in on at by for to with from is was are were be been has have had its "
+             "his her their and or as that which who what where into does did do"))
+
+
+def _stem(word: str) -> str:
+    w = word.lower().strip(".,'’\"?")
+    return w[:-1] if w.endswith("s") and not w.endswith("ss") and len(w) > 3 else w
+
+
+def _head(label: str) -> str:
+    """The head noun of a name: its last word, or the word before "of" ("Party", "City",
+    "Mountains", "team"; "President" of "President of the United States")."""
+    words = re.findall(r"[\w'-]+", label.partition(" of ")[0])
+    return _stem(words[-1]) if words else ""
+
+
+def _demo_facts(per_relation: int) -> dict[str, list[tuple[str, str]]]:
+    """The first ``per_relation`` facts of each relation in the demo graph (file order), each
+    as (subject, object) written as the careful verbalizer writes them."""
+    import gzip
+
+    from kgprobe.graph.templates import demo_paths
+    from kgprobe.probing.verbalize import entity_facts, name
+
+    items: dict[str, tuple[str, tuple[str, ...], tuple[str, ...], dict[str, Any]]] = {}
+    for e in json.loads(gzip.decompress(demo_paths()[0].read_bytes())):
+        label = (e.get("labels", {}).get("en") or {}).get("value")
+        if e.get("type") != "item" or not label:
+            continue
+        aliases = tuple(a["value"] for a in (e.get("aliases") or {}).get("en") or [])
+        types = [c["mainsnak"].get("datavalue", {}).get("value", {}).get("id")
+                 for c in (e.get("claims") or {}).get("P31", [])]
+        types += [t["type"] for t in e.get("kgprobe_inferred_types") or []]
+        items[e["id"]] = (label, aliases, tuple(t for t in types if t), e.get("claims") or {})
+    out: dict[str, list[tuple[str, str]]] = {}
+    for label, aliases, types, claims in items.values():
+        for pid, statements in claims.items():
+            for st in statements:
+                v = st["mainsnak"].get("datavalue", {}).get("value")
+                o = items.get(v.get("id")) if isinstance(v, dict) else None
+                if o is None or len(out.setdefault(pid, [])) >= per_relation:
+                    continue
+                out[pid].append((name(label, entity_facts(label, aliases, types, pid)),
+                                 name(o[0], entity_facts(o[0], o[1], o[2]))))
+    return out
+
+
+def _appositive(before: str) -> set[str]:
+    """The nouns right before a slot, back to the first function word: "political party" in
+    "is a member of the political party [Y]" (an appositive that names the label's kind)."""
+    out: set[str] = set()
+    for w in reversed(re.findall(r"[\w'-]+|[^\w\s]", before)):
+        if w.lower() in _FUNCTION_WORDS or not w[0].isalnum():
+            break
+        out.add(_stem(w))
+    return out
+
+
+def template_problems(template: str, subject: str, obj: str) -> list[str]:
+    """What reads badly in a careful sentence: a word doubled across a slot ("the the"; not
+    "Jar Jar Binks", whose label has it) or a label whose head noun the appositive right
+    before its slot already says ("the political party Republican Party", "the mountain range
+    Appalachian Mountains", "the sports team Brazil national football team")."""
+    text = fill(template, subject, obj if "[Y]" in template else None)
+    problems = [f"doubled word {m.group(0)!r}" for m in re.finditer(r"\b(\w+)\s+\1\b", text, re.I)
+                if m.group(0) not in subject and m.group(0) not in obj]
+    for slot, label in (("[X]", subject), ("[Y]", obj)):
+        if slot in template and _head(label) in _appositive(template.partition(slot)[0]):
+            problems.append(f"{label!r} repeats the template's {_head(label)!r}")
+    return problems
+
+
+def test_template_problems_are_found() -> None:
+    assert template_problems("[X] is a member of the political party [Y].", "Clarence Thomas",
+                             "Republican Party") == ["'Republican Party' repeats the template's 'party'"]
+    assert template_problems("[X] is in the [Y].", "Eritrea", "the Horn") == ["doubled word 'the the'"]
+    assert template_problems("[X] lies in the mountain range [Y].", "Mount Mitchell",
+                             "Appalachian Mountains") == ["'Appalachian Mountains' repeats the template's 'mountain'"]
+    assert template_problems("The political party of [X] is [Y].", "Clarence Thomas", "Republican Party") == []
+    assert template_problems("[X] was created by [Y].", "Jar Jar Binks", "George Lucas") == []
+    assert template_problems("[X] is a member of [Y].", "Clarence Thomas", "Republican Party") == []
+
+
+def test_own_templates_read_well_with_careful_labels() -> None:
+    """Every one of kgprobe's templates, filled with up to 12 demo facts of its relation as
+    the careful verbalizer writes them: no doubled word, no head noun said twice."""
+    from kgprobe.graph.templates import demo_paths
+
+    facts = _demo_facts(12)
+    records = list(read_templates(demo_paths()[1], "kgprobe"))
+    assert len(records) == 164
+    problems = [(r.pid, r.text, p) for r in records for s, o in facts.get(r.pid, [])
+                for p in template_problems(r.text, s, o)]
+    assert problems == []
+    assert sum(len(facts.get(r.pid, [])) for r in records) > 1500  # every relation has facts

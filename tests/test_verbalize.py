@@ -76,7 +76,7 @@ CASES = [
     ("[X] played for [Y].", ent("Pelé", ("Q5",)), ent("Brazil national football team", ("Q12973014",)),
      "Pelé played for the Brazil national football team."),
     ("[X] played for [Y].", ent("Frank Lampard", ("Q5",)), ent("Chelsea F.C.", ("Q12973014",)),
-     "Frank Lampard played for Chelsea F.C."),
+     "Frank Lampard played for Chelsea FC."),  # one period, and it ends the sentence
     # names of people never get an article, whatever their form
     ("[X] is a sibling of [Y].", ent("Mary I of England", ("Q5",)), ent("Edward VI of England", ("Q5",)),
      "Mary I of England is a sibling of Edward VI of England."),
@@ -94,7 +94,7 @@ CASES = [
     ("[X] is a member of [Y].", ent("Netherlands", subject_of="P463"), ent("NATO", ("Q43229",)),
      "The Netherlands is a member of NATO."),
     ("[X] is developed by [Y].", ent("Blitz: The League"), ent("Midway Games", ("Q4830453",)),
-     "Blitz: The League is developed by Midway Games."),
+     "\"Blitz: The League\" is developed by Midway Games."),  # a subtitled title, quoted
     # templates that already determine the slot: no "the the", no article in an appositive
     ("[X] is a member of the political party [Y].", ent("Clarence Thomas", ("Q5",)),
      ent("Republican Party", ("Q7278",)), "Clarence Thomas is a member of the political party Republican Party."),
@@ -165,9 +165,9 @@ def test_the_article_is_in_the_continuation_of_each_candidate_alone() -> None:
         " the United States of America.", False)
     assert end.continuation(c.cloze, ent("France", ("Q6256",)).name) == (" France.", False)
     assert end.continuation(c.cloze, ent("Netherlands", ("Q6256",)).name) == (" the Netherlands.", False)
-    # a name that ends in a period ends the sentence with it
+    # a name that ends in an abbreviation's period is written without it before the sentence's
     [p] = cloze_sentences(["[X] played for [Y]."], ent("Frank Lampard", ("Q5",)))
-    assert end.continuation(p.cloze, ent("Chelsea F.C.", ("Q12973014",)).name) == (" Chelsea F.C.", False)
+    assert end.continuation(p.cloze, ent("Chelsea F.C.", ("Q12973014",)).name) == (" Chelsea FC.", False)
     assert end.continuation(p.cloze, "Chelsea F.C.") == (" Chelsea F.C..", False)  # raw: as it is
 
 
@@ -224,3 +224,118 @@ def test_unknown_verbalizer_is_refused() -> None:
     assert check_verbalizer("raw") == "raw"
     with pytest.raises(ConfigError, match="careful or raw"):
         check_verbalizer("fancy")
+
+
+# --- articles from evidence, sentence ends (issue 41) ------------------------------------------------
+
+def _demo_entities(*qids: str) -> dict[str, Entity]:
+    """Demo-graph entities as the probe loop builds them: label, aliases, P31 and inferred types."""
+    import gzip
+    import json
+
+    from kgprobe.graph.templates import demo_paths
+
+    want, out = set(qids), {}
+    for e in json.loads(gzip.decompress(demo_paths()[0].read_bytes())):
+        if e.get("type") != "item" or e["id"] not in want:
+            continue
+        label = e["labels"]["en"]["value"]
+        aliases = tuple(a["value"] for a in (e.get("aliases") or {}).get("en") or [])
+        types = [c["mainsnak"]["datavalue"]["value"]["id"] for c in (e.get("claims") or {}).get("P31", [])]
+        types += [t["type"] for t in e.get("kgprobe_inferred_types") or []]
+        out[e["id"]] = ent(label, tuple(types), aliases)
+    assert set(out) == want
+    return out
+
+
+def test_a_the_alias_vouches_for_the_main_label_only() -> None:
+    """"The Arsenal" (an alias of Arsenal F.C.) does not make the alias "Arsenal" "the Arsenal":
+    a club is written bare; "The Arsenal" itself stays what Wikidata lists. A plural nickname
+    known as "The …" takes it ("the Gunners", "the Bulls"); a main label known as "The …"
+    takes it ("the Jewel Tower")."""
+    c = cloze("[X] plays for [Y].", "Pierre-Emerick Aubameyang")
+    built = ent("Arsenal F.C.", ("Q12973014",), ("The Arsenal", "Arsenal", "The Gunners", "Gunners"))
+    assert [c.continuation(x) for x in built.labels()] == [
+        " Arsenal F.C.", " the Arsenal", " Arsenal", " the Gunners", " the Gunners"]
+    demo = _demo_entities("Q9617", "Q631", "Q128109")  # Arsenal F.C., Inter Milan, Chicago Bulls
+    arsenal = dict(zip(demo["Q9617"].labels(), (c.continuation(x) for x in demo["Q9617"].labels()),
+                       strict=True))
+    assert arsenal["Arsenal"] == " Arsenal"
+    inter = {x: c.continuation(x) for x in demo["Q631"].labels()}
+    assert inter["Inter"] == " Inter"
+    bulls = {x: c.continuation(x) for x in demo["Q128109"].labels()}
+    assert bulls["Bulls"] == " the Bulls"
+
+
+@pytest.mark.parametrize(("label", "types", "written"), [
+    # events and editions led by a year
+    ("1998 FIFA World Cup", (), "the 1998 FIFA World Cup"),
+    ("2012 Summer Olympics", (), "the 2012 Summer Olympics"),
+    ("2019–20 Premier League", (), "the 2019–20 Premier League"),
+    ("2017 Washington train derailment", (), "the 2017 Washington train derailment"),  # demo Q46014043
+    # "National … of …" institutions; libraries, galleries, gardens, museums
+    ("National Library of Wales", ("Q43229",), "the National Library of Wales"),
+    ("National Academy of Sciences", ("Q43229",), "the National Academy of Sciences"),  # demo Q270794
+    ("British Library", ("Q43229",), "the British Library"),
+    ("Royal Botanic Gardens", (), "the Royal Botanic Gardens"),
+    ("National Gallery", (), "the National Gallery"),
+    ("Kew Gardens", (), "Kew Gardens"),  # the reviewed exception
+    # subtitled titles of untyped works are quoted (and take no article)
+    ("Léon: The Professional", (), "\"Léon: The Professional\""),  # demo Q484675
+    ("Three Colours: Blue", (), "\"Three Colours: Blue\""),
+    # ... but a typed non-work with a colon is not a title
+    ("CTV: The Comedy Network", ("Q15265344",), "CTV: The Comedy Network"),
+    # people never
+    ("National Hero", ("Q5",), "National Hero"),
+])
+def test_article_classes(label: str, types: tuple[str, ...], written: str) -> None:
+    assert surface(ent(label, types).name, "It was about ") == written
+
+
+def test_demo_classes_take_the_article() -> None:
+    demo = _demo_entities("Q484675", "Q46014043", "Q270794", "Q6397893")
+    assert fill("[X] is about [Y].", "It", demo["Q484675"].name) == 'It is about "Léon: The Professional".'
+    assert fill("[X] is about [Y].", "It", demo["Q46014043"].name) == (
+        "It is about the 2017 Washington train derailment.")
+    assert fill("[X] is about [Y].", "It", demo["Q270794"].name) == (
+        "It is about the National Academy of Sciences.")
+    assert fill("[X] is about [Y].", "It", demo["Q6397893"].name) == "It is about Kew Gardens."
+
+
+@pytest.mark.parametrize(("label", "types", "at_end"), [
+    ("Washington, D.C.", ("Q515",), " Washington, DC."),
+    ("Arsenal F.C.", ("Q12973014",), " Arsenal FC."),
+    ("Paris S. G.", ("Q12973014",), " Paris SG."),
+    ("Apple Inc.", ("Q4830453",), " Apple Inc."),
+    ("Robert Downey Jr.", ("Q5",), " Robert Downey Jr."),
+    ("Paris", ("Q515",), " Paris."),
+])
+def test_every_candidate_pays_for_the_sentence_end(label: str, types: tuple[str, ...],
+                                                    at_end: str) -> None:
+    """A name ending in an abbreviation's period is written without it before the sentence's
+    period, so the last character scored is the sentence's own period for every candidate,
+    never a period that the abbreviation needs anyway; mid-sentence it keeps its periods."""
+    e = ent(label, types)
+    c = cloze("[X] plays for [Y].", "Someone")
+    cont, eos = EndMarker("tail", ".").continuation(c, e.name)
+    assert (cont, eos) == (at_end, False)
+    assert c.sentence(e.name) == f"Someone plays for{at_end}"
+    assert fill("[X] is in [Y].", e.name, "Europe").startswith(surface(e.name, ""))  # subject: as is
+    q = make_cloze("Where does [X] play? [Y]", "Someone")  # a question: the end marker's text
+    assert EndMarker("tail", ".").continuation(q, e.name) == (at_end, False)
+    assert EndMarker("eos").continuation(c, e.name) == (f" {surface(e.name, 'for ')}", True)
+
+
+def test_the_new_rules_mark_scores_of_the_old_rules_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 41 changed what careful sentences say (articles, sentence ends, each sentence
+    once): the rules' version in the configuration differs from the one stored scores of the
+    old rules (version 1) carry, so they are re-scored, never mixed."""
+    from kgprobe.probing.measures import registry
+    from kgprobe.probing.measures.catalog import create
+    from kgprobe.probing.measures.registry import RunContext
+
+    m = create("kmin", {})
+    now = m.config(RunContext())
+    monkeypatch.setattr(registry, "CAREFUL_RULES_VERSION", 1)
+    assert m.config(RunContext()) != now
+    assert now["verbalizer_rules"] == 2

@@ -36,7 +36,7 @@ OBJECT = "[Y]"
 VERBALIZERS = ("careful", "raw")
 #: Version of the careful rules, in the configuration hash of careful runs: a change of the
 #: rules (a new head noun, a new class) must mark scores written under the old ones stale.
-CAREFUL_RULES_VERSION = 1
+CAREFUL_RULES_VERSION = 2
 
 # --- classes (Wikidata QIDs of P31 types) ----------------------------------------------------------
 
@@ -64,6 +64,7 @@ WORK_CLASSES = frozenset({
     "Q11424", "Q7725634", "Q571", "Q8261", "Q47461344", "Q49084", "Q5185279", "Q25379",
     "Q5398426", "Q15416", "Q7366", "Q134556", "Q482994", "Q105543609", "Q2188189", "Q3305213",
     "Q838948", "Q7889", "Q860861", "Q1344", "Q17537576", "Q24856", "Q21191270", "Q1259759",
+    "Q24862", "Q506240", "Q202866", "Q7725310",  # short film, TV film, animated film, series of works
 })
 #: Where the graph declares no type for an entity, the class that the relation's subjects
 #: have in Wikidata (its subject-type constraint), used only to quote titles: the subjects of
@@ -98,6 +99,7 @@ Agency Bureau Service Administration Authority Academy Institute Institution Ass
 Society Committee Council Commission Company Corporation Organisation Organization Navy Army
 Forces Corps Nations Museum Parliament Government Assembly Senate Foundation Trust Klan
 Orchestra Line Railway Centre Center Hotel System Movement Convention
+Library Gallery Gardens Observatory Archives
 """)
 #: Heads that take "the" only in an "X of Y" name: "the University of Oxford" but "Harvard
 #: University"; "the Supreme Court of the United States"; "the City of Brussels"; "the Bay
@@ -110,13 +112,30 @@ Duchy Republic Prefecture Department Ministry Order Church Office Bank Board Hou
 THE_NAMES = _words("""
 Netherlands Philippines Bahamas Maldives Seychelles Comoros Gambia Americas Balkans Andes
 Himalayas Alps Pyrenees Rockies Dolomites Hebrides Azores Falklands Midlands Caucasus Sahara
-Congo
+Congo Vatican
 """)
 _LAKE = re.compile(r"^(Lake|Loch|Mount|Mont|Monte)\s", re.UNICODE)
 _NATIONAL_TEAM = re.compile(r"\bnational\b.*\bteam\b|\bteam$", re.IGNORECASE)
 _INITIALISM = re.compile(r"^(?:[A-Z]\.?){2,6}$")
 _CLUB_MARK = re.compile(r"\b(F\.?C\.?|A\.?F\.?C\.?|S\.?C\.?|C\.?F\.?|CF|FC|SK|BK|IF|AC|CD|SV)\b")
 _LEADING_THE = re.compile(r"^the\s+", re.IGNORECASE)
+#: A year (or season, "2019–20") leading the name of an event or edition: "the 1998 FIFA World
+#: Cup", "the 2012 Summer Olympics", "the 2017 Washington train derailment".
+_YEAR_LED = re.compile(r"^\d{4}(?:[–/-]\d{2,4})?\s+\S")
+#: A plural proper name ("Bulls", "Soviets", "Republicans", "76ers"): with "the" in running
+#: text when the entity is known as "The …".
+_PLURAL = re.compile(r"^\S*[^\Ws](?<!u)(?<!i)s$")
+
+#: The reviewed exceptions where neither the types nor the label's shape decide (each one read
+#: in context; docs/templates.md): names whose shape calls for "the" but which English writes
+#: bare, and names that take "the" which no rule derives.
+NO_THE_LABELS = frozenset({
+    "kew gardens",  # "Kew Gardens is a botanical garden" (but "the Royal Botanic Gardens")
+    "prince philip, duke of edinburgh",  # a person (untyped in the demo graph) with a title
+})
+THE_LABELS = frozenset({
+    "ivory coast", "white house", "hague", "vatican",
+})
 
 
 @dataclass(frozen=True)
@@ -125,11 +144,14 @@ class Facts:
 
     types: frozenset[str] = frozenset()
     #: labels the entity is also known by with a leading "the" ("The University of Sydney"),
-    #: lower-cased without it: Wikidata's own evidence that the name takes the article
+    #: lower-cased without it: Wikidata's evidence that the *main label* takes the article
+    #: (never evidence for another alias: "The Arsenal" does not make "plays for the Arsenal")
     the_forms: frozenset[str] = frozenset()
     #: the entity's main label takes "the" (its initialisms then do too: "the USA", "the UK")
     main_takes_the: bool = False
     work: bool = False
+    #: the entity's main label, lower-cased (the one name a "The …" alias vouches for)
+    main: str = ""
 
 
 class Name(str):
@@ -166,9 +188,12 @@ def entity_facts(label: str, aliases: Iterable[str] = (), types: Iterable[str] =
         ts = frozenset({HUMAN})
     the_forms = frozenset(_LEADING_THE.sub("", a).strip().lower() for a in aliases
                           if a and _LEADING_THE.match(a))
-    work = bool(ts & WORK_CLASSES) or (not ts and subject_of in WORK_SUBJECT_RELATIONS)
-    base = Facts(ts, the_forms, False, work)
-    return Facts(ts, the_forms, _takes_the(label, base), work)
+    work = bool(ts & WORK_CLASSES) or (not ts and (
+        subject_of in WORK_SUBJECT_RELATIONS
+        or ": " in label))  # an untyped "Léon: The Professional": a subtitled title
+    main = label.strip().lower()
+    base = Facts(ts, the_forms, False, work, main)
+    return Facts(ts, the_forms, _takes_the(label, base), work, main)
 
 
 @functools.lru_cache(maxsize=1 << 16)  # pure; called per candidate per cloze sentence
@@ -183,8 +208,17 @@ def _takes_the(label: str, f: Facts) -> bool:
     text = label.strip()
     if not text or f.work or f.types & NO_ARTICLE_CLASSES or _LEADING_THE.match(text):
         return False  # people, common nouns, titles; "The Bahamas" carries its own
-    if text.lower() in f.the_forms:
-        return True  # the entity is also known as "the <label>"
+    low = text.lower()
+    if low in NO_THE_LABELS:
+        return False
+    if low in THE_LABELS:
+        return True
+    if low in f.the_forms and (
+            _PLURAL.match(text) and not text[:1].islower() or  # "the Bulls", "the Soviets"
+            low == f.main and not f.types & SPORTS_TEAM):  # "the White House"; teams: below
+        return True  # Wikidata knows the name as "The <label>"
+    if _YEAR_LED.match(text):
+        return True  # "the 1998 FIFA World Cup", "the 2012 Summer Olympics"
     if f.types & THE_CLASSES:
         return not _LAKE.match(text)
     if _INITIALISM.match(text):
@@ -204,6 +238,8 @@ def _takes_the(label: str, f: Facts) -> bool:
     if not of and words[-1] in THE_NAMES:
         return True  # "the Netherlands", "the Greater Caucasus"; not "Beatrix of the Netherlands"
     if of:
+        if words[0] == "National":
+            return True  # "the National Library of Wales", "the National Academy of Sciences"
         return head.split()[-1] in OF_HEADS if head.split() else False
     return words[-1] in THE_HEADS and len(words) > 1
 
@@ -249,16 +285,40 @@ def _capitalize(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def surface(label: str, before: str = "") -> str:
-    """How ``label`` is written after the text ``before`` (the template up to its slot).
+#: The initialism that ends a name ("D.C.", "F.C.", "U. S. A."), written without its periods
+#: before the sentence's own period.
+_FINAL_INITIALISM = re.compile(r"(?<![\w.])((?:[A-Z]\. ?){1,5}[A-Z]\.)$")
+
+
+def period_free(text: str) -> str:
+    """``text`` without the abbreviation period it ends in, as it is written before the
+    sentence's own period: "Washington, DC", "Arsenal FC", "Apple Inc", "Robert Downey Jr".
+
+    English writes one period where an abbreviation ends a sentence, and then that period no
+    longer tells that the sentence ends ("D.C." pays ~0.3 nats for it, where "Paris." pays
+    up to 4.9): the periodless style (AP/British: "DC", "FC", "Inc") keeps the sentence's
+    period a real sentence end, one token of the same kind for every candidate
+    (docs/measures.md, "Sentence ends")."""
+    m = _FINAL_INITIALISM.search(text)
+    if m:
+        return text[:m.start()] + m.group(1).replace(".", "").replace(" ", "")
+    return text.rstrip(".").rstrip()
+
+
+def surface(label: str, before: str = "", after: str = "") -> str:
+    """How ``label`` is written after the text ``before`` (the template up to its slot) and
+    before ``after`` (what follows the slot, e.g. the sentence's period).
 
     A plain ``str`` is written raw. A :class:`Name` gets "the" unless the template already
     determines the slot, a leading "The" lower-cased mid-sentence ("a citizen of the
-    Bahamas"; dropped after a template's own "the"), quotes for a work's title, and a capital
-    at the start of a sentence."""
+    Bahamas"; dropped after a template's own "the"), quotes for a work's title, a capital
+    at the start of a sentence, and before a period no abbreviation period of its own
+    (:func:`period_free`)."""
     if not isinstance(label, Name):
         return label
     text = str(label)
+    if after.startswith(".") and text.endswith(".") and not label.work:
+        text = period_free(text) or text
     initial = sentence_initial(before)
     determined = after_determiner(before)
     if label.work:
@@ -270,14 +330,6 @@ def surface(label: str, before: str = "") -> str:
         elif label.article and not determined:
             text = "the " + text
     return _capitalize(text) if initial else text
-
-
-def join_tail(label: str, written: str, tail: str) -> str:
-    """``tail`` after a written name: a careful name that ends in a period ("Chelsea F.C.",
-    "Apple Inc.") takes no second one ("… played for Chelsea F.C.", not "F.C..")."""
-    if isinstance(label, Name) and written.endswith(".") and tail.startswith("."):
-        return tail[1:]
-    return tail
 
 
 @dataclass(frozen=True)
@@ -293,12 +345,13 @@ class Cloze:
     separator: str
     tail: str
 
-    def continuation(self, obj: str) -> str:
-        return f"{self.separator}{surface(obj, self.context + self.separator)}"
+    def continuation(self, obj: str, after: str = "") -> str:
+        """The object as written after the context; ``after`` is what will follow it (the
+        end marker's period: a careful name then drops its own abbreviation period)."""
+        return f"{self.separator}{surface(obj, self.context + self.separator, after)}"
 
     def sentence(self, obj: str) -> str:
-        cont = self.continuation(obj)
-        return f"{self.context}{cont}{join_tail(obj, cont, self.tail)}"
+        return f"{self.context}{self.continuation(obj, self.tail)}{self.tail}"
 
 
 def fill(template: str, subject: str, obj: str | None = None) -> str:
@@ -318,10 +371,8 @@ def fill(template: str, subject: str, obj: str | None = None) -> str:
         k, slot = min(hits)
         out.append(rest[:k])
         value: str = subject if slot == SUBJECT else obj  # type: ignore[assignment]
-        written = surface(value, "".join(out))
-        out.append(written)
         rest = rest[k + len(slot):]
-        rest = join_tail(value, written, rest)
+        out.append(surface(value, "".join(out), rest))
 
 
 def cloze(template: str, subject: str, style: str | None = None) -> Cloze:

@@ -6,7 +6,15 @@ from typing import TYPE_CHECKING
 
 from kgprobe.reports.build import bucket_label
 from kgprobe.reports.data import Report
-from kgprobe.reports.text import bucket_cells, chance_note, other_measures, paired_note, title
+from kgprobe.reports.text import (
+    bucket_cells,
+    chance_note,
+    moves_lines,
+    moves_title,
+    other_measures,
+    paired_note,
+    title,
+)
 from kgprobe.reports.text import ci as _ci
 from kgprobe.reports.text import diff as _diff
 from kgprobe.reports.text import fmt as _fmt
@@ -85,6 +93,11 @@ def print_report(rep: Report, console: Console) -> None:
                          end_section=len(rep.paired) > 1 and pg is rep.paired[-2])
         console.print(ptab)
         console.print(Text(visible(paired_note(rep))), highlight=False)
+    if rep.moves:
+        console.print(Text(visible(moves_title(rep)), style="bold"), highlight=False)
+        for move in rep.moves:
+            for line in moves_lines(rep, move):
+                console.print(Text(visible(line)), highlight=False, soft_wrap=True)
     others = other_measures(rep)
     if others:
         mt = Table("measure", "relation", "facts", "mean [95% CI]", "more",

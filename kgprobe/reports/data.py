@@ -99,6 +99,9 @@ class Report:
     #: which facts: "all" (every fact scored for the model) or "run" (the facts of one probe
     #: run: ``probe --output-path``)
     scope: str = "all"
+    #: one model under two wordings (the demo's careful vs raw): the facts whose score moved,
+    #: each with the sentences that changed (kgprobe.reports.wording.wording_moves)
+    moves: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def same_model(self) -> bool:

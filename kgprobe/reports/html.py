@@ -21,6 +21,8 @@ from kgprobe.reports.text import (
     bucket_cells,
     chance_note,
     display_name,
+    moves_lines,
+    moves_title,
     other_measures,
     paired_note,
 )
@@ -203,7 +205,10 @@ def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
     stale_html = (f"{stale_notes}{stale}" if stale
                   else "<p class=note>No probed fact has a past value.</p>")
     vs_fact, vs_group = vs_svgs(rep, keep)
-    vs_html = (f"<h2>{_esc(na)} vs {_esc(nb)}</h2>{comparison}{_paired_html(rep)}"
+    moves_html = (f'<h3>{_esc(moves_title(rep))}</h3><ul id="moves">'
+                  + "".join("<li>" + "<br>".join(_esc(x) for x in moves_lines(rep, mv)) + "</li>"
+                            for mv in rep.moves) + "</ul>") if rep.moves else ""
+    vs_html = (f"<h2>{_esc(na)} vs {_esc(nb)}</h2>{comparison}{_paired_html(rep)}{moves_html}"
                f'<div style="display:flex;gap:12px;flex-wrap:wrap">{vs_fact}{vs_group}</div>'
                if b is not None else "")
     measures_html = _measures_html(rep)

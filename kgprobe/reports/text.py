@@ -151,8 +151,25 @@ def markdown(rep: Report) -> str:
     phead, prows = paired_table(rep)
     if phead:
         out += ["\n### Paired comparison\n", _md_table(phead, prows)]
+    if rep.moves:
+        out += [f"\n### {_md_cell(moves_title(rep))}\n",
+                "\n".join(_md_cell(x) + "  " for m in rep.moves for x in moves_lines(rep, m)) + "\n"]
     out += ["\n" + "\n".join(f"{_md_cell(n)}  " for n in notes(rep)) + "\n"]
     return "\n".join(out)
+
+
+def moves_title(rep: Report) -> str:
+    a, b = rep.names()
+    return (f"Facts that moved between {b} and {a} wording ({len(rep.moves)}), with the sentences "
+            "that changed (Δ log Pl in nats)")
+
+
+def moves_lines(rep: Report, move: dict[str, Any]) -> list[str]:
+    """One moved fact as lines (kgprobe.reports.wording.move_lines), labels made visible."""
+    from kgprobe.reports.wording import move_lines
+
+    a, b = rep.names()
+    return move_lines(move, (a, b or "B"))
 
 
 # --- LaTeX ------------------------------------------------------------------------------------------

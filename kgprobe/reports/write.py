@@ -89,12 +89,14 @@ def report(
     settings: Settings | None = None, graph: Graph | None = None,
     details: dict[str, dict[str, Any]] | None = None, facts: Collection[str] | None = None,
     overwrite: bool = False, command_seconds: float | None = None, vs_measure: str | None = None,
+    vs_details: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[Report, dict[str, Path]]:
     """Build the report and, with ``out``, write the report files and the results file there
     (paths returned). ``details``: per-fact distractor records from a probe (kgprobe.reports.results);
     ``facts``: report on these fact keys only (one run's); ``overwrite``: replace a directory
     that holds another report (kgprobe.outputs.check_owner); ``vs_measure``: the model against
-    itself under another measure key (build_report)."""
+    itself under another measure key (build_report); ``vs_details``: that measure's per-fact
+    records, with which the report lists the facts that moved and why (kgprobe.reports.wording)."""
     from kgprobe.graph.client import connect
 
     check_grouping(by, type_of)  # before the graph is contacted
@@ -109,6 +111,10 @@ def report(
     finally:
         if graph is None:
             g.close()
+    if vs_details is not None and details is not None and rep.other is not None and rep.same_model:
+        from kgprobe.reports.wording import wording_moves
+
+        rep.moves = wording_moves(rep.primary.facts, rep.other.facts, details, vs_details)
     paths = (write_report(rep, out, details=details, overwrite=overwrite,
                           command_seconds=command_seconds) if out is not None else {})
     return rep, paths

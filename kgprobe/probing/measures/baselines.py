@@ -91,10 +91,8 @@ def probability(
     for item in items:
         per = []
         for c in _clozes(item, max_subject_labels):
-            rs = []
-            for lab in item.fact.object.labels():
-                cont, eos = end.continuation(c.cloze, lab)
-                rs.append(LogProbRequest(c.context, cont, eos))
+            rs = [LogProbRequest(c.context, cont, eos)  # each distinct sentence once
+                  for cont, eos in end.continuations(c.cloze, item.fact.object)]
             reqs.extend(rs)
             per.append(rs)
         plans.append((item, per))

@@ -351,22 +351,25 @@ def rank_prompts(
     probes: list[Request] = []
     plans: list[_PromptPlan] = []
     for pair in pairs:
+        seen: set[str] = set()  # two subject names written alike make one prompt, counted once
         for t in pair.templates:
             for s in pair.subject.labels(max_subject_labels):
                 try:
                     c = make_cloze(t, s)
                 except InputError:  # object-inside templates have no cloze
                     break
+                if c.context in seen:
+                    continue
+                seen.add(c.context)
                 plan = _PromptPlan(pair, t, c.context, "vocab")
-                plan.true_single = [LogProbRequest(c.context, c.continuation(lab))
-                                    for o in pair.objects for lab in o.labels()]
+                plan.true_single = list(dict.fromkeys(
+                    LogProbRequest(c.context, c.continuation(lab))
+                    for o in pair.objects for lab in o.labels()))
                 for o, is_true in [(o, True) for o in pair.objects] + [
                     (d, False) for d in pair.distractors
                 ]:
-                    reqs = []
-                    for lab in o.labels():
-                        cont, eos = end.continuation(c, lab)
-                        reqs.append(LogProbRequest(c.context, cont, eos))
+                    reqs = [LogProbRequest(c.context, cont, eos)  # each distinct sentence once
+                            for cont, eos in end.continuations(c, o)]
                     plan.cand_reqs.append((o, is_true, reqs))
                 plans.append(plan)
     for p in plans:

@@ -97,27 +97,36 @@ class _DistractorK(Measure):
                          else 0.0 for c in fp.clozes]
                 stale = sum(flags) / len(flags)
             out.append({"score": _mean(got), "stale": stale,
-                        "_details": _distractor_details(fp, n_ds, f.past, f.object)})
+                        "_details": _distractor_details(fp, n_ds, f.past, f.object, ctx.end)})
         return out
 
 
-def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity], obj: Entity) -> dict[str, Any]:
+def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity], obj: Entity,
+                        end: Any) -> dict[str, Any]:
     """What the per-fact records (kgprobe.reports.results) show of one scored fact: its cloze
-    sentences (with the true object, as the run's verbalizer writes it) and every distractor's
-    (and past value's) log-plausibility on each. Keys starting with ``_`` never reach the graph."""
+    sentences (with the true object, as the run's verbalizer writes it), the label's text as
+    scored (context + continuation with the end marker: what the careful-vs-raw section
+    compares), and every distractor's (and past value's) log-plausibility and scored text on
+    each. Keys starting with ``_`` never reach the graph."""
     past_qids = {e.qid for e in past}
+
+    def scored(c: Any, e: Entity) -> str:
+        return c.sentence.context + end.continuation(c.sentence.cloze, e.name)[0]
+
     return {
         "templates": list(dict.fromkeys(c.sentence.template for c in fp.clozes)),
         "clozes": [{"template": c.sentence.template, "subject_label": c.sentence.subject_label,
                     "context": c.sentence.context,
                     "sentence": c.sentence.cloze.sentence(obj.name),
+                    "scored": scored(c, obj),
                     "log_pl_object": float(c.log_pl_true)}
                    for c in fp.clozes],
         "distractors": [
             {"qid": e.qid, "label": e.label,
              "role": "distractor" if i < n_ds else "past value",
              "also_past_value": i < n_ds and e.qid in past_qids,
-             "log_pl": [float(c.log_pl_distractors[i]) for c in fp.clozes]}
+             "log_pl": [float(c.log_pl_distractors[i]) for c in fp.clozes],
+             "scored": [scored(c, e) for c in fp.clozes]}
             for i, e in enumerate(fp.distractors)
         ],
     }

@@ -17,7 +17,7 @@ from typing import Literal, Protocol
 
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.probing.requests import Request, Result
-from kgprobe.probing.verbalize import OBJECT, SUBJECT, Cloze, Facts, cloze, fill, join_tail, name
+from kgprobe.probing.verbalize import OBJECT, SUBJECT, Cloze, Facts, cloze, fill, name
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION, derive_style
 
 
@@ -147,15 +147,22 @@ class EndMarker:
 
     def continuation(self, c: Cloze, label: str) -> tuple[str, bool]:
         """(continuation text, add_eos) for ``label`` after cloze ``c``."""
-        base = c.continuation(label)
         if self.kind == "eos":
-            return base, True
+            return c.continuation(label), True
         if self.kind == "none":
-            return base, False
-        if self.kind == "tail":
-            tail = c.tail.rstrip()
-            return base + join_tail(label, base, tail if tail else self.text), False
-        return base + join_tail(label, base, self.text), False
+            return c.continuation(label), False
+        text = (c.tail.rstrip() or self.text) if self.kind == "tail" else self.text
+        # every candidate pays for the sentence's end: a careful name that ends in an
+        # abbreviation's period is written without it before this period ("Washington, DC.")
+        return c.continuation(label, text) + text, False
+
+    def continuations(self, c: Cloze, entity: Entity,
+                      max_labels: int | None = None) -> tuple[tuple[str, bool], ...]:
+        """The distinct (continuation, add_eos) of ``entity``'s names after ``c``, in name
+        order: two names a careful writer renders alike (the label "United Kingdom" with its
+        article and the alias "The United Kingdom") are ONE sentence, so a sum over names
+        (Pl(o|c) = Σ_λ P(λ + EOS | c)) counts it once, not log 2 nats higher."""
+        return tuple(dict.fromkeys(self.continuation(c, lab) for lab in entity.labels(max_labels)))
 
 
 #: Per-model end markers (documented in docs/measures.md). Models not listed use ``tail``.

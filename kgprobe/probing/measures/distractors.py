@@ -2,6 +2,8 @@
 of Language Models Using Distractors", §3.2).
 
     Pl(o|c)  = Σ_{λ∈Λ(o)} P(λ + EOS | c)                               (1)
+
+(the sum runs over the distinct sentences the labels make: two labels written alike count once)
     K(f|c)   = Agg_{o*∈Δ_n(f)} 1[Pl(o|c) > Pl(o*|c)]                   (2)
     K(f)     = 1/|C| Σ_{c∈C} K(f|c)                                     (3)
 
@@ -98,12 +100,10 @@ class DistractorItem:
 def plausibility_requests(
     c: ClozeSentence, entity: Entity, end: EndMarker, max_labels: int | None = None
 ) -> list[LogProbRequest]:
-    """One request per label λ of ``entity``: log P(λ + EOS | c)."""
-    out = []
-    for lab in entity.labels(max_labels):
-        cont, eos = end.continuation(c.cloze, lab)
-        out.append(LogProbRequest(c.context, cont, eos))
-    return out
+    """One request per distinct sentence of ``entity``'s labels λ: log P(λ + EOS | c) (two
+    labels written alike are one sentence, counted once in Pl; EndMarker.continuations)."""
+    return [LogProbRequest(c.context, cont, eos)
+            for cont, eos in end.continuations(c.cloze, entity, max_labels)]
 
 
 #: One item's clozes, each with its request groups (the true object's, then each distractor's).
