@@ -1,0 +1,174 @@
+"""Two-model reports that read well at any width (issue 40, item 2): the HTML page laid out by a
+real browser (headless Chromium at 1280 px) with long model keys, side-by-side figures on the
+same facts or saying loudly that they are not, legends naming both models, and terminal tables
+at 100 columns that never wrap a mean with its interval."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from distractor_world import BACH, BIDEN, BUSH, CLINTON, CURIE, FRANCE, GERMANY, OBAMA, TRUMP, USA
+from probe_world import load
+
+from kgprobe.graph import probe_runs as pr
+
+KMIN = "kmin_temp_sem_n5"
+# the issue's case: one model at two dtypes, so the page names them by their (long) keys
+KEY_A, KEY_B = "smollm2_135m", "smollm2_135m_bf16"
+MODEL = "HuggingFaceTB/SmolLM2-135M"
+
+# (subject, pid, object, score of A, score of B or None: B was not probed on that fact)
+FACTS = [
+    (USA, "P35", BIDEN, 0.0, 1.0),
+    (USA, "P36", "Q61", 1.0, 1.0),
+    (FRANCE, "P36", "Q90", 0.0, None),
+    (GERMANY, "P36", "Q64", 1.0, None),
+    (OBAMA, "P27", USA, 0.0, 1.0),
+    (TRUMP, "P27", USA, 0.25, 0.75),
+    (BIDEN, "P27", USA, 0.0, None),
+    (BUSH, "P27", USA, 0.75, None),
+    (CLINTON, "P27", USA, 0.5, 0.25),
+    (CURIE, "P27", FRANCE, 0.0, None),
+    (BACH, "P27", GERMANY, 0.0, None),
+]
+N_A = len(FACTS)  # 11
+N_B = sum(1 for f in FACTS if f[4] is not None)  # 5, all of them also probed for A
+
+
+def _key(graph: Any, subject: str, pid: str, obj: str) -> str:
+    rows = graph.read(
+        "MATCH (s:Entity {qid: $s})-[f:FACT]->(o:Entity {qid: $o}) WHERE f.pid = $p RETURN f.key AS k",
+        s=subject, p=pid, o=obj,
+    )
+    return str(rows[0]["k"])
+
+
+def _seed(graph: Any, model_key: str, col: int) -> None:
+    sp = pr.ScoreProps(model_key, KMIN)
+    run_id = f"run-{model_key}"
+    pr.create_run(graph, run_id, {"model": MODEL, "model_key": model_key, "measure_keys": [KMIN],
+                                  "threshold": 0.5, "status": "finished", "started": "t1"})
+    rows = [{"key": _key(graph, f[0], f[1], f[2]), "s": f[0],
+             "props": {sp.score: f[col], sp.run: run_id, sp.stale: None}}
+            for f in FACTS if f[col] is not None]
+    pr.write_scores(graph, run_id, rows, scored=len(rows), unscorable=0, now="t1")
+
+
+@pytest.fixture()
+def dtype_graph(graph: Any) -> Any:
+    load(graph)
+    _seed(graph, KEY_A, 3)
+    _seed(graph, KEY_B, 4)
+    return graph
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+_MEASURE = """<script>
+window.addEventListener('load', () => {
+  const out = [];
+  for (const t of document.querySelectorAll('table')) {
+    const cell = t.querySelector('tbody td');
+    if (!cell) continue;
+    out.push(`${t.id || 'table'}:${Math.round(cell.getBoundingClientRect().width)}:` +
+             `${Math.round(t.getBoundingClientRect().right)}`);
+  }
+  const pre = document.createElement('pre');
+  pre.id = 'kgprobe-measured';
+  pre.textContent = out.join(' ') + ' viewport:' + document.documentElement.clientWidth;
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+def _measure(browser: str, page: Path, tmp: Path, width: int) -> dict[str, tuple[int, int]]:
+    """Each table's first column's rendered width and the table's right edge, in CSS pixels,
+    as Chromium lays the page out in a window ``width`` pixels wide (the script is added here,
+    the page itself has none)."""
+    html = page.read_text(encoding="utf-8").replace("</body>", _MEASURE + "</body>")
+    probe = tmp / f"measure-{width}.html"
+    probe.write_text(html, encoding="utf-8")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--no-first-run", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+           f"--user-data-dir={tmp / f'profile-{width}'}", f"--window-size={width},900",
+           "--dump-dom", probe.as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = re.search(r'<pre id="kgprobe-measured">(.*?)</pre>', proc.stdout, re.S)
+    assert found is not None, proc.stdout[-2000:]
+    out: dict[str, tuple[int, int]] = {}
+    for item in found.group(1).split():
+        name, *nums = item.split(":")
+        out[name] = (int(nums[0]), int(nums[1]) if len(nums) > 1 else 0)
+    return out
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_relation_column_is_readable_in_chromium(dtype_graph: Any, tmp_path: Path, width: int) -> None:
+    """The issue's page (two long model keys): the relation column collapsed to one character
+    per line (about 10 px). Laid out by Chromium, the relation column of the groups and paired
+    tables is at least as wide as its longest label's longest word ("citizenship" at 13 px
+    DejaVu Sans is about 80 px), and no table runs off the window."""
+    browser = _chromium()
+    if browser is None:
+        pytest.skip("Chromium is not installed (make chromium installs it where apt-get is available)")
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.write import write_report
+
+    rep = build_report(dtype_graph, KEY_A, vs=KEY_B, seed=0)
+    assert rep.names() == (KEY_A, KEY_B)
+    page = write_report(rep, tmp_path / "rep")["html"]
+    got = _measure(browser, page, tmp_path, width)
+    viewport = got["viewport"][0]
+    for table in ("groups", "paired"):
+        col, right = got[table]
+        assert col >= 80, f"{table}: relation column {col} px wide at {width} px ({got})"
+        assert right <= viewport, f"{table}: runs off the window ({got})"
+    out = os.environ.get("KGPROBE_SCREENSHOT_DIR")
+    if out:  # a picture for a human to look at
+        subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                        f"--user-data-dir={tmp_path / 'profile-shot'}", f"--window-size={width},2600",
+                        f"--screenshot={Path(out) / f'report-vs-{width}.png'}", page.as_uri()],
+                       capture_output=True, timeout=180, check=False)
+
+
+def _cli_report(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    exe = str(Path(sys.executable).parent / "kgprobe")
+    return subprocess.run([exe, "report", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_terminal_tables_fit_100_columns(dtype_graph: Any, kgprobe_env: dict[str, str]) -> None:
+    """`kgprobe report -m A --vs B` at COLUMNS=100 (the issue: every `mean [95% CI]` wrapped
+    over 2-3 lines at 80 and 120 columns): no line is wider than 100 and every mean with its
+    interval, each model's and the paired differences, is printed whole on one line."""
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.text import ci, diff
+
+    r = _cli_report({**kgprobe_env, "COLUMNS": "100"}, "-m", KEY_A, "--vs", KEY_B)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, r.stdout
+    rep = build_report(dtype_graph, KEY_A, vs=KEY_B, seed=0)
+    assert rep.other is not None
+    whole = [ci(g) for m in (rep.primary, rep.other) for g in [*m.groups, m.overall]]
+    whole += [diff(pg) for pg in rep.paired]
+    assert "0.318 [" in " ".join(whole)  # A's 11 facts: 3.5/11, with an interval
+    for cell in whole:
+        assert cell in r.stdout, f"{cell!r} is not on one line:\n{r.stdout}"
+    # the two models' rows are over different facts, and the output says so
+    assert f"Not the same facts: {KEY_A} was scored on {N_A} facts, {KEY_B} on {N_B}, {N_B} of them" in \
+        " ".join(r.stdout.split())
+    assert "…" not in r.stdout  # nothing cut off
