@@ -27,7 +27,7 @@ MODEL = "HuggingFaceTB/SmolLM2-135M"
 # (subject, pid, object, score of A, score of B or None: B was not probed on that fact)
 FACTS = [
     (USA, "P35", BIDEN, 0.0, 1.0),
-    (USA, "P36", "Q61", 1.0, 1.0),
+    (USA, "P36", "Q61", 1.0, None),  # B has no fact of A's best relation (P36)
     (FRANCE, "P36", "Q90", 0.0, None),
     (GERMANY, "P36", "Q64", 1.0, None),
     (OBAMA, "P27", USA, 0.0, 1.0),
@@ -39,7 +39,7 @@ FACTS = [
     (BACH, "P27", GERMANY, 0.0, None),
 ]
 N_A = len(FACTS)  # 11
-N_B = sum(1 for f in FACTS if f[4] is not None)  # 5, all of them also probed for A
+N_B = sum(1 for f in FACTS if f[4] is not None)  # 4, all of them also probed for A
 
 
 def _key(graph: Any, subject: str, pid: str, obj: str) -> str:
@@ -172,3 +172,55 @@ def test_terminal_tables_fit_100_columns(dtype_graph: Any, kgprobe_env: dict[str
     assert f"Not the same facts: {KEY_A} was scored on {N_A} facts, {KEY_B} on {N_B}, {N_B} of them" in \
         " ".join(r.stdout.split())
     assert "…" not in r.stdout  # nothing cut off
+
+
+def test_side_by_side_figures_compare_the_same_facts(dtype_graph: Any, tmp_path: Path) -> None:
+    """The issue's report put A's "all facts" over 89 facts beside B's over 30 and named only A
+    in the forest plot's legend. Here A has 11 facts, B 4 of them and none of A's best relation:
+    the legend names both models, the histogram counts both on B's 4 facts, the per-relation
+    plot places each relation at its paired means, and the page says loudly that the models'
+    own rows are over different facts."""
+    import numpy as np
+
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.html import render_html
+
+    rep = build_report(dtype_graph, KEY_A, vs=KEY_B, seed=0)
+    keep: dict[str, Any] = {}
+    page = render_html(rep, keep)
+    legend = keep["forest"].axes[0].get_legend()
+    assert {t.get_text() for t in legend.get_texts()} == {KEY_A, KEY_B, "chance 0.167"}
+
+    hist = keep["histogram"].axes[0]
+    assert {t.get_text() for t in hist.get_legend().get_texts()} == {f"{KEY_A} (n={N_B})", f"{KEY_B} (n={N_B})"}
+    common = [f for f in FACTS if f[4] is not None]
+    want_a, _ = np.histogram([f[3] for f in common], bins=np.linspace(0, 1, 11))
+    want_b, _ = np.histogram([f[4] for f in common], bins=np.linspace(0, 1, 11))
+    heights = [p.get_height() for p in hist.patches]
+    assert heights == [*want_a.tolist(), *want_b.tolist()]
+
+    # per relation on the shared facts: P27 is OBAMA, TRUMP, CLINTON -> A (0 + .25 + .5)/3, B (1 + .75 + .25)/3
+    dots = {t.get_text(): t.xy for t in keep["vs-groups"].axes[0].texts}
+    assert set(dots) == {"P27", "P35"}
+    assert dots["P27"] == pytest.approx((0.25, 2 / 3)) and dots["P35"] == pytest.approx((0.0, 1.0))
+
+    warn = re.search(r'<p class="warn" id="not-same-facts" role="note">(.*?)</p>', page, re.S)
+    assert warn is not None
+    assert f"{KEY_A} was scored on {N_A} facts, {KEY_B} on {N_B}, {N_B} of them for both" in warn.group(1)
+    # on the facts both have (one probe run's facts, say), nothing to warn about
+    keys = [_key(dtype_graph, *f[:3]) for f in common]
+    same = build_report(dtype_graph, KEY_A, vs=KEY_B, seed=0, facts=keys)
+    assert 'id="not-same-facts"' not in render_html(same)
+
+
+def test_html_escapes_labels_from_the_data(dtype_graph: Any) -> None:
+    """The template autoescapes (a guard for the move to Jinja2, not a regression: the old page
+    escaped too): a relation label that is markup reaches the page as text."""
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.html import render_html
+
+    dtype_graph.write("MATCH (r:Relation {pid: 'P27'}) SET r.label = $l",
+                      l='<img src=x onerror="alert(1)"> & co')
+    page = render_html(build_report(dtype_graph, KEY_A, vs=KEY_B, seed=0))
+    assert "<img src=x" not in page
+    assert "P27 &lt;img src=x onerror=" in page and "&gt; &amp; co" in page
