@@ -50,10 +50,10 @@ def _key(graph: Any, subject: str, pid: str, obj: str) -> str:
     return str(rows[0]["k"])
 
 
-def _seed(graph: Any, model_key: str, col: int) -> None:
-    sp = pr.ScoreProps(model_key, KMIN)
-    run_id = f"run-{model_key}"
-    pr.create_run(graph, run_id, {"model": MODEL, "model_key": model_key, "measure_keys": [KMIN],
+def _seed(graph: Any, model_key: str, col: int, measure: str = KMIN) -> None:
+    sp = pr.ScoreProps(model_key, measure)
+    run_id = f"run-{model_key}-{measure}"
+    pr.create_run(graph, run_id, {"model": MODEL, "model_key": model_key, "measure_keys": [measure],
                                   "threshold": 0.5, "status": "finished", "started": "t1"})
     rows = [{"key": _key(graph, f[0], f[1], f[2]), "s": f[0],
              "props": {sp.score: f[col], sp.run: run_id, sp.stale: None}}
@@ -150,28 +150,49 @@ def _cli_report(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[
     return subprocess.run([exe, "report", *args], capture_output=True, text=True, env=env, timeout=300)
 
 
-def test_terminal_tables_fit_100_columns(dtype_graph: Any, kgprobe_env: dict[str, str]) -> None:
-    """`kgprobe report -m A --vs B` at COLUMNS=100 (the issue: every `mean [95% CI]` wrapped
-    over 2-3 lines at 80 and 120 columns): no line is wider than 100 and every mean with its
-    interval, each model's and the paired differences, is printed whole on one line."""
-    from kgprobe.reports.build import build_report
+def _whole_on_lines(out: str, rep: Any) -> None:
+    """No line over 100 columns; every mean with its interval (both models') and every paired
+    difference printed whole, on one line; nothing cut off with an ellipsis."""
     from kgprobe.reports.text import ci, diff
 
-    r = _cli_report({**kgprobe_env, "COLUMNS": "100"}, "-m", KEY_A, "--vs", KEY_B)
-    assert r.returncode == 0, r.stderr[-2000:]
-    lines = r.stdout.splitlines()
-    assert max(len(line) for line in lines) <= 100, r.stdout
-    rep = build_report(dtype_graph, KEY_A, vs=KEY_B, seed=0)
-    assert rep.other is not None
+    assert max(len(line) for line in out.splitlines()) <= 100, out
     whole = [ci(g) for m in (rep.primary, rep.other) for g in [*m.groups, m.overall]]
     whole += [diff(pg) for pg in rep.paired]
-    assert "0.318 [" in " ".join(whole)  # A's 11 facts: 3.5/11, with an interval
     for cell in whole:
-        assert cell in r.stdout, f"{cell!r} is not on one line:\n{r.stdout}"
+        assert cell in out, f"{cell!r} is not on one line:\n{out}"
+    assert "…" not in out, out
+
+
+def test_terminal_tables_fit_100_columns(dtype_graph: Any, kgprobe_env: dict[str, str]) -> None:
+    """`kgprobe report -m A --vs B` at COLUMNS=100 (the issue: every `mean [95% CI]` wrapped
+    over 2-3 lines at 80 and 120 columns), and the demo's careful-vs-raw report
+    (`--vs-measure`, short names in the paired headers): no line is wider than 100 and every
+    mean with its interval, each model's and the paired differences, is printed whole."""
+    from kgprobe.reports.build import build_report
+
+    env = {**kgprobe_env, "COLUMNS": "100"}
+    r = _cli_report(env, "-m", KEY_A, "--vs", KEY_B)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = build_report(dtype_graph, KEY_A, vs=KEY_B, seed=0)
+    assert rep.other is not None and _ci_of(rep.primary.overall).startswith("0.318 [")  # 3.5/11
+    _whole_on_lines(r.stdout, rep)
     # the two models' rows are over different facts, and the output says so
     assert f"Not the same facts: {KEY_A} was scored on {N_A} facts, {KEY_B} on {N_B}, {N_B} of them" in \
         " ".join(r.stdout.split())
-    assert "…" not in r.stdout  # nothing cut off
+
+    _seed(dtype_graph, KEY_A, 3, KMIN + "_vraw")  # the raw wording: every fact, A's scores again
+    r = _cli_report(env, "-m", KEY_A, "--measure", KMIN, "--vs-measure", KMIN + "_vraw")
+    assert r.returncode == 0, r.stderr[-2000:]
+    raw = build_report(dtype_graph, KEY_A, measure=KMIN, vs_measure=KMIN + "_vraw", seed=0)
+    assert raw.names() == ("careful", "raw")
+    _whole_on_lines(r.stdout, raw)
+    assert "Not the same facts" not in r.stdout
+
+
+def _ci_of(g: Any) -> str:
+    from kgprobe.reports.text import ci
+
+    return ci(g)
 
 
 def test_side_by_side_figures_compare_the_same_facts(dtype_graph: Any, tmp_path: Path) -> None:

@@ -40,14 +40,18 @@ def _table(title: str | None, labels: Sequence[str], numbers: Sequence[str]) -> 
     whose number columns never wrap, so that ``0.875 [0.700, 1.000]`` stays on one line: what
     does not fit is split into more tables by the caller, not squeezed."""
     from rich.table import Table
+    from rich.text import Text
 
     from kgprobe.progress import safe_text
 
+    def head(h: str) -> Text:  # a header's own line breaks kept, each line made safe
+        return Text("\n").join(safe_text(line) for line in h.split("\n"))
+
     t = Table(title=safe_text(title) if title is not None else None)
     for h in labels:
-        t.add_column(safe_text(h), overflow="fold")
+        t.add_column(head(h), overflow="fold")
     for h in numbers:
-        t.add_column(safe_text(h), no_wrap=True)
+        t.add_column(head(h), no_wrap=True)
     return t
 
 
@@ -114,11 +118,14 @@ def print_report(rep: Report, console: Console) -> None:
                          f"{nb} knows {c['b_known']}, both {c['both_known']}")), highlight=False,
         )
     if rep.paired and b is not None and nb is not None:
-        short = max(len(na), len(nb)) > _SHORT
-        sa, sb = ("A", "B") if short else (na, nb)
-        ptab = _table(f"paired: {nb} vs {na} on the same facts" + (f" (A = {na}, B = {nb})" if short else ""),
-                      ["relation"], ["n", f"{sa} mean", f"{sb} mean", f"{sb} − {sa} [95% paired CI]",
-                                     f"known {sa} / {sb}", "McNemar b / c", "p"])
+        # headers no wider than their numbers (a no-wrap column is as wide as its header):
+        # short names over two lines, long ones as A and B, named in the title
+        short = max(len(na), len(nb)) <= _SHORT
+        sa, sb = (na, nb) if short else ("A", "B")
+        br = "\n" if short else " "
+        ptab = _table(f"paired: {nb} vs {na} on the same facts" + ("" if short else f" (A = {na}, B = {nb})"),
+                      ["relation"], ["n", f"{sa}{br}mean", f"{sb}{br}mean", f"{sb} − {sa}{br}[95% paired CI]",
+                                     f"known{br}{sa} / {sb}", "McNemar\nb / c", "p"])
         for pg in rep.paired:
             ptab.add_row(*map(safe_text, [pg.name, str(pg.facts), _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg),
                                           f"{pg.a_known} / {pg.b_known}", f"{pg.b} / {pg.c}", _p(pg.p)]),
