@@ -13,7 +13,7 @@ import numpy as np
 
 from kgprobe.reports.build import as_float, bucket_of, reliability_bins
 from kgprobe.reports.data import Report
-from kgprobe.reports.text import TOO_SMALL, display_name
+from kgprobe.reports.text import TOO_SMALL, display_name, facts_differ
 
 if TYPE_CHECKING:  # pragma: no cover
 
@@ -83,6 +83,7 @@ def forest_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
         series.append((b, b_by | {"all": b.overall}))
     off = 0.18 if b is not None else 0.0
     for si, (m, by) in enumerate(series):
+        labelled = False  # each model named once in the legend, on its first drawn dot
         for y, g0 in zip(ys, groups, strict=True):
             g = by.get(g0.key)
             if g is None or g.mean is None:
@@ -92,9 +93,14 @@ def forest_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
                 ax.plot([g.ci_low, g.ci_high], [yy, yy], color=_COLORS[si], lw=2, solid_capstyle="butt")
             ax.plot([g.mean], [yy], marker="o", color=_COLORS[si], ms=6,
                     mfc=_COLORS[si] if g.ci_low is not None else "white", mew=1.5,
-                    label=display_name(rep, m) if y == ys[0] else None, ls="none")
+                    label=None if labelled else display_name(rep, m), ls="none")
+            labelled = True
     for y, g in zip(ys, groups, strict=True):
-        note = f"n={g.facts}" + ("" if g.ci_low is not None or g.mean is None else f" ({TOO_SMALL})")
+        if b is None:
+            note = f"n={g.facts}" + ("" if g.ci_low is not None or g.mean is None else f" ({TOO_SMALL})")
+        else:  # both models' n: they need not be the same facts
+            gb = series[1][1].get(g.key)
+            note = f"n={g.facts} / {gb.facts if gb is not None else 0}"
         ax.annotate(note, (1.0, y), xycoords=("axes fraction", "data"), xytext=(6, 0),
                     textcoords="offset points", va="center", fontsize=8, color="#444")
     ax.set_yticks(ys, labels, fontsize=8)
@@ -108,24 +114,46 @@ def forest_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     ax.grid(axis="x", color="#eee")
     ax.set_xlabel(f"mean {a.measure_label} per fact (dot); 95% bootstrap CI (bar) where n ≥ {rep.min_n_ci}; "
                   "hollow dot: n too small", fontsize=8)
+    if b is not None:
+        na, nb = rep.names()
+        differ = facts_differ(rep)
+        ax.set_title(f"n: {na} / {nb}" + ("; NOT the same facts: each model over its own" if differ else
+                                           "; the same facts for both"), fontsize=8)
     if b is not None or rep.chance is not None:
         ax.legend(fontsize=8, loc="best")
     return _svg(fig, "forest", keep)
 
 
 def histogram_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
+    """Per-fact scores; with a second model, both models on the facts scored for both (the
+    same facts, so the bars compare), the title saying how many of each model's facts that
+    leaves out."""
     models = [m for m in (rep.primary, rep.other) if m is not None and m.facts]
     if not models:
         return ""
+    title = ""
+    scores = [[float(r["score"]) for r in m.facts] for m in models]
+    if rep.other is not None:
+        common = {r["key"] for r in rep.primary.facts} & {r["key"] for r in rep.other.facts}
+        if common:
+            scores = [[float(r["score"]) for r in m.facts if r["key"] in common] for m in models]
+            left = [f"{display_name(rep, m)}'s other {len(m.facts) - len(common)}"
+                    for m in models if len(m.facts) > len(common)]
+            title = (f"the {len(common)} facts scored for both models"
+                     + (f" ({' and '.join(left)} not shown)" if left else ""))
+        else:
+            title = "NOT the same facts: no fact was scored for both; each model over its own"
     fig = new_figure(6.5, 2.6)
     ax = fig.add_subplot()
     bins = np.linspace(0, 1, 11)
-    ax.hist([[float(r["score"]) for r in m.facts] for m in models], bins=bins,
-            color=list(_COLORS[: len(models)]), edgecolor="white",
-            label=[f"{display_name(rep, m)} (n={len(m.facts)})" for m in models])
+    ax.hist(scores, bins=bins, color=list(_COLORS[: len(models)]), edgecolor="white",
+            label=[f"{display_name(rep, m)} (n={len(sc)})" for m, sc in zip(models, scores, strict=True)])
+    if title:
+        ax.set_title(title, fontsize=8)
     ax.set_xlabel(f"per-fact score ({rep.primary.measure_label}); bins of width 0.1, "
                   "the last includes 1.0", fontsize=8)
     ax.set_ylabel("facts", fontsize=8)
+    ax.yaxis.get_major_locator().set_params(integer=True)  # a count of facts
     ax.legend(fontsize=8)
     return _svg(fig, "histogram", keep)
 
@@ -240,22 +268,22 @@ def vs_svgs(rep: Report, keep: dict[str, Any] | None = None) -> tuple[str, str]:
         ax.set_ylabel(f"{nb} (jittered ±0.02)", fontsize=8)
         ax.set_title(f"per fact, n={len(both)}", fontsize=9)
         per_fact = _svg(fig, "vs-facts", keep)
-    b_by = {g.key: g for g in b.groups}
-    pairs = [(g, b_by[g.key]) for g in a.groups if g.key in b_by and g.mean is not None
-             and b_by[g.key].mean is not None]
+    # per relation on the same facts (the paired groups), never two means over different facts
+    pairs = [(pg.key, pg.facts, ma, mb) for pg in rep.paired if pg.key != "all"
+             for ma, mb in [(pg.mean_a, pg.mean_b)] if ma is not None and mb is not None]
     per_group = ""
     if pairs:
         fig = new_figure(4.2, 4.0)
         ax = fig.add_subplot()
-        for ga, gb in pairs:
-            ax.plot([ga.mean], [gb.mean], "o", color=_COLORS[0], ms=4 + min(ga.facts, 40) / 5, alpha=0.7)
-            ax.annotate(ga.key, (ga.mean, gb.mean), xytext=(3, 3), textcoords="offset points", fontsize=7)
+        for key, n, ma, mb in pairs:
+            ax.plot([ma], [mb], "o", color=_COLORS[0], ms=4 + min(n, 40) / 5, alpha=0.7)
+            ax.annotate(key, (ma, mb), xytext=(3, 3), textcoords="offset points", fontsize=7)
         ax.plot([0, 1], [0, 1], color="#bbb", lw=0.8)
         ax.set_xlim(-0.05, 1.05)
         ax.set_ylim(-0.05, 1.05)
         ax.set_xlabel(f"{na} mean", fontsize=8)
         ax.set_ylabel(f"{nb} mean", fontsize=8)
-        ax.set_title(f"per {rep.by} (dot size grows with n)", fontsize=9)
+        ax.set_title("per relation, facts scored for both\n(dot size grows with n)", fontsize=9)
         per_group = _svg(fig, "vs-groups", keep)
     return per_fact, per_group
 

@@ -1,13 +1,17 @@
 """One self-contained HTML page per report: tables and inlined SVG plots, no script and no
-external resource."""
+external resource. The page is a Jinja2 template (``templates/report.html.j2``, autoescaped:
+every label is data); this module turns the :class:`Report` into the template's tables, one
+cell at a time, so that the layout (CSS classes: a label wraps between words, a number never
+wraps) is decided in one place."""
 
 from __future__ import annotations
 
-import html
+from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kgprobe.reports.build import bucket_label
-from kgprobe.reports.data import Report
+from kgprobe.reports.data import Group, ModelReport, Report
 from kgprobe.reports.figures import (
     forest_svg,
     histogram_svg,
@@ -21,6 +25,7 @@ from kgprobe.reports.text import (
     bucket_cells,
     chance_note,
     display_name,
+    facts_differ,
     moves_lines,
     moves_title,
     other_measures,
@@ -35,19 +40,107 @@ from kgprobe.reports.text import p_value as _p
 from kgprobe.reports.text import stale as _stale
 
 if TYPE_CHECKING:  # pragma: no cover
+    import jinja2
 
-    pass
+#: Two-model tables put each model on its own row under the group's label (never nine columns
+#: side by side); a label wraps between words and keeps at least ~12 characters; numbers
+#: never wrap; a table wider than the page scrolls inside its box instead of squeezing a column.
+_CSS = """
+body{font-family:"DejaVu Sans",system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;max-width:1400px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
+p.meta,p.note{color:#555;font-size:13px;margin:2px 0}
+p.warn{font-size:14px;font-weight:600;color:#7a1f00;background:#fff1e6;border-left:4px solid #d9822b;padding:6px 10px;margin:10px 0;max-width:900px}
+div.scroll{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;font-size:13px;margin:8px 0}
+th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
+th{white-space:normal;overflow-wrap:break-word}
+.label{text-align:left;min-width:12em;max-width:28em;white-space:normal;overflow-wrap:break-word}
+.model{text-align:left;white-space:normal;overflow-wrap:break-word;max-width:18em}
+td.num{white-space:nowrap}
+.text{text-align:left;white-space:normal;min-width:16em}
+tr.total td{font-weight:600;border-top:2px solid #888}
+tr.first td{border-top:1px solid #aaa}
+table.prov td,table.prov th{text-align:left;font-size:12px}
+table.prov td{max-width:760px;overflow-wrap:anywhere;white-space:normal}
+figure.plot{margin:8px 0}figure.plot svg{max-width:100%;height:auto}
+div.plots{display:flex;gap:12px;flex-wrap:wrap}
+code{font-size:12px}
+"""
 
 
+def _cell(text: Any, cls: str = "num", rowspan: int = 1, tag: str = "td") -> dict[str, Any]:
+    return {"text": str(text), "cls": cls, "rowspan": rowspan, "tag": tag}
 
 
-def _measures_html(rep: Report) -> str:
+def _head(*names: str) -> list[dict[str, Any]]:
+    """Header cells: the first one heads the labels."""
+    return [_cell(n, "label" if i == 0 else ("model" if n == "model" else "num"), tag="th")
+            for i, n in enumerate(names)]
+
+
+def _model_rows(rep: Report, label: str, per_model: list[tuple[ModelReport, list[str]]],
+                total: bool = False) -> list[dict[str, Any]]:
+    """One row per model under one label cell (rowspan): the two-model layout."""
+    rows = []
+    for i, (m, cells) in enumerate(per_model):
+        first = [_cell(label, "label", rowspan=len(per_model))] if i == 0 else []
+        rows.append({"cls": "total" if total else ("first" if i == 0 else ""),
+                     "cells": [*first, _cell(display_name(rep, m), "model"), *map(_cell, cells)]})
+    return rows
+
+
+def _groups_table(rep: Report) -> dict[str, Any]:
+    """The groups (best first, then all facts). One model: one row per group; two: a row per
+    model under each group's label, each over that model's own facts (n on every row)."""
+    a, b = rep.primary, rep.other
+    b_by = {g.key: g for g in b.groups} if b is not None else {}
+
+    def cells(g: Group | None) -> list[str]:
+        return [str(g.facts) if g else "–", _ci(g), _known(g), _stale(g)]
+
+    if b is None:
+        rows = [{"cls": "total" if g.key == "all" else "",
+                 "cells": [_cell(g.name, "label"), *map(_cell, cells(g))]} for g in [*a.groups, a.overall]]
+        return {"id": "groups", "head": _head(rep.by, "n", "mean [95% CI]", "known", "staleness (n)"),
+                "rows": rows}
+    rows = []
+    for g in [*a.groups, a.overall]:
+        gb = b.overall if g.key == "all" else b_by.get(g.key)
+        rows += _model_rows(rep, g.name, [(a, cells(g)), (b, cells(gb))], total=g.key == "all")
+    return {"id": "groups", "cls": "two",
+            "head": _head(rep.by, "model", "n", "mean [95% CI]", "known", "staleness (n)"), "rows": rows}
+
+
+def _popularity(rep: Report, keep: dict[str, Any] | None) -> dict[str, Any] | None:
+    if rep.popularity_edges is None:
+        return None
+    a, b = rep.primary, rep.other
+    e = rep.popularity_edges
+    rows: list[dict[str, Any]] = []
+    for k, g in a.overall.by_popularity.items():
+        mine = [str(g.facts), _ci(g), _known(g)]
+        if b is None:
+            rows.append({"cls": "", "cells": [_cell(bucket_label(k, e), "label"), *map(_cell, mine)]})
+        else:
+            rows += _model_rows(rep, bucket_label(k, e),
+                                [(a, mine), (b, bucket_cells(b.overall.by_popularity.get(k)))])
+    head = (_head("bucket", "n", "mean [95% CI]", "known") if b is None
+            else _head("bucket", "model", "n", "mean [95% CI]", "known"))
+    same = f" {display_name(rep, b)}'s facts are bucketed on the same edges." if b is not None else ""
+    note = (f"{rep.popularity_facts} of {a.overall.facts} probed facts have a subject popularity; "
+            f"buckets are its tertiles over those facts (edges {e[0]:.2f} and {e[1]:.2f}; unit: "
+            f"{rep.popularity_unit}).{same}")
+    return {"note": note, "table": {"id": "popularity", "head": head, "rows": rows},
+            "plot": _safe(popularity_svg(rep, keep))}
+
+
+def _measures_table(rep: Report) -> dict[str, Any] | None:
     """Every measure probed for the primary model, per relation: n, mean with its interval (only
     where n allows), and the further aggregates — BELIEF's Acc/MRR as mean, range and sd over
     its seeded prompt-set samples (the fluctuation), Consist@1 and Overconf."""
-    rows = other_measures(rep)
-    if not rows:
-        return ""
+    found = other_measures(rep)
+    if not found:
+        return None
 
     def fmt(v: Any) -> str:
         if isinstance(v, dict) and isinstance(v.get("mean"), float):
@@ -59,8 +152,8 @@ def _measures_html(rep: Report) -> str:
             return str(v)  # e.g. BELIEF's "candidates facts": a population's n
         return f"{v:.3f}" if isinstance(v, float) else ""
 
-    trs = []
-    for r in rows:
+    rows = []
+    for r in found:
         sc = r.get("score") or {}
         n = int(sc.get("n") or 0)
         mean = "–" if sc.get("mean") is None else f"{sc['mean']:.3f}"
@@ -69,37 +162,18 @@ def _measures_html(rep: Report) -> str:
               (f" ({TOO_SMALL})" if sc.get("mean") is not None else ""))
         more = "; ".join(f"{k} {fmt(v)}" for k, v in r.items()
                          if k not in ("measure", "measure_key", "pid", "facts", "score") and fmt(v))
-        trs.append(f"<tr><td>{_esc(r['measure_key'])}</td><td>{_esc(r['pid'])}</td><td>{n}</td>"
-                   f"<td>{_esc(mean + ci)}</td><td style=\"text-align:left;white-space:normal\">{_esc(more)}</td></tr>")
-    return ("<h2>Other measures probed</h2><table id=\"measures\"><thead><tr><th>measure</th>"
-            "<th>relation</th><th>n</th><th>mean [95% CI]</th><th>further values</th></tr></thead>"
-            f"<tbody>{''.join(trs)}</tbody></table>")
-
-_CSS = """
-body{font-family:"DejaVu Sans",system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#222;max-width:1100px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}
-p.meta,p.note{color:#555;font-size:13px;margin:2px 0}
-table{border-collapse:collapse;font-size:13px;margin:8px 0}
-th,td{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right;vertical-align:top}
-td{white-space:nowrap}
-th:first-child,td:first-child{text-align:left;max-width:320px;white-space:normal;overflow-wrap:anywhere}
-tr.total td{font-weight:600;border-top:2px solid #888}
-table.prov td,table.prov th{text-align:left;font-size:12px}
-table.prov td{max-width:760px;overflow-wrap:anywhere;white-space:normal}
-figure.plot{margin:8px 0}figure.plot svg{max-width:100%;height:auto}
-code{font-size:12px}
-"""
-
-
-def _esc(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+        rows.append({"cls": "", "cells": [_cell(r["measure_key"], "label"), _cell(r["pid"], "model"),
+                                          _cell(n), _cell(mean + ci), _cell(more, "text")]})
+    head = _head("measure", "relation", "n", "mean [95% CI]", "further values")
+    head[1]["cls"], head[4]["cls"] = "model", "text"
+    return {"id": "measures", "head": head, "rows": rows}
 
 
 def _na(v: Any) -> str:
     return "n/a" if v is None or v == "None" else str(v)
 
 
-def _provenance_html(rep: Report) -> str:
+def _provenance_table(rep: Report) -> dict[str, Any]:
     rows: list[tuple[str, str]] = [
         ("report generated", rep.generated),
         ("report by kgprobe", f"{rep.code.get('kgprobe')} (git {rep.code.get('git') or 'n/a'})"),
@@ -128,31 +202,41 @@ def _provenance_html(rep: Report) -> str:
             snap = r.get("graph_snapshot") or {}
             rows.append(("  graph snapshot", ", ".join(f"{v:,} {k}" for k, v in snap.items())
                          if isinstance(snap, dict) and snap else "n/a"))
-    body = "".join(f"<tr><th>{_esc(k)}</th><td>{_esc(v)}</td></tr>" for k, v in rows)
-    return f'<table class="prov" id="provenance">{body}</table>'
+    return {"id": "provenance", "cls": "prov",
+            "rows": [{"cls": "", "cells": [_cell(k, "", tag="th"), _cell(v, "")]} for k, v in rows]}
 
 
-
-
-def _paired_html(rep: Report) -> str:
+def _paired_table(rep: Report) -> dict[str, Any] | None:
     """The paired comparison table: both means, the paired difference with its interval and
-    McNemar's test, per relation and overall."""
-    b = rep.other
+    McNemar's test, per relation and overall (the same facts for both models)."""
     na, nb = rep.names()
-    if not rep.paired or b is None:
-        return ""
-    head = ["relation", "n", f"{na} mean", f"{nb} mean",
-            f"{nb} − {na} [95% paired CI]", f"known {na} / {nb}", "McNemar b / c", "p"]
-    trs = []
-    for pg in rep.paired:
-        cells = [pg.name, pg.facts, _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg),
-                 f"{pg.a_known} / {pg.b_known}", f"{pg.b} / {pg.c}", _p(pg.p)]
-        cls = ' class="total"' if pg.key == "all" else ""
-        trs.append(f"<tr{cls}>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
-    return (f"<p class=note>{_esc(paired_note(rep))}. Two marginal intervals that overlap do not mean "
-            "the models differ by nothing: the paired interval removes what both share.</p>"
-            f'<table id="paired"><thead><tr>{"".join(f"<th>{_esc(h)}</th>" for h in head)}</tr></thead>'
-            f"<tbody>{''.join(trs)}</tbody></table>")
+    if not rep.paired or rep.other is None:
+        return None
+    head = _head("relation", "n", f"{na} mean", f"{nb} mean", f"{nb} − {na} [95% paired CI]",
+                 f"known {na} / {nb}", "McNemar b / c", "p")
+    rows = [{"cls": "total" if pg.key == "all" else "",
+             "cells": [_cell(pg.name, "label"), *map(_cell, [
+                 pg.facts, _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg), f"{pg.a_known} / {pg.b_known}",
+                 f"{pg.b} / {pg.c}", _p(pg.p)])]} for pg in rep.paired]
+    return {"id": "paired", "head": head, "rows": rows}
+
+
+def _safe(svg: str) -> Any:
+    """matplotlib's SVG (its text escaped by matplotlib) into the autoescaped page as markup."""
+    from markupsafe import Markup
+
+    return Markup(svg)  # matplotlib writes it, every label in it escaped
+
+
+@cache
+def _template() -> jinja2.Template:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).parent / "templates"),
+        autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=False, keep_trailing_newline=True,
+    )
+    return env.get_template("report.html.j2")
 
 
 def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
@@ -160,88 +244,28 @@ def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
     matplotlib plots (SVG, inline; ``keep`` collects the figures by name)."""
     a, b = rep.primary, rep.other
     na, nb = rep.names()
-    b_by = {g.key: g for g in b.groups} if b is not None else {}
-    head = [rep.by, "n", "mean [95% CI]", "known", "staleness (n)"]
-    if b is not None:
-        head += [f"{nb} n", f"{nb} mean [95% CI]", f"{nb} known",
-                 f"{nb} staleness (n)"]
-    trs = []
-    for g in [*a.groups, a.overall]:
-        cells = [g.name, g.facts, _ci(g), _known(g), _stale(g)]
-        if b is not None:
-            gb = b.overall if g.key == "all" else b_by.get(g.key)
-            cells += [gb.facts if gb else "–", _ci(gb), _known(gb), _stale(gb)]
-        cls = ' class="total"' if g.key == "all" else ""
-        trs.append(f"<tr{cls}>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
     comparison = ""
     if rep.comparison is not None and b is not None:
         c = rep.comparison
-        comparison = (f"<p>On {c['both_probed']} facts probed for both models: {_esc(na)} "
-                      f"knows {c['a_known']}, {_esc(nb)} knows {c['b_known']}, both "
-                      f"know {c['both_known']}.</p>")
-    pop = ""
-    if rep.popularity_edges is not None:
-        e = rep.popularity_edges
-        ptr = "".join(
-            f"<tr><td>{_esc(bucket_label(k, e))}</td><td>{g.facts}</td><td>{_esc(_ci(g))}</td>"
-            f"<td>{_esc(_known(g))}</td>" + (
-                "".join(f"<td>{_esc(c)}</td>" for c in bucket_cells(b.overall.by_popularity.get(k)))
-                if b is not None else "") + "</tr>"
-            for k, g in a.overall.by_popularity.items())
-        bhead = ("".join(f"<th>{_esc(h)}</th>" for h in (f"{nb} n", f"{nb} mean [95% CI]",
-                                                          f"{nb} known"))
-                 if b is not None else "")
-        same = (f" {_esc(nb)}'s facts are bucketed on the same edges." if b is not None else "")
-        pop = (f"<p class=note>{rep.popularity_facts} of {a.overall.facts} probed facts have a subject "
-               f"popularity; buckets are its tertiles over those facts (edges {e[0]:.2f} and {e[1]:.2f}; "
-               f"unit: {_esc(rep.popularity_unit)}).{same}</p>"
-               f"<table id=\"popularity\"><thead><tr><th>bucket</th><th>n</th><th>mean [95% CI]</th>"
-               f"<th>known</th>{bhead}</tr></thead><tbody>{ptr}</tbody></table>{popularity_svg(rep, keep)}")
-    stale = staleness_svg(rep, keep)
-    stale_notes = "".join(
-        f"<p class=note>{_esc(display_name(rep, m) + ': ') if b is not None else ''}{m.overall.history_facts} of "
-        f"{m.overall.facts} probed facts have a past value; overall staleness {_esc(_stale(m.overall))}.</p>"
-        for m in (a, b) if m is not None)
-    stale_html = (f"{stale_notes}{stale}" if stale
-                  else "<p class=note>No probed fact has a past value.</p>")
+        comparison = (f"On {c['both_probed']} facts probed for both models: {na} knows {c['a_known']}, "
+                      f"{nb} knows {c['b_known']}, both know {c['both_known']}.")
+    stale_plot = staleness_svg(rep, keep)
+    stale_notes = [f"{display_name(rep, m) + ': ' if b is not None else ''}{m.overall.history_facts} of "
+                   f"{m.overall.facts} probed facts have a past value; overall staleness {_stale(m.overall)}."
+                   for m in (a, b) if m is not None]
     vs_fact, vs_group = vs_svgs(rep, keep)
-    moves_html = (f'<h3>{_esc(moves_title(rep))}</h3><ul id="moves">'
-                  + "".join("<li>" + "<br>".join(_esc(x) for x in moves_lines(rep, mv)) + "</li>"
-                            for mv in rep.moves) + "</ul>") if rep.moves else ""
-    vs_html = (f"<h2>{_esc(na)} vs {_esc(nb)}</h2>{comparison}{_paired_html(rep)}{moves_html}"
-               f'<div style="display:flex;gap:12px;flex-wrap:wrap">{vs_fact}{vs_group}</div>'
-               if b is not None else "")
-    measures_html = _measures_html(rep)
-    if rep.calibration:
-        rel_html = (f"<p class=note>BELIEF: confidence of the top-1 answer against whether it is the "
-                    f"gold object, over {len(rep.calibration)} prompts.</p>"
-                    + reliability_svg(rep.calibration, keep=keep))
-    else:
-        rel_html = ("<p class=note>No BELIEF scores in this report (probe a BELIEF measure to get "
-                    "per-fact confidence/correct pairs); reliability diagram omitted.</p>")
-    title = f"What {na} knows" + (f" vs {nb}" if b is not None else "")
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>kgprobe report: {_esc(na)}</title><style>{_CSS}</style></head>
-<body>
-<h1>{_esc(title)}</h1>
-<p class="meta">{_esc(a.measure_label)}; a fact is known when its score is ≥ {a.threshold:g};
-{a.overall.facts} facts over {len(a.relations)} relations; overall mean {_esc(_ci(a.overall))}.</p>
-<p class="meta">Intervals: 95% percentile bootstrap (scipy.stats.bootstrap, {rep.bootstrap} resamples,
-seed {rep.seed}), shown only where n ≥ {rep.min_n_ci}; otherwise "{TOO_SMALL}".</p>
-<p class="meta" id="chance">{_esc(chance_note(rep))}.</p>
-<h2>By {_esc(_by_title(rep))}, best first</h2>
-{forest_svg(rep, keep)}
-<table id="groups"><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in head)}</tr></thead>
-<tbody>{''.join(trs)}</tbody></table>
-<h2>Per-fact scores</h2>{histogram_svg(rep, keep)}
-<h2>Popularity of the subject</h2>{pop or '<p class=note>No subject popularity in this graph.</p>'}
-<h2>Temporal staleness</h2>{stale_html}
-{vs_html}
-{measures_html}
-<h2>Calibration</h2>{rel_html}
-<h2>Provenance</h2>
-{_provenance_html(rep)}
-</body></html>
-"""
+    return _template().render(
+        rep=rep, a=a, b=b, name_a=na, name_b=nb, css=_CSS, too_small=TOO_SMALL,
+        title=f"What {na} knows" + (f" vs {nb}" if b is not None else ""),
+        threshold=f"{a.threshold:g}", overall_ci=_ci(a.overall), chance=chance_note(rep),
+        differ=facts_differ(rep), by_title=_by_title(rep),
+        forest=_safe(forest_svg(rep, keep)), groups=_groups_table(rep),
+        histogram=_safe(histogram_svg(rep, keep)), popularity=_popularity(rep, keep),
+        stale_plot=_safe(stale_plot), stale_notes=stale_notes,
+        comparison=comparison, paired=_paired_table(rep), paired_note=paired_note(rep),
+        vs_fact=_safe(vs_fact), vs_group=_safe(vs_group), measures=_measures_table(rep),
+        reliability=_safe(reliability_svg(rep.calibration, keep=keep)) if rep.calibration else "",
+        calibration_n=len(rep.calibration or []), provenance=_provenance_table(rep),
+        moves_title=moves_title(rep) if rep.moves else "",
+        moves=[moves_lines(rep, mv) for mv in rep.moves],
+    )

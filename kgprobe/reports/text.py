@@ -243,3 +243,20 @@ def other_measures(rep: Report) -> list[dict[str, Any]]:
 
 def bucket_cells(g: Group | None) -> list[str]:
     return [str(g.facts) if g else "–", ci(g), known(g)]
+
+
+def facts_differ(rep: Report) -> str | None:
+    """With a second model: the loud line for when the two models' own figures (the groups
+    table, the forest plot, popularity, staleness) are not over the same facts — each model's
+    rows are then over its own facts and only the paired comparison is like for like. None when
+    both were scored on exactly the same facts (or there is one model)."""
+    a, b = rep.primary, rep.other
+    if b is None:
+        return None
+    both = rep.paired[-1].facts if rep.paired else 0
+    if a.overall.facts == both == b.overall.facts:
+        return None
+    na, nb = rep.names()
+    return (f"Not the same facts: {na} was scored on {a.overall.facts} facts, {nb} on "
+            f"{b.overall.facts}, {both} of them for both. Each model's rows and plots are over its "
+            f"own facts; only the paired comparison ({both} facts) compares the same facts.")
