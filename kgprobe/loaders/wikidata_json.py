@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -25,19 +25,21 @@ from kgprobe.loaders.build import (
     skip_reason,
 )
 from kgprobe.loaders.common import (
+    TYPE_RELATIONS,
     Filters,
     SkipCounter,
     guarded,
     json_too_large,
     max_json_chars,
-    open_text,
+    open_binary,
     skip_entity,
+    skip_value,
     time_from_json,
 )
 from kgprobe.loaders.validate import (
     MAX_VALUE_CHARS,
     Invalid,
-    check_fact,
+    check_fact_values,
     check_statement_id,
     check_terms,
     validated,
@@ -103,6 +105,31 @@ def snak_value(snak: dict[str, Any]) -> Value:
     return Value(kind=str(dtype), text=json.dumps(val, sort_keys=True))
 
 
+def main_value(snak: dict[str, Any]) -> Value:
+    """A statement's main snak, read only as far as its fate needs: an entity id in full (an
+    item may become a fact), any other value by its type alone (it is skipped as
+    ``value:<type>``, so its value is never built). Raises as `snak_value` on a snak without a
+    type."""
+    snaktype = snak.get("snaktype", "value")
+    if snaktype in ("somevalue", "novalue"):
+        return Value(kind=snaktype)
+    dtype = snak["datavalue"]["type"]
+    if dtype == "wikibase-entityid":
+        return snak_value(snak)
+    return Value(kind=_KINDS.get(dtype) or str(dtype))
+
+
+#: datavalue types whose kind is their name (`snak_value`): the common ones, without a str()
+_KINDS = {k: k for k in ("string", "time", "quantity", "globecoordinate", "monolingualtext")}
+#: their skip reasons, made once
+_VALUE_SKIPS = {k: skip_value(k) for k in _KINDS}
+
+
+def _qualifiers(qualifiers: Any) -> list[tuple[str, Value]]:
+    """A statement's ``qualifiers`` object read in full (only a fact's are read)."""
+    return [(qpid, snak_value(snak)) for qpid, snaks in (qualifiers or {}).items() for snak in snaks]
+
+
 def _term(terms: Any, language: str) -> str | None:
     if not isinstance(terms, dict):
         return None  # empty terms serialise as [] in the dump
@@ -116,8 +143,15 @@ def _aliases(terms: Any, language: str) -> list[str]:
     return [str(a["value"]) for a in terms.get(language, []) or []]
 
 
-def entity_from_json(obj: dict[str, Any], language: str = "en") -> EntityData:
-    """Parse one entity object (any flavour) into the format-neutral :class:`EntityData`."""
+def entity_from_json(
+    obj: dict[str, Any], language: str = "en", filters: Filters | None = None
+) -> EntityData:
+    """Parse one entity object (any flavour) into the format-neutral :class:`EntityData`.
+
+    With ``filters``, a statement is read only as far as its fate needs (the least work for
+    what is kept): one that the rank or relation filter skips keeps a placeholder value, one
+    whose value is not an entity id keeps the value's type alone (`main_value`), and only a
+    statement that becomes a fact has its qualifiers read. Without, every snak is read."""
     raw_id = obj["id"]
     # a non-text id (null, 42) keeps its JSON spelling, so that validation names it exactly
     eid = raw_id if isinstance(raw_id, str) else json.dumps(raw_id)
@@ -138,21 +172,32 @@ def entity_from_json(obj: dict[str, Any], language: str = "en") -> EntityData:
         if not is_pid(pid):
             raise ValueError(f"bad property id in claims: {pid!r}")
         for st in statements:
+            rank = str(st.get("rank", "normal"))
             qualifiers: list[tuple[str, Value]] = []
-            for qpid, snaks in (st.get("qualifiers") or {}).items():
-                for snak in snaks:
-                    qualifiers.append((qpid, snak_value(snak)))
+            if filters is None:
+                value = snak_value(st["mainsnak"])
+                qualifiers = _qualifiers(st.get("qualifiers"))
+            elif skip_reason(pid, rank, "item", filters) is not None:
+                value = _UNREAD  # skipped for its rank or relation: the value does not matter
+            else:
+                value = main_value(st["mainsnak"])
+                if value.kind == "item" and pid not in TYPE_RELATIONS:
+                    qualifiers = _qualifiers(st.get("qualifiers"))
             ent.statements.append(
                 Statement(
                     pid=pid,
-                    value=snak_value(st["mainsnak"]),
-                    rank=str(st.get("rank", "normal")),
+                    value=value,
+                    rank=rank,
                     statement_id=st.get("id"),
                     qualifiers=qualifiers,
                     source=str(st["kgprobe_source"]) if st.get("kgprobe_source") else None,
                 )
             )
     return ent
+
+
+#: the value of a statement the filters skip before its value is read
+_UNREAD = Value(kind="unread")
 
 
 def records_from_entity(
@@ -166,7 +211,7 @@ def records_from_entity(
     if kind not in ("item", "property"):
         yield SkipRecord(reason=skip_entity(kind), location=location)
         return
-    ent = entity_from_json(obj, filters.language)
+    ent = entity_from_json(obj, filters.language, filters)
     for rec in entity_records(ent, filters, location, source):
         if isinstance(rec, EntityRecord):
             yield _with_kgprobe_fields(rec, obj)
@@ -225,27 +270,44 @@ def fast_records(
     if not isinstance(claims, dict):
         return None
     skips = SkipCounter()
+    counts = skips.counts
     types: list[str] = []
     supers: list[str] = []
     facts: list[Record] = []
+    ranks, relations = filters.ranks, filters.relations
     for pid, statements in claims.items():
         if not (isinstance(pid, str) and PID_RE.match(pid)):
             return None
+        wanted = relations is None or pid in relations or pid in TYPE_RELATIONS
         for st in statements:
-            # every snak is read, as the general path reads them: one it cannot read makes
-            # the whole entity an error there, so it raises here too (and the caller falls back)
-            qualifiers = [(qpid, snak_value(snak))
-                          for qpid, snaks in (st.get("qualifiers") or {}).items() for snak in snaks]
-            value = snak_value(st["mainsnak"])
-            kind, obj_id = value.kind, value.text
-            rank = str(st.get("rank", "normal"))
-            sid = st.get("id")
-            if sid is not None and not isinstance(sid, str):
-                return None
-            reason = skip_reason(pid, rank, kind, filters)
-            if reason is not None:
-                skips.add(reason)
+            # read as the general path reads it with filters (`entity_from_json`): rank and
+            # relation first, then the main snak's type (`main_value`, inlined here: most
+            # statements end at it), the qualifiers only of a fact; a snak it reads and cannot
+            # read makes the entity an error there, so it raises here too (the caller falls back)
+            rank = st.get("rank", "normal")
+            if rank.__class__ is not str:
+                rank = str(rank)
+            if not (wanted and rank in ranks):
+                counts[skip_reason(pid, rank, "item", filters) or ""] += 1
                 continue
+            snak = st["mainsnak"]
+            snaktype = snak.get("snaktype", "value")
+            if snaktype == "somevalue" or snaktype == "novalue":
+                counts[skip_value(snaktype)] += 1
+                continue
+            dv = snak["datavalue"]
+            dtype = dv["type"]
+            if dtype != "wikibase-entityid":
+                counts[_VALUE_SKIPS.get(dtype) or skip_value(str(dtype))] += 1
+                continue
+            val = dv["value"]
+            obj_id = val.get("id")
+            if not (obj_id.__class__ is str and val.get("entity-type", "item") == "item"):
+                value = snak_value(snak)  # another entity type, or the older flavour
+                if value.kind != "item":
+                    counts[skip_value(value.kind)] += 1
+                    continue
+                obj_id = value.text
             if not QID_RE.match(obj_id):
                 return None
             if pid == INSTANCE_OF:
@@ -254,12 +316,16 @@ def fast_records(
             if pid == SUBCLASS_OF:
                 supers.append(obj_id)
                 continue
+            sid = st.get("id")
+            if sid is not None and sid.__class__ is not str:
+                return None
+            snaks = st.get("qualifiers")
             own = st.get("kgprobe_source")
-            fact = fact_record(eid, pid, obj_id, rank, sid, qualifiers,
+            fact = fact_record(eid, pid, obj_id, rank, sid, _qualifiers(snaks) if snaks else [],
                                str(own) if own else source, skips, location)
             try:  # subject, property and object were checked above
                 if fact.qualifiers or fact.is_temporal or len(fact.source) > MAX_VALUE_CHARS:
-                    check_fact(fact)
+                    check_fact_values(fact)
                 elif fact.statement_id is not None:
                     check_statement_id(fact.statement_id)
             except Invalid:
@@ -304,55 +370,109 @@ def _entity_stream(
             recs = fast_records(obj, filters, location, source)
         except _MALFORMED:
             recs = None  # the general path names what is wrong
-        if recs is None:
-            try:
-                recs = list(validated(records_from_entity(obj, filters, location, source)))
-            except _MALFORMED as exc:
-                yield ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")
-                continue
+        if recs is not None:  # the entity first, always
+            items += 1
+            yield from recs
+            continue
+        try:
+            recs = list(validated(records_from_entity(obj, filters, location, source)))
+        except _MALFORMED as exc:
+            yield ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")
+            continue
         if any(isinstance(r, EntityRecord) for r in recs):
             items += 1
         yield from recs
 
 
-#: digits → "0", so that one search finds a run of 19 digits (see `_loads`)
+#: digits → "0", so that one search finds a run of 19 digits (see `_orjson`)
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGIT_RUN = b"0" * 19
+#: what may stand before a JSON number (its sign and blanks aside): nothing, ``[``, ``:`` or ``,``
+_BEFORE_NUMBER = frozenset(b"[:,")
+_BLANKS = frozenset(b" \t\r\n")
 
 
-def _loads(text: str) -> Any:
-    """orjson (half the CPU of the standard library's decoder), where it gives what the
-    standard library gives; else the standard library decides, so that what is accepted and
-    every error message stay the same. orjson refuses NaN, Infinity, lone surrogates, deep
-    nesting and broken JSON (then the standard library parses or raises), and reads an
-    integer beyond 64 bits as a float, so a line with 19 digits in a row (in a number or a
-    string alike) goes to the standard library directly."""
-    if _LONG_DIGIT_RUN in text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ZERO):
-        return json.loads(text)
+def _big_integer(raw: bytes) -> bool:
+    """Whether a run of 19 digits or more starts a number in ``raw`` (not inside a string,
+    where a number never follows one of ``[:,``); a string that holds ``: 1234…`` merely errs
+    on the safe side. One pass of C over the line; the loop runs only where digits are long."""
+    zeros = raw.translate(_DIGITS_TO_ZERO)
+    at = zeros.find(_LONG_DIGIT_RUN)
+    while at >= 0:  # ``at`` starts a run (or lies inside one, where a digit precedes it)
+        i = at - 1
+        if i >= 0 and raw[i] == 0x2D:  # "-"
+            i -= 1
+        while i >= 0 and raw[i] in _BLANKS:
+            i -= 1
+        if i < 0 or raw[i] in _BEFORE_NUMBER:
+            return True
+        at = zeros.find(_LONG_DIGIT_RUN, at + len(_LONG_DIGIT_RUN))
+    return False
+
+
+#: what `_orjson` returns for a line it leaves to the standard library
+_UNDECIDED = object()
+
+
+def _orjson(raw: bytes) -> Any:
+    """orjson's reading of one line of UTF-8, or ``_UNDECIDED`` where the standard library
+    might read it otherwise; it costs half of the standard library's CPU, and far less than
+    decoding the line to ``str`` first.
+
+    Where they differ: orjson reads an integer beyond 64 bits as a float (so a line with 19
+    digits in a row *where a number starts* is left to the standard library; the long external
+    ids of real entities are strings and stay here), and refuses NaN, Infinity, lone
+    surrogates, nesting deeper than 1,024, bytes that are not UTF-8 and broken JSON, where the
+    standard library parses or gives its own error. Duplicate keys: both keep the last. On the
+    real entities of tests/fixtures/wikidata/entity-json no line is left to the standard
+    library (tests/test_loader_fast_path.py)."""
+    if _big_integer(raw):
+        return _UNDECIDED
     try:
-        return orjson.loads(text)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(text)
+        return _UNDECIDED
 
 
-def _dump_lines(path: Path, fh: Any, first_lineno: int) -> Iterator[tuple[str, Any]]:
-    """Entities of a dump file, one per line; trailing commas and the closing ``]`` handled."""
+def _loads(data: str | bytes) -> Any:
+    """One JSON value exactly as ``json.loads`` reads it (same value, same errors; bytes must
+    be UTF-8), by orjson wherever that gives the same (`_orjson`)."""
+    obj = _orjson(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+    if obj is _UNDECIDED:
+        return json.loads(data if isinstance(data, str) else data.decode("utf-8"))
+    return obj
+
+
+def _dump_lines(path: Path, fh: BinaryIO, first_lineno: int) -> Iterator[tuple[str, Any]]:
+    """Entities of a dump file, one per line of bytes; trailing commas and the closing ``]``
+    handled. A line orjson leaves undecided is decoded and read as before this path took bytes
+    (``str`` strip, the standard library): a line that is not UTF-8 raises UnicodeDecodeError,
+    which ends the stream with one line (`guarded`), every line before it handed on."""
     for lineno, line in enumerate(fh, start=first_lineno):
         s = line.strip()
-        if not s or s in ("[", "]"):
+        if s in _NOT_ENTITIES:
             continue
-        if s.endswith(","):
-            s = s[:-1]
-        loc = f"{path}:{lineno}"
-        try:
-            yield loc, _loads(s)
-        except json.JSONDecodeError as exc:
-            yield (
-                loc,
-                ErrorRecord(location=loc, message=f"invalid JSON: {exc.msg} at column {exc.colno}"),
-            )
-        except RecursionError:
-            yield loc, ErrorRecord(location=loc, message="invalid JSON: nested too deeply")
+        obj = _orjson(s[:-1] if s.endswith(b",") else s)
+        if obj is _UNDECIDED:
+            text = line.decode("utf-8").strip()
+            if not text or text in ("[", "]"):
+                continue
+            if text.endswith(","):
+                text = text[:-1]
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as exc:
+                loc = f"{path}:{lineno}"
+                yield loc, ErrorRecord(location=loc, message=f"invalid JSON: {exc.msg} at column {exc.colno}")
+                continue
+            except RecursionError:
+                loc = f"{path}:{lineno}"
+                yield loc, ErrorRecord(location=loc, message="invalid JSON: nested too deeply")
+                continue
+        yield f"{path}:{lineno}", obj
+
+
+_NOT_ENTITIES = frozenset((b"", b"[", b"]"))
 
 
 def _document_entities(path: Path, doc: Any) -> Iterator[tuple[str, Any]]:
@@ -402,17 +522,21 @@ def load_json(
 
 def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
     cap = max_json_chars()  # one document parsed whole: at most this many characters
-    with open_text(p) as fh:
+    most = 4 * cap + 4  # bytes that hold more than ``cap`` characters whatever they are
+    with open_binary(p) as fh:
+        raw = fh.readline(most)
+        lineno = 1
         try:
-            first = fh.readline(cap + 1)
-            lineno = 1
-            while first and not first.strip():
-                first = fh.readline(cap + 1)
+            while raw and not raw.decode("utf-8").strip() and len(raw) < most:
+                raw = fh.readline(most)
                 lineno += 1
-            if len(first) > cap:  # one line longer than a whole document may be
+            if len(raw) >= most:  # one line longer than a whole document may be
                 raise json_too_large(p)
+            first = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from exc
+        if len(first) > cap:
+            raise json_too_large(p)
         head = first.strip()
         if head == "[":
             yield from _entity_stream(_dump_lines(p, fh, lineno + 1), f, source)
@@ -431,10 +555,13 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
                 yield from _entity_stream(lines(), f, source)
                 return
         try:
-            rest = fh.read(cap + 1 - len(first))
-            if len(first) + len(rest) > cap:
+            rest = fh.read(most - len(raw))
+            if len(raw) + len(rest) >= most:
                 raise json_too_large(p)
-            doc = json.loads(first + rest)
+            text = first + rest.decode("utf-8")
+            if len(text) > cap:
+                raise json_too_large(p)
+            doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{p}:{exc.lineno + lineno - 1}: not valid JSON ({exc.msg})") from exc
         except RecursionError as exc:
