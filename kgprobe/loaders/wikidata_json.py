@@ -11,9 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import orjson
+
+try:  # the fast path's decoder (pyproject.toml); without it every entity takes the general path
+    import msgspec
+except ImportError:  # pragma: no cover - installed with kgprobe
+    msgspec = None  # type: ignore[assignment]
 
 from kgprobe.errors import InputError
 from kgprobe.loaders.build import (
@@ -84,8 +89,11 @@ def snak_value(snak: dict[str, Any]) -> Value:
     if snaktype in ("somevalue", "novalue"):
         return Value(kind=snaktype)
     dv = snak["datavalue"]
-    dtype = dv["type"]
-    val = dv["value"]
+    return datavalue(dv["type"], dv["value"])
+
+
+def datavalue(dtype: Any, val: Any) -> Value:
+    """A snak's ``datavalue`` (its ``type`` and ``value``) → :class:`Value`."""
     if dtype == "wikibase-entityid":
         eid = val.get("id")
         if eid is not None and val.get("entity-type", "item") == "item" and is_qid(eid):
@@ -236,38 +244,148 @@ def _with_kgprobe_fields(rec: EntityRecord, obj: dict[str, Any]) -> EntityRecord
     return rec
 
 
+# --------------------------------------------------------------------------- the fast path
+
+if msgspec is not None:
+
+    #: a field the line does not have (msgspec reads no union of Raw and None)
+    _ABSENT = msgspec.Raw()
+
+    class _DataValue(msgspec.Struct):
+        type: str
+        value: msgspec.Raw  # read (by `_loads`) only where the statement is kept
+
+    class _Snak(msgspec.Struct):
+        snaktype: str = "value"
+        datavalue: _DataValue | None = None
+
+    class _Statement(msgspec.Struct):
+        mainsnak: _Snak
+        rank: str = "normal"
+        id: str | None = None
+        qualifiers: dict[str, list[_Snak]] | None = None
+        kgprobe_source: msgspec.Raw = _ABSENT
+
+    class _Entity(msgspec.Struct):
+        """The parts of an entity line the records are made of; the rest (sitelinks,
+        references, the other languages' terms, …) is skipped unread."""
+
+        id: str
+        type: str = "item"
+        labels: dict[str, msgspec.Raw] | list[msgspec.Raw] | None = None
+        descriptions: dict[str, msgspec.Raw] | list[msgspec.Raw] | None = None
+        aliases: dict[str, msgspec.Raw] | list[msgspec.Raw] | None = None
+        claims: dict[str, list[_Statement]] | None = None
+        statements: msgspec.Raw = _ABSENT
+        missing: msgspec.Raw = _ABSENT
+        kgprobe_popularity: msgspec.Raw = _ABSENT
+        kgprobe_inferred_types: msgspec.Raw = _ABSENT
+
+    class _EntityId(msgspec.Struct):
+        id: str | None = None
+        entity_type: str = msgspec.field(default="item", name="entity-type")
+
+    _DECODE = msgspec.json.Decoder(_Entity).decode
+    _DECODE_ENTITY_ID = msgspec.json.Decoder(_EntityId).decode
+    _REFUSED: tuple[type[BaseException], ...] = (msgspec.DecodeError, RecursionError)
+
+
+def typed_entity(data: bytes) -> Any:
+    """One entity line decoded into the typed structures of the fast path, or None where
+    msgspec refuses it (broken JSON, NaN, a lone surrogate, a field of an unexpected type, …:
+    the general path then reads it) or is not installed.
+
+    msgspec skips what is not asked for without checking that its text is UTF-8, so the line
+    is checked here: bytes that are not UTF-8 stay the error they were (`guarded`)."""
+    if msgspec is None:
+        return None
+    try:
+        ent = _DECODE(data)
+    except _REFUSED:
+        return None
+    if not data.isascii():
+        data.decode("utf-8")
+    return ent
+
+
+def _term_of(terms: Any, language: str) -> Any:
+    """A typed entity's terms as `_term`/`_aliases` read them: only ``language``'s decoded."""
+    if not isinstance(terms, dict):
+        return terms
+    raw = terms.get(language)
+    return {} if raw is None else {language: _loads(bytes(raw))}
+
+
+def _typed_value(snak: Any) -> Value:
+    """`snak_value` of a typed snak."""
+    if snak.snaktype in ("somevalue", "novalue"):
+        return Value(kind=snak.snaktype)
+    dv = snak.datavalue
+    if dv is None:
+        raise KeyError("datavalue")
+    return _raw_value(dv.type, dv.value)
+
+
+def _raw_value(dtype: str, raw: Any) -> Value:
+    """`datavalue` of a value still in JSON: an item id (the common case) read by msgspec
+    into its two fields, anything else decoded as ``json.loads`` would (`_loads`)."""
+    if dtype == "wikibase-entityid":
+        try:
+            ref = _DECODE_ENTITY_ID(raw)
+        except msgspec.DecodeError:
+            ref = None
+        if ref is not None and ref.id is not None and ref.entity_type == "item" and QID_RE.match(ref.id):
+            return Value("item", ref.id)
+    return datavalue(dtype, _loads(bytes(raw)))
+
+
 def fast_records(
     obj: dict[str, Any], filters: Filters, location: str, source: str = SOURCE
 ) -> list[Record] | None:
+    """`typed_records` of an entity object already decoded (an entity document's): written
+    back to JSON and decoded into the typed structures. None where the general path must
+    read it (an object orjson cannot write exactly, such as an integer beyond 64 bits)."""
+    try:
+        data = orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        return None
+    ent = typed_entity(data)
+    return None if ent is None else typed_records(ent, filters, location, source)
+
+
+def typed_records(ent: Any, filters: Filters, location: str, source: str = SOURCE) -> list[Record] | None:
     """The records of a plain dump item, already validated; None when the entity needs the
     general path.
 
-    Why it exists: the general path (`entity_from_json` → `entity_records` → `validated`) builds
-    an intermediate object per statement and re-checks every id it has just parsed, and that
-    CPU is what kgprobe's ingest costs beyond the database's own (docs/benchmarks.md). This
-    path makes the same decisions with the same helpers (`snak_value`, `skip_reason`,
-    `fact_record`, `check_fact`) and accepts only what the general path would write unchanged:
-    anything else (a bad id, an over-long term, kgprobe's own keys, a record that breaks a rule)
-    returns None, and the general path then gives the precise records and errors.
-    tests/test_loader_fast_path.py checks that both give the same records.
+    Why it exists: the general path (`entity_from_json` → `entity_records` → `validated`)
+    needs every part of a line as Python objects, builds an intermediate object per
+    statement and re-checks every id it has just parsed; parsing a realistic dump that way
+    cost 2.6 times decoding it (docs/benchmarks.md, issue 37). Here msgspec decodes only the
+    parts records are made of (`typed_entity`), a statement is read as far as its fate needs
+    (rank and relation first, then the main snak's type: most statements end there; the
+    qualifiers only of a fact), and the same helpers make the same decisions (`datavalue`,
+    `skip_reason`, `fact_record`, the checks of kgprobe.loaders.validate). Only what the
+    general path would write unchanged is accepted: anything else (a bad id, an over-long
+    term, kgprobe's own keys, a record that breaks a rule) returns None, and the general path
+    gives the precise records and errors. tests/test_loader_fast_path.py checks that both give
+    the same records.
     """
-    if "missing" in obj or obj.get("type", "item") != "item":
+    if ent.missing or ent.type != "item":  # (a Raw field is empty where the line has none)
         return None
-    if "kgprobe_popularity" in obj or "kgprobe_inferred_types" in obj:
+    if ent.kgprobe_popularity or ent.kgprobe_inferred_types:
         return None
-    eid = obj["id"]
-    if not (isinstance(eid, str) and QID_RE.match(eid)):
+    if ent.claims is None and ent.statements:
+        return None
+    eid = ent.id
+    if not QID_RE.match(eid):
         return None
     lang = filters.language
-    label = _term(obj.get("labels"), lang)
-    description = _term(obj.get("descriptions"), lang)
-    aliases = _aliases(obj.get("aliases"), lang)
+    label = _term(_term_of(ent.labels, lang), lang)
+    description = _term(_term_of(ent.descriptions, lang), lang)
+    aliases = _aliases(_term_of(ent.aliases, lang), lang)
     try:
         check_terms(label, description, aliases)
     except Invalid:
-        return None
-    claims = obj.get("claims", obj.get("statements")) or {}
-    if not isinstance(claims, dict):
         return None
     skips = SkipCounter()
     counts = skips.counts
@@ -275,39 +393,36 @@ def fast_records(
     supers: list[str] = []
     facts: list[Record] = []
     ranks, relations = filters.ranks, filters.relations
-    for pid, statements in claims.items():
-        if not (isinstance(pid, str) and PID_RE.match(pid)):
+    for pid, statements in (ent.claims or {}).items():
+        if not PID_RE.match(pid):
             return None
         wanted = relations is None or pid in relations or pid in TYPE_RELATIONS
         for st in statements:
             # read as the general path reads it with filters (`entity_from_json`): rank and
-            # relation first, then the main snak's type (`main_value`, inlined here: most
-            # statements end at it), the qualifiers only of a fact; a snak it reads and cannot
-            # read makes the entity an error there, so it raises here too (the caller falls back)
-            rank = st.get("rank", "normal")
-            if rank.__class__ is not str:
-                rank = str(rank)
+            # relation first, then the main snak's type (`main_value`); a snak it reads and
+            # cannot read makes the entity an error there, so it raises here too (the caller
+            # then takes the general path)
+            rank = st.rank
             if not (wanted and rank in ranks):
                 counts[skip_reason(pid, rank, "item", filters) or ""] += 1
                 continue
-            snak = st["mainsnak"]
-            snaktype = snak.get("snaktype", "value")
+            snak = st.mainsnak
+            snaktype = snak.snaktype
             if snaktype == "somevalue" or snaktype == "novalue":
                 counts[skip_value(snaktype)] += 1
                 continue
-            dv = snak["datavalue"]
-            dtype = dv["type"]
+            dv = snak.datavalue
+            if dv is None:
+                return None
+            dtype = dv.type
             if dtype != "wikibase-entityid":
-                counts[_VALUE_SKIPS.get(dtype) or skip_value(str(dtype))] += 1
+                counts[_VALUE_SKIPS.get(dtype) or skip_value(dtype)] += 1
                 continue
-            val = dv["value"]
-            obj_id = val.get("id")
-            if not (obj_id.__class__ is str and val.get("entity-type", "item") == "item"):
-                value = snak_value(snak)  # another entity type, or the older flavour
-                if value.kind != "item":
-                    counts[skip_value(value.kind)] += 1
-                    continue
-                obj_id = value.text
+            value = _raw_value(dtype, dv.value)
+            if value.kind != "item":
+                counts[skip_value(value.kind)] += 1
+                continue
+            obj_id = value.text
             if not QID_RE.match(obj_id):
                 return None
             if pid == INSTANCE_OF:
@@ -316,12 +431,10 @@ def fast_records(
             if pid == SUBCLASS_OF:
                 supers.append(obj_id)
                 continue
-            sid = st.get("id")
-            if sid is not None and sid.__class__ is not str:
-                return None
-            snaks = st.get("qualifiers")
-            own = st.get("kgprobe_source")
-            fact = fact_record(eid, pid, obj_id, rank, sid, _qualifiers(snaks) if snaks else [],
+            own = _loads(bytes(st.kgprobe_source)) if st.kgprobe_source else None
+            qualifiers = [(qpid, _typed_value(q)) for qpid, snaks in st.qualifiers.items()
+                          for q in snaks] if st.qualifiers else []
+            fact = fact_record(eid, pid, obj_id, rank, st.id, qualifiers,
                                str(own) if own else source, skips, location)
             try:  # subject, property and object were checked above
                 if fact.qualifiers or fact.is_temporal or len(fact.source) > MAX_VALUE_CHARS:
@@ -357,6 +470,22 @@ def _entity_stream(
     for location, obj in entities:
         if filters.limit is not None and items >= filters.limit:
             return
+        fast = True
+        if obj.__class__ is _Line:  # a dump line: msgspec first, the general reading else
+            ent = typed_entity(obj.data)
+            if ent is not None:
+                try:
+                    recs = typed_records(ent, filters, location, source)
+                except _MALFORMED:
+                    recs = None
+                if recs is not None:  # the entity first, always
+                    items += 1
+                    yield from recs
+                    continue
+            fast = False
+            obj = _line_object(obj, location)
+            if obj is None:
+                continue
         if isinstance(obj, (ErrorRecord, SkipRecord)):
             yield obj
             continue
@@ -366,8 +495,8 @@ def _entity_stream(
         if not isinstance(obj, dict) or "id" not in obj and "missing" not in obj:
             yield ErrorRecord(location=location, message="not a Wikidata entity object")
             continue
-        try:
-            recs = fast_records(obj, filters, location, source)
+        try:  # (a line the typed path has read already goes to the general path at once)
+            recs = fast_records(obj, filters, location, source) if fast else None
         except _MALFORMED:
             recs = None  # the general path names what is wrong
         if recs is not None:  # the entity first, always
@@ -443,33 +572,44 @@ def _loads(data: str | bytes) -> Any:
     return obj
 
 
+class _Line(NamedTuple):
+    """One line of a dump: its entity's JSON (blanks and the trailing comma cut) and the
+    line as read."""
+
+    data: bytes
+    line: bytes
+
+
 def _dump_lines(path: Path, fh: BinaryIO, first_lineno: int) -> Iterator[tuple[str, Any]]:
-    """Entities of a dump file, one per line of bytes; trailing commas and the closing ``]``
-    handled. A line orjson leaves undecided is decoded and read as before this path took bytes
-    (``str`` strip, the standard library): a line that is not UTF-8 raises UnicodeDecodeError,
-    which ends the stream with one line (`guarded`), every line before it handed on."""
+    """Entity lines of a dump file, as bytes (`_entity_stream` decodes them); blank lines, the
+    brackets and trailing commas are handled here."""
     for lineno, line in enumerate(fh, start=first_lineno):
-        s = line.strip()
-        if s in _NOT_ENTITIES:
+        data = line.strip()
+        if data in _NOT_ENTITIES:
             continue
-        obj = _orjson(s[:-1] if s.endswith(b",") else s)
-        if obj is _UNDECIDED:
-            text = line.decode("utf-8").strip()
-            if not text or text in ("[", "]"):
-                continue
-            if text.endswith(","):
-                text = text[:-1]
-            try:
-                obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                loc = f"{path}:{lineno}"
-                yield loc, ErrorRecord(location=loc, message=f"invalid JSON: {exc.msg} at column {exc.colno}")
-                continue
-            except RecursionError:
-                loc = f"{path}:{lineno}"
-                yield loc, ErrorRecord(location=loc, message="invalid JSON: nested too deeply")
-                continue
-        yield f"{path}:{lineno}", obj
+        yield f"{path}:{lineno}", _Line(data[:-1] if data.endswith(b",") else data, line)
+
+
+def _line_object(line: _Line, location: str) -> Any:
+    """A dump line's JSON value as ``json.loads`` reads it, an ErrorRecord where it is not
+    JSON, or None for a line of blanks. A line orjson leaves undecided is decoded and read as
+    before this path took bytes (``str`` strip, the standard library): a line that is not
+    UTF-8 raises UnicodeDecodeError, which ends the stream with one line (`guarded`), every
+    line before it handed on."""
+    obj = _orjson(line.data)
+    if obj is not _UNDECIDED:
+        return obj
+    text = line.line.decode("utf-8").strip()
+    if not text or text in ("[", "]"):
+        return None
+    if text.endswith(","):
+        text = text[:-1]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        return ErrorRecord(location=location, message=f"invalid JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:
+        return ErrorRecord(location=location, message="invalid JSON: nested too deeply")
 
 
 _NOT_ENTITIES = frozenset((b"", b"[", b"]"))
