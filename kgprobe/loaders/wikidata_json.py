@@ -344,10 +344,11 @@ def fast_records(
 ) -> list[Record] | None:
     """`typed_records` of an entity object already decoded (an entity document's): written
     back to JSON and decoded into the typed structures. None where the general path must
-    read it (an object orjson cannot write exactly, such as an integer beyond 64 bits)."""
+    read it. Written by the standard library, which writes back exactly what it read (orjson
+    would write NaN as null); NaN and Infinity, which JSON has no words for, are refused."""
     try:
-        data = orjson.dumps(obj)
-    except orjson.JSONEncodeError:
+        data = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
+    except ValueError:
         return None
     ent = typed_entity(data)
     return None if ent is None else typed_records(ent, filters, location, source)
