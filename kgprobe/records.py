@@ -70,9 +70,10 @@ class TimeValue:
     def parsed(cls, time: str, precision: int, calendar: str, *, year: int, sort_key: int) -> TimeValue:
         """A TimeValue whose year and sort key its caller has just parsed from ``time`` (the
         JSON loader splits every time string anyway): they are stored, not parsed twice more."""
-        tv = cls(time, precision, calendar)
-        tv.__dict__["year"] = year  # what the cached properties below would compute
-        tv.__dict__["sort_key"] = sort_key
+        tv = object.__new__(cls)  # the fields set at once: a frozen __init__ sets them one by one
+        # year and sort_key: what the cached properties below would compute
+        tv.__dict__.update(time=time, precision=precision, calendar=calendar, year=year,
+                           sort_key=sort_key)
         return tv
 
     @cached_property

@@ -1,8 +1,9 @@
 """The JSON loader's fast path gives exactly the records of the general path, or steps aside.
 
-`fast_records` exists for speed only (docs/benchmarks.md, session 13). The general path
-(`records_from_entity` → `validated`) is the reference: for any entity object, the fast path
-must either return None or the same records, in the same order, with the same locations. The
+`typed_records` (dump lines decoded by msgspec) and `fast_records` (entity objects decoded
+already, through the same code) exist for speed only (docs/benchmarks.md, session 13 and
+issue 37). The general path (`records_from_entity` → `validated`) is the reference: for any
+entity object, the fast path must either return None or the same records, in the same order, with the same locations. The
 entities are generated with the shapes real dumps have and the ones they should not have (bad
 ids, ranks, values, times, statement ids, over-long terms, kgprobe's own keys), and the fast
 path must really be taken for ordinary items, else the comparison would prove nothing.
@@ -19,11 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from loaders_support import WD, gen_dump_module
 
+from kgprobe.errors import InputError
 from kgprobe.loaders import wikidata_json
-from kgprobe.loaders.common import Filters
+from kgprobe.loaders.common import Filters, time_from_json
 from kgprobe.loaders.validate import MAX_TERM_CHARS, validated
 from kgprobe.loaders.wikidata_json import _loads, fast_records, load_json, records_from_entity
-from kgprobe.records import Record
+from kgprobe.records import EntityRecord, ErrorRecord, Record, SkipRecord
 
 CAUGHT = (KeyError, TypeError, ValueError, AttributeError, RecursionError)
 
@@ -214,6 +216,7 @@ def test_load_json_gives_the_same_records_without_the_fast_path(
     path = WD / "wdtk" / name
     with_fast = shown(list(load_json(path)))
     monkeypatch.setattr(wikidata_json, "fast_records", lambda *a, **k: None)
+    monkeypatch.setattr(wikidata_json, "typed_records", lambda *a, **k: None)  # dump lines'
     without = shown(list(load_json(path)))
     assert with_fast == without
     assert with_fast  # the files hold records
@@ -228,6 +231,12 @@ def test_load_json_gives_the_same_records_without_the_fast_path(
         '{"numeric-id": 123456789012345678901234567890}',
         '{"numeric-id": 18446744073709551616, "s": "€"}',
         '{"label": "9999999999999999999 in a string"}',
+        '{"id": "12345678901234567890123", "n": -9223372036854775809}',
+        '[1, -9223372036854775809]',
+        '{"a": [18446744073709551615, 18446744073709551616]}',
+        '{"a":"x: 12345678901234567890", "b": 1.12345678901234567890123}',
+        '{"x": 1e1234567890123456789, "y": 1.7976931348623159e308}',
+        '123456789012345678901234',
         '{"s": "\\ud800"}',
         '{"s": "\\u0000", "t": "Ünïcødé"}',
         "[" * 3000 + "]" * 3000,
@@ -242,6 +251,15 @@ def test_the_decoder_reads_every_line_as_the_standard_library_does(text: str) ->
         expected = (type(exc), str(exc))
     try:
         got: Any = _loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        got = (type(exc), str(exc))
+    assert repr(got) == repr(expected)
+    try:  # a dump line as bytes (how lines are read since issue 37)
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:
+        return  # a lone surrogate: no UTF-8 line holds one
+    try:
+        got = _loads(data)
     except (json.JSONDecodeError, RecursionError) as exc:
         got = (type(exc), str(exc))
     assert repr(got) == repr(expected)
@@ -302,3 +320,141 @@ def test_one_defect_in_a_clean_item_is_the_general_paths_error(defect: str) -> N
     expected = general(obj, Filters())
     assert isinstance(expected, str) or any(kind == "ErrorRecord" for kind, _, _ in expected)
     assert fast(obj, Filters()) in (None, expected)
+
+
+# --------------------------------------------------------------------------- issue 37: real lines
+
+REAL = sorted((WD / "entity-json").glob("Q*.json"))
+
+
+def real_lines() -> list[bytes]:
+    """The real entity documents as dump lines: compact, UTF-8 as the dump writes it."""
+    out = []
+    for path in REAL:
+        (obj,) = json.loads(path.read_text(encoding="utf-8"))["entities"].values()
+        out.append(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode())
+    return out
+
+
+def write_lines(path: Path, lines: list[bytes]) -> Path:
+    path.write_bytes(b"[\n" + b",\n".join(lines) + b"\n]\n")
+    return path
+
+
+def test_real_lines_take_the_typed_path_and_never_the_standard_librarys_decoder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two of the three real entities hold external ids of 19+ digits (strings, not numbers):
+    they used to go to the standard library's decoder. Now no real line does, and every one
+    is read by the typed fast path."""
+    assert len(REAL) == 3
+    dump = write_lines(tmp_path / "real.json", real_lines())
+    calls: list[int] = []
+    real_json_loads = json.loads
+    monkeypatch.setattr(json, "loads", lambda *a, **k: calls.append(1) or real_json_loads(*a, **k))
+    taken: list[str] = []
+    typed = getattr(wikidata_json, "typed_records", None)
+    if typed is not None:
+        monkeypatch.setattr(wikidata_json, "typed_records",
+                            lambda ent, *a, **k: taken.append(ent.id) or typed(ent, *a, **k))
+    records = list(load_json(dump))
+    assert calls == []
+    assert taken == ["Q182397", "Q53713", "Q8413"]
+    assert sum(isinstance(r, EntityRecord) for r in records) == 3
+
+
+@pytest.mark.parametrize("filters", FILTERS, ids=["default", "relations", "deprecated", "preferred-de"])
+def test_real_lines_give_the_general_paths_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filters: Filters
+) -> None:
+    """The fast path's records of real entity lines (every language, sitelinks, references,
+    external ids, qualifiers) are the general path's, record for record."""
+    dump = write_lines(tmp_path / "real.json", real_lines())
+    fast_path = shown(list(load_json(dump, filters)))
+    monkeypatch.setattr(wikidata_json, "typed_records", lambda *a, **k: None)
+    monkeypatch.setattr(wikidata_json, "fast_records", lambda *a, **k: None)
+    general_path = shown(list(load_json(dump, filters)))
+    assert fast_path == general_path
+    assert fast_path is not None and any(kind == "FactRecord" for kind, _, _ in fast_path)
+
+
+def test_a_statement_that_is_not_kept_is_not_read(tmp_path: Path) -> None:
+    """A malformed time in a statement the filters skip (an external id's, a deprecated one's,
+    an unselected relation's) no longer rejects the entity: it is counted as skipped, and the
+    entity and its facts load. The value a kept fact needs is still read: broken, it is the
+    entity's error."""
+    def statement(pid: str, dtype: str, value: Any, rank: str = "normal") -> dict[str, Any]:
+        return {"mainsnak": {"snaktype": "value", "property": pid,
+                             "datavalue": {"type": dtype, "value": value}},
+                "rank": rank, "id": f"Q1${pid}-{rank}"}
+
+    bad_time = {"time": "yesterday", "precision": 11}
+    claims = {
+        "P569": [statement("P569", "time", bad_time)],  # a non-item value: its type is enough
+        "P69": [statement("P69", "wikibase-entityid", {"entity-type": "item", "id": "Q5"}),
+                statement("P69", "time", bad_time, rank="deprecated")],
+    }
+    line = {"type": "item", "id": "Q1", "labels": {"en": {"value": "one"}}, "claims": claims}
+    dump = write_lines(tmp_path / "d.json", [json.dumps(line).encode()])
+    records = list(load_json(dump))
+    kinds = [type(r).__name__ for r in records]
+    assert kinds == ["EntityRecord", "FactRecord", "SkipRecord", "SkipRecord"]
+    assert {(r.reason, r.count) for r in records if isinstance(r, SkipRecord)} == {
+        ("rank:deprecated", 1), ("value:time", 1)}
+    claims["P69"][0]["qualifiers"] = {"P580": [{"snaktype": "value", "datavalue": {
+        "type": "time", "value": bad_time}}]}  # a kept fact's qualifier: read, and broken
+    dump = write_lines(tmp_path / "e.json", [json.dumps(line).encode()])
+    (error,) = list(load_json(dump))
+    assert isinstance(error, ErrorRecord) and "not a time value" in error.message
+
+
+def test_bytes_that_are_not_utf8_in_a_part_not_read_still_end_the_stream(tmp_path: Path) -> None:
+    """msgspec skips the parts records are not made of without reading them; the line is
+    checked as UTF-8 all the same, so a bad byte in a sitelink stops the file with one line,
+    as it did, after the records of the lines before it."""
+    good, bad = (json.dumps({"type": "item", "id": q, "claims": {},
+                             "sitelinks": {"enwiki": {"title": "X"}}}).encode() for q in ("Q1", "Q2"))
+    dump = write_lines(tmp_path / "d.json", [good, bad.replace(b'"X"', b'"\xff"')])
+    got: list[Record] = []
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        got.extend(load_json(dump))
+    assert [type(r).__name__ for r in got] == ["EntityRecord"]
+
+
+def test_deep_nesting_in_a_part_not_read_is_still_an_error_record(tmp_path: Path) -> None:
+    deep = b'{"type":"item","id":"Q1","claims":{},"sitelinks":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    dump = write_lines(tmp_path / "d.json", [deep])
+    (error,) = list(load_json(dump))
+    assert isinstance(error, ErrorRecord) and "nested too deeply" in error.message
+
+
+@settings(max_examples=300)
+@given(sign=st.sampled_from(["+", "-", ""]), year=st.sampled_from(["2011", "0952", "952", "00952", "12345", "0"]),
+       month=st.sampled_from(["00", "03", "3", "12", "13"]), day=st.sampled_from(["00", "11", "1", "31"]),
+       rest=st.sampled_from(["T00:00:00Z", "", "T12:00:00Z"]), precision=st.integers(0, 14))
+def test_a_canonical_time_is_kept_as_it_would_be_written(
+    sign: str, year: str, month: str, day: str, rest: str, precision: int
+) -> None:
+    """`time_from_json` keeps a time string that is canonical already; what it keeps is what
+    writing the parts again gives (the RDF path's `_split`/`_format`, spelt out here)."""
+    text = f"{sign}{year}-{month}-{day}{rest}"
+    s, y, m, d = -1 if sign == "-" else 1, int(year), int(month), int(day)
+    if precision <= 9:
+        m = d = 0
+    elif precision == 10:
+        d = 0
+    expected = f"{'-' if s < 0 else '+'}{y:04d}-{m:02d}-{d:02d}{rest or 'T00:00:00Z'}"
+    tv = time_from_json({"time": text, "precision": precision})
+    assert (tv.time, tv.year, tv.sort_key) == (expected, s * y, s * y * 10000 + m * 100 + d)
+
+
+@pytest.mark.parametrize("source", [float("nan"), float("inf"), 2**70, "lama"])
+def test_a_decoded_entity_takes_the_fast_path_only_where_it_agrees(source: Any) -> None:
+    """An entity document's object is written back to JSON for the typed path: a value that
+    JSON cannot hold the same way (NaN, which orjson would write as null) must not change
+    what is read (here the fact's source: "nan" on the general path)."""
+    obj = _clean_item()
+    _statement(obj, 1)["kgprobe_source"] = source
+    got, expected = fast(obj, Filters()), general(obj, Filters())
+    assert got in (None, expected)
+    assert isinstance(expected, list) and any(f"source='{source}'" in text for _, text, _ in expected)

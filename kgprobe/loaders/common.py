@@ -201,8 +201,12 @@ def base_suffix(path: Path) -> str:
     return path.suffix.lower()
 
 
-def open_text(path: str | Path) -> IO[str]:
-    """Open plain, gzip or bzip2 text for streaming reads (never loads the whole file)."""
+def open_binary(path: str | Path) -> BinaryIO:
+    """Open a plain, gzip or bzip2 file as decompressed bytes for streaming reads.
+
+    The JSON dump reader takes its lines as bytes: orjson reads UTF-8 bytes directly, so
+    decoding each line to ``str`` first (and orjson encoding it back) would be work for nothing.
+    """
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such file")
@@ -210,11 +214,14 @@ def open_text(path: str | Path) -> IO[str]:
         raise InputError(f"{p}: is a directory, not a file")
     opener = _COMPRESSED.get(p.suffix.lower())
     try:
-        if opener is not None:
-            return io.TextIOWrapper(opener(p), encoding="utf-8", errors="strict", newline="")
-        return open(p, encoding="utf-8", errors="strict", newline="")
+        return opener(p) if opener is not None else open(p, "rb")  # noqa: SIM115 - the caller's
     except OSError as exc:
         raise InputError(f"{p}: cannot open ({exc})") from exc
+
+
+def open_text(path: str | Path) -> IO[str]:
+    """Open plain, gzip or bzip2 text for streaming reads (never loads the whole file)."""
+    return io.TextIOWrapper(open_binary(path), encoding="utf-8", errors="strict", newline="")
 
 
 #: The largest single JSON document kgprobe parses whole, in MiB of text: a file that is one
@@ -369,13 +376,29 @@ def canonical_time(time: str, precision: int) -> str:
 
 
 def _canonical(time: str, precision: int) -> tuple[str, int, int]:
-    """The canonical string, with its year and sort key (``year * 10000 + month * 100 + day``)."""
-    sign, year, month, day, rest = _split(time)
+    """The canonical string, with its year and sort key (``year * 10000 + month * 100 + day``).
+
+    What Wikidata writes today is canonical already (``+1952-00-00T00:00:00Z`` at year
+    precision): then the string is kept as it is rather than written again (what `_format`
+    would write, character for character: a sign, a year of four digits or more without a
+    leading zero beyond four, two-digit month and day, ASCII digits)."""
+    text = time.strip()
+    m = _TIME_PARTS.match(text)
+    if not m:
+        raise ValueError(f"not a time value: {time!r}")
+    sign_text, year_text, month_text, day_text, rest = m.groups()
+    sign = -1 if sign_text == "-" else 1
+    year, month, day = int(year_text), int(month_text), int(day_text)
     if precision <= PRECISION_YEAR:
         month = day = 0
     elif precision == PRECISION_MONTH:
         day = 0
-    return _format(sign, year, month, day, rest), sign * year, sign * year * 10000 + month * 100 + day
+    sort_key = sign * year * 10000 + month * 100 + day
+    if (sign_text and rest and text.isascii() and len(month_text) == 2 and len(day_text) == 2
+            and (len(year_text) == 4 or year_text[0] != "0" and len(year_text) > 4)
+            and int(month_text) == month and int(day_text) == day):
+        return text, sign * year, sort_key
+    return _format(sign, year, month, day, rest or "T00:00:00Z"), sign * year, sort_key
 
 
 def time_from_json(value: dict[str, object]) -> TimeValue:

@@ -123,6 +123,11 @@ def check_fact(fact: FactRecord) -> None:
     _qid(fact.subject, "subject")
     _pid(fact.pid, "property")
     _qid(fact.object, "object")
+    check_fact_values(fact)
+
+
+def check_fact_values(fact: FactRecord) -> None:
+    """`check_fact` but the three ids (a loader that has just matched them calls this)."""
     if fact.statement_id is not None:
         check_statement_id(fact.statement_id)
     if fact.rank not in RANKS:
@@ -239,6 +244,7 @@ __all__ = [
     "MAX_YEAR",
     "SKIP_REJECTED_ENTITY",
     "check_fact",
+    "check_fact_values",
     "check_statement_id",
     "check_terms",
     "check_time",

@@ -11,9 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, NamedTuple
 
 import orjson
+
+try:  # the fast path's decoder (pyproject.toml); without it every entity takes the general path
+    import msgspec
+except ImportError:  # pragma: no cover - installed with kgprobe
+    msgspec = None  # type: ignore[assignment]
 
 from kgprobe.errors import InputError
 from kgprobe.loaders.build import (
@@ -25,19 +30,21 @@ from kgprobe.loaders.build import (
     skip_reason,
 )
 from kgprobe.loaders.common import (
+    TYPE_RELATIONS,
     Filters,
     SkipCounter,
     guarded,
     json_too_large,
     max_json_chars,
-    open_text,
+    open_binary,
     skip_entity,
+    skip_value,
     time_from_json,
 )
 from kgprobe.loaders.validate import (
     MAX_VALUE_CHARS,
     Invalid,
-    check_fact,
+    check_fact_values,
     check_statement_id,
     check_terms,
     validated,
@@ -82,8 +89,11 @@ def snak_value(snak: dict[str, Any]) -> Value:
     if snaktype in ("somevalue", "novalue"):
         return Value(kind=snaktype)
     dv = snak["datavalue"]
-    dtype = dv["type"]
-    val = dv["value"]
+    return datavalue(dv["type"], dv["value"])
+
+
+def datavalue(dtype: Any, val: Any) -> Value:
+    """A snak's ``datavalue`` (its ``type`` and ``value``) → :class:`Value`."""
     if dtype == "wikibase-entityid":
         eid = val.get("id")
         if eid is not None and val.get("entity-type", "item") == "item" and is_qid(eid):
@@ -103,6 +113,31 @@ def snak_value(snak: dict[str, Any]) -> Value:
     return Value(kind=str(dtype), text=json.dumps(val, sort_keys=True))
 
 
+def main_value(snak: dict[str, Any]) -> Value:
+    """A statement's main snak, read only as far as its fate needs: an entity id in full (an
+    item may become a fact), any other value by its type alone (it is skipped as
+    ``value:<type>``, so its value is never built). Raises as `snak_value` on a snak without a
+    type."""
+    snaktype = snak.get("snaktype", "value")
+    if snaktype in ("somevalue", "novalue"):
+        return Value(kind=snaktype)
+    dtype = snak["datavalue"]["type"]
+    if dtype == "wikibase-entityid":
+        return snak_value(snak)
+    return Value(kind=_KINDS.get(dtype) or str(dtype))
+
+
+#: datavalue types whose kind is their name (`snak_value`): the common ones, without a str()
+_KINDS = {k: k for k in ("string", "time", "quantity", "globecoordinate", "monolingualtext")}
+#: their skip reasons, made once
+_VALUE_SKIPS = {k: skip_value(k) for k in _KINDS}
+
+
+def _qualifiers(qualifiers: Any) -> list[tuple[str, Value]]:
+    """A statement's ``qualifiers`` object read in full (only a fact's are read)."""
+    return [(qpid, snak_value(snak)) for qpid, snaks in (qualifiers or {}).items() for snak in snaks]
+
+
 def _term(terms: Any, language: str) -> str | None:
     if not isinstance(terms, dict):
         return None  # empty terms serialise as [] in the dump
@@ -116,8 +151,15 @@ def _aliases(terms: Any, language: str) -> list[str]:
     return [str(a["value"]) for a in terms.get(language, []) or []]
 
 
-def entity_from_json(obj: dict[str, Any], language: str = "en") -> EntityData:
-    """Parse one entity object (any flavour) into the format-neutral :class:`EntityData`."""
+def entity_from_json(
+    obj: dict[str, Any], language: str = "en", filters: Filters | None = None
+) -> EntityData:
+    """Parse one entity object (any flavour) into the format-neutral :class:`EntityData`.
+
+    With ``filters``, a statement is read only as far as its fate needs (the least work for
+    what is kept): one that the rank or relation filter skips keeps a placeholder value, one
+    whose value is not an entity id keeps the value's type alone (`main_value`), and only a
+    statement that becomes a fact has its qualifiers read. Without, every snak is read."""
     raw_id = obj["id"]
     # a non-text id (null, 42) keeps its JSON spelling, so that validation names it exactly
     eid = raw_id if isinstance(raw_id, str) else json.dumps(raw_id)
@@ -138,21 +180,32 @@ def entity_from_json(obj: dict[str, Any], language: str = "en") -> EntityData:
         if not is_pid(pid):
             raise ValueError(f"bad property id in claims: {pid!r}")
         for st in statements:
+            rank = str(st.get("rank", "normal"))
             qualifiers: list[tuple[str, Value]] = []
-            for qpid, snaks in (st.get("qualifiers") or {}).items():
-                for snak in snaks:
-                    qualifiers.append((qpid, snak_value(snak)))
+            if filters is None:
+                value = snak_value(st["mainsnak"])
+                qualifiers = _qualifiers(st.get("qualifiers"))
+            elif skip_reason(pid, rank, "item", filters) is not None:
+                value = _UNREAD  # skipped for its rank or relation: the value does not matter
+            else:
+                value = main_value(st["mainsnak"])
+                if value.kind == "item" and pid not in TYPE_RELATIONS:
+                    qualifiers = _qualifiers(st.get("qualifiers"))
             ent.statements.append(
                 Statement(
                     pid=pid,
-                    value=snak_value(st["mainsnak"]),
-                    rank=str(st.get("rank", "normal")),
+                    value=value,
+                    rank=rank,
                     statement_id=st.get("id"),
                     qualifiers=qualifiers,
                     source=str(st["kgprobe_source"]) if st.get("kgprobe_source") else None,
                 )
             )
     return ent
+
+
+#: the value of a statement the filters skip before its value is read
+_UNREAD = Value(kind="unread")
 
 
 def records_from_entity(
@@ -166,7 +219,7 @@ def records_from_entity(
     if kind not in ("item", "property"):
         yield SkipRecord(reason=skip_entity(kind), location=location)
         return
-    ent = entity_from_json(obj, filters.language)
+    ent = entity_from_json(obj, filters.language, filters)
     for rec in entity_records(ent, filters, location, source):
         if isinstance(rec, EntityRecord):
             yield _with_kgprobe_fields(rec, obj)
@@ -191,61 +244,186 @@ def _with_kgprobe_fields(rec: EntityRecord, obj: dict[str, Any]) -> EntityRecord
     return rec
 
 
+# --------------------------------------------------------------------------- the fast path
+
+if msgspec is not None:
+
+    #: a field the line does not have (msgspec reads no union of Raw and None)
+    _ABSENT = msgspec.Raw()
+
+    class _DataValue(msgspec.Struct):
+        type: str
+        value: msgspec.Raw  # read (by `_loads`) only where the statement is kept
+
+    class _Snak(msgspec.Struct):
+        snaktype: str = "value"
+        datavalue: _DataValue | None = None
+
+    class _Statement(msgspec.Struct):
+        mainsnak: _Snak
+        rank: str = "normal"
+        id: str | None = None
+        qualifiers: dict[str, list[_Snak]] | None = None
+        kgprobe_source: msgspec.Raw = _ABSENT
+
+    class _Entity(msgspec.Struct):
+        """The parts of an entity line the records are made of; the rest (sitelinks,
+        references, the other languages' terms, …) is skipped unread."""
+
+        id: str
+        type: str = "item"
+        labels: dict[str, msgspec.Raw] | list[msgspec.Raw] | None = None
+        descriptions: dict[str, msgspec.Raw] | list[msgspec.Raw] | None = None
+        aliases: dict[str, msgspec.Raw] | list[msgspec.Raw] | None = None
+        claims: dict[str, list[_Statement]] | None = None
+        statements: msgspec.Raw = _ABSENT
+        missing: msgspec.Raw = _ABSENT
+        kgprobe_popularity: msgspec.Raw = _ABSENT
+        kgprobe_inferred_types: msgspec.Raw = _ABSENT
+
+    class _EntityId(msgspec.Struct):
+        id: str | None = None
+        entity_type: str = msgspec.field(default="item", name="entity-type")
+
+    _DECODE = msgspec.json.Decoder(_Entity).decode
+    _DECODE_ENTITY_ID = msgspec.json.Decoder(_EntityId).decode
+    _REFUSED: tuple[type[BaseException], ...] = (msgspec.DecodeError, RecursionError)
+
+
+def typed_entity(data: bytes) -> Any:
+    """One entity line decoded into the typed structures of the fast path, or None where
+    msgspec refuses it (broken JSON, NaN, a lone surrogate, a field of an unexpected type, …:
+    the general path then reads it) or is not installed.
+
+    msgspec skips what is not asked for without checking that its text is UTF-8, so the line
+    is checked here: bytes that are not UTF-8 stay the error they were (`guarded`)."""
+    if msgspec is None:
+        return None
+    try:
+        ent = _DECODE(data)
+    except _REFUSED:
+        return None
+    if not data.isascii():
+        data.decode("utf-8")
+    return ent
+
+
+def _term_of(terms: Any, language: str) -> Any:
+    """A typed entity's terms as `_term`/`_aliases` read them: only ``language``'s decoded."""
+    if not isinstance(terms, dict):
+        return terms
+    raw = terms.get(language)
+    return {} if raw is None else {language: _loads(bytes(raw))}
+
+
+def _typed_value(snak: Any) -> Value:
+    """`snak_value` of a typed snak."""
+    if snak.snaktype in ("somevalue", "novalue"):
+        return Value(kind=snak.snaktype)
+    dv = snak.datavalue
+    if dv is None:
+        raise KeyError("datavalue")
+    return _raw_value(dv.type, dv.value)
+
+
+def _raw_value(dtype: str, raw: Any) -> Value:
+    """`datavalue` of a value still in JSON: an item id (the common case) read by msgspec
+    into its two fields, anything else decoded as ``json.loads`` would (`_loads`)."""
+    if dtype == "wikibase-entityid":
+        try:
+            ref = _DECODE_ENTITY_ID(raw)
+        except msgspec.DecodeError:
+            ref = None
+        if ref is not None and ref.id is not None and ref.entity_type == "item" and QID_RE.match(ref.id):
+            return Value("item", ref.id)
+    return datavalue(dtype, _loads(bytes(raw)))
+
+
 def fast_records(
     obj: dict[str, Any], filters: Filters, location: str, source: str = SOURCE
 ) -> list[Record] | None:
+    """`typed_records` of an entity object already decoded (an entity document's): written
+    back to JSON and decoded into the typed structures. None where the general path must
+    read it. Written by the standard library, which writes back exactly what it read (orjson
+    would write NaN as null); NaN and Infinity, which JSON has no words for, are refused."""
+    try:
+        data = json.dumps(obj, allow_nan=False, separators=(",", ":")).encode()
+    except ValueError:
+        return None
+    ent = typed_entity(data)
+    return None if ent is None else typed_records(ent, filters, location, source)
+
+
+def typed_records(ent: Any, filters: Filters, location: str, source: str = SOURCE) -> list[Record] | None:
     """The records of a plain dump item, already validated; None when the entity needs the
     general path.
 
-    Why it exists: the general path (`entity_from_json` → `entity_records` → `validated`) builds
-    an intermediate object per statement and re-checks every id it has just parsed, and that
-    CPU is what kgprobe's ingest costs beyond the database's own (docs/benchmarks.md). This
-    path makes the same decisions with the same helpers (`snak_value`, `skip_reason`,
-    `fact_record`, `check_fact`) and accepts only what the general path would write unchanged:
-    anything else (a bad id, an over-long term, kgprobe's own keys, a record that breaks a rule)
-    returns None, and the general path then gives the precise records and errors.
-    tests/test_loader_fast_path.py checks that both give the same records.
+    Why it exists: the general path (`entity_from_json` → `entity_records` → `validated`)
+    needs every part of a line as Python objects, builds an intermediate object per
+    statement and re-checks every id it has just parsed; parsing a realistic dump that way
+    cost 2.6 times decoding it (docs/benchmarks.md, issue 37). Here msgspec decodes only the
+    parts records are made of (`typed_entity`), a statement is read as far as its fate needs
+    (rank and relation first, then the main snak's type: most statements end there; the
+    qualifiers only of a fact), and the same helpers make the same decisions (`datavalue`,
+    `skip_reason`, `fact_record`, the checks of kgprobe.loaders.validate). Only what the
+    general path would write unchanged is accepted: anything else (a bad id, an over-long
+    term, kgprobe's own keys, a record that breaks a rule) returns None, and the general path
+    gives the precise records and errors. tests/test_loader_fast_path.py checks that both give
+    the same records.
     """
-    if "missing" in obj or obj.get("type", "item") != "item":
+    if ent.missing or ent.type != "item":  # (a Raw field is empty where the line has none)
         return None
-    if "kgprobe_popularity" in obj or "kgprobe_inferred_types" in obj:
+    if ent.kgprobe_popularity or ent.kgprobe_inferred_types:
         return None
-    eid = obj["id"]
-    if not (isinstance(eid, str) and QID_RE.match(eid)):
+    if ent.claims is None and ent.statements:
+        return None
+    eid = ent.id
+    if not QID_RE.match(eid):
         return None
     lang = filters.language
-    label = _term(obj.get("labels"), lang)
-    description = _term(obj.get("descriptions"), lang)
-    aliases = _aliases(obj.get("aliases"), lang)
+    label = _term(_term_of(ent.labels, lang), lang)
+    description = _term(_term_of(ent.descriptions, lang), lang)
+    aliases = _aliases(_term_of(ent.aliases, lang), lang)
     try:
         check_terms(label, description, aliases)
     except Invalid:
         return None
-    claims = obj.get("claims", obj.get("statements")) or {}
-    if not isinstance(claims, dict):
-        return None
     skips = SkipCounter()
+    counts = skips.counts
     types: list[str] = []
     supers: list[str] = []
     facts: list[Record] = []
-    for pid, statements in claims.items():
-        if not (isinstance(pid, str) and PID_RE.match(pid)):
+    ranks, relations = filters.ranks, filters.relations
+    for pid, statements in (ent.claims or {}).items():
+        if not PID_RE.match(pid):
             return None
+        wanted = relations is None or pid in relations or pid in TYPE_RELATIONS
         for st in statements:
-            # every snak is read, as the general path reads them: one it cannot read makes
-            # the whole entity an error there, so it raises here too (and the caller falls back)
-            qualifiers = [(qpid, snak_value(snak))
-                          for qpid, snaks in (st.get("qualifiers") or {}).items() for snak in snaks]
-            value = snak_value(st["mainsnak"])
-            kind, obj_id = value.kind, value.text
-            rank = str(st.get("rank", "normal"))
-            sid = st.get("id")
-            if sid is not None and not isinstance(sid, str):
-                return None
-            reason = skip_reason(pid, rank, kind, filters)
-            if reason is not None:
-                skips.add(reason)
+            # read as the general path reads it with filters (`entity_from_json`): rank and
+            # relation first, then the main snak's type (`main_value`); a snak it reads and
+            # cannot read makes the entity an error there, so it raises here too (the caller
+            # then takes the general path)
+            rank = st.rank
+            if not (wanted and rank in ranks):
+                counts[skip_reason(pid, rank, "item", filters) or ""] += 1
                 continue
+            snak = st.mainsnak
+            snaktype = snak.snaktype
+            if snaktype == "somevalue" or snaktype == "novalue":
+                counts[skip_value(snaktype)] += 1
+                continue
+            dv = snak.datavalue
+            if dv is None:
+                return None
+            dtype = dv.type
+            if dtype != "wikibase-entityid":
+                counts[_VALUE_SKIPS.get(dtype) or skip_value(dtype)] += 1
+                continue
+            value = _raw_value(dtype, dv.value)
+            if value.kind != "item":
+                counts[skip_value(value.kind)] += 1
+                continue
+            obj_id = value.text
             if not QID_RE.match(obj_id):
                 return None
             if pid == INSTANCE_OF:
@@ -254,12 +432,14 @@ def fast_records(
             if pid == SUBCLASS_OF:
                 supers.append(obj_id)
                 continue
-            own = st.get("kgprobe_source")
-            fact = fact_record(eid, pid, obj_id, rank, sid, qualifiers,
+            own = _loads(bytes(st.kgprobe_source)) if st.kgprobe_source else None
+            qualifiers = [(qpid, _typed_value(q)) for qpid, snaks in st.qualifiers.items()
+                          for q in snaks] if st.qualifiers else []
+            fact = fact_record(eid, pid, obj_id, rank, st.id, qualifiers,
                                str(own) if own else source, skips, location)
             try:  # subject, property and object were checked above
                 if fact.qualifiers or fact.is_temporal or len(fact.source) > MAX_VALUE_CHARS:
-                    check_fact(fact)
+                    check_fact_values(fact)
                 elif fact.statement_id is not None:
                     check_statement_id(fact.statement_id)
             except Invalid:
@@ -291,6 +471,22 @@ def _entity_stream(
     for location, obj in entities:
         if filters.limit is not None and items >= filters.limit:
             return
+        fast = True
+        if obj.__class__ is _Line:  # a dump line: msgspec first, the general reading else
+            ent = typed_entity(obj.data)
+            if ent is not None:
+                try:
+                    recs = typed_records(ent, filters, location, source)
+                except _MALFORMED:
+                    recs = None
+                if recs is not None:  # the entity first, always
+                    items += 1
+                    yield from recs
+                    continue
+            fast = False
+            obj = _line_object(obj, location)
+            if obj is None:
+                continue
         if isinstance(obj, (ErrorRecord, SkipRecord)):
             yield obj
             continue
@@ -300,59 +496,124 @@ def _entity_stream(
         if not isinstance(obj, dict) or "id" not in obj and "missing" not in obj:
             yield ErrorRecord(location=location, message="not a Wikidata entity object")
             continue
-        try:
-            recs = fast_records(obj, filters, location, source)
+        try:  # (a line the typed path has read already goes to the general path at once)
+            recs = fast_records(obj, filters, location, source) if fast else None
         except _MALFORMED:
             recs = None  # the general path names what is wrong
-        if recs is None:
-            try:
-                recs = list(validated(records_from_entity(obj, filters, location, source)))
-            except _MALFORMED as exc:
-                yield ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")
-                continue
+        if recs is not None:  # the entity first, always
+            items += 1
+            yield from recs
+            continue
+        try:
+            recs = list(validated(records_from_entity(obj, filters, location, source)))
+        except _MALFORMED as exc:
+            yield ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")
+            continue
         if any(isinstance(r, EntityRecord) for r in recs):
             items += 1
         yield from recs
 
 
-#: digits → "0", so that one search finds a run of 19 digits (see `_loads`)
+#: digits → "0", so that one search finds a run of 19 digits (see `_orjson`)
 _DIGITS_TO_ZERO = bytes.maketrans(b"123456789", b"000000000")
 _LONG_DIGIT_RUN = b"0" * 19
+#: what may stand before a JSON number (its sign and blanks aside): nothing, ``[``, ``:`` or ``,``
+_BEFORE_NUMBER = frozenset(b"[:,")
+_BLANKS = frozenset(b" \t\r\n")
 
 
-def _loads(text: str) -> Any:
-    """orjson (half the CPU of the standard library's decoder), where it gives what the
-    standard library gives; else the standard library decides, so that what is accepted and
-    every error message stay the same. orjson refuses NaN, Infinity, lone surrogates, deep
-    nesting and broken JSON (then the standard library parses or raises), and reads an
-    integer beyond 64 bits as a float, so a line with 19 digits in a row (in a number or a
-    string alike) goes to the standard library directly."""
-    if _LONG_DIGIT_RUN in text.encode("utf-8", "surrogatepass").translate(_DIGITS_TO_ZERO):
-        return json.loads(text)
+def _big_integer(raw: bytes) -> bool:
+    """Whether a run of 19 digits or more starts a number in ``raw`` (not inside a string,
+    where a number never follows one of ``[:,``); a string that holds ``: 1234…`` merely errs
+    on the safe side. One pass of C over the line; the loop runs only where digits are long."""
+    zeros = raw.translate(_DIGITS_TO_ZERO)
+    at = zeros.find(_LONG_DIGIT_RUN)
+    while at >= 0:  # ``at`` starts a run (or lies inside one, where a digit precedes it)
+        i = at - 1
+        if i >= 0 and raw[i] == 0x2D:  # "-"
+            i -= 1
+        while i >= 0 and raw[i] in _BLANKS:
+            i -= 1
+        if i < 0 or raw[i] in _BEFORE_NUMBER:
+            return True
+        at = zeros.find(_LONG_DIGIT_RUN, at + len(_LONG_DIGIT_RUN))
+    return False
+
+
+#: what `_orjson` returns for a line it leaves to the standard library
+_UNDECIDED = object()
+
+
+def _orjson(raw: bytes) -> Any:
+    """orjson's reading of one line of UTF-8, or ``_UNDECIDED`` where the standard library
+    might read it otherwise; it costs half of the standard library's CPU, and far less than
+    decoding the line to ``str`` first.
+
+    Where they differ: orjson reads an integer beyond 64 bits as a float (so a line with 19
+    digits in a row *where a number starts* is left to the standard library; the long external
+    ids of real entities are strings and stay here), and refuses NaN, Infinity, lone
+    surrogates, nesting deeper than 1,024, bytes that are not UTF-8 and broken JSON, where the
+    standard library parses or gives its own error. Duplicate keys: both keep the last. On the
+    real entities of tests/fixtures/wikidata/entity-json no line is left to the standard
+    library (tests/test_loader_fast_path.py)."""
+    if _big_integer(raw):
+        return _UNDECIDED
     try:
-        return orjson.loads(text)
+        return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return json.loads(text)
+        return _UNDECIDED
 
 
-def _dump_lines(path: Path, fh: Any, first_lineno: int) -> Iterator[tuple[str, Any]]:
-    """Entities of a dump file, one per line; trailing commas and the closing ``]`` handled."""
+def _loads(data: str | bytes) -> Any:
+    """One JSON value exactly as ``json.loads`` reads it (same value, same errors; bytes must
+    be UTF-8), by orjson wherever that gives the same (`_orjson`)."""
+    obj = _orjson(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+    if obj is _UNDECIDED:
+        return json.loads(data if isinstance(data, str) else data.decode("utf-8"))
+    return obj
+
+
+class _Line(NamedTuple):
+    """One line of a dump: its entity's JSON (blanks and the trailing comma cut) and the
+    line as read."""
+
+    data: bytes
+    line: bytes
+
+
+def _dump_lines(path: Path, fh: BinaryIO, first_lineno: int) -> Iterator[tuple[str, Any]]:
+    """Entity lines of a dump file, as bytes (`_entity_stream` decodes them); blank lines, the
+    brackets and trailing commas are handled here."""
     for lineno, line in enumerate(fh, start=first_lineno):
-        s = line.strip()
-        if not s or s in ("[", "]"):
+        data = line.strip()
+        if data in _NOT_ENTITIES:
             continue
-        if s.endswith(","):
-            s = s[:-1]
-        loc = f"{path}:{lineno}"
-        try:
-            yield loc, _loads(s)
-        except json.JSONDecodeError as exc:
-            yield (
-                loc,
-                ErrorRecord(location=loc, message=f"invalid JSON: {exc.msg} at column {exc.colno}"),
-            )
-        except RecursionError:
-            yield loc, ErrorRecord(location=loc, message="invalid JSON: nested too deeply")
+        yield f"{path}:{lineno}", _Line(data[:-1] if data.endswith(b",") else data, line)
+
+
+def _line_object(line: _Line, location: str) -> Any:
+    """A dump line's JSON value as ``json.loads`` reads it, an ErrorRecord where it is not
+    JSON, or None for a line of blanks. A line orjson leaves undecided is decoded and read as
+    before this path took bytes (``str`` strip, the standard library): a line that is not
+    UTF-8 raises UnicodeDecodeError, which ends the stream with one line (`guarded`), every
+    line before it handed on."""
+    obj = _orjson(line.data)
+    if obj is not _UNDECIDED:
+        return obj
+    text = line.line.decode("utf-8").strip()
+    if not text or text in ("[", "]"):
+        return None
+    if text.endswith(","):
+        text = text[:-1]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        return ErrorRecord(location=location, message=f"invalid JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:
+        return ErrorRecord(location=location, message="invalid JSON: nested too deeply")
+
+
+_NOT_ENTITIES = frozenset((b"", b"[", b"]"))
 
 
 def _document_entities(path: Path, doc: Any) -> Iterator[tuple[str, Any]]:
@@ -402,17 +663,21 @@ def load_json(
 
 def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
     cap = max_json_chars()  # one document parsed whole: at most this many characters
-    with open_text(p) as fh:
+    most = 4 * cap + 4  # bytes that hold more than ``cap`` characters whatever they are
+    with open_binary(p) as fh:
+        raw = fh.readline(most)
+        lineno = 1
         try:
-            first = fh.readline(cap + 1)
-            lineno = 1
-            while first and not first.strip():
-                first = fh.readline(cap + 1)
+            while raw and not raw.decode("utf-8").strip() and len(raw) < most:
+                raw = fh.readline(most)
                 lineno += 1
-            if len(first) > cap:  # one line longer than a whole document may be
+            if len(raw) >= most:  # one line longer than a whole document may be
                 raise json_too_large(p)
+            first = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
             raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from exc
+        if len(first) > cap:
+            raise json_too_large(p)
         head = first.strip()
         if head == "[":
             yield from _entity_stream(_dump_lines(p, fh, lineno + 1), f, source)
@@ -431,10 +696,13 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
                 yield from _entity_stream(lines(), f, source)
                 return
         try:
-            rest = fh.read(cap + 1 - len(first))
-            if len(first) + len(rest) > cap:
+            rest = fh.read(most - len(raw))
+            if len(raw) + len(rest) >= most:
                 raise json_too_large(p)
-            doc = json.loads(first + rest)
+            text = first + rest.decode("utf-8")
+            if len(text) > cap:
+                raise json_too_large(p)
+            doc = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{p}:{exc.lineno + lineno - 1}: not valid JSON ({exc.msg})") from exc
         except RecursionError as exc:
