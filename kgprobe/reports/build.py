@@ -329,7 +329,7 @@ def build_report(
     if vs is not None:  # one measure key for both (the latest they share, unless given)
         sa, sb = paired_scores(graph, model, vs, measure, threshold)
     else:
-        sa = resolve_scores(graph, model, measure, threshold)
+        sa = resolve_scores(graph, model, measure, threshold, strict=False)
         if vs_measure is not None:
             sb = resolve_scores(graph, model, vs_measure, sa.threshold)
             if sb.props == sa.props:
