@@ -6,7 +6,14 @@ from typing import TYPE_CHECKING
 
 from kgprobe.reports.build import bucket_label
 from kgprobe.reports.data import Report
-from kgprobe.reports.text import bucket_cells, chance_note, other_measures, paired_note, title
+from kgprobe.reports.text import (
+    bucket_cells,
+    chance_note,
+    other_measures,
+    paired_note,
+    scale_note,
+    title,
+)
 from kgprobe.reports.text import ci as _ci
 from kgprobe.reports.text import diff as _diff
 from kgprobe.reports.text import fmt as _fmt
@@ -55,6 +62,8 @@ def print_report(rep: Report, console: Console) -> None:
     console.print(f"intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "
                   f"only for n ≥ {rep.min_n_ci}", highlight=False)
     console.print(chance_note(rep), highlight=False)
+    if (scales := scale_note(rep)) is not None:  # BELIEF: never two rank scales pooled
+        console.print(Text(visible(f"rank scales: {scales}")), highlight=False)
     if rep.popularity_edges is not None and rep.by != "popularity":
         pcols = ["popularity", "n", "mean [95% CI]", "known"]
         if b is not None:

@@ -23,6 +23,7 @@ from kgprobe.reports.text import (
     display_name,
     other_measures,
     paired_note,
+    scale_note,
 )
 from kgprobe.reports.text import by_title as _by_title
 from kgprobe.reports.text import ci as _ci
@@ -215,6 +216,8 @@ def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
         rel_html = ("<p class=note>No BELIEF scores in this report (probe a BELIEF measure to get "
                     "per-fact confidence/correct pairs); reliability diagram omitted.</p>")
     title = f"What {na} knows" + (f" vs {nb}" if b is not None else "")
+    note = scale_note(rep)  # BELIEF: the other rank scale apart, never pooled
+    scales = f'\n<p class="meta" id="scales">Rank scales: {_esc(note)}.</p>' if note else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -225,7 +228,7 @@ def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
 {a.overall.facts} facts over {len(a.relations)} relations; overall mean {_esc(_ci(a.overall))}.</p>
 <p class="meta">Intervals: 95% percentile bootstrap (scipy.stats.bootstrap, {rep.bootstrap} resamples,
 seed {rep.seed}), shown only where n ≥ {rep.min_n_ci}; otherwise "{TOO_SMALL}".</p>
-<p class="meta" id="chance">{_esc(chance_note(rep))}.</p>
+<p class="meta" id="chance">{_esc(chance_note(rep))}.</p>{scales}
 <h2>By {_esc(_by_title(rep))}, best first</h2>
 {forest_svg(rep, keep)}
 <table id="groups"><thead><tr>{''.join(f'<th>{_esc(h)}</th>' for h in head)}</tr></thead>
