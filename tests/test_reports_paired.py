@@ -296,8 +296,8 @@ def test_vs_picks_the_common_measure(graph: Any) -> None:
     rep = build_report(graph, "hand", vs="other", seed=0)
     assert rep.primary.measure_key == KMIN and rep.other is not None and rep.other.measure_key == KMIN
     assert rep.paired[-1].diff == pytest.approx(3 / 11)
-    # without --vs the latest measure is still the primary's
-    assert build_report(graph, "hand", seed=0).primary.measure_key == "kavg_temp_sem_n5"
+    # without --vs too: the default measure (kmin), not the latest run's kavg (issue 40 item 3)
+    assert build_report(graph, "hand", seed=0).primary.measure_key == KMIN
 
 
 def test_vs_measure_name_picks_the_key_both_have(graph: Any) -> None:
