@@ -107,8 +107,7 @@ def resolve_scores(
     """The score properties of ``model`` (a model key, or the name it was probed under) and
     ``measure`` (a measure key like ``kmin_temp_sem_n5``, or a measure name like ``kmin``);
     without ``measure``, the default measure (:func:`choose_measure`; ``strict``: or an error,
-    never another measure). An exact measure key wins
-    over a longer key it is a prefix of."""
+    never another measure). An exact measure key wins over a longer key it is a prefix of."""
     if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
         raise ConfigError(f"the threshold must be a finite number >= 0, not {threshold}")
     key, runs, keys_in_order = model_measures(graph, model)
@@ -125,9 +124,11 @@ def shared_scores(
     """The scores of several models under one measure key, for comparing them fact by fact.
 
     Of the keys every model was probed with (only those ``measure`` names, when given: the exact
-    key, else the keys of that measure name), the first model's latest; without ``measure``, the
-    default measure's where they share it (:func:`choose_measure`), else the first model's latest. No common key: one ConfigError line naming
-    every list. ``threshold`` defaults to the first model's, for all."""
+    key, else the keys of that measure name) the one :func:`choose_measure` picks: a measure
+    name's default configuration, else the first model's latest; without ``measure``, the
+    default measure's where they share it, else the first model's latest shared key. No common
+    key: one ConfigError line naming every list. ``threshold`` defaults to the first model's,
+    for all."""
     found = [model_measures(graph, m) for m in models]
 
     def wanted(keys: list[str]) -> list[str]:
@@ -145,11 +146,10 @@ def shared_scores(
             f"{', '.join(names[:-1])} and {names[-1]} share {what}, so they cannot be compared "
             f"fact by fact ({listed}); {hint}"
         )
-    chosen = (common[0] if measure is not None
-              else choose_measure(" and ".join(f[0] for f in found), common, None, strict=False))
+    chosen = choose_measure(" and ".join(f[0] for f in found), common, measure, strict=False)
     first = resolve_scores(graph, models[0], chosen, threshold)  # an exact key: the same for all
     thr = threshold if threshold is not None else first.threshold
-    return [first, *(resolve_scores(graph, m, common[0], thr) for m in models[1:])]
+    return [first, *(resolve_scores(graph, m, chosen, thr) for m in models[1:])]
 
 
 def paired_scores(
