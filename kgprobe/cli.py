@@ -884,7 +884,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
 @app.command()
 def evaluate(
     model: str = typer.Option(..., "--model", "-m", help="A probed model (its name or model key)."),
-    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: the latest probed)."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: kmin, what a plain probe scores)."),
     human: str | None = typer.Option(None, "--human", help="Human scores: CSV/TSV/JSONL keyed by statement (statement/key/fact) or subject, relation, object."),
     score_column: str = typer.Option("score", "--score-column", help="Column of the human score."),
     vs_model: str | None = typer.Option(None, "--vs-model", help="Robustness: a second stored score set (model) of the same facts."),
@@ -953,7 +953,7 @@ def unknown(
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
     threshold: float | None = typer.Option(None, "--threshold", help="Known threshold: facts scored below it are listed (default: the run's, 0.5)."),
     below: float | None = typer.Option(None, "--below", hidden=True, help="Old name of --threshold."),
-    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: the latest probed)."),
+    measure: str | None = typer.Option(None, "--measure", help="Measure key or name (default: kmin, what a plain probe scores)."),
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON array."),
     as_jsonl: bool = typer.Option(False, "--jsonl", help="Print one JSON object per fact and line."),
@@ -961,21 +961,26 @@ def unknown(
     """List the facts a model does not know, read from the scores on the FACT edges."""
     from dataclasses import asdict
 
-    from kgprobe.api import unknown as find
+    from kgprobe.graph.client import connect
+    from kgprobe.probing.scores import unknown_in
 
     _check_threshold(threshold)
     _check_threshold(below, "--below")
     limit = threshold if threshold is not None else below
     wanted = _relations(relation)
     _check_pids(wanted)
-    facts = ([f for pid in wanted for f in find(model, relation=pid, below=limit, measure=measure)]
-             if wanted else find(model, below=limit, measure=measure))
-    if as_json or as_jsonl:
+    with connect() as g:
+        pids: list[str | None] = list(wanted) or [None]
+        found = [unknown_in(g, model, relation=pid, below=limit, measure=measure) for pid in pids]
+    sc, facts = found[0][0], [f for _, fs in found for f in fs]
+    if as_json or as_jsonl:  # each fact names its measure and threshold
         (_print_json if as_json else _print_jsonl)([asdict(f) for f in facts])
         return
     from rich.table import Table
 
-    table = Table("relation", "subject", "object", "score", title=f"{len(facts)} facts {model} does not know")
+    title = (f"{len(facts)} facts {model} does not know "
+             f"({sc.props.measure_key}, known >= {sc.threshold:g})")
+    table = Table("relation", "subject", "object", "score", title=title)
     for f in facts:
         table.add_row(f"{f.pid} {f.relation or ''}", f"{f.subject_label} ({f.subject})",
                       f"{f.object_label} ({f.object})", f"{f.score:.3f}")
@@ -1005,7 +1010,8 @@ def compare(
 
     for title, rows in ((f"{res.a} knows, {res.b} does not", res.a_not_b),
                         (f"{res.b} knows, {res.a} does not", res.b_not_a)):
-        table = Table("relation", "subject", "object", res.a, res.b, title=f"{title}: {len(rows)}")
+        table = Table("relation", "subject", "object", res.a, res.b,
+                      title=f"{title}: {len(rows)} ({res.measure}, known >= {res.threshold:g})")
         for f in rows:
             table.add_row(f"{f.pid} {f.relation or ''}", f"{f.subject_label} ({f.subject})",
                           f"{f.object_label} ({f.object})", f"{f.score_a:.3f}", f"{f.score_b:.3f}")

@@ -297,8 +297,29 @@ def test_vs_picks_the_common_measure(graph: Any) -> None:
     rep = build_report(graph, "hand", vs="other", seed=0)
     assert rep.primary.measure_key == KMIN and rep.other is not None and rep.other.measure_key == KMIN
     assert rep.paired[-1].diff == pytest.approx(3 / 11)
-    # without --vs the latest measure is still the primary's
-    assert build_report(graph, "hand", seed=0).primary.measure_key == "kavg_temp_sem_n5"
+    # without --vs too: the default measure (kmin), not the latest run's kavg (issue 40 item 3)
+    assert build_report(graph, "hand", seed=0).primary.measure_key == KMIN
+
+
+def test_compare_and_vs_keep_the_default_measure_when_both_probed_another_later(graph: Any) -> None:
+    """Issue 40 item 3: both models' latest runs used kavg, an older one kmin; without
+    ``--measure`` compare and ``report --vs`` read kmin for BOTH models (not the latest kavg),
+    and say so."""
+    from kgprobe.probing.scores import compare_in
+    from kgprobe.reports.build import build_report
+
+    load(graph)
+    _seed(graph, "hand", KMIN, A_SCORES, "t1")
+    _seed(graph, "other", KMIN, B_SCORES, "t1")
+    _seed(graph, "hand", "kavg_temp_sem_n5", [0.5] * len(PAIRS), "t2")
+    _seed(graph, "other", "kavg_temp_sem_n5", [0.5] * len(PAIRS), "t2")
+    cmp = compare_in(graph, "hand", "other")
+    # on kmin, A knows 4 and B 7 of the 11 facts (test_vs_measure_name_picks_the_key_both_have);
+    # on kavg every score is 0.5: both would know all 11
+    assert cmp.measure == KMIN and (cmp.counts["a_known"], cmp.counts["b_known"]) == (4, 7)
+    rep = build_report(graph, "hand", vs="other", seed=0)
+    assert rep.primary.measure_key == KMIN and rep.other is not None and rep.other.measure_key == KMIN
+    assert rep.paired[-1].diff == pytest.approx(3 / 11)
 
 
 def test_vs_measure_name_picks_the_key_both_have(graph: Any) -> None:

@@ -249,3 +249,30 @@ def test_output_path_holds_this_runs_facts_only(graph: Any, model_dir: Path, tmp
     assert again.scored == 0 and again.skipped == 3
     res = load_results(out)
     assert len(res.samples) == 3 and res.document["scope"]["runs"] == [second.run_id]
+
+
+def test_the_documented_pandas_example_means_one_measure(graph: Any, engine: Any, tmp_path: Path) -> None:
+    """Issue 40 item 7: docs/results.md's pandas example, run as written on a report of one
+    model under two measure keys (what the demo writes: careful and raw), gives the primary
+    key's per-relation means — read here straight off the FACT edges — not the two pooled."""
+    from kgprobe.graph import probe_runs as pr
+    from kgprobe.probing.config import measure_key
+
+    load(graph)
+    cfg = ProbeConfig(model="tinygpt", sample=None, n=2, at=REF, strategy="random", measures=("kmin", "kavg"))
+    run_probe(graph, engine, cfg, fingerprint=engine.fingerprint, progress=False)
+    kmin, kavg = (measure_key(m, "random", 2) for m in ("kmin", "kavg"))
+    rep = build_report(graph, "tinygpt", measure=kmin, vs_measure=kavg, seed=0)
+    write_report(rep, tmp_path / "out")
+    score = pr.ScoreProps("tinygpt", kmin).score
+    want = {r["pid"]: r["mean"] for r in graph.read(
+        f"MATCH ()-[f:FACT]->() WHERE f.`{score}` IS NOT NULL RETURN f.pid AS pid, avg(f.`{score}`) AS mean")}
+    text = DOCS.read_text(encoding="utf-8").split("Read them back into pandas", 1)[1]
+    code = text.split("```python\n", 1)[1].split("```", 1)[0].replace('"report/"', repr(str(tmp_path / "out")))
+    *body, last = [line.split("  #")[0] for line in code.splitlines() if line.strip()]
+    scope: dict[str, Any] = {}
+    exec("\n".join(body), scope)  # noqa: S102 - the documentation's own example
+    got = eval(last, scope)  # noqa: S307
+    assert len(want) >= 2 and got.to_dict() == pytest.approx(want)
+    pooled = scope["res"].samples.groupby("relation")["score"].mean().to_dict()
+    assert pooled != pytest.approx(want)  # the old example's answer: both keys averaged

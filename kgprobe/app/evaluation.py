@@ -13,7 +13,7 @@ from typing import Any
 
 from kgprobe.graph import probe_runs as pr
 from kgprobe.probing.measures.evaluation import kfold_grid_search, tau_b
-from kgprobe.probing.scores import probed, resolve_scores
+from kgprobe.probing.scores import model_measures, probed, resolve_scores
 
 
 def stored_scores(graph: Any, model: str, measure: str | None) -> tuple[Any, dict[str, float], dict[str, str]]:
@@ -67,7 +67,7 @@ def grid_table(graph: Any, model: str, human: Mapping[str, float], *, k: int = 3
     over every configuration stored for ``model`` (its measure keys: n, strategy, parameters),
     τ-b on the held-out folds as mean ± sd, and the configuration each fold chose. Only facts
     scored by every configuration and by the humans take part."""
-    key = resolve_scores(graph, model).props.model_key
+    key = model_measures(graph, model)[0]  # every measure of the model, not only the default
     by_name: dict[str, list[str]] = {}
     for r in probed(graph).get(key, []):
         for name, mk in zip(r.get("measures") or [], r.get("measure_keys") or [], strict=False):

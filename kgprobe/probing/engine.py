@@ -31,6 +31,7 @@ from kgprobe.probing.requests import (
     SpanScoreRequest,
     TokenScoresRequest,
 )
+from kgprobe.progress import Progress
 
 #: the order kinds are computed in within a chunk (results do not depend on it)
 KINDS: tuple[type, ...] = (LogProbRequest, SpanScoreRequest, NextTokenRequest,
@@ -119,18 +120,15 @@ class Engine:
             self.stats.cache_hits += len(done)
         todo = [r for r in unique if r not in done]
         chunks = [todo[i : i + self.chunk_size] for i in range(0, len(todo), self.chunk_size)]
-        if self.progress and len(chunks) > 1:
-            from rich.progress import track
-
-            iterator = track(chunks, description="scoring")
-        else:
-            iterator = chunks
-        for chunk in iterator:
-            new = self._compute(chunk)
-            self.stats.computed += len(new)
-            if self.cache is not None:
-                self.cache.put_many(self.fingerprint, new.items())
-            done.update(new)
+        # kgprobe's one progress path: stderr, plain lines off a terminal, nothing with --quiet
+        with Progress("scoring", len(todo), "requests", enabled=self.progress and len(chunks) > 1) as bar:
+            for chunk in chunks:
+                new = self._compute(chunk)
+                self.stats.computed += len(new)
+                if self.cache is not None:
+                    self.cache.put_many(self.fingerprint, new.items())
+                done.update(new)
+                bar.advance(len(chunk))
         return [done[r] for r in requests]
 
     def score(self, context: str, candidates: Sequence[str], add_eos: bool = False) -> list[LogProbResult]:

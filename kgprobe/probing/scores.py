@@ -12,7 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
-from kgprobe.probing.config import DEFAULT_THRESHOLD, model_key
+from kgprobe.probing.config import (
+    DEFAULT_MEASURES,
+    DEFAULT_STRATEGY,
+    DEFAULT_THRESHOLD,
+    ProbeConfig,
+    measure_key,
+    model_key,
+)
 from kgprobe.records import is_pid
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -39,7 +46,7 @@ def probed(graph: Graph) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _model_measures(graph: Graph, model: str) -> tuple[str, list[dict[str, Any]], list[str]]:
+def model_measures(graph: Graph, model: str) -> tuple[str, list[dict[str, Any]], list[str]]:
     """The model key ``model`` names (a key, or the name it was probed under), its runs (oldest
     first) and its measure keys, latest run's first."""
     runs_by_model = probed(graph)
@@ -66,27 +73,45 @@ def _model_measures(graph: Graph, model: str) -> tuple[str, list[dict[str, Any]]
     return key, runs, keys_in_order
 
 
+def choose_measure(model_key: str, keys: Sequence[str], measure: str | None, *,
+                   strict: bool = True) -> str:
+    """The measure key ``measure`` names among a model's ``keys`` (latest run's first): an exact
+    key; else of that measure name, its default configuration's key where the model has it, else
+    the latest. Without ``measure``, the default measure (:data:`DEFAULT_MEASURES`), never the
+    latest run's: a BELIEF probe does not change what ``unknown`` lists. No such scores: one
+    ConfigError line naming the measure asked for and listing the ones the model has; only
+    without ``measure`` and not ``strict`` (a whole report of a model probed with other measures
+    only), the latest run's first key, which every output names."""
+    default = measure is None
+    name = DEFAULT_MEASURES[0] if measure is None else measure
+    if name in keys:
+        return name
+    matches = [k for k in keys if k.startswith(pr.key_part(name) + "_")]
+    if not matches and default and not strict:
+        return keys[0]
+    if not matches:
+        what = f"the default measure {name!r}" if default else repr(name)
+        raise ConfigError(f"no scores under {what} for {model_key}; measures probed: {', '.join(keys)} "
+                          "(choose one with --measure)")
+    try:  # the key a plain probe with this measure writes
+        preferred: str | None = measure_key(name, DEFAULT_STRATEGY, ProbeConfig().n)
+    except ConfigError:  # a plug-in measure not loaded here, or not a measure name
+        preferred = None
+    return preferred if preferred in matches else matches[0]
+
+
 def resolve_scores(
-    graph: Graph, model: str, measure: str | None = None, threshold: float | None = None
+    graph: Graph, model: str, measure: str | None = None, threshold: float | None = None, *,
+    strict: bool = True,
 ) -> Scores:
     """The score properties of ``model`` (a model key, or the name it was probed under) and
     ``measure`` (a measure key like ``kmin_temp_sem_n5``, or a measure name like ``kmin``);
-    without ``measure``, the first measure of the model's latest run. An exact measure key wins
-    over a longer key it is a prefix of."""
+    without ``measure``, the default measure (:func:`choose_measure`; ``strict``: or an error,
+    never another measure). An exact measure key wins over a longer key it is a prefix of."""
     if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
         raise ConfigError(f"the threshold must be a finite number >= 0, not {threshold}")
-    key, runs, keys_in_order = _model_measures(graph, model)
-    if measure is None:
-        chosen = keys_in_order[0]
-    elif measure in keys_in_order:
-        chosen = measure
-    else:
-        matches = [k for k in keys_in_order if k.startswith(pr.key_part(measure) + "_")]
-        if not matches:
-            raise ConfigError(
-                f"no {measure!r} scores for model {key}; measures probed: {', '.join(keys_in_order)}"
-            )
-        chosen = matches[0]
+    key, runs, keys_in_order = model_measures(graph, model)
+    chosen = choose_measure(key, keys_in_order, measure, strict=strict)
     used = [r for r in runs if chosen in (r.get("measure_keys") or [])]
     thr = threshold if threshold is not None else float(used[-1].get("threshold") or DEFAULT_THRESHOLD)
     return Scores(pr.ScoreProps(key, chosen), str(used[-1].get("model") or key), thr,
@@ -99,11 +124,12 @@ def shared_scores(
     """The scores of several models under one measure key, for comparing them fact by fact.
 
     Of the keys every model was probed with (only those ``measure`` names, when given: the exact
-    key, else the keys of that measure name), the first model's latest: its latest measure when
-    the others have it too, else the latest of its keys that all of them have (the models'
-    latest runs may have used different measures). No common key: one ConfigError line naming
-    every list. ``threshold`` defaults to the first model's, for all."""
-    found = [_model_measures(graph, m) for m in models]
+    key, else the keys of that measure name) the one :func:`choose_measure` picks: a measure
+    name's default configuration, else the first model's latest; without ``measure``, the
+    default measure's where they share it, else the first model's latest shared key. No common
+    key: one ConfigError line naming every list. ``threshold`` defaults to the first model's,
+    for all."""
+    found = [model_measures(graph, m) for m in models]
 
     def wanted(keys: list[str]) -> list[str]:
         if measure is None or measure in keys:
@@ -120,9 +146,10 @@ def shared_scores(
             f"{', '.join(names[:-1])} and {names[-1]} share {what}, so they cannot be compared "
             f"fact by fact ({listed}); {hint}"
         )
-    first = resolve_scores(graph, models[0], common[0], threshold)  # an exact key: the same for all
+    chosen = choose_measure(" and ".join(f[0] for f in found), common, measure, strict=False)
+    first = resolve_scores(graph, models[0], chosen, threshold)  # an exact key: the same for all
     thr = threshold if threshold is not None else first.threshold
-    return [first, *(resolve_scores(graph, m, common[0], thr) for m in models[1:])]
+    return [first, *(resolve_scores(graph, m, chosen, thr) for m in models[1:])]
 
 
 def paired_scores(
@@ -146,6 +173,9 @@ class ScoredFact:
     object_label: str | None
     score: float
     run: str | None = None
+    #: the measure key and known threshold the fact was read under (named in every output)
+    measure: str | None = None
+    threshold: float | None = None
 
 
 def unknown_in(
@@ -161,7 +191,7 @@ def unknown_in(
         if not is_pid(pid) or pid not in known:
             raise ConfigError(f"unknown relation {relation!r}; relations with facts: {', '.join(sorted(known, key=lambda p: int(p[1:])))}")
     rows = pr.unknown_facts(graph, sc.props, sc.threshold, pid)
-    return sc, [ScoredFact(**r) for r in rows]
+    return sc, [ScoredFact(**r, measure=sc.props.measure_key, threshold=sc.threshold) for r in rows]
 
 
 @dataclass(frozen=True)

@@ -319,6 +319,7 @@ def build_report(
     same measure with raw labels, ``kmin_temp_sem_n5_vraw``), paired on the same facts and at
     the primary's threshold."""
     from kgprobe.errors import ConfigError
+    from kgprobe.probing.measures.catalog import rank_scales
     from kgprobe.probing.scores import compare_in, paired_scores, resolve_scores
     from kgprobe.provenance import code_version
 
@@ -329,22 +330,31 @@ def build_report(
     if vs is not None:  # one measure key for both (the latest they share, unless given)
         sa, sb = paired_scores(graph, model, vs, measure, threshold)
     else:
-        sa = resolve_scores(graph, model, measure, threshold)
+        sa = resolve_scores(graph, model, measure, threshold, strict=False)
         if vs_measure is not None:
             sb = resolve_scores(graph, model, vs_measure, sa.threshold)
             if sb.props == sa.props:
                 raise ConfigError(f"--vs-measure {vs_measure} is the report's own measure key")
 
-    def rows_of(sc: Any) -> list[dict[str, Any]]:
+    def rows_of(sc: Any) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]]]:
+        """The rows of the figures, their rank scale (BELIEF) and the rows of other scales."""
         runs = run_info(graph, sc.runs)
         keys = sorted({k for r in runs for k in (r.get("measure_keys") or [])} - {sc.props.measure_key})
         rows = gres.fact_rows(graph, sc.props, [pr.ScoreProps(sc.props.model_key, k) for k in keys])
-        return rows if facts is None else [r for r in rows if r["key"] in wanted]
+        rows = rows if facts is None else [r for r in rows if r["key"] in wanted]
+        scales = rank_scales(graph, sc.props.model_key, sc.props.measure_key)
+        if scales is None:
+            return rows, None, []
+        primary, of = scales
+        for r in rows:
+            r["scale"] = of.get(r["key"], "unseparated")
+        return ([r for r in rows if r["scale"] == primary], primary,
+                [r for r in rows if r["scale"] != primary])
 
     wanted = frozenset(facts or ())
 
-    rows_a = rows_of(sa)
-    rows_b = rows_of(sb) if sb is not None else []
+    rows_a, scale_a, apart_a = rows_of(sa)
+    rows_b, scale_b, apart_b = rows_of(sb) if sb is not None else ([], None, [])
     pops = [p for p in (as_float(r.get("popularity")) for r in rows_a) if p is not None]
     edges = popularity_edges(pops)
     labels = pr.relation_labels(graph, {r["pid"] for r in rows_a} | {r["pid"] for r in rows_b})
@@ -356,19 +366,27 @@ def build_report(
             b = bucket_of(as_float(row.get("popularity")), edges)
             return [(b, bucket_label(b, edges))] if b else [(NO_POPULARITY, None)]
 
-    def model_report(sc: Any, rows: list[dict[str, Any]]) -> ModelReport:
+    def model_report(sc: Any, rows: list[dict[str, Any]], scale: str | None = None,
+                     apart_rows: Sequence[dict[str, Any]] = ()) -> ModelReport:
         per, overall = relation_stats(rows, labels, sc.threshold, edges, seed, n_boot)
         groups = per if keys_of is None else grouped(rows, keys_of, sc.threshold, edges, seed, n_boot)
         # with ``facts``: only the runs that wrote the scores shown
         runs = list(sc.runs) if facts is None else [r for r in sc.runs
-                                                    if r in {row.get("run") for row in rows}]
+                                                    if r in {row.get("run") for row in [*rows, *apart_rows]}]
+        label = measure_label(sc.props.measure_key)
+        apart: dict[str, list[Group]] = {}
+        for other in sorted({str(r["scale"]) for r in apart_rows}):
+            o_per, o_all = relation_stats([r for r in apart_rows if r["scale"] == other], labels,
+                                          sc.threshold, None, seed, n_boot)
+            apart[other] = [*o_per, o_all]
         return ModelReport(sc.model, sc.props.model_key, sc.props.measure_key,
-                           measure_label(sc.props.measure_key), sc.props.score, sc.threshold,
-                           runs, per, overall, groups, run_info(graph, runs), rows)
+                           label if scale is None else f"{label} ({scale}-scale ranks)",
+                           sc.props.score, sc.threshold, runs, per, overall, groups,
+                           run_info(graph, runs), rows, scale, apart, list(apart_rows))
 
     comparison = None
     paired: list[PairedGroup] = []
-    ra = model_report(sa, rows_a)
+    ra = model_report(sa, rows_a, scale_a, apart_a)
     if vs is not None:
         comparison = compare_in(graph, model, vs, measure=sa.props.measure_key, threshold=sa.threshold).counts
     elif sb is not None:
@@ -387,7 +405,7 @@ def build_report(
     if calibration is None:
         calibration = belief_calibration(graph, sa.props.model_key)
     return Report(
-        ra, model_report(sb, rows_b) if sb is not None else None,
+        ra, model_report(sb, rows_b, scale_b, apart_b) if sb is not None else None,
         edges, comparison, seed, n_boot, by=by, type_of=type_of, popularity_facts=len(pops),
         generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), code=code_version(),
         calibration=calibration,

@@ -16,6 +16,7 @@ from kgprobe.reports.text import (
     moves_title,
     other_measures,
     paired_note,
+    scale_note,
     title,
 )
 from kgprobe.reports.text import ci as _ci
@@ -100,6 +101,8 @@ def print_report(rep: Report, console: Console) -> None:
     console.print(f"intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "
                   f"only for n ≥ {rep.min_n_ci}", highlight=False)
     console.print(chance_note(rep), highlight=False)
+    if (scales := scale_note(rep)) is not None:  # BELIEF: never two rank scales pooled
+        console.print(Text(visible(f"rank scales: {scales}")), highlight=False)
     if rep.popularity_edges is not None and rep.by != "popularity":
         pt = _table(f"by popularity of the subject ({rep.popularity_facts} of {a.overall.facts} facts "
                     "have one; tertile edges" + (f", the same for {nb}" if b is not None else "") + ")",

@@ -63,6 +63,13 @@ class ModelReport:
     groups: list[Group]  # by ``Report.by`` (== relations for "relation")
     run_info: list[dict[str, Any]] = field(default_factory=list)
     facts: list[dict[str, Any]] = field(default_factory=list)  # per-fact rows (not in to_dict)
+    #: a measure ranking facts on different scales (BELIEF): the scale of every figure above
+    #: (``facts`` holds only its facts) ...
+    scale: str | None = None
+    #: ... and the facts ranked on each other scale, apart (per relation, then ``all``): two
+    #: scales are never pooled into one figure (docs/measures.md)
+    apart: dict[str, list[Group]] = field(default_factory=dict)
+    apart_facts: list[dict[str, Any]] = field(default_factory=list)  # their rows (not in to_dict)
 
     @property
     def display(self) -> str:
@@ -131,6 +138,7 @@ class Report:
         for m in ("primary", "other"):
             if d.get(m):
                 d[m].pop("facts", None)
+                d[m].pop("apart_facts", None)
         return d
 
 

@@ -30,6 +30,7 @@ from kgprobe.reports.text import (
     moves_title,
     other_measures,
     paired_note,
+    scale_note,
 )
 from kgprobe.reports.text import by_title as _by_title
 from kgprobe.reports.text import ci as _ci
@@ -268,4 +269,5 @@ def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
         calibration_n=len(rep.calibration or []), provenance=_provenance_table(rep),
         moves_title=moves_title(rep) if rep.moves else "",
         moves=[moves_lines(rep, mv) for mv in rep.moves],
+        scales=scale_note(rep),  # BELIEF: the other rank scale apart, never pooled
     )

@@ -246,7 +246,7 @@ def sample_records(rep: Report, details: dict[str, dict[str, Any]] | None = None
         for r in m.run_info:
             if isinstance(r.get("templates"), dict):
                 template_ids.update(r["templates"])
-        for row in m.facts:
+        for row in [*m.facts, *m.apart_facts]:  # BELIEF: every rank scale, each row naming its own
             d = (details or {}).get(row["key"]) if m is rep.primary else None
             score = float(row["score"])
             out.append({
@@ -256,7 +256,7 @@ def sample_records(rep: Report, details: dict[str, dict[str, Any]] | None = None
                 "object": row["object"], "object_label": row["object_label"],
                 "subject_popularity": row.get("popularity"),
                 "score": score, "known": score >= m.threshold, "stale": row.get("stale"),
-                "run": row.get("run"),
+                "run": row.get("run"), "scale": row.get("scale"),
                 "scores": {m.measure_key: score, **(row.get("others") or {})},
                 "template_ids": template_ids.get(row["pid"]),
                 "templates": d.get("templates") if d else None,

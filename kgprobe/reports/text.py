@@ -120,6 +120,8 @@ def notes(rep: Report) -> list[str]:
            f"only for n ≥ {rep.min_n_ci}; otherwise \"{TOO_SMALL}\"."]
     if rep.chance is not None:
         out.append(f"Chance level: {rep.chance.level:.3f} ({rep.chance.rule}).")
+    if (scales := scale_note(rep)) is not None:
+        out.append(f"Rank scales: {scales}.")
     if rep.paired and rep.other is not None:
         name_a, name_b = rep.names()
         out.append(f"Paired: the same facts for both models; difference = mean({name_b}) − "
@@ -209,6 +211,21 @@ def latex(rep: Report) -> str:
         out.append(_tex_table(phead, prows, f"Paired comparison of {name_b} and {name_a} on the same facts.",
                               "tab:kgprobe-paired"))
     return "\n".join(out)
+
+
+def scale_note(rep: Report) -> str | None:
+    """A measure ranking facts on two scales (BELIEF): which scale the figures are of, with its
+    n, and each other scale's facts apart with their own n and mean (never pooled); None for
+    every other measure."""
+    parts = []
+    for m in (rep.primary, rep.other):
+        if m is None or m.scale is None:
+            continue
+        apart = "; ".join(f"{gs[-1].facts} facts ranked on the {name} scale apart, mean {fmt(gs[-1].mean)}"
+                          for name, gs in m.apart.items() if gs)
+        parts.append(f"{m.display}: figures of the {m.overall.facts} facts ranked on the {m.scale} scale"
+                     + (f" ({apart})" if apart else "") + ", never pooled")
+    return "; ".join(parts) or None
 
 
 def chance_note(rep: Report) -> str:

@@ -178,6 +178,22 @@ def _probed_specs(
     return seen, params
 
 
+def rank_scales(graph: Any, model_key: str, measure_key: str) -> tuple[str, dict[str, str]] | None:
+    """For a measure whose facts are ranked on different scales (BELIEF: the vocabulary, the
+    candidate set, generation), its primary scale and each scored fact's scale (``unseparated``
+    for values stored before scales were recorded), so that a report never pools two scales;
+    None for every other measure."""
+    seen, params = _probed_specs(graph, model_key)
+    name, extras = seen.get(measure_key, ("", []))
+    cls = load_all().get(name)
+    if cls is None or "scale" not in extras or not hasattr(cls, "primary_scale"):
+        return None
+    props = pr.ScoreProps(model_key, measure_key)
+    rows = pr.measure_rows(graph, {"score": props.score, "scale": props.extra("scale")})
+    return (str(cls(params.get(measure_key)).primary_scale()),  # type: ignore[attr-defined]
+            {r["key"]: str(r.get("scale") or "unseparated") for r in rows})
+
+
 def belief_calibration(graph: Any, model_key: str) -> list[tuple[float, bool]] | None:
     """BELIEF's (confidence, top-1 correct) pair of every prompt of every fact probed with the
     model's first BELIEF key (sorted), for the report's reliability diagram; None without one.
