@@ -793,6 +793,12 @@ def probe(
 
         if output_path is None:
             raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
+        given = [o for o, v in (("--relation", relation or relations_alias), ("--per-relation", per_relation),
+                                ("--measure", measure), ("--strategy", strategy), ("-n", n), ("--at", at))
+                 if v]
+        if given:
+            raise ConfigError(f"--set: the probe set fixes what is sampled and measured; drop "
+                              f"{', '.join(given)} (or export another set)")
         _check_model_options(batch_tokens, threads)
         _model_options(device, batch_tokens, model_arg)
         summary = probe_with_set(probe_set, model, output_path, dtype=dtype, threads=threads,
@@ -841,20 +847,20 @@ def export_cmd(
     output: str = typer.Option(..., "--output", "-o", help="The probe set file to write (Parquet)."),
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
     sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
-    per_relation: int | None = typer.Option(None, "--per-relation", help="Facts of EACH relation (replaces --sample)."),
-    measure: list[str] = typer.Option(None, "--measure", help="A measure, optionally name:param=value,...; repeatable. Default kmin."),
-    strategy: str | None = typer.Option(None, "--strategy", "-s", help="Distractors: random, sem or temp+sem (default); appropt needs the model and cannot be exported."),
+    per_relation: int | None = typer.Option(None, "--per-relation", help="Facts of EACH relation (replaces --sample): enough n per row for an interval."),
+    measure: list[str] = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin."),
+    strategy: str | None = typer.Option(None, "--strategy", "-s", help="Distractors: random, sem, temp+sem (default) or appropt; or kmin:strategy=..."),
     n: int | None = typer.Option(None, "-n", help="Distractors per fact (default 5; or kmin:n=...)."),
     seed: int = typer.Option(0, help="Seed of the fact sample and the random strategy."),
     threshold: float = typer.Option(0.5, help="A fact is known when its score is at least this."),
     at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today)."),
     max_labels: int = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases)."),
     max_subject_labels: int = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences)."),
-    end: str = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the scoring model's documented one), eos, tail, none."),
-    label_rule: str = typer.Option("names", "--label-rule", help="Which aliases count as labels: names or all."),
-    verbalizer: str = typer.Option("careful", "--verbalizer", help="How labels are written into templates: careful or raw."),
+    end: str = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the model's documented one), eos, tail, none."),
+    label_rule: str = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all."),
+    verbalizer: str = typer.Option("careful", "--verbalizer", help="How labels are written into templates: careful (articles, capitals, quoted titles) or raw (as the DFA paper)."),
     max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
-    batch_facts: int = typer.Option(16, "--batch-facts", help="Facts per graph read (and per engine run when the set is scored)."),
+    batch_facts: int = typer.Option(16, "--batch-facts", help="Facts per graph read and per engine run."),
     history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
