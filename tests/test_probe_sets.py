@@ -234,6 +234,10 @@ def test_tampered_or_foreign_files_are_refused_in_one_line(
     _rewrite(bad_set, b"kgprobe.probe_set", lambda h, rows: rows.pop())
     _one_line_error(_score_offline(tmp_path, bad_set, gpt2, tmp_path / "o2"), 4, "content hash")
 
+    # what to sample comes from the set: a sampling option beside --set is refused
+    _one_line_error(_score_offline(tmp_path, pset, gpt2, tmp_path / "o4", "--relation", "P36"), 2,
+                    "drop --relation")
+
     # a set exported for other scoring code (a measure's version): refused, even with a valid hash
     old = tmp_path / "old-set.parquet"
     shutil.copy(pset, old)
