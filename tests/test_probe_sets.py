@@ -260,3 +260,15 @@ def test_tampered_or_foreign_files_are_refused_in_one_line(
     junk = tmp_path / "junk.parquet"
     junk.write_text("not parquet")
     _one_line_error(_cli(["import-scores", str(junk)], kgprobe_env), 4, "not a Parquet file")
+
+
+def test_without_pyarrow_a_probe_set_is_one_line(tmp_path: Path) -> None:
+    """pyarrow is in the dev extra: where it is missing, the feature says so in one line."""
+    code = ("import sys; sys.modules['pyarrow'] = None; sys.modules['pyarrow.parquet'] = None\n"
+            "from kgprobe.cli import main; sys.argv = ['kgprobe', *sys.argv[1:]]; main()")
+    pset = tmp_path / "set.parquet"
+    pset.write_bytes(b"PAR1")
+    done = subprocess.run([sys.executable, "-c", code, "probe", "--set", str(pset), "--model", "gpt2",
+                           "--output-path", str(tmp_path / "out")],
+                          capture_output=True, text=True, env=_offline_env(tmp_path), timeout=120)
+    _one_line_error(done, 2, "need pyarrow")
