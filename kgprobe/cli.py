@@ -868,9 +868,7 @@ def export_cmd(
     """Write a probe set: the sampled facts with everything the measures need, to score them
     where no graph server runs (`kgprobe probe --set`; docs/probe-sets.md)."""
     from kgprobe.graph.client import connect
-    from kgprobe.probing.config import DEFAULT_STRATEGY, ProbeConfig
-    from kgprobe.probing.measures.catalog import run_wide_settings
-    from kgprobe.probing.probe_set import export_set
+    from kgprobe.probing.probe_set import export_set, set_config
 
     _check_pids(relation or [])
     _check_number("--sample", sample, 0)
@@ -883,14 +881,12 @@ def export_cmd(
     _check_number("--max-subject-labels", max_subject_labels, 1)
     _check_number("--max-templates", max_templates, 1)
     _check_number("--batch-facts", batch_facts, 1)
-    ms, spec_n, spec_strategy = run_wide_settings(measure or ("kmin",), n, strategy)
-    cfg = ProbeConfig(
-        relations=tuple(relation or ()), sample=sample or None, per_relation=per_relation,
-        measures=tuple(ms), strategy=spec_strategy or DEFAULT_STRATEGY, n=spec_n or 5, seed=seed,
-        threshold=threshold, at=at, max_object_labels=max_labels,
-        max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
-        verbalizer=verbalizer, max_templates=max_templates, batch_facts=batch_facts,
-        history_first=history_first)
+    cfg = set_config(
+        relations=relation or (), sample=sample or None, per_relation=per_relation,
+        measures=measure or ("kmin",), strategy=strategy, n=n, seed=seed, threshold=threshold,
+        at=at, max_object_labels=max_labels, max_subject_labels=max_subject_labels, end=end,
+        label_rule=label_rule, verbalizer=verbalizer, max_templates=max_templates,
+        batch_facts=batch_facts, history_first=history_first)
     with connect() as graph:
         header = export_set(graph, cfg, output, progress=not as_json)
     data = {"file": output, "facts": header["facts"], "relations": len(header["relations"]),

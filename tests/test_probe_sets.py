@@ -272,3 +272,30 @@ def test_without_pyarrow_a_probe_set_is_one_line(tmp_path: Path) -> None:
                            "--output-path", str(tmp_path / "out")],
                           capture_output=True, text=True, env=_offline_env(tmp_path), timeout=120)
     _one_line_error(done, 2, "need pyarrow")
+
+
+def test_python_api_scores_a_set_with_a_model_object(
+    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, gpt2: Path
+) -> None:
+    """kgprobe.export_set / probe_set / import_scores, the model a transformers object in
+    memory: the same scores as the CLI's scoring of the same set."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import kgprobe
+
+    load(graph)
+    pset = tmp_path / "set.parquet"
+    header = kgprobe.export_set(pset, sample=None, n=2, strategy="random", at=REF, progress=False)
+    assert header["facts"] > 0
+    assert _score_offline(tmp_path, pset, gpt2, tmp_path / "cli").returncode == 0
+    lm = AutoModelForCausalLM.from_pretrained(gpt2)
+    summary = kgprobe.probe_set(pset, lm, tmp_path / "api", tokenizer=AutoTokenizer.from_pretrained(gpt2),
+                                model_name="gpt2", cache=False, progress=False)
+    assert summary.status == "finished" and summary.scored > 0
+    cli, api = _rows(tmp_path / "cli" / "scores.parquet"), _rows(tmp_path / "api" / "scores.parquet")
+    assert set(cli) == set(api)
+    for k, v in cli.items():  # engines of other batch sizes: float32 sums in another order
+        assert (v is None) == (api[k] is None) and (v is None or abs(v - api[k]) <= 1e-5), k
+    done = kgprobe.import_scores(tmp_path / "api" / "scores.parquet")
+    assert [d["status"] for d in done] == ["imported"]
+    assert len(_score_props(graph)) == summary.scored + summary.unscorable

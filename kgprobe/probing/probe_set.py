@@ -179,6 +179,20 @@ def measure_versions(config: ProbeConfig) -> dict[str, Any]:
 # --- export ----------------------------------------------------------------------------------------
 
 
+def set_config(*, relations: Sequence[str] = (), sample: int | None = 60,
+               per_relation: int | None = None, measures: Sequence[str] = ("kmin",),
+               strategy: str | None = None, n: int | None = None, **options: Any) -> ProbeConfig:
+    """The :class:`ProbeConfig` of an export, from ``probe``'s sampling options (``n`` and
+    ``strategy`` may come from a measure's spec, ``kmin:n=3``, as for ``probe``)."""
+    from kgprobe.probing.config import DEFAULT_STRATEGY
+    from kgprobe.probing.measures.catalog import run_wide_settings
+
+    ms, spec_n, spec_strategy = run_wide_settings(measures, n, strategy)
+    return ProbeConfig(relations=tuple(relations), sample=sample, per_relation=per_relation,
+                       measures=tuple(ms), strategy=spec_strategy or DEFAULT_STRATEGY,
+                       n=spec_n or 5, **options)
+
+
 def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], *,
                index: SemanticIndex | None = None, index_dir: str | Path | None = None,
                progress: bool = True) -> dict[str, Any]:
