@@ -8,7 +8,7 @@ from kgprobe._version import __version__
 
 #: Functions of the Python API, imported on first use so that ``import kgprobe`` stays light.
 _API = ("probe", "score", "unknown", "compare", "report", "ladder", "ingest_sources", "demo",
-        "load_results", "cypher")
+        "load_results", "cypher", "export_set", "probe_set", "import_scores")
 
 __all__ = ["__version__", *_API]
 

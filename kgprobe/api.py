@@ -268,6 +268,39 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     return summary
 
 
+def export_set(path: str | Path, *, settings: Settings | None = None, progress: bool = True,
+               **options: Any) -> dict[str, Any]:
+    """``kgprobe export``: write a probe set of the graph's facts to ``path``; returns its
+    header (content hash, facts, snapshot). ``options``: ``probe``'s sampling and measure
+    options (relations, sample, per_relation, measures, strategy, n, seed, threshold, at, ...;
+    docs/probe-sets.md)."""
+    from kgprobe.probing import probe_set as ps
+
+    config = ps.set_config(**options)
+    with connect(settings) as graph:
+        return ps.export_set(graph, config, path, progress=progress)
+
+
+def probe_set(path: str | Path, model: str | Any, output_path: str | Path, **kwargs: Any) -> Any:
+    """``kgprobe probe --set``: score the probe set at ``path`` with ``model`` (a name, path,
+    or a transformers model object with ``tokenizer=``) with no graph; writes
+    ``output_path/scores.parquet`` and returns the ``ProbeSummary``. Keyword arguments: see
+    :func:`kgprobe.probing.probe_set.probe_with_set` (tokenizer, model_name, dtype, threads,
+    shard, cache, progress)."""
+    from kgprobe.probing.probe_set import probe_with_set
+
+    return probe_with_set(path, model, output_path, **kwargs)
+
+
+def import_scores(*paths: str | Path, settings: Settings | None = None) -> list[dict[str, Any]]:
+    """``kgprobe import-scores``: write scores files of probe sets onto the FACT edges and
+    record their probe runs; one dict per file (its run id and status)."""
+    from kgprobe.probing import probe_set as ps
+
+    with connect(settings) as graph:
+        return ps.import_scores(graph, paths)
+
+
 def score(context: str, candidates: Sequence[str], *, model: str | Any = "smollm2-135m",
           tokenizer: Any = None, **kwargs: Any) -> Any:
     """log P(candidate | context) for each candidate with its rank, as ``kgprobe score``;

@@ -776,6 +776,7 @@ def probe(
     shard: str | None = typer.Option(None, "--shard", help="K/N: probe only shard K (1..N) of the sampled facts; N processes with K=1..N cover one run."),
     output_path: str | None = typer.Option(None, "--output-path", help="Write this run's report, results.json and samples.jsonl here."),
     overwrite: bool = _OVERWRITE_OPT,
+    probe_set: str | None = typer.Option(None, "--set", help="Score this probe set (from `kgprobe export`) with no graph server; writes OUTPUT_PATH/scores.parquet (docs/probe-sets.md)."),
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -783,6 +784,31 @@ def probe(
     (idempotent: facts already scored with the same configuration are skipped)."""
     from kgprobe.api import probe as run
     from kgprobe.graph.probe_runs import parse_shard
+
+    if probe_set is not None:
+        import os
+
+        from kgprobe.errors import ConfigError
+        from kgprobe.probing.probe_set import probe_with_set
+
+        if output_path is None:
+            raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
+        given = [o for o, v in (("--relation", relation or relations_alias), ("--per-relation", per_relation),
+                                ("--measure", measure), ("--strategy", strategy), ("-n", n), ("--at", at))
+                 if v]
+        if given:
+            raise ConfigError(f"--set: the probe set fixes what is sampled and measured; drop "
+                              f"{', '.join(given)} (or export another set)")
+        _check_model_options(batch_tokens, threads)
+        _model_options(device, batch_tokens, model_arg)
+        summary = probe_with_set(probe_set, model, output_path, dtype=dtype, threads=threads,
+                                 shard=parse_shard(shard) if shard else None, cache=not no_cache,
+                                 progress=not as_json)
+        data = summary.to_dict()
+        data["relations"] = len(data["relations"])
+        data["output_files"] = {"scores": os.path.join(output_path, "scores.parquet")}
+        _print_summary(data, as_json)
+        return
 
     _check_pids(_relations(relation, relations_alias))
     _check_number("--sample", sample, 0)
@@ -814,6 +840,79 @@ def probe(
     if output_path is not None:
         data["output_files"] = getattr(summary, "output_files", {})
     _print_summary(data, as_json)
+
+
+@app.command("export")
+def export_cmd(
+    output: str = typer.Option(..., "--output", "-o", help="The probe set file to write (Parquet)."),
+    relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
+    sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
+    per_relation: int | None = typer.Option(None, "--per-relation", help="Facts of EACH relation (replaces --sample): enough n per row for an interval."),
+    measure: list[str] = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin."),
+    strategy: str | None = typer.Option(None, "--strategy", "-s", help="Distractors: random, sem, temp+sem (default) or appropt; or kmin:strategy=..."),
+    n: int | None = typer.Option(None, "-n", help="Distractors per fact (default 5; or kmin:n=...)."),
+    seed: int = typer.Option(0, help="Seed of the fact sample and the random strategy."),
+    threshold: float = typer.Option(0.5, help="A fact is known when its score is at least this."),
+    at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today)."),
+    max_labels: int = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases)."),
+    max_subject_labels: int = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences)."),
+    end: str = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the model's documented one), eos, tail, none."),
+    label_rule: str = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all."),
+    verbalizer: str = typer.Option("careful", "--verbalizer", help="How labels are written into templates: careful (articles, capitals, quoted titles) or raw (as the DFA paper)."),
+    max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
+    batch_facts: int = typer.Option(16, "--batch-facts", help="Facts per graph read and per engine run."),
+    history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
+    config: str | None = _CONFIG_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+) -> None:
+    """Write a probe set: the sampled facts with everything the measures need, to score them
+    where no graph server runs (`kgprobe probe --set`; docs/probe-sets.md)."""
+    from kgprobe.graph.client import connect
+    from kgprobe.probing.probe_set import export_set, set_config
+
+    _check_pids(relation or [])
+    _check_number("--sample", sample, 0)
+    _check_number("--per-relation", per_relation, 1)
+    _check_number("-n", n, 1)
+    _check_seed(seed)
+    _check_threshold(threshold)
+    _check_date(at)
+    _check_number("--max-labels", max_labels, 1)
+    _check_number("--max-subject-labels", max_subject_labels, 1)
+    _check_number("--max-templates", max_templates, 1)
+    _check_number("--batch-facts", batch_facts, 1)
+    cfg = set_config(
+        relations=relation or (), sample=sample or None, per_relation=per_relation,
+        measures=measure or ("kmin",), strategy=strategy, n=n, seed=seed, threshold=threshold,
+        at=at, max_object_labels=max_labels, max_subject_labels=max_subject_labels, end=end,
+        label_rule=label_rule, verbalizer=verbalizer, max_templates=max_templates,
+        batch_facts=batch_facts, history_first=history_first)
+    with connect() as graph:
+        header = export_set(graph, cfg, output, progress=not as_json)
+    data = {"file": output, "facts": header["facts"], "relations": len(header["relations"]),
+            "content_hash": header["content_hash"], "schema": header["schema"]}
+    _print_summary(data, as_json)
+
+
+@app.command("import-scores")
+def import_scores_cmd(
+    files: list[str] = typer.Argument(..., help="scores.parquet files written by `kgprobe probe --set`."),
+    config: str | None = _CONFIG_OPT,
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Write the scores of probe sets scored elsewhere onto the FACT edges and record their
+    probe runs, as if the probes had run here (idempotent; docs/probe-sets.md)."""
+    from kgprobe.graph.client import connect
+    from kgprobe.probing.probe_set import import_scores
+
+    with connect() as graph:
+        done = import_scores(graph, files)
+    if as_json:
+        _print_json(done)
+        return
+    for d in done:
+        console.print(f"{d['file']}: {d['status']} (run {d['run_id'][:8]}, {d['facts']} facts)",
+                      highlight=False, markup=False)
 
 
 @app.command()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -235,14 +235,8 @@ def score_and_write(
     ahead = Ahead(lambda b: (b, gather.batch(b)), chunks(todo, plan.batch_facts),
                   0 if gather.engine is not None else plan.pipeline, GATHER_THREADS)
     behind = Behind(plan.pipeline)
-    pending: list[dict[str, Any]] = []
-    pending_ok = 0
 
-    def write_pending() -> None:
-        nonlocal pending, pending_ok
-        rows, ok = pending, pending_ok
-        pending, pending_ok = [], 0
-
+    def write(rows: list[dict[str, Any]], ok: int) -> None:
         def job() -> None:
             pr.write_scores(graph, plan.run_id, rows, scored=ok, unscorable=len(rows) - ok, now=now())
             outcome.scored += ok
@@ -251,41 +245,9 @@ def score_and_write(
         behind.submit(job)
 
     try:
-        with Progress("probing", len(todo), "facts", enabled=progress) as bar:
-            for batch, planned in ahead:
-                # a measure already stored with this configuration is not recomputed
-                wanted = {p.row["key"]: {m.name for m in plan.stale(p.row)} for p in planned}
-                active = [m for m in plan.measures if any(m.name in w for w in wanted.values())]
-                per_measure = score_batch(runner, active, planned, ctx)
-                for i, p in enumerate(planned):
-                    fact_props: dict[str, Any] = {}
-                    got_any = False
-                    why = p.reason
-                    for m, values in zip(active, per_measure, strict=True):
-                        if m.name not in wanted[p.row["key"]]:
-                            continue
-                        v = values[i] if p.reason is None else {"score": None, "_reason": p.reason}
-                        fact_props.update(_fact_props(plan.props[m.name], m, v, plan.run_id,
-                                                      plan.cfg_by[m.name][p.row["pid"]], plan.threshold))
-                        if v.get("score") is not None:
-                            got_any = True
-                        elif why is None:
-                            why = f"{m.name}: {v.get('_reason') or 'no value'}"
-                    if on_fact is not None:
-                        on_fact(p, {m.name: (values[i] if p.reason is None
-                                             else {"score": None, "_reason": p.reason})
-                                    for m, values in zip(active, per_measure, strict=True)})
-                    if got_any:
-                        pending_ok += 1
-                    else:
-                        outcome.reasons[(why or "no value").split(";")[0][:120]] += 1
-                    pending.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
-                if len(pending) >= plan.write_facts:
-                    write_pending()
-                bar.advance(len(batch))
-            if pending:
-                write_pending()
-            behind.finish()
+        score_batches(runner, plan, ((b, p) for b, p in ahead), len(todo), ctx, outcome, write,
+                      progress=progress, on_fact=on_fact)
+        behind.finish()
     except BaseException:
         # stop reading ahead; drop the writes still waiting (their facts are scored again by
         # the next run) and let the one under way commit or roll back whole
@@ -293,6 +255,61 @@ def score_and_write(
         behind.abort()
         raise
     return outcome
+
+
+def score_batches(
+    runner: Runner, plan: LoopPlan, batches: Iterable[tuple[Sequence[Any], list[Planned]]],
+    total: int, ctx: Any, outcome: LoopOutcome,
+    write: Callable[[list[dict[str, Any]], int], None], *, progress: bool = True,
+    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+) -> None:
+    """score -> write, for batches already gathered: from the graph (:func:`score_and_write`)
+    or from a probe set's file (:mod:`kgprobe.probing.probe_set`). ``write(rows, scored)``
+    takes ``plan.write_facts`` facts' ``{key, s, props}`` rows at a time and the number of them
+    that got a value; the reasons of the others are counted in ``outcome``."""
+    pending: list[dict[str, Any]] = []
+    pending_ok = 0
+
+    def write_pending() -> None:
+        nonlocal pending, pending_ok
+        rows, ok = pending, pending_ok
+        pending, pending_ok = [], 0
+        write(rows, ok)
+
+    with Progress("probing", total, "facts", enabled=progress) as bar:
+        for batch, planned in batches:
+            # a measure already stored with this configuration is not recomputed
+            wanted = {p.row["key"]: {m.name for m in plan.stale(p.row)} for p in planned}
+            active = [m for m in plan.measures if any(m.name in w for w in wanted.values())]
+            per_measure = score_batch(runner, active, planned, ctx)
+            for i, p in enumerate(planned):
+                fact_props: dict[str, Any] = {}
+                got_any = False
+                why = p.reason
+                for m, values in zip(active, per_measure, strict=True):
+                    if m.name not in wanted[p.row["key"]]:
+                        continue
+                    v = values[i] if p.reason is None else {"score": None, "_reason": p.reason}
+                    fact_props.update(_fact_props(plan.props[m.name], m, v, plan.run_id,
+                                                  plan.cfg_by[m.name][p.row["pid"]], plan.threshold))
+                    if v.get("score") is not None:
+                        got_any = True
+                    elif why is None:
+                        why = f"{m.name}: {v.get('_reason') or 'no value'}"
+                if on_fact is not None:
+                    on_fact(p, {m.name: (values[i] if p.reason is None
+                                         else {"score": None, "_reason": p.reason})
+                                for m, values in zip(active, per_measure, strict=True)})
+                if got_any:
+                    pending_ok += 1
+                else:
+                    outcome.reasons[(why or "no value").split(";")[0][:120]] += 1
+                pending.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
+            if len(pending) >= plan.write_facts:
+                write_pending()
+            bar.advance(len(batch))
+        if pending:
+            write_pending()
 
 
 def _fact_props(sp: pr.ScoreProps, m: Any, v: dict[str, Any], run_id: str, cfg_hash: str,

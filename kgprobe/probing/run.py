@@ -19,6 +19,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,14 +132,62 @@ def run_probe(
             raise ConfigError(why)
     mkey = claim_model_key(graph, model_key(config.model, config.dtype), fingerprint,
                            config.on_model_mismatch)
+    available = probe_relations(graph, config.max_templates)
+    relations = choose_relations(available, config.relations)
+    ref = date_sort_key(config.at)
+    setup = run_setup(config, ctx, measures, mkey, fingerprint, available, relations)
+
+    subjects = pr.sample_facts(graph, relations, total=config.sample, per_relation=config.per_relation,
+                               seed=config.seed, ref=ref, history_first=config.history_first,
+                               shard=config.shard, on_progress=_index_progress() if progress else None)
+    chosen = list(subjects)
+    cfg_props = [setup.props[m.name].cfg for m in measures]
+    details = []
+    for batch in chunks(chosen, 500):
+        details.extend(pr.fact_details(graph, batch, subjects, cfg_props))
+
+    plan = LoopPlan(uuid.uuid4().hex, measures, setup.props, setup.cfg_by, config.threshold,
+                    config.force, config.batch_facts, config.write_facts, config.pipeline)
+    todo = [d for d in details if plan.stale(d)]
+
+    run_id = plan.run_id
+    summary = ProbeSummary(
+        run_id, config.model, mkey, [setup.props[m.name].score for m in measures], relations,
+        planned=len(details), skipped=len(details) - len(todo),
+    )
+    summary.fact_keys = [str(d["key"]) for d in details]
+    run_props = run_record(config, ctx, measures, setup, summary, details, runner, model_info, available,
+                           ref, pr.graph_counts(graph))
+    summary.interrupted_runs = pr.create_run(graph, run_id, run_props)
+    try:
+        return _probe_run(graph, runner, config, summary, plan, todo, measures, ctx, available,
+                          index, index_dir, progress, on_fact, ref)
+    finally:
+        pr.release_run(run_id)
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What a run's configuration, model and templates decide before any fact is scored: the
+    measures' property keys and names, the settings and configuration hashes. Computed from
+    the graph's templates by a direct probe, from a probe set's by ``probe --set``: one
+    function, so both write the same keys and hashes."""
+
+    mkeys: dict[str, str]
+    props: dict[str, pr.ScoreProps]
+    settings: dict[str, Any]
+    m_cfg: dict[str, dict[str, Any]]
+    cfg_by: dict[str, dict[str, str]]
+    run_cfg: str
+
+
+def run_setup(config: ProbeConfig, ctx: Any, measures: list[Any], mkey: str, fingerprint: str,
+              available: dict[str, list[tuple[str, str]]], relations: list[str]) -> RunSetup:
+    """The keys and configuration hashes of a run (see :class:`RunSetup`)."""
     mkeys = {m.name: m.key(ctx) for m in measures}
     if len(set(mkeys.values())) != len(mkeys):
         raise ConfigError("two measures give the same property key")
     props = {m.name: pr.ScoreProps(mkey, k) for m, k in zip(measures, mkeys.values(), strict=True)}
-    available = probe_relations(graph, config.max_templates)
-    relations = choose_relations(available, config.relations)
-    ref = date_sort_key(config.at)
-
     settings = {
         "fingerprint": fingerprint, "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "max_subject_labels": config.max_subject_labels,
@@ -158,39 +207,30 @@ def run_probe(
                      # shards of one run must not mark each other interrupted; facts keep
                      # the unsharded configuration hashes, so the union is one run
                      **({"shard": list(config.shard)} if config.shard else {})})
+    return RunSetup(mkeys, props, settings, m_cfg, cfg_by, run_cfg)
 
-    subjects = pr.sample_facts(graph, relations, total=config.sample, per_relation=config.per_relation,
-                               seed=config.seed, ref=ref, history_first=config.history_first,
-                               shard=config.shard, on_progress=_index_progress() if progress else None)
-    chosen = list(subjects)
-    cfg_props = [props[m.name].cfg for m in measures]
-    details = []
-    for batch in chunks(chosen, 500):
-        details.extend(pr.fact_details(graph, batch, subjects, cfg_props))
 
-    plan = LoopPlan(uuid.uuid4().hex, measures, props, cfg_by, config.threshold, config.force,
-                    config.batch_facts, config.write_facts, config.pipeline)
-    todo = [d for d in details if plan.stale(d)]
-
-    run_id = plan.run_id
-    summary = ProbeSummary(
-        run_id, config.model, mkey, [props[m.name].score for m in measures], relations,
-        planned=len(details), skipped=len(details) - len(todo),
-    )
-    summary.fact_keys = [str(d["key"]) for d in details]
+def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSetup, summary: ProbeSummary,
+               details: Sequence[dict[str, Any]], runner: Runner, model_info: dict[str, Any] | None,
+               available: dict[str, list[tuple[str, str]]], ref: int,
+               snapshot: dict[str, int]) -> dict[str, Any]:
+    """The ProbeRun's properties as the run starts (its provenance: results.json reads them).
+    ``snapshot``: the graph's counts where the facts were sampled."""
+    mkeys, relations = setup.mkeys, summary.relations
     facts_hash = config_hash(sorted(f"{d['key']}|{d['s']}|{d['pid']}|{d['o']}" for d in details))
     info = model_info or {}
     specs = [{"name": m.name, "key": mkeys[m.name], "params": m.settings, "extras": list(m.extras),
               "section": m.section} for m in measures]
-    run_props = {
-        "status": "running", "started": now(), "model": config.model, "model_key": mkey,
-        "model_fingerprint": fingerprint, "model_kind": info.get("kind"), "dtype": config.dtype,
+    return {
+        "status": "running", "started": now(), "model": config.model, "model_key": summary.model_key,
+        "model_fingerprint": setup.settings["fingerprint"], "model_kind": info.get("kind"),
+        "dtype": config.dtype,
         "device": info.get("device"), "measures": [m.name for m in measures],
         "measure_keys": [mkeys[m.name] for m in measures],
         "measure_specs": json.dumps(specs, default=str),
         "score_properties": summary.score_properties,
-        "measure_params": json.dumps({**settings, "threshold": config.threshold,
-                                      "measures": m_cfg}, default=str),
+        "measure_params": json.dumps({**setup.settings, "threshold": config.threshold,
+                                      "measures": setup.m_cfg}, default=str),
         "end_marker": json.dumps({"choice": config.end, "kind": ctx.end.kind, "text": ctx.end.text}),
         "label_rule": config.label_rule, "verbalizer": config.verbalizer,
         "strategy": config.strategy, "n": config.n, "seed": config.seed,
@@ -200,8 +240,8 @@ def run_probe(
         "shard": f"{config.shard[0]}/{config.shard[1]}" if config.shard else None,
         "reference_date": ref,
         "templates": json.dumps({p: [i for i, _ in available[p]] for p in relations}),
-        "config_hash": run_cfg, "relation_config_hashes": json.dumps(cfg_by),
-        "graph_snapshot": json.dumps(pr.graph_counts(graph)), "facts_hash": facts_hash,
+        "config_hash": setup.run_cfg, "relation_config_hashes": json.dumps(setup.cfg_by),
+        "graph_snapshot": json.dumps(snapshot), "facts_hash": facts_hash,
         "code_version": code_version()["kgprobe"], "git_hash": code_version()["git"],
         "library_versions": json.dumps(library_versions()),
         "facts_planned": summary.planned, "facts_skipped": summary.skipped,
@@ -212,12 +252,6 @@ def run_probe(
             runner, device=info.get("device"), model_args=LOAD_DEFAULTS.model_args,
             device_requested=LOAD_DEFAULTS.device), default=str),
     }
-    summary.interrupted_runs = pr.create_run(graph, run_id, run_props)
-    try:
-        return _probe_run(graph, runner, config, summary, plan, todo, measures, ctx, available,
-                          index, index_dir, progress, on_fact, ref)
-    finally:
-        pr.release_run(run_id)
 
 
 def _probe_run(

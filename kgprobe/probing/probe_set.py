@@ -1,0 +1,454 @@
+"""Probe sets that travel (issue 42): build from the graph, score anywhere, write back.
+
+A probe run is gather -> score -> write (:mod:`.loop`). A *probe set* is the gather half
+serialized: the sampled facts as the measures see them (:class:`FactInput`: labels, aliases,
+verbalizer facts, templates, distractors, past values, ...) with the run's configuration, the
+relations' templates, the reference date and the graph's snapshot, in one Parquet file with a
+schema version and a sha256 content hash. Scoring a set feeds those items to the same scoring
+code (:func:`~kgprobe.probing.loop.score_batches`) with no graph server; its ``scores.parquet``
+holds the FACT properties the write half would have written, with the ProbeRun's record;
+``import-scores`` hands them to the same write code (``probe_runs.write_scores``).
+
+docs/probe-sets.md says what is checked and what is refused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kgprobe.errors import ConfigError, InputError, OutputError
+from kgprobe.graph import probe_runs as pr
+from kgprobe.graph.distractors import date_sort_key
+from kgprobe.probing.config import ProbeConfig, ProbeSummary, Runner, model_key, run_context
+from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, Planned, chunks, score_batches
+from kgprobe.probing.measures.common import Entity
+from kgprobe.probing.measures.registry import FactInput
+from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION, Facts
+from kgprobe.provenance import code_version, now
+
+if TYPE_CHECKING:  # pragma: no cover
+    from kgprobe.graph.client import Graph
+    from kgprobe.probing.semantic import SemanticIndex
+
+#: The layout of a probe set file. A reader refuses any other (the file says which it is).
+SET_SCHEMA = "kgprobe-probe-set/1"
+#: The layout of a scores file written by ``probe --set``.
+SCORES_SCHEMA = "kgprobe-scores/1"
+_SET_META = b"kgprobe.probe_set"
+_SCORES_META = b"kgprobe.scores"
+#: ProbeConfig fields a set fixes (the model, dtype, shard and force belong to the scoring)
+_SET_FIELDS = ("relations", "sample", "per_relation", "measures", "strategy", "n", "seed",
+               "threshold", "at", "max_subject_labels", "max_object_labels", "max_templates",
+               "max_past_values", "batch_facts", "history_first", "end", "label_rule",
+               "verbalizer")
+
+
+def _pyarrow() -> tuple[Any, Any]:
+    """pyarrow and pyarrow.parquet, or one line saying how to get them."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ConfigError("probe sets are Parquet files and need pyarrow: "
+                          "pip install 'kgprobe[dev]' (or pip install pyarrow)") from None
+    return pa, pq
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def content_hash(header: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
+    """sha256 over the canonical JSON of the header (without its hash) and every row, in order."""
+    h = hashlib.sha256(_canon({k: v for k, v in header.items() if k != "content_hash"}).encode())
+    for row in rows:
+        h.update(b"\n")
+        h.update(_canon(row).encode())
+    return h.hexdigest()
+
+
+# --- FactInput <-> JSON ---------------------------------------------------------------------------
+
+
+def _entity_json(e: Entity) -> dict[str, Any]:
+    f = e.facts
+    return {"label": str(e.label), "aliases": [str(a) for a in e.aliases], "qid": e.qid,
+            "facts": None if f is None else {
+                "types": sorted(f.types), "the_forms": sorted(f.the_forms),
+                "main_takes_the": f.main_takes_the, "work": f.work, "main": f.main}}
+
+
+def _entity(d: dict[str, Any]) -> Entity:
+    f = d.get("facts")
+    facts = None if f is None else Facts(frozenset(f["types"]), frozenset(f["the_forms"]),
+                                         bool(f["main_takes_the"]), bool(f["work"]), str(f["main"]))
+    return Entity(str(d["label"]), tuple(d["aliases"]), d.get("qid"), facts)
+
+
+def fact_json(f: FactInput) -> dict[str, Any]:
+    """Everything the measures read of one fact, as JSON (:func:`fact_input` reads it back)."""
+    return {
+        "key": f.key, "pid": f.pid, "subject": _entity_json(f.subject),
+        "object": _entity_json(f.object), "templates": list(f.templates),
+        "distractors": [_entity_json(e) for e in f.distractors],
+        "past": [_entity_json(e) for e in f.past],
+        "other_objects": [_entity_json(e) for e in f.other_objects],
+        "other_subjects": [_entity_json(e) for e in f.other_subjects],
+        "object_relation_templates": [list(t) for t in f.object_relation_templates],
+        "demonstrations": [fact_json(d) for d in f.demonstrations],
+        "distractor_reason": f.distractor_reason,
+    }
+
+
+def fact_input(d: dict[str, Any]) -> FactInput:
+    """The :class:`FactInput` of :func:`fact_json`'s output, equal to the one gathered."""
+    return FactInput(
+        key=d["key"], pid=d["pid"], subject=_entity(d["subject"]), object=_entity(d["object"]),
+        templates=tuple(d["templates"]),
+        distractors=tuple(_entity(e) for e in d["distractors"]),
+        past=tuple(_entity(e) for e in d["past"]),
+        other_objects=tuple(_entity(e) for e in d["other_objects"]),
+        other_subjects=tuple(_entity(e) for e in d["other_subjects"]),
+        object_relation_templates=tuple(tuple(t) for t in d["object_relation_templates"]),
+        demonstrations=tuple(fact_input(x) for x in d["demonstrations"]),
+        distractor_reason=d.get("distractor_reason"),
+    )
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+
+def _write(path: Path, columns: dict[str, list[Any]], meta_key: bytes, header: dict[str, Any]) -> None:
+    """One Parquet file, written whole or not at all (a temporary file renamed into place)."""
+    pa, pq = _pyarrow()
+    table = pa.table(columns).replace_schema_metadata({meta_key: _canon(header).encode()})
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from exc
+
+
+def _read(path: str | os.PathLike[str], meta_key: bytes, schema: str,
+          what: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Header and rows of a file :func:`_write` wrote, its schema and content hash checked."""
+    _, pq = _pyarrow()
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{what} {p}: no such file")
+    try:
+        table = pq.read_table(p)
+    except Exception as exc:  # pyarrow's errors of a file that is not Parquet
+        raise InputError(f"{what} {p} is not a Parquet file ({type(exc).__name__})") from exc
+    raw = (table.schema.metadata or {}).get(meta_key)
+    if raw is None:
+        raise InputError(f"{p} is not a kgprobe {what} (no {meta_key.decode()} metadata)")
+    try:
+        header = json.loads(raw)
+    except ValueError as exc:
+        raise InputError(f"{what} {p}: its metadata is not JSON") from exc
+    if not isinstance(header, dict) or header.get("schema") != schema:
+        found = header.get("schema") if isinstance(header, dict) else None
+        raise InputError(f"{what} {p} has layout {found!r}; this kgprobe reads {schema} "
+                         "(export it again with this kgprobe)")
+    rows = table.to_pylist()
+    if content_hash(header, rows) != header.get("content_hash"):
+        raise InputError(f"{what} {p} was changed after it was written: its content hash does "
+                         "not match its rows; refusing it")
+    return header, rows
+
+
+def measure_versions(config: ProbeConfig) -> dict[str, Any]:
+    """What of the scoring code a set's values depend on beyond its data: each measure's
+    version and the careful verbalizer's rules. A set is scored only where these are equal."""
+    return {"measures": {m.name: m.version for m in config.measure_objects()},
+            "verbalizer_rules": CAREFUL_RULES_VERSION}
+
+
+# --- export ----------------------------------------------------------------------------------------
+
+
+def set_config(*, relations: Sequence[str] = (), sample: int | None = 60,
+               per_relation: int | None = None, measures: Sequence[str] = ("kmin",),
+               strategy: str | None = None, n: int | None = None, **options: Any) -> ProbeConfig:
+    """The :class:`ProbeConfig` of an export, from ``probe``'s sampling options (``n`` and
+    ``strategy`` may come from a measure's spec, ``kmin:n=3``, as for ``probe``)."""
+    from kgprobe.probing.config import DEFAULT_STRATEGY
+    from kgprobe.probing.measures.catalog import run_wide_settings
+
+    ms, spec_n, spec_strategy = run_wide_settings(measures, n, strategy)
+    return ProbeConfig(relations=tuple(relations), sample=sample, per_relation=per_relation,
+                       measures=tuple(ms), strategy=spec_strategy or DEFAULT_STRATEGY,
+                       n=spec_n or 5, **options)
+
+
+def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], *,
+               index: SemanticIndex | None = None, index_dir: str | Path | None = None,
+               progress: bool = True) -> dict[str, Any]:
+    """Sample facts as ``probe`` does and write what the measures need of them to ``path``.
+    Returns the set's header (its content hash, counts, snapshot)."""
+    from kgprobe.probing.distractors import default_index_dir
+    from kgprobe.probing.run import _index_progress, choose_relations, probe_relations
+    from kgprobe.probing.semantic import ensure_index
+
+    _pyarrow()
+    config.validate()
+    if config.strategy == "appropt":
+        raise ConfigError("the appropt strategy finds distractors with the model itself, so it "
+                          "cannot be exported; choose random, sem or temp+sem")
+    measures = config.measure_objects()
+    for m in measures:
+        why = m.available()
+        if why:
+            raise ConfigError(why)
+    ctx = run_context(config, None)
+    available = probe_relations(graph, config.max_templates)
+    relations = choose_relations(available, config.relations)
+    ref = date_sort_key(config.at)
+    subjects = pr.sample_facts(graph, relations, total=config.sample, per_relation=config.per_relation,
+                               seed=config.seed, ref=ref, history_first=config.history_first,
+                               on_progress=_index_progress() if progress else None)
+    details = []
+    for batch in chunks(list(subjects), 500):
+        details.extend(pr.fact_details(graph, batch, subjects, []))
+    needs = frozenset().union(*(m.needs for m in measures))
+    if "distractors" in needs and config.strategy in ("sem", "temp+sem") and details and index is None:
+        index = ensure_index(graph, index_dir or default_index_dir())
+    gather = Gatherer(graph, config, needs, ref, available, index, None, ctx.label_rule, ctx.end)
+    rows = []
+    for batch in chunks(details, config.batch_facts):
+        for p in gather.batch(batch):
+            rows.append({"key": str(p.row["key"]), "s": p.row["s"], "pid": p.row["pid"],
+                         "o": p.row["o"], "reason": p.reason, "fact": _canon(fact_json(p.fact))})
+    header: dict[str, Any] = {
+        "schema": SET_SCHEMA, "created": now(), "kgprobe": code_version()["kgprobe"],
+        "config": {k: getattr(config, k) for k in _SET_FIELDS}, "relations": relations,
+        "templates": {p: available[p] for p in relations}, "reference_date": ref,
+        "graph_snapshot": pr.graph_counts(graph), "facts": len(rows),
+        "scoring": measure_versions(config),
+    }
+    header["content_hash"] = content_hash(header, rows)
+    _write(Path(path), {k: [r[k] for r in rows] for k in ("key", "s", "pid", "o", "reason", "fact")},
+           _SET_META, header)
+    return header
+
+
+# --- scoring without a graph ----------------------------------------------------------------------
+
+
+@dataclass
+class ProbeSet:
+    """A probe set as read back: its header and rows (content hash checked)."""
+
+    path: Path
+    header: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+    @property
+    def content_hash(self) -> str:
+        return str(self.header["content_hash"])
+
+    def config(self, model: str, dtype: str, shard: tuple[int, int] | None) -> ProbeConfig:
+        c = dict(self.header["config"])
+        c["relations"], c["measures"] = tuple(c["relations"]), tuple(c["measures"])
+        return ProbeConfig(model=model, dtype=dtype, shard=shard, force=True, **c)
+
+
+def read_set(path: str | os.PathLike[str]) -> ProbeSet:
+    """The probe set at ``path``; refused in one line if its layout is not this kgprobe's or
+    its rows do not match its content hash."""
+    header, rows = _read(path, _SET_META, SET_SCHEMA, "probe set")
+    return ProbeSet(Path(path), header, rows)
+
+
+def score_set(
+    pset: ProbeSet, runner: Runner, out_dir: str | os.PathLike[str], *, model: str, fingerprint: str,
+    dtype: str = "float32", model_info: dict[str, Any] | None = None,
+    shard: tuple[int, int] | None = None, progress: bool = True,
+    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+) -> ProbeSummary:
+    """Score ``pset`` with ``runner`` (the same measures and loop as ``probe``) and write
+    ``out_dir/scores.parquet``: per fact and measure its FACT properties, with the ProbeRun's
+    record. No graph is opened. ``shard``: only shard K of N of the set's facts."""
+    from kgprobe.probing.run import run_record, run_setup
+
+    config = pset.config(model, dtype, shard)
+    config.validate()
+    want = measure_versions(config)
+    if pset.header.get("scoring") != want:
+        raise ConfigError(
+            f"probe set {pset.path} was exported for scoring code {_canon(pset.header.get('scoring'))}; "
+            f"this kgprobe's is {_canon(want)}, whose values may differ: export the set again")
+    measures = config.measure_objects()
+    for m in measures:
+        why = m.available()
+        if why:
+            raise ConfigError(why)
+    ctx = run_context(config, str((model_info or {}).get("name") or model))
+    mkey = model_key(model, dtype)
+    templates = {p: [tuple(t) for t in ts] for p, ts in pset.header["templates"].items()}
+    relations = list(pset.header["relations"])
+    setup = run_setup(config, ctx, measures, mkey, fingerprint, templates, relations)  # type: ignore[arg-type]
+    keys = set(pr.shard_keys([r["key"] for r in pset.rows], shard))
+    rows = [r for r in pset.rows if r["key"] in keys]
+    plan = LoopPlan(uuid.uuid4().hex, measures, setup.props, setup.cfg_by, config.threshold,
+                    True, config.batch_facts, config.write_facts, 0)
+    summary = ProbeSummary(plan.run_id, model, mkey, [setup.props[m.name].score for m in measures],
+                           relations, planned=len(rows))
+    summary.fact_keys = [r["key"] for r in rows]
+    run_props = run_record(config, ctx, measures, setup, summary, rows, runner, model_info, templates,  # type: ignore[arg-type]
+                           int(pset.header["reference_date"]), pset.header["graph_snapshot"])
+    run_props["probe_set"] = pset.content_hash
+
+    def planned() -> Iterator[tuple[Sequence[Any], list[Planned]]]:
+        for batch in chunks(rows, config.batch_facts):
+            yield batch, [Planned({"key": r["key"], "s": r["s"], "pid": r["pid"], "o": r["o"],
+                                   "cfgs": [None] * len(measures)},
+                                  fact_input(json.loads(r["fact"])), r["reason"]) for r in batch]
+
+    written: list[dict[str, Any]] = []
+    outcome = LoopOutcome()
+
+    def write(batch_rows: list[dict[str, Any]], ok: int) -> None:
+        written.extend(batch_rows)
+        outcome.scored += ok
+        outcome.unscorable += len(batch_rows) - ok
+
+    started = time.monotonic()
+    tok = getattr(runner, "tok", None)
+    cuts_before = int(getattr(tok, "cut_count", 0))
+    score_batches(runner, plan, planned(), len(rows), ctx, outcome, write, progress=progress,
+                  on_fact=on_fact)
+    summary.scored, summary.unscorable = outcome.scored, outcome.unscorable
+    summary.seconds = round(time.monotonic() - started, 2)
+    summary.status = "finished"
+    summary.unscorable_reasons = dict(outcome.reasons.most_common())
+    summary.contexts_cut = int(getattr(tok, "cut_count", 0)) - cuts_before
+    final = {"status": "finished", "finished": now(), "seconds": summary.seconds,
+             "unscorable_reasons": json.dumps(summary.unscorable_reasons),
+             "contexts_cut": summary.contexts_cut}
+
+    facts = {r["key"]: r for r in rows}
+    out_rows = []
+    for w in written:
+        f = facts[w["key"]]
+        for m in measures:
+            sp = setup.props[m.name]
+            names = {sp.score, sp.known, sp.run, sp.cfg, sp.stale, *(sp.extra(e) for e in m.extras)}
+            mine = {k: v for k, v in w["props"].items() if k in names}
+            out_rows.append({"key": w["key"], "s": f["s"], "pid": f["pid"], "o": f["o"],
+                             "measure": setup.mkeys[m.name],
+                             "score": None if mine.get(sp.score) is None else float(mine[sp.score]),
+                             "props": _canon(mine)})
+    header: dict[str, Any] = {
+        "schema": SCORES_SCHEMA, "probe_set": pset.content_hash,
+        "graph_snapshot": pset.header["graph_snapshot"], "run_id": plan.run_id,
+        "model_key": mkey, "fingerprint": fingerprint, "run": run_props, "final": final,
+    }
+    header["content_hash"] = content_hash(header, out_rows)
+    out = Path(out_dir)
+    _write(out / "scores.parquet",
+           {k: [r[k] for r in out_rows] for k in ("key", "s", "pid", "o", "measure", "score", "props")},
+           _SCORES_META, header)
+    return summary
+
+
+def probe_with_set(
+    set_path: str | os.PathLike[str], model: str | Any, output_path: str | os.PathLike[str], *,
+    tokenizer: Any = None, model_name: str | None = None, dtype: str = "float32", threads: int = 1,
+    shard: tuple[int, int] | None = None, cache: bool = True, progress: bool = True,
+) -> ProbeSummary:
+    """``kgprobe probe --set``: load ``model`` as ``probe`` does and :func:`score_set`.
+    Needs no graph server, no Java and no network (a local model)."""
+    from kgprobe.outputs import check_output_dir
+    from kgprobe.probing.cache import ScoreCache
+    from kgprobe.probing.config import check_model_name
+    from kgprobe.probing.engine import Engine, resolve_model
+    from kgprobe.probing.models import load_model
+    from kgprobe.probing.score import default_score_cache
+
+    pset = read_set(set_path)
+    check_output_dir(output_path, "--output-path")
+    given = None
+    if not isinstance(model, str):
+        given, model, dtype = resolve_model(model, tokenizer, name=model_name)
+    else:
+        check_model_name(model)
+    lm = given if given is not None else load_model(model, dtype=dtype, threads=threads)
+    score_cache = ScoreCache(default_score_cache()) if cache else None
+    try:
+        engine = Engine(lm, cache=score_cache)
+        return score_set(pset, engine, output_path, model=str(model), fingerprint=engine.fingerprint,
+                         dtype=dtype, model_info=engine.model_info(), shard=shard, progress=progress)
+    finally:
+        if score_cache is not None:
+            score_cache.close()
+
+
+# --- write back ---------------------------------------------------------------------------------
+
+
+def import_scores(graph: Graph, paths: Sequence[str | os.PathLike[str]],
+                  write_facts: int = 256) -> list[dict[str, Any]]:
+    """Write each scores file's FACT properties onto the graph and record its ProbeRun, as if
+    the probe had run here. Every file is checked before anything is written: its content
+    hash, its probe set's graph snapshot against this graph's, each fact's subject, relation
+    and object, and the model key's weights. A file whose run is already in the graph was
+    imported before: nothing is written again (idempotent)."""
+    from kgprobe.probing.run import claim_model_key
+
+    files = [(Path(p), *_read(p, _SCORES_META, SCORES_SCHEMA, "scores file")) for p in paths]
+    snapshot = pr.graph_counts(graph)
+    for p, header, rows in files:
+        if header["graph_snapshot"] != snapshot:
+            raise ConfigError(
+                f"scores file {p} was scored on a probe set of another graph (snapshot "
+                f"{_canon(header['graph_snapshot'])}, this graph {_canon(snapshot)}); refusing it")
+        subjects = {r["key"]: r["s"] for r in rows}
+        found = {}
+        for batch in chunks(sorted(subjects), 500):
+            found.update({d["key"]: d for d in pr.fact_details(graph, batch, subjects, [])})
+        for r in rows:
+            d = found.get(r["key"])
+            if d is None or (d["s"], d["pid"], d["o"]) != (r["s"], r["pid"], r["o"]):
+                raise ConfigError(f"scores file {p}: fact {r['key']} is not in this graph as "
+                                  f"({r['s']}, {r['pid']}, {r['o']}); refusing the file")
+        claim_model_key(graph, header["model_key"], header["fingerprint"], "refuse")
+    out = []
+    for p, header, rows in files:
+        run_id = header["run_id"]
+        before = pr.get_run(graph, run_id)
+        if before is not None and before.get("status") == "finished":
+            out.append({"file": str(p), "run_id": run_id, "status": "already imported", "facts": 0})
+            continue
+        by_key: dict[str, dict[str, Any]] = {}
+        for r in rows:
+            fact = by_key.setdefault(r["key"], {"key": r["key"], "s": r["s"], "props": {}, "ok": False})
+            fact["props"].update(json.loads(r["props"]))
+            fact["ok"] = fact["ok"] or r["score"] is not None
+        if before is None:
+            pr.create_run(graph, run_id, header["run"])
+        else:  # an import stopped half-way: written again whole, counted from zero
+            pr.update_run(graph, run_id, {"facts_scored": 0, "facts_unscorable": 0})
+        try:
+            facts = list(by_key.values())
+            for batch in chunks(facts, write_facts):
+                ok = sum(1 for f in batch if f["ok"])
+                pr.write_scores(graph, run_id, [{k: f[k] for k in ("key", "s", "props")} for f in batch],
+                                scored=ok, unscorable=len(batch) - ok, now=now())
+            pr.update_run(graph, run_id, header["final"])
+        finally:
+            pr.release_run(run_id)
+        out.append({"file": str(p), "run_id": run_id, "status": "imported", "facts": len(by_key)})
+    return out
