@@ -564,7 +564,7 @@ def demo(
 def distractors(
     subject: str = typer.Argument(..., help="Subject: QID or exact label/alias."),
     relation: str = typer.Argument(..., help="Relation: PID or label/alias."),
-    obj: str | None = typer.Option(None, "--object", "-o", help="Object (QID or label); default: the one valid at --at."),
+    obj: str | None = typer.Option(None, "--object", help="Object (QID or label); default: the one valid at --at."),
     strategy: str = typer.Option("temp+sem", "--strategy", "-s", help="random, sem, temp+sem or appropt."),
     n: int = typer.Option(10, "-n", help="How many distractors."),
     seed: int = typer.Option(0, help="Seed of the random strategy."),
