@@ -374,10 +374,12 @@ def test_verbalizer_careful_and_raw_in_a_probe_run(world: tuple[Any, Any], engin
         assert s.scored >= 5
         obama = {cont for ctx, cont in seen if ctx == "Barack Obama is a citizen of"}
         if verbalizer == "careful":
-            assert {" the United States of America.", " the USA.", " the U.S."} <= obama
+            # careful rules v2: the initialism's own periods dropped before the sentence's
+            # (docs/measures.md, "Sentence ends"): "the US.", as "Washington, DC."
+            assert {" the United States of America.", " the USA.", " the US."} <= obama
             assert not any(c.startswith(" United") for c in obama)
             assert not any(c.startswith(" the") for c in obama - {
-                " the United States of America.", " the USA.", " the U.S."})
+                " the United States of America.", " the USA.", " the US."})
         else:
             assert {" United States of America.", " USA.", " U.S.."} <= obama
             assert not any(c.startswith(" the") for c in obama)
