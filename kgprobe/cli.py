@@ -169,6 +169,24 @@ def _config_callback(ctx: typer.Context, value: str | None) -> str | None:
 _CONFIG_OPT = typer.Option(None, "--config", is_eager=True, callback=_config_callback,
                            help="YAML or TOML file of this command's options (keys: option names); the command line wins.")
 _OVERWRITE_OPT = typer.Option(False, "--overwrite", help="Replace a report directory that holds the report of other models.")
+
+# What to sample and how to score it: the same options on `probe` and `export` (a probe set).
+_RELATION_OPT = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable.")
+_SAMPLE_OPT = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact).")
+_PER_RELATION_OPT = typer.Option(None, "--per-relation", help="Facts of EACH relation (replaces --sample): enough n per row for an interval.")
+_MEASURE_OPT = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin.")
+_STRATEGY_OPT = typer.Option(None, "--strategy", "-s", help="Distractors: random, sem, temp+sem (default) or appropt; or kmin:strategy=...")
+_N_OPT = typer.Option(None, "-n", help="Distractors per fact (default 5; or kmin:n=...).")
+_SEED_OPT = typer.Option(0, help="Seed of the fact sample and the random strategy.")
+_THRESHOLD_OPT = typer.Option(0.5, help="A fact is known when its score is at least this.")
+_AT_OPT = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today).")
+_MAX_LABELS_OPT = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases).")
+_MAX_SUBJECT_LABELS_OPT = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences).")
+_END_OPT = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the model's documented one), eos, tail, none.")
+_LABEL_RULE_OPT = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all.")
+_VERBALIZER_OPT = typer.Option("careful", "--verbalizer", help="How labels are written into templates: careful (articles, capitals, quoted titles) or raw (as the DFA paper).")
+_MAX_TEMPLATES_OPT = typer.Option(None, "--max-templates", help="Templates per relation (default all).")
+
 REPORT_FORMATS = ("text", "json", "md", "tex", "harness")
 
 
@@ -746,23 +764,23 @@ def factor(
 @app.command()
 def probe(
     model: str = typer.Option("smollm2-135m", "--model", "-m", help="Registry name, GGUF file or local HF directory."),
-    relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
+    relation: list[str] = _RELATION_OPT,
     relations_alias: list[str] = typer.Option(None, "--relations", hidden=True, help="Old name of --relation."),
-    sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
-    per_relation: int | None = typer.Option(None, "--per-relation", help="Facts of EACH relation (replaces --sample): enough n per row for an interval."),
-    measure: list[str] = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin."),
-    strategy: str | None = typer.Option(None, "--strategy", "-s", help="Distractors: random, sem, temp+sem (default) or appropt; or kmin:strategy=..."),
-    n: int | None = typer.Option(None, "-n", help="Distractors per fact (default 5; or kmin:n=...)."),
-    seed: int = typer.Option(0, help="Seed of the fact sample and the random strategy."),
-    threshold: float = typer.Option(0.5, help="A fact is known when its score is at least this."),
-    at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today)."),
-    max_labels: int = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases)."),
-    max_subject_labels: int = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences)."),
-    end: str = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the model's documented one), eos, tail, none."),
-    label_rule: str = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all."),
-    verbalizer: str = typer.Option("careful", "--verbalizer", help="How labels are written into templates: careful (articles, capitals, quoted titles) or raw (as the DFA paper)."),
+    sample: int | None = _SAMPLE_OPT,
+    per_relation: int | None = _PER_RELATION_OPT,
+    measure: list[str] = _MEASURE_OPT,
+    strategy: str | None = _STRATEGY_OPT,
+    n: int | None = _N_OPT,
+    seed: int = _SEED_OPT,
+    threshold: float = _THRESHOLD_OPT,
+    at: str | None = _AT_OPT,
+    max_labels: int = _MAX_LABELS_OPT,
+    max_subject_labels: int = _MAX_SUBJECT_LABELS_OPT,
+    end: str = _END_OPT,
+    label_rule: str = _LABEL_RULE_OPT,
+    verbalizer: str = _VERBALIZER_OPT,
     on_model_mismatch: str = typer.Option("suffix", "--on-model-mismatch", help="When the model key holds other weights' scores: suffix or refuse."),
-    max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
+    max_templates: int | None = _MAX_TEMPLATES_OPT,
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     threads: int = typer.Option(1, help="CPU threads for torch."),
     batch_facts: int = typer.Option(16, "--batch-facts", help="Facts per graph read and per engine run."),
@@ -845,21 +863,21 @@ def probe(
 @app.command("export")
 def export_cmd(
     output: str = typer.Option(..., "--output", "-o", help="The probe set file to write (Parquet)."),
-    relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
-    sample: int | None = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact)."),
-    per_relation: int | None = typer.Option(None, "--per-relation", help="Facts of EACH relation (replaces --sample): enough n per row for an interval."),
-    measure: list[str] = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin."),
-    strategy: str | None = typer.Option(None, "--strategy", "-s", help="Distractors: random, sem, temp+sem (default) or appropt; or kmin:strategy=..."),
-    n: int | None = typer.Option(None, "-n", help="Distractors per fact (default 5; or kmin:n=...)."),
-    seed: int = typer.Option(0, help="Seed of the fact sample and the random strategy."),
-    threshold: float = typer.Option(0.5, help="A fact is known when its score is at least this."),
-    at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today)."),
-    max_labels: int = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases)."),
-    max_subject_labels: int = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences)."),
-    end: str = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: auto (the model's documented one), eos, tail, none."),
-    label_rule: str = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all."),
-    verbalizer: str = typer.Option("careful", "--verbalizer", help="How labels are written into templates: careful (articles, capitals, quoted titles) or raw (as the DFA paper)."),
-    max_templates: int | None = typer.Option(None, "--max-templates", help="Templates per relation (default all)."),
+    relation: list[str] = _RELATION_OPT,
+    sample: int | None = _SAMPLE_OPT,
+    per_relation: int | None = _PER_RELATION_OPT,
+    measure: list[str] = _MEASURE_OPT,
+    strategy: str | None = _STRATEGY_OPT,
+    n: int | None = _N_OPT,
+    seed: int = _SEED_OPT,
+    threshold: float = _THRESHOLD_OPT,
+    at: str | None = _AT_OPT,
+    max_labels: int = _MAX_LABELS_OPT,
+    max_subject_labels: int = _MAX_SUBJECT_LABELS_OPT,
+    end: str = _END_OPT,
+    label_rule: str = _LABEL_RULE_OPT,
+    verbalizer: str = _VERBALIZER_OPT,
+    max_templates: int | None = _MAX_TEMPLATES_OPT,
     batch_facts: int = typer.Option(16, "--batch-facts", help="Facts per graph read and per engine run."),
     history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
     config: str | None = _CONFIG_OPT,
