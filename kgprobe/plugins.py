@@ -1,7 +1,13 @@
-"""Plug-ins from outside the package: entry points and ``--plugin MODULE`` (docs/design.md §8).
+"""Plug-ins: one generic :class:`Registry` per extension kind, and how modules from outside
+the package come in (entry points and ``--plugin MODULE``; docs/design.md §8).
 
-A plug-in is a module that registers measures (``@register`` of
-:mod:`kgprobe.probing.measures.registry`) or backends when it is imported. Two ways in:
+Every extension kind is one contract (a base class) and one :class:`Registry` of it: measures
+(:data:`kgprobe.probing.measures.registry.REGISTRY`) and scoring backends
+(:data:`kgprobe.probing.backends.base.BACKENDS`). A registry takes entries by decorator, finds
+them by name, loads its entry-point group once, knows where each entry came from (for one-line
+errors) and lists them (``kgprobe plugins``, ``kgprobe models``).
+
+A plug-in is a module that registers measures or backends when it is imported. Two ways in:
 
 - an installed distribution declares an entry point in the group :data:`MEASURES`
   (``kgprobe.measures``) or :data:`BACKENDS` (``kgprobe.backends``); its value names a module
@@ -22,11 +28,12 @@ import importlib.metadata
 import logging
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from types import ModuleType
+from typing import Any, Generic, TypeVar, overload
 
-from kgprobe.errors import PluginError
+from kgprobe.errors import ConfigError, PluginError
 
 MEASURES = "kgprobe.measures"
 BACKENDS = "kgprobe.backends"
@@ -153,3 +160,221 @@ def _one_line(exc: BaseException) -> str:
     """``Type: message`` on one line (a SyntaxError's or a chained message may span several)."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# --- the generic registry -----------------------------------------------------------------------
+
+T = TypeVar("T")
+_F = TypeVar("_F")
+
+#: every registry made, by kind (what ``kgprobe plugins`` lists)
+KINDS: dict[str, Registry[Any]] = {}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One entry of a registry as a listing shows it: its name, where it came from
+    (``built-in``, or the plug-in that registered it) and one line of description."""
+
+    kind: str
+    name: str
+    origin: str
+    description: str
+    #: ``module:attr`` for an entry not imported yet (lazy), else the object's own path
+    target: str
+
+
+class Registry(Mapping[str, T], Generic[T]):
+    """Named entries of one extension kind: classes that subclass ``base`` (as
+    lm-evaluation-harness's ``Registry`` and rdflib's ``plugin.register``).
+
+    - ``@registry.register`` (the name read from the class's ``name_attr``) or
+      ``@registry.register("name")``; :meth:`add_lazy` for a ``"module:attr"`` imported on
+      first use;
+    - ``registry.lookup(name)`` loads the plug-ins first (:meth:`load`: the entry-point
+      ``group``, ``--plugin`` and ``KGPROBE_PLUGINS``, each once) and names the choices when
+      the name is unknown;
+    - a name that is taken, an object that is not a ``base`` subclass, or what ``check``
+      refuses is a ``TypeError`` that names both entries (one line through
+      :func:`load_plugins`);
+    - :meth:`entries` lists every entry with its origin and description.
+
+    It reads as a ``Mapping`` of the entries registered so far (``name in registry``,
+    ``registry.get(name)``, iteration in registration order: built-ins first)."""
+
+    def __init__(self, kind: str, group: str, base: type, *, name_attr: str | None = "name",
+                 check: Callable[[Any], None] | None = None,
+                 describe: Callable[[Any], str] | None = None,
+                 on_add: Callable[[str, Any], None] | None = None) -> None:
+        if group not in GROUPS:
+            raise ValueError(f"unknown plug-in group {group!r}")
+        self.kind, self.group, self.base = kind, group, base
+        self._name_attr = name_attr
+        self._check = check
+        self._describe = describe or _first_doc_line
+        self._on_add = on_add
+        self._entries: dict[str, Any] = {}
+        self._lazy: dict[str, tuple[str, str]] = {}  # name -> ("module:attr", description)
+        self._origins: dict[str, str] = {}
+        KINDS[kind] = self
+
+    # --- Mapping -----------------------------------------------------------------------------
+
+    def __getitem__(self, name: str) -> T:
+        if name in self._lazy:
+            self._resolve(name)
+        return self._entries[name]  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*self._entries, *(n for n in self._lazy if n not in self._entries)])
+
+    def __len__(self) -> int:
+        return len(set(self._entries) | set(self._lazy))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries or name in self._lazy
+
+    # --- registering ---------------------------------------------------------------------------
+
+    @overload
+    def register(self, obj: str | None = None, /, *, origin: str | None = None) -> Callable[[_F], _F]: ...
+    @overload
+    def register(self, obj: _F, /, *, origin: str | None = None) -> _F: ...
+
+    def register(self, obj: Any = None, /, *, origin: str | None = None) -> Any:
+        """Class decorator: ``@registry.register`` (name from the class) or
+        ``@registry.register("name")``."""
+        if obj is not None and not isinstance(obj, str):
+            self.add(None, obj, origin=origin)
+            return obj
+
+        def deco(cls: _F) -> _F:
+            self.add(obj, cls, origin=origin)
+            return cls
+
+        return deco
+
+    def add(self, name: str | None, obj: Any, *, origin: str | None = None) -> Any:
+        """Register ``obj`` under ``name`` (None: its ``name_attr``). ``origin``: the plug-in it
+        comes from (by default the one :func:`load_plugins` is importing); a built-in (a
+        ``kgprobe.`` module) records none."""
+        if not (isinstance(obj, type) and issubclass(obj, self.base)):
+            raise TypeError(f"{self.kind} {_path(obj)} is not a subclass of {_path(self.base)}")
+        if self._check is not None:
+            self._check(obj)
+        if name is None:
+            name = getattr(obj, self._name_attr or "", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"{self.kind} {_path(obj)} has no name")
+        old = self._entries.get(name)
+        if name in self._lazy and old is None:
+            raise TypeError(f"{self.kind} name {name!r} of {_path(obj)} is taken by "
+                            f"{self._lazy[name][0]}")
+        if old is not None and old is not obj:
+            raise TypeError(f"{self.kind} name {name!r} of {_path(obj)} is taken by "
+                            f"{'the built-in ' + self.kind if _builtin(old) else 'the ' + self.kind} "
+                            f"{_path(old)}")
+        if self._on_add is not None:
+            self._on_add(name, obj)
+        self._entries[name] = obj
+        origin = origin or loading()
+        if origin is not None and not _builtin(obj):
+            self._origins.setdefault(name, origin)
+        return obj
+
+    def add_lazy(self, name: str, target: str, description: str = "") -> None:
+        """Register ``"module:attr"`` under ``name``, imported on first use (a heavy module is
+        listed without being imported)."""
+        if name in self:
+            raise TypeError(f"{self.kind} name {name!r} of {target} is taken")
+        self._lazy[name] = (target, description)
+
+    def pop(self, name: str, default: Any = None) -> Any:
+        """Remove an entry (tests register throw-away entries)."""
+        self._lazy.pop(name, None)
+        self._origins.pop(name, None)
+        return self._entries.pop(name, default)
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self:
+            raise KeyError(name)
+        self.pop(name)
+
+    # --- looking up ----------------------------------------------------------------------------
+
+    def load(self) -> Registry[T]:
+        """The registry with its plug-ins loaded (each once): modules register what they hold
+        when imported; an entry point that names a class is registered under its own name, else
+        the entry point's. Whatever fails is one :class:`PluginError` line naming the plug-in."""
+        for plugin in load_plugins(self.group):
+            obj = plugin.obj
+            if isinstance(obj, ModuleType) or obj in self._entries.values():
+                continue
+            if not (isinstance(obj, type) and issubclass(obj, self.base)):
+                raise PluginError(f"plugin {plugin.origin}: names {obj!r}, not a module or a "
+                                  f"{self.base.__name__} subclass")
+            own = obj.__dict__.get(self._name_attr) if self._name_attr else None
+            try:
+                self.add(own if isinstance(own, str) and own else plugin.name, obj,
+                         origin=plugin.origin)
+            except (TypeError, ConfigError) as exc:
+                raise PluginError(f"plugin {plugin.origin}: {exc}") from exc
+        return self
+
+    def lookup(self, name: str, hint: str = "") -> T:
+        """The entry called ``name``, plug-ins loaded; an unknown name is one line that lists
+        the known ones (and ``hint``)."""
+        self.load()
+        if name not in self:
+            raise ConfigError(f"unknown {self.kind} {name!r}; choose from: {', '.join(self)}"
+                              + (f" ({hint})" if hint else ""))
+        return self[name]
+
+    def origin(self, name: str) -> str | None:
+        """Where the entry called ``name`` came from (the plug-in), None for a built-in."""
+        return self._origins.get(name)
+
+    def origin_of(self, obj: Any) -> str | None:
+        """Where ``obj`` came from, as :meth:`origin`."""
+        return next((self._origins.get(n) for n, o in self._entries.items() if o is obj), None)
+
+    def entries(self) -> list[Entry]:
+        """Every entry, plug-ins loaded, in registration order (built-ins first)."""
+        self.load()
+        out = []
+        for name in self:
+            if name in self._entries:
+                obj = self._entries[name]
+                out.append(Entry(self.kind, name, self._origins.get(name) or
+                                 ("built-in" if _builtin(obj) else _path(obj)),
+                                 self._describe(obj), _path(obj)))
+            else:
+                target, text = self._lazy[name]
+                out.append(Entry(self.kind, name, "built-in" if target.startswith("kgprobe.")
+                                 else target, text, target))
+        return out
+
+    def _resolve(self, name: str) -> None:
+        target, _ = self._lazy.pop(name)
+        module, _, attr = target.partition(":")
+        obj = _import(target, f"{self.kind} {name} ({target})",
+                      lambda: getattr(importlib.import_module(module), attr))
+        try:
+            self.add(name, obj)
+        except TypeError as exc:
+            raise PluginError(f"{self.kind} {name} ({target}): {exc}") from exc
+
+
+def _path(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+def _builtin(obj: Any) -> bool:
+    return str(getattr(obj, "__module__", "")).startswith("kgprobe.")
+
+
+def _first_doc_line(obj: Any) -> str:
+    """The first sentence of an object's docstring: its one line in a listing."""
+    doc = " ".join((getattr(obj, "__doc__", None) or "").split())
+    head, dot, _ = doc.partition(". ")
+    return head + dot.strip()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kgprobe.errors import ConfigError, InputError
-from kgprobe.probing.engine import Engine
+from kgprobe.probing.engine import Engine, select_model
 from kgprobe.probing.measures.factor import (
     FactorItem,
     accuracy_interval,
@@ -19,13 +19,13 @@ from kgprobe.probing.measures.factor import (
     factor_scores,
     read_factor_csv,
 )
-from kgprobe.probing.models import load_model
+from kgprobe.probing.models import LoadedModel, load_model
 from kgprobe.probing.tokenization import ContextTooLong
 
 
 def run_factor_file(
     path: str | Path,
-    model: str,
+    model: str | None,
     *,
     limit: int | None = None,
     prefix_column: str = "turncated_prefixes",
@@ -44,15 +44,19 @@ def run_factor_file(
     return {"file": str(path), "prefix_column": prefix_column, **out}
 
 
-def score_items(items: Sequence[FactorItem], model: str, *, batch_size: int, dtype: str,
+def score_items(items: Sequence[FactorItem], model: str | None, *, batch_size: int, dtype: str,
                  threads: int, progress: bool, max_length: int | None) -> dict[str, Any]:
     """Load the model, cap its context at ``max_length`` tokens (the prefix is cut from the
     left, BOS kept, as the paper truncates at 1024), score, summarize. No score cache: a
     truncated request must never be served as an untruncated one."""
     if max_length is not None and max_length < 2:
         raise ConfigError("--max-length must be at least 2 tokens")
-    lm = load_model(model, dtype=dtype, threads=threads)
+    chosen = select_model(model)  # a served model (--backend, a URL) becomes its backend object
+    lm = load_model(chosen, dtype=dtype, threads=threads) if isinstance(chosen, str) else chosen
     if max_length is not None:
+        if not isinstance(lm, LoadedModel):
+            raise ConfigError(f"--max-length cuts prefixes with the model's own tokenizer; backend "
+                              f"{lm.name!r} has none here: leave --max-length out")
         cur = lm.tokenization.max_length
         lm.tokenization.max_length = max_length if cur is None else min(cur, max_length)
         lm.tokenization.truncate_left = True  # asked for: the paper's left-cut prefixes
@@ -65,9 +69,9 @@ def score_items(items: Sequence[FactorItem], model: str, *, batch_size: int, dty
         raise ContextTooLong(f"{exc}; or pass --max-length N to cut FACTOR prefixes from the "
                              "left as the paper does (1024)") from None
     return {
-        "model": model,
+        "model": chosen if isinstance(chosen, str) else engine.backend.label,
         "items": len(items),
-        "max_length": lm.tokenization.max_length,
+        "max_length": lm.tokenization.max_length if isinstance(lm, LoadedModel) else None,
         "accuracy": factor_accuracy(outcomes),
         **dict(zip(("ci_low", "ci_high"), accuracy_interval([o.correct for o in outcomes]), strict=True)),
         "correct": sum(o.correct for o in outcomes),

@@ -342,7 +342,7 @@ def steps_line(generator: str | None, nli: str | None, fluency: str | None) -> s
 
 
 def run_factor_pipeline(
-    model: str,
+    model: str | None,
     *,
     relations: Sequence[str] = (),
     sample: int | None = 60,

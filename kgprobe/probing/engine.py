@@ -12,14 +12,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from kgprobe.errors import ConfigError
-from kgprobe.probing.backends import CausalBackend, EngineStats, ScoringBackend
+from kgprobe.probing.backends import BACKENDS, CausalBackend, EngineStats, ScoringBackend
 from kgprobe.probing.backends.hf import HFBackend, HFCausal, hf_backend
 from kgprobe.probing.cache import ScoreCache
-from kgprobe.probing.models import LoadedModel, from_model
+from kgprobe.probing.models import DEFAULT_MODEL, HF_LOADER, LOAD_DEFAULTS, LoadedModel, from_model
 from kgprobe.probing.requests import (
     BeamSearchRequest,
     GenerateRequest,
@@ -176,3 +176,40 @@ def resolve_model(model: Any, tokenizer: Any = None, *,
     if name is not None:
         lm = dataclasses.replace(lm, name=name)
     return lm, lm.name, lm.dtype
+
+
+#: the backend a URL given as ``--model`` selects (``--model http://host:port/v1``)
+URL_BACKEND = "openai-completions"
+
+
+def is_url(model: Any) -> bool:
+    """A model named by the address of a server (``http://…`` or ``https://…``)."""
+    return isinstance(model, str) and model.startswith(("http://", "https://"))
+
+
+def select_model(model: str | Any | None, *, backend: str | None = None,
+                 args: Mapping[str, Any] | None = None) -> Any:
+    """``model`` as a command names it, with the backend that scores it: a registered backend
+    other than the transformers loader (``--backend NAME --model-arg KEY=VALUE``; a URL as
+    ``--model`` means ``openai-completions`` with that ``base_url``) becomes that backend's
+    object, looked up in the backend registry (plug-ins included) and built by
+    :meth:`ScoringBackend.from_args`; a name for the transformers loader stays a name (None:
+    the default model); an object is returned as it is. ``backend``/``args`` default to what
+    the CLI set (``LOAD_DEFAULTS``)."""
+    if model is not None and not isinstance(model, str):
+        return model
+    name = backend if backend is not None else LOAD_DEFAULTS.backend
+    kwargs = dict(args if args is not None else (LOAD_DEFAULTS.backend_args or {}))
+    if name in (None, HF_LOADER) and not is_url(model):
+        return model or DEFAULT_MODEL
+    if name == HF_LOADER:
+        raise ConfigError(f"--model {model} is a server's address; the transformers loader "
+                          f"(--backend {HF_LOADER}) loads weights: give --backend {URL_BACKEND}")
+    cls = BACKENDS.lookup(name or URL_BACKEND, "a backend of another package: install it, or "
+                          "kgprobe --plugin MODULE; kgprobe models lists them")
+    if is_url(model):
+        if kwargs.get("base_url", model) != model:
+            raise ConfigError(f"--model {model} and --model-arg base_url={kwargs['base_url']} "
+                              "disagree; give one")
+        kwargs["base_url"], model = model, None
+    return cls.from_args(model, kwargs)

@@ -208,24 +208,37 @@ class LoadDefaults:
     device: str | None = None
     model_args: dict[str, Any] | None = None
     batch_tokens: int | None = None
+    #: ``--backend``: a registered scoring backend that serves the scored model (None: the
+    #: transformers loader); its ``--model-arg`` values are ``backend_args``, never
+    #: ``from_pretrained``'s (kgprobe.probing.engine.select_model)
+    backend: str | None = None
+    backend_args: dict[str, Any] | None = None
 
 
 LOAD_DEFAULTS = LoadDefaults()
+
+#: ``--backend`` for the transformers loader (the default): the kind comes from the config
+HF_LOADER = "hf"
 
 
 def configure_loading(
     device: str | None = None,
     model_args: dict[str, Any] | None = None,
     batch_tokens: int | None = None,
+    backend: str | None = None,
 ) -> None:
-    """Set ``LOAD_DEFAULTS`` (the CLI calls this from its model options)."""
+    """Set ``LOAD_DEFAULTS`` (the CLI calls this from its model options). With a ``backend``
+    other than the transformers loader, ``model_args`` are that backend's arguments."""
     if batch_tokens is not None and batch_tokens < 1:
         raise ConfigError("batch tokens must be >= 1")
     if device is not None:
         resolve_device(device)  # fail early on a bad name
+    served = backend not in (None, HF_LOADER)
     LOAD_DEFAULTS.device = device
-    LOAD_DEFAULTS.model_args = dict(model_args) if model_args else None
+    LOAD_DEFAULTS.model_args = dict(model_args) if model_args and not served else None
     LOAD_DEFAULTS.batch_tokens = batch_tokens
+    LOAD_DEFAULTS.backend = backend if served else None
+    LOAD_DEFAULTS.backend_args = dict(model_args or {}) if served else None
 
 
 def parse_model_args(items: list[str] | None) -> dict[str, Any]:

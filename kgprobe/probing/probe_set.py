@@ -374,13 +374,14 @@ def probe_with_set(
     from kgprobe.outputs import check_output_dir
     from kgprobe.probing.cache import ScoreCache
     from kgprobe.probing.config import check_model_name
-    from kgprobe.probing.engine import Engine, resolve_model
+    from kgprobe.probing.engine import Engine, resolve_model, select_model
     from kgprobe.probing.models import load_model
     from kgprobe.probing.score import default_score_cache
 
     pset = read_set(set_path)
     check_output_dir(output_path, "--output-path")
     given = None
+    model = select_model(model)  # a served model (--backend, a URL) becomes its backend object
     if not isinstance(model, str):
         given, model, dtype = resolve_model(model, tokenizer, name=model_name)
     else:

@@ -42,7 +42,7 @@ from kgprobe.probing.config import (
     run_context,
 )
 from kgprobe.probing.distractors import default_index_dir
-from kgprobe.probing.engine import Engine, resolve_model
+from kgprobe.probing.engine import Engine, resolve_model, select_model
 from kgprobe.probing.environment import run_environment
 from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, chunks, score_and_write
 from kgprobe.probing.measures.catalog import run_wide_settings
@@ -417,13 +417,15 @@ def probe(
     Idempotent: facts already scored with the same configuration are skipped, so re-running
     after an interruption finishes the rest. Returns what was done (see ``ProbeSummary``).
 
-    ``model``: a registry name, GGUF file or model directory; or a transformers model object
-    with its ``tokenizer`` (fingerprinted from its weights), or a scoring backend such as
-    ``OpenAICompletions`` (docs/backends.md). ``model_name`` names an object in the score keys.
+    ``model``: a registry name, GGUF file or model directory; the URL of an OpenAI-compatible
+    server (``http://host:port/v1``); or a transformers model object with its ``tokenizer``
+    (fingerprinted from its weights), or a scoring backend such as ``OpenAICompletions``
+    (docs/backends.md). ``model_name`` names an object in the score keys.
 
     ``n`` (default 5) and ``strategy`` (default temp+sem) may also come from a distractor
     measure's spec (``kmin:n=3``); they are one per run."""
     given = None
+    model = select_model(model)  # a served model (--backend, a URL) becomes its backend object
     if not isinstance(model, str):  # an object: scored where it is, never loaded by name
         given, model, dtype = resolve_model(model, tokenizer, name=model_name)
     measures, spec_n, spec_strategy = run_wide_settings(measures, n, strategy)

@@ -12,7 +12,7 @@ import platformdirs
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.cache import ENV_SCORE_CACHE, ScoreCache
-from kgprobe.probing.engine import Engine, resolve_model
+from kgprobe.probing.engine import Engine, resolve_model, select_model
 from kgprobe.probing.models import DEFAULT_MODEL, load_model
 from kgprobe.probing.requests import LogProbRequest, LogProbResult
 
@@ -49,10 +49,11 @@ def score_candidates(
 ) -> list[CandidateScore]:
     """log P(candidate | context) for each candidate, in the order given, with ranks.
 
-    ``model``: a name or path, a transformers model object with its ``tokenizer``, or a
-    scoring backend (docs/backends.md)."""
+    ``model``: a name or path, a server's URL, a transformers model object with its
+    ``tokenizer``, or a scoring backend (docs/backends.md)."""
     if not candidates:
         raise ConfigError("give at least one candidate")
+    model = select_model(model)  # a served model (--backend, a URL) becomes its backend object
     lm = (load_model(model, dtype=dtype, threads=threads) if isinstance(model, str)
           else resolve_model(model, tokenizer)[0])
     cache = ScoreCache(cache_path) if cache_path is not None else None

@@ -14,6 +14,7 @@ from kgprobe.probing.backends.base import (
     ScoringBackend,
     TrieNode,
     UnsupportedRequest,
+    backend_catalog,
     get_backend,
     register_backend,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "Seq2SeqBackend",
     "TrieNode",
     "UnsupportedRequest",
+    "backend_catalog",
     "get_backend",
     "register_backend",
 ]

@@ -3,12 +3,15 @@ and its registry), batch settings, padding ids and the call counter."""
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeVar
 
 from kgprobe.errors import ConfigError
+from kgprobe.plugins import BACKENDS as BACKEND_GROUP
+from kgprobe.plugins import Registry
 from kgprobe.probing.requests import Result
 
 
@@ -128,6 +131,49 @@ class ScoringBackend(ABC):
         """What a run records about the model: name, kind (the backend) and device."""
         return {"name": self.label, "kind": self.name, "device": None}
 
+    #: what builds the backend from the command line (``kgprobe models`` shows it)
+    built_from: ClassVar[str] = "--backend NAME --model-arg KEY=VALUE (its constructor's arguments)"
+
+    @classmethod
+    def arguments(cls) -> list[str]:
+        """The ``--model-arg`` keys the backend takes: its constructor's keyword arguments,
+        ``key=default`` where there is one (``stats`` is the engine's, not a user's)."""
+        out = []
+        for p in cls._parameters():
+            out.append(p.name if p.default is p.empty else f"{p.name}={p.default}")
+        return out
+
+    @classmethod
+    def _parameters(cls) -> list[inspect.Parameter]:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        return [p for p in params if p.name != "stats" and p.kind in (
+            inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+
+    @classmethod
+    def from_args(cls, model: str | None, args: Mapping[str, Any]) -> ScoringBackend:
+        """The backend the CLI names (``--backend NAME --model-arg KEY=VALUE``, as the
+        harness's ``--model NAME --model_args k=v``): ``args`` are the constructor's keyword
+        arguments; ``model`` (``--model`` when given) fills its ``model`` argument. An unknown
+        or missing argument is one line that lists the backend's arguments."""
+        kwargs = dict(args)
+        if model is not None:
+            if kwargs.get("model", model) != model:
+                raise ConfigError(f"backend {cls.name!r}: --model {model} and --model-arg "
+                                  f"model={kwargs['model']} disagree; give one")
+            kwargs["model"] = model
+        params = cls._parameters()
+        names = {p.name for p in params}
+        takes = ", ".join(cls.arguments()) or "(none)"
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise ConfigError(f"backend {cls.name!r}: unknown --model-arg {', '.join(unknown)}; "
+                              f"it takes: {takes}")
+        missing = [p.name for p in params if p.default is p.empty and p.name not in kwargs]
+        if missing:
+            raise ConfigError(f"backend {cls.name!r} needs --model-arg "
+                              f"{', '.join(m + '=...' for m in missing)}; it takes: {takes}")
+        return cls(**kwargs)
+
     @abstractmethod
     def handlers(self) -> Mapping[type, Handler]:
         """The request kinds this backend serves, each with the function that answers them."""
@@ -148,9 +194,17 @@ class ScoringBackend(ABC):
         return found
 
 
-#: registry name -> backend class (``@register_backend``); the engine builds the transformers
-#: ones from a loaded model's kind (``hf-causal``, ``hf-masked``, ``hf-seq2seq``)
-BACKENDS: dict[str, type[ScoringBackend]] = {}
+def _name_backend(name: str, cls: type[ScoringBackend]) -> None:
+    """A backend knows the name it is registered under (errors and run records show it)."""
+    cls.name = name
+
+
+#: every scoring backend by name (``@register_backend``, and the plug-ins of the
+#: ``kgprobe.backends`` group): the engine builds the transformers ones from a loaded model's
+#: kind (``hf-causal``, ``hf-masked``, ``hf-seq2seq``); ``--backend NAME --model-arg k=v``
+#: builds any other (:meth:`ScoringBackend.from_args`)
+BACKENDS: Registry[type[ScoringBackend]] = Registry(
+    "backend", BACKEND_GROUP, ScoringBackend, name_attr=None, on_add=_name_backend)
 
 _B = TypeVar("_B", bound=type[ScoringBackend])
 
@@ -158,21 +212,18 @@ _B = TypeVar("_B", bound=type[ScoringBackend])
 def register_backend(name: str) -> Callable[[_B], _B]:
     """Class decorator: make a backend known under ``name`` (as the harness's
     ``@register_model``)."""
+    return BACKENDS.register(name)
 
-    def deco(cls: _B) -> _B:
-        if name in BACKENDS and BACKENDS[name] is not cls:
-            raise ConfigError(f"backend name {name!r} is already registered")
-        cls.name = name
-        BACKENDS[name] = cls
-        return cls
 
-    return deco
+def backend_catalog() -> list[dict[str, Any]]:
+    """Every registered backend (plug-ins loaded): name, where it came from, one line on what
+    it scores, what builds it from the command line and its ``--model-arg`` keys (what
+    ``kgprobe models`` lists)."""
+    return [{"name": e.name, "origin": e.origin, "description": e.description,
+             "built_from": BACKENDS[e.name].built_from, "arguments": BACKENDS[e.name].arguments()}
+            for e in BACKENDS.entries()]
 
 
 def get_backend(name: str) -> type[ScoringBackend]:
-    """The backend class registered under ``name``."""
-    try:
-        return BACKENDS[name]
-    except KeyError:
-        raise ConfigError(
-            f"unknown backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
+    """The backend class registered under ``name`` (plug-ins loaded)."""
+    return BACKENDS.lookup(name, "a backend of another package: install it, or kgprobe --plugin MODULE")

@@ -51,6 +51,20 @@ class HFBackend(ScoringBackend):
     """What the transformers backends share: the loaded model, its tokenization, and turning
     scored tokens into results."""
 
+    built_from = "--model NAME|FILE|DIR (the transformers loader picks the kind from the model's config)"
+
+    @classmethod
+    def arguments(cls) -> list[str]:
+        return ["revision", "trust_remote_code", "attn_implementation", "device_map",
+                "(from_pretrained's)"]
+
+    @classmethod
+    def from_args(cls, model: str | None, args: Mapping[str, Any]) -> ScoringBackend:
+        """Built by the engine from a loaded model, never from arguments: the CLI's default
+        (no ``--backend``, or ``--backend hf``) loads the model and picks this kind."""
+        raise ConfigError(f"backend {cls.name!r} is chosen by the transformers loader from the "
+                          "model's config: leave out --backend (or give --backend hf)")
+
     def __init__(
         self,
         lm: LoadedModel,

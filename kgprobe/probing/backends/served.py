@@ -50,6 +50,8 @@ class OpenAICompletions(ScoringBackend):
     same id and URL must be given a new ``identity``."""
 
     batching = "one prompt per HTTP call (batch_size > 1: a list of prompts per call)"
+    built_from = ("--backend openai-completions --model-arg base_url=http://HOST:PORT/v1 "
+                  "[--model-arg model=ID], or --model http://HOST:PORT/v1")
 
     def __init__(
         self,

@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
-from types import ModuleType
 from typing import Any
 
-from kgprobe.errors import ConfigError, PluginError
+from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
-from kgprobe.plugins import MEASURES, load_plugins
+from kgprobe.plugins import Registry
 from kgprobe.probing.measures import builtin  # noqa: F401  (registers the built-in measures)
 from kgprobe.probing.measures.registry import (
     REGISTRY,
@@ -25,28 +24,16 @@ from kgprobe.probing.measures.registry import (
     Measure,
     Param,
     parse_measure,
-    register,
 )
 from kgprobe.stats import group_seed
 
 
-def load_all() -> dict[str, type[Measure]]:
+def load_all() -> Registry[type[Measure]]:
     """The registry by name: the built-in measures (imported with this module), then the
     plug-ins (entry points of ``kgprobe.measures``, ``--plugin`` and ``KGPROBE_PLUGINS``
     modules; :mod:`kgprobe.plugins`). Built-ins come first, so a plug-in that takes a built-in's
     name is the one refused (one line, exit 2)."""
-    for plugin in load_plugins(MEASURES):
-        obj = plugin.obj
-        if isinstance(obj, ModuleType):
-            continue  # a module registers its measures when imported (``@register``)
-        if not (isinstance(obj, type) and issubclass(obj, Measure)):
-            raise PluginError(f"plugin {plugin.origin}: names {obj!r}, not a module or a Measure subclass")
-        if REGISTRY.get(getattr(obj, "name", None) or "") is not obj:
-            try:
-                register(obj, plugin.origin)
-            except TypeError as exc:
-                raise PluginError(f"plugin {plugin.origin}: {exc}") from exc
-    return REGISTRY
+    return REGISTRY.load()
 
 
 def create(name: str, settings: Mapping[str, Any] | None = None) -> Measure:

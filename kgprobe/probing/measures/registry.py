@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from kgprobe.errors import ConfigError, KgprobeError, PluginError
-from kgprobe.plugins import loading
+from kgprobe.plugins import MEASURES, Registry
 from kgprobe.probing.measures.common import EndMarker, Entity, LabelRule, Runner
 from kgprobe.probing.requests import Request, Result
 from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION
@@ -383,47 +383,37 @@ def shared_values(ctx: RunContext) -> dict[str, Any]:
 
 # --- the registry -------------------------------------------------------------------------------
 
-REGISTRY: dict[str, type[Measure]] = {}
-#: where each measure from outside kgprobe came from (the plug-in that registered it)
-ORIGINS: dict[type[Measure], str] = {}
+
+def _check_measure(cls: type[Measure]) -> None:
+    """What every measure must declare before it is registered."""
+    for attr in ("name", "section", "summary"):
+        if not getattr(cls, attr, None):
+            raise TypeError(f"measure {cls.__name__} has no {attr}")
+    bad = set(cls.needs) - set(NEEDS)
+    if bad:
+        raise TypeError(f"measure {cls.name}: unknown needs {sorted(bad)}")
+
+
+#: every measure by name: the built-ins (:mod:`.builtin`), then the plug-ins of the
+#: ``kgprobe.measures`` group (:func:`kgprobe.probing.measures.catalog.load_all`)
+REGISTRY: Registry[type[Measure]] = Registry(
+    "measure", MEASURES, Measure, check=_check_measure, describe=lambda cls: cls.summary)
 
 
 def register(cls: type[Measure], origin: str | None = None) -> type[Measure]:
     """Class decorator: make a measure available to probe, report, the CLI and the docs.
     ``origin``: the plug-in it comes from (by default the one :mod:`kgprobe.plugins` is
     importing), named in the lines about its values (:func:`plugin_of`)."""
-    for attr in ("name", "section", "summary"):
-        if not getattr(cls, attr, None):
-            raise TypeError(f"measure {cls.__name__} has no {attr}")
-    old = REGISTRY.get(cls.name)
-    if old is not None and old is not cls:
-        raise TypeError(f"measure name {cls.name!r} of {_where(cls)} is taken by "
-                        f"{'the built-in measure' if _builtin(old) else 'the measure'} {_where(old)}")
-    bad = set(cls.needs) - set(NEEDS)
-    if bad:
-        raise TypeError(f"measure {cls.name}: unknown needs {sorted(bad)}")
-    REGISTRY[cls.name] = cls
-    origin = origin or loading()
-    if origin is not None and not _builtin(cls):
-        ORIGINS.setdefault(cls, origin)
-    return cls
+    return REGISTRY.add(None, cls, origin=origin)  # type: ignore[no-any-return]
 
 
 def plugin_of(cls: type[Measure]) -> str | None:
     """``plug-in <module> (<where it was loaded from>)`` for a measure from outside kgprobe,
     None for a built-in: what an error line about the measure's values names."""
-    if _builtin(cls):
+    if cls.__module__.startswith("kgprobe."):
         return None
-    origin = ORIGINS.get(cls)
+    origin = REGISTRY.origin_of(cls)
     return f"plug-in {cls.__module__}" + (f" ({origin})" if origin else "")
-
-
-def _where(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _builtin(cls: type) -> bool:
-    return cls.__module__.startswith("kgprobe.")
 
 
 def parse_measure(spec: str) -> tuple[str, dict[str, str]]:
