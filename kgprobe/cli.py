@@ -153,6 +153,7 @@ def _version_callback(value: bool) -> None:
 _DEVICE_OPT = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto (default: CUDA when present).")
 _BATCH_TOKENS_OPT = typer.Option(None, "--batch-tokens", help="Tokens per forward row of the scoring engine (default 8192; 512 for models without SDPA attention).")
 _MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto), or with --backend the backend's arguments (base_url=..., model=...); repeatable.")
+_HF_MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto); repeatable.")
 _BACKEND_OPT = typer.Option(None, "--backend", metavar="NAME", help="What scores the model: hf (default: load the weights with transformers) or a registered backend, e.g. openai-completions for a served model, configured with --model-arg KEY=VALUE (`kgprobe models` lists backends and their arguments). A URL as --model means openai-completions.")
 _SCORED_MODEL_HELP = "Registry name, GGUF file, local HF directory, hub id, or a server's URL (http://host:port/v1); with --backend, the server's model id. Default: smollm2-135m."
 _DTYPE_HELP = "float32 (reference), bfloat16 (3-4x faster on CPU), float16 or auto."
@@ -545,7 +546,7 @@ def demo(
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     device: str | None = _DEVICE_OPT,
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
-    model_arg: list[str] = _MODEL_ARG_OPT,
+    model_arg: list[str] = _HF_MODEL_ARG_OPT,
     out: str | None = typer.Option(None, help="Report directory (default: KGPROBE_HOME/demo-report/<model key>)."),
     compare_raw: bool = typer.Option(True, "--compare-raw/--no-compare-raw", help="Also probe the same facts with raw labels and compare the two wordings fact by fact."),
     overwrite: bool = _OVERWRITE_OPT,
@@ -1015,6 +1016,33 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
         scorers.add_row(b["name"], f"{b['description']}{origin}\n{b['built_from']}\n"
                                    f"args: {', '.join(b['arguments']) or '-'}")
     console.print(scorers)
+
+
+@app.command()
+def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
+    """Every extension kind (measures, scoring backends) with its entries and where each came
+    from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS.
+
+    Example: kgprobe --plugin my_module plugins --json"""
+    import dataclasses
+    import json
+
+    from rich.table import Table
+
+    from kgprobe.plugins import KINDS
+    from kgprobe.probing import backends  # noqa: F401  (the backend registry and its built-ins)
+    from kgprobe.probing.measures.catalog import load_all
+
+    load_all()  # every registry is in KINDS once its module (and its built-ins) is imported
+    entries = [e for reg in KINDS.values() for e in reg.entries()]
+    if as_json:
+        print(json.dumps({"plugins": [dataclasses.asdict(e) for e in entries]}))
+        return
+    table = Table("kind", "name", title="plug-in registries (kgprobe.plugins.Registry)")
+    table.add_column("from", overflow="fold")
+    for e in entries:
+        table.add_row(e.kind, e.name, e.origin)
+    console.print(table)
 
 
 @app.command()

@@ -140,7 +140,8 @@ def test_a_new_backend_is_one_class(gpt2: LoadedModel, tmp_path: Path) -> None:
 def test_register_backend_refuses_a_taken_name() -> None:
     register_backend("test-naive")(NaiveLogProbs)
     assert get_backend("test-naive") is NaiveLogProbs
-    with pytest.raises(Exception, match="already registered"):
+    with pytest.raises(TypeError, match=r"backend name 'hf-causal' of .*NaiveLogProbs is taken by "
+                       r"the built-in backend kgprobe\.probing\.backends\.hf\.HFCausal"):
         register_backend("hf-causal")(NaiveLogProbs)
     del BACKENDS["test-naive"]
     with pytest.raises(Exception, match="unknown backend 'test-naive'"):

@@ -25,7 +25,7 @@ from kgprobe.probing.tokenization import ContextTooLong
 
 def run_factor_file(
     path: str | Path,
-    model: str | None,
+    model: str | Any | None,
     *,
     limit: int | None = None,
     prefix_column: str = "turncated_prefixes",
@@ -35,7 +35,8 @@ def run_factor_file(
     progress: bool = True,
     max_length: int | None = None,
 ) -> dict[str, Any]:
-    """FACTOR accuracy of a model on a CSV file (what ``kgprobe factor`` prints)."""
+    """FACTOR accuracy of a model on a CSV file (what ``kgprobe factor`` prints). ``model``:
+    a name, path or server URL (None: the default model), or a model object or backend."""
     items = read_factor_csv(path, prefix_column, limit)
     if not items:
         raise InputError(f"{path}: no FACTOR item")
@@ -44,7 +45,7 @@ def run_factor_file(
     return {"file": str(path), "prefix_column": prefix_column, **out}
 
 
-def score_items(items: Sequence[FactorItem], model: str | None, *, batch_size: int, dtype: str,
+def score_items(items: Sequence[FactorItem], model: str | Any | None, *, batch_size: int, dtype: str,
                  threads: int, progress: bool, max_length: int | None) -> dict[str, Any]:
     """Load the model, cap its context at ``max_length`` tokens (the prefix is cut from the
     left, BOS kept, as the paper truncates at 1024), score, summarize. No score cache: a

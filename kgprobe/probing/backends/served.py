@@ -170,8 +170,7 @@ class OpenAICompletions(ScoringBackend):
             raise self._malformed("/completions", "the choice's 'text' is not a string")
         inside = [i for i, o in enumerate(lp.offsets) if o < len(prompt)]
         if not inside or not lp.tops[inside[-1]]:
-            raise ServerError(f"{self.name}: the server returned no prompt log-probabilities "
-                              "(does it support echo with logprobs?)")
+            raise _no_prompt_logprobs(self.name, f"{self.base_url}/completions")
         top = lp.tops[inside[-1]] or {}
         top1 = max(top, key=lambda t: top[t])
         generated = text[len(prompt):] if text.startswith(prompt) else text
@@ -228,6 +227,14 @@ class _Echo:
     tops: list[dict[str, float] | None]
 
 
+def _no_prompt_logprobs(name: str, url: str) -> ServerError:
+    """The refusal of a server that completes text but gives no log-probability of the prompt's
+    own tokens (``echo`` with ``logprobs``): kgprobe's scores are exactly those numbers."""
+    return ServerError(f"{name}: {url} returned no log-probabilities of the prompt's tokens, which "
+                       "kgprobe scores with (it must support echo=true with logprobs, as vLLM's and "
+                       "llama-cpp-python's servers do); this server cannot be probed")
+
+
 def _number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
 
@@ -237,8 +244,7 @@ def _echoed(lp: Any, name: str, url: str) -> _Echo:
     integer offsets, finite log-probs (None only where the API gives none), top-k maps of
     finite numbers; anything else is a ServerError naming the URL."""
     if not isinstance(lp, dict) or not lp.get("tokens"):
-        raise ServerError(f"{name}: the server returned no prompt log-probabilities "
-                          "(does it support echo with logprobs?)")
+        raise _no_prompt_logprobs(name, url)
 
     def bad(what: str) -> ServerError:
         return ServerError(f"{name}: {url} answered a malformed response: {what}")
