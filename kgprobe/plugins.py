@@ -313,7 +313,7 @@ class Registry(Mapping[str, T], Generic[T]):
             if not (isinstance(obj, type) and issubclass(obj, self.base)):
                 raise PluginError(f"plugin {plugin.origin}: names {obj!r}, not a module or a "
                                   f"{self.base.__name__} subclass")
-            own = obj.__dict__.get(self._name_attr) if self._name_attr else None
+            own = getattr(obj, self._name_attr, None) if self._name_attr else None
             try:
                 self.add(own if isinstance(own, str) and own else plugin.name, obj,
                          origin=plugin.origin)

@@ -50,12 +50,6 @@ def test_models_lists_what_is_installed_and_how_to_install_the_rest(tmp_path: Pa
         _installed(site, name)
     assert _models(env)["gemma3-270m"] == {**partly, "installed": True, "missing": []}
 
-    listed = kgprobe("plugins", "--json", env=env)
-    assert listed.returncode == 0, listed.stderr
-    kinds = {(p["kind"], p["name"]): p["origin"] for p in json.loads(listed.stdout)["plugins"]}
-    assert kinds[("backend", "const-test")] == const["origin"]
-    assert kinds[("measure", "kmin")] == kinds[("backend", "openai-completions")] == "built-in"
-
     table = kgprobe("models", env={**env, "COLUMNS": "80"})
     assert table.returncode == 0 and "smollm2-135m (default)" in table.stdout
     assert all(len(line) <= 80 for line in table.stdout.splitlines())

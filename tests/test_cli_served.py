@@ -136,19 +136,30 @@ def test_score_a_served_model_by_its_url(served: str, local: LoadedModel, tmp_pa
     _within_tolerance(gaps)
 
 
+#: FACTOR items in the official CSV layout, short (the news file's prefixes are hundreds of
+#: tokens: minutes per item on a busy 2-core machine through a one-thread server)
+SHORT_FACTOR = """,turncated_prefixes,completion,contradiction_0,contradiction_1,contradiction_2
+0,The capital of France is,Paris.,Lyon.,Berlin.,Madrid.
+1,Water is made of hydrogen and,oxygen.,nitrogen.,carbon.,helium.
+2,Albert Einstein was born in the city of,Ulm.,Paris.,Vienna.,Boston.
+"""
+
+
 def test_factor_a_served_model(served: str, local: LoadedModel, tmp_path: Path) -> None:
     """`factor FILE --backend openai-completions ...`: each item's mean per-token log-probs of
     its completions equal the in-process backend's within the served test's tolerances."""
     from kgprobe.app.factor import run_factor_file
 
+    items = tmp_path / "factor.csv"
+    items.write_text(SHORT_FACTOR, encoding="utf-8")
     env = clean_env(KGPROBE_API_KEY=KEY, KGPROBE_HOME=str(tmp_path / "home"),
                     PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    r = kgprobe("factor", str(FACTOR_CSV), "--limit", "3", "--backend", "openai-completions",
-                "--model-arg", f"base_url={served}", "--json", env=env, timeout=600)
+    r = kgprobe("factor", str(items), "--backend", "openai-completions", "--model-arg",
+                f"base_url={served}", "--model-arg", "timeout=300", "--json", env=env, timeout=900)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["model"] == "smollm2-135m-q4_1" and doc["items"] == 3
-    ref = run_factor_file(FACTOR_CSV, local, limit=3, progress=False)
+    ref = run_factor_file(items, local, progress=False)
     gaps = [abs(a - b) for s, w in zip(doc["per_item"], ref["per_item"], strict=True)
             for a, b in zip(s["scores"], w["scores"], strict=True)]
     assert len(gaps) == 3 * 4
