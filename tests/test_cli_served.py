@@ -79,7 +79,7 @@ def test_probe_a_served_model_through_the_backend_registry(
                 "--model-arg", "model=smollm2-135m-q4_1", *args, env=env, timeout=900)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert doc["score_properties"] == ["score__smollm2_135m_q4_1__probability"]
+    assert doc["score_properties"] == ["score__smollm2_135m_q4_1__probability_o1"]
     got = _stored(graph, doc["score_properties"][0])
     run = [x for x in pr.list_runs(graph) if x.get("model_key") == "smollm2_135m_q4_1"]
     assert run and run[0]["model_kind"] == "openai-completions"
@@ -137,10 +137,12 @@ def test_score_a_served_model_by_its_url(served: str, local: LoadedModel, tmp_pa
 
 
 #: FACTOR items in the official CSV layout, short (the news file's prefixes are hundreds of
-#: tokens: minutes per item on a busy 2-core machine through a one-thread server)
+#: tokens: minutes per item on a busy 2-core machine through a one-thread server). Not "Water
+#: is made of hydrogen and": after it the server's distribution is test_scoring_served.py's
+#: documented outlier (4.5 nats), and here it would shift all four completions of the item
 SHORT_FACTOR = """,turncated_prefixes,completion,contradiction_0,contradiction_1,contradiction_2
 0,The capital of France is,Paris.,Lyon.,Berlin.,Madrid.
-1,Water is made of hydrogen and,oxygen.,nitrogen.,carbon.,helium.
+1,Berlin is the capital of,Germany.,France.,Italy.,Spain.
 2,Albert Einstein was born in the city of,Ulm.,Paris.,Vienna.,Boston.
 """
 
