@@ -247,7 +247,7 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     model is loaded, unless ``overwrite``."""
     from kgprobe.probing.run import probe as run
 
-    if output_path is None:
+    if output_path is None or kwargs.get("dry_run"):
         return run(model, **kwargs)
     # before the model is loaded or a fact scored
     check_output_dir(output_path, "--output-path")

@@ -795,11 +795,15 @@ def probe(
     output_path: str | None = typer.Option(None, "--output-path", help="Write this run's report, results.json and samples.jsonl here."),
     overwrite: bool = _OVERWRITE_OPT,
     probe_set: str | None = typer.Option(None, "--set", help="Score this probe set (from `kgprobe export`) with no graph server; writes OUTPUT_PATH/scores.parquet (docs/probe-sets.md)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the facts that would be probed (count per relation) and a few rendered prompts per measure, then exit: no model loaded, nothing written."),
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Probe a model on facts of the graph and write each fact's scores onto its FACT edge
-    (idempotent: facts already scored with the same configuration are skipped)."""
+    (idempotent: facts already scored with the same configuration are skipped); ends with the
+    mean score per relation of what it scored.
+
+    Example: kgprobe probe -m smollm2-135m -r P36 --per-relation 10 --dry-run"""
     from kgprobe.api import probe as run
     from kgprobe.graph.probe_runs import parse_shard
 
@@ -811,6 +815,9 @@ def probe(
 
         if output_path is None:
             raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
+        if dry_run:
+            raise ConfigError("--dry-run previews a probe of the graph; a probe set's facts and "
+                              "prompts are in its file (drop --set or --dry-run)")
         given = [o for o, v in (("--relation", relation or relations_alias), ("--per-relation", per_relation),
                                 ("--measure", measure), ("--strategy", strategy), ("-n", n), ("--at", at))
                  if v]
@@ -822,10 +829,7 @@ def probe(
         summary = probe_with_set(probe_set, model, output_path, dtype=dtype, threads=threads,
                                  shard=parse_shard(shard) if shard else None, cache=not no_cache,
                                  progress=not as_json)
-        data = summary.to_dict()
-        data["relations"] = len(data["relations"])
-        data["output_files"] = {"scores": os.path.join(output_path, "scores.parquet")}
-        _print_summary(data, as_json)
+        _print_probe_summary(summary, as_json, {"scores": os.path.join(output_path, "scores.parquet")})
         return
 
     _check_pids(_relations(relation, relations_alias))
@@ -851,13 +855,49 @@ def probe(
         on_model_mismatch=on_model_mismatch, batch_facts=batch_facts, write_facts=write_batch,
         max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
         force=force, history_first=history_first, progress=not as_json, output_path=output_path,
-        overwrite=overwrite, shard=parse_shard(shard) if shard else None,
+        overwrite=overwrite, shard=parse_shard(shard) if shard else None, dry_run=dry_run,
     )
+    _print_probe_summary(summary, as_json,
+                         getattr(summary, "output_files", {}) if output_path is not None else None)
+
+
+def _print_probe_summary(summary: Any, as_json: bool, files: dict[str, str] | None) -> None:
+    """A probe's summary; then, in text, the mean score per relation of what this run scored
+    under its first measure (named), or for a dry run the planned facts and prompts."""
+    from rich.table import Table
+    from rich.text import Text
+
     data = summary.to_dict()
     data["relations"] = len(data["relations"])
-    if output_path is not None:
-        data["output_files"] = getattr(summary, "output_files", {})
-    _print_summary(data, as_json)
+    if files is not None:
+        data["output_files"] = files
+    if as_json:
+        _print_json(data)
+        return
+    by, measure = data.pop("by_relation"), data.pop("summary_measure")
+    planned, prompts = data.pop("planned_by_relation", None), data.pop("prompts", None)
+    if summary.status == "dry run":
+        table = Table("relation", "facts", title=f"dry run: {summary.planned} facts would be probed")
+        for pid, n in (planned or {}).items():
+            table.add_row(pid, str(n))
+        console.print(table)
+        for key, shown in (prompts or {}).items():
+            console.print(Text(f"{key}: first prompt of {len(shown)} facts", style="bold"))
+            for line in shown:
+                console.print(Text("  " + visible(line)), soft_wrap=True)
+        console.print("nothing was scored or written (dry run)", highlight=False)
+        return
+    _print_summary(data, False)
+    if not by:
+        console.print(f"nothing newly scored under {measure}", highlight=False)
+        return
+    unscorable = any(r["unscorable"] for r in by)
+    table = Table("relation", "n", f"mean {measure}", *(["unscorable"] if unscorable else []),
+                  title=f"scored by this run ({measure})")
+    for r in by:
+        table.add_row(r["relation"], str(r["n"]), "-" if r["mean"] is None else f"{r['mean']:.3f}",
+                      *([str(r["unscorable"])] if unscorable else []))
+    console.print(table)
 
 
 @app.command("export")

@@ -130,6 +130,14 @@ class ProbeSummary:
     interrupted_runs: list[str] = field(default_factory=list)
     #: generation/search prompts cut from the left to fit the model (docs/probing.md)
     contexts_cut: int = 0
+    #: the measure key of the run's first measure, and per relation what it scored in THIS
+    #: run (relation, n, mean, unscorable): the summary ``probe`` ends with
+    summary_measure: str = ""
+    by_relation: list[dict[str, Any]] = field(default_factory=list)
+    #: a dry run (``probe --dry-run``): facts sampled per relation, and a few rendered prompts
+    #: per measure key
+    planned_by_relation: dict[str, int] = field(default_factory=dict)
+    prompts: dict[str, list[str]] = field(default_factory=dict)
     #: the keys of the facts this run sampled (scored, unscorable or skipped as already scored):
     #: what ``--output-path`` reports on; not in ``to_dict``
     fact_keys: list[str] = field(default_factory=list, repr=False)
@@ -137,6 +145,9 @@ class ProbeSummary:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("fact_keys")
+        if self.status != "dry run":
+            out.pop("planned_by_relation")
+            out.pop("prompts")
         return out
 
 
