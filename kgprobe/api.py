@@ -18,6 +18,47 @@ from kgprobe.outputs import check_output_dir, check_owner
 from kgprobe.progress import Progress
 from kgprobe.records import ErrorRecord, Record, SkipRecord
 
+# --- keyword names: the CLI's option names (issue 40 #7) ---------------------------------------
+
+#: ``probe``'s and ``export_set``'s keywords named as the CLI's options -> the keyword of
+#: :func:`kgprobe.probing.run.probe` (``--no-cache``: ``no_cache``, the inverse of ``cache``).
+PROBE_KEYWORDS = {"relation": "relations", "measure": "measures", "max_labels": "max_object_labels",
+                  "write_batch": "write_facts"}
+
+
+def _deprecated(where: str, old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(f"kgprobe.{where}({old}=...) is deprecated; use {new}=..., as the CLI's option",
+                  DeprecationWarning, stacklevel=4)
+
+
+def _probe_keywords(where: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the CLI's option names turned into the probe's own keywords. The old
+    keywords (``relations``, ``measures``, ``max_object_labels``, ``write_facts``, ``cache``)
+    still work and warn; one thing given under both names is a ``ConfigError``."""
+    from kgprobe.errors import ConfigError
+
+    out: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key in PROBE_KEYWORDS:
+            inner = PROBE_KEYWORDS[key]
+            if key in ("relation", "measure") and isinstance(value, str):
+                value = (value,)
+        elif key == "no_cache":
+            inner, value = "cache", not value
+        elif key in PROBE_KEYWORDS.values() or key == "cache":
+            inner = key
+            _deprecated(where, key, "no_cache" if key == "cache" else
+                        next(k for k, v in PROBE_KEYWORDS.items() if v == key))
+        else:
+            out[key] = value
+            continue
+        if inner in out:
+            raise ConfigError(f"kgprobe.{where}: {key}= and its old name both given")
+        out[inner] = value
+    return out
+
 
 def _records_for(
     sources: Sequence[str | Path],
@@ -72,18 +113,28 @@ def ingest_sources(
     sources: Sequence[str | Path],
     *,
     sparql: str | None = None,
-    relations: Sequence[str] | None = None,
-    subjects: Sequence[str] | None = None,
+    relation: Sequence[str] | None = None,
+    subject: Sequence[str] | None = None,
     language: str = "en",
-    ranks: Sequence[str] | None = None,
+    rank: Sequence[str] | None = None,
     limit: int | None = None,
     batch_size: int = 5000,
     max_errors: int = 100,
     quiet: bool = False,
     settings: Settings | None = None,
+    relations: Sequence[str] | None = None,
+    subjects: Sequence[str] | None = None,
+    ranks: Sequence[str] | None = None,
 ) -> IngestSummary:
-    """Load files and/or a SPARQL endpoint into the graph, with a progress display."""
+    """Load files and/or a SPARQL endpoint into the graph, with a progress display.
+    ``relation``, ``subject``, ``rank``: as ``--relation``, ``--subject``, ``--rank`` (lists;
+    the old plural keywords still work and warn)."""
     from kgprobe.loaders import detect_format
+
+    for old, value in (("relations", relations), ("subjects", subjects), ("ranks", ranks)):
+        if value is not None:
+            _deprecated("ingest_sources", old, old[:-1])
+    relation, subject, rank = relation or relations, subject or subjects, rank or ranks
 
     check_ingest_options(batch_size, max_errors)
     if not sources and not sparql:
@@ -91,8 +142,8 @@ def ingest_sources(
     for source in sources:  # fail on a bad file before touching the graph
         detect_format(source)
     records = _records_for(
-        sources, sparql=sparql, relations=relations, subjects=subjects, language=language,
-        ranks=ranks, limit=limit,
+        sources, sparql=sparql, relations=relation, subjects=subject, language=language,
+        ranks=rank, limit=limit,
     )
     with connect(settings) as graph:
         return write_records(graph, records, batch_size=batch_size, max_errors=max_errors, quiet=quiet)
@@ -134,6 +185,7 @@ def demo(
     quiet: bool = False,
     overwrite: bool = False,
     compare_raw: bool = True,
+    no_cache: bool = False,
     settings: Settings | None = None,
 ) -> dict[str, Any]:
     """The main job on a fresh install: start the graph, ingest the bundled demo graph and
@@ -177,13 +229,14 @@ def demo(
         probe_summary = run_probe(
             model, relations=tuple(relations), sample=None, per_relation=per_relation, dtype=dtype,
             seed=0, history_first=True, progress=not quiet, graph=graph, on_fact=details,
+            cache=not no_cache,
         )
         raw_summary = None
         if compare_raw:  # the same sample (same seed and settings), labels written raw
             raw_summary = run_probe(
                 model, relations=tuple(relations), sample=None, per_relation=per_relation,
                 dtype=dtype, seed=0, history_first=True, progress=not quiet, graph=graph,
-                verbalizer="raw", on_fact=raw_details,
+                verbalizer="raw", on_fact=raw_details, cache=not no_cache,
             )
         probed = time.monotonic()
         careful = measure_key(DEFAULT_MEASURES[0], DEFAULT_STRATEGY, 5)
@@ -235,10 +288,11 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
     FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. ``model`` is a name or path,
     a transformers model object (with ``tokenizer=``, and ``model_name=`` for its score keys)
-    or a scoring backend (docs/backends.md). Keyword arguments: see
-    :func:`kgprobe.probing.run.probe` (tokenizer, model_name, relations, sample, measures,
-    strategy, n, seed, threshold, at, max_object_labels, max_templates, dtype, threads, cache,
-    index_dir, progress, settings, graph).
+    or a scoring backend (docs/backends.md). Keyword arguments are named as the CLI's options
+    (relation, sample, per_relation, measure, strategy, n, seed, threshold, at, max_labels,
+    max_templates, dtype, threads, write_batch, no_cache, dry_run, ...; and tokenizer,
+    model_name, index_dir, progress, settings, graph): see :func:`kgprobe.probing.run.probe`
+    (:data:`PROBE_KEYWORDS` maps the names that differ; the old ones warn).
 
     With ``output_path``, the report and results files of THIS run's facts (its sample,
     including facts skipped as already scored) under the run's first measure are written there
@@ -247,6 +301,7 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     model is loaded, unless ``overwrite``."""
     from kgprobe.probing.run import probe as run
 
+    kwargs = _probe_keywords("probe", kwargs)
     if output_path is None or kwargs.get("dry_run"):
         return run(model, **kwargs)
     # before the model is loaded or a fact scored
@@ -272,11 +327,11 @@ def export_set(path: str | Path, *, settings: Settings | None = None, progress: 
                **options: Any) -> dict[str, Any]:
     """``kgprobe export``: write a probe set of the graph's facts to ``path``; returns its
     header (content hash, facts, snapshot). ``options``: ``probe``'s sampling and measure
-    options (relations, sample, per_relation, measures, strategy, n, seed, threshold, at, ...;
-    docs/probe-sets.md)."""
+    options, named as the CLI's (relation, sample, per_relation, measure, strategy, n, seed,
+    threshold, at, max_labels, ...; docs/probe-sets.md)."""
     from kgprobe.probing import probe_set as ps
 
-    config = ps.set_config(**options)
+    config = ps.set_config(**_probe_keywords("export_set", options))
     with connect(settings) as graph:
         return ps.export_set(graph, config, path, progress=progress)
 
@@ -305,21 +360,34 @@ def score(context: str, candidates: Sequence[str], *, model: str | Any = "smollm
           tokenizer: Any = None, **kwargs: Any) -> Any:
     """log P(candidate | context) for each candidate with its rank, as ``kgprobe score``;
     ``model`` as in :func:`probe`. Keyword arguments: see
-    :func:`kgprobe.probing.score.score_candidates` (dtype, threads, add_eos, cache_path)."""
+    :func:`kgprobe.probing.score.score_candidates` (dtype, threads, cache_path; ``eos`` as
+    ``--eos``, its old name ``add_eos`` warns)."""
     from kgprobe.probing.score import score_candidates
+
+    if "eos" in kwargs:
+        kwargs["add_eos"] = kwargs.pop("eos")
+    elif "add_eos" in kwargs:
+        _deprecated("score", "add_eos", "eos")
 
     return score_candidates(context, candidates, model=model, tokenizer=tokenizer, **kwargs)
 
 
 def unknown(
-    model: str, *, relation: str | None = None, below: float | None = None, measure: str | None = None,
-    settings: Settings | None = None,
+    model: str, *, relation: str | Sequence[str] | None = None, threshold: float | None = None,
+    measure: str | None = None, settings: Settings | None = None, below: float | None = None,
 ) -> list[Any]:
-    """The facts ``model`` does not know (score below ``below``), as ``ScoredFact`` dataclasses."""
+    """The facts ``model`` does not know (score below ``threshold``; default the run's), as
+    ``ScoredFact`` dataclasses; ``relation``: one PID or several (``below``: the old name of
+    ``threshold``, warns)."""
     from kgprobe.probing.scores import unknown_in
 
+    if below is not None:
+        _deprecated("unknown", "below", "threshold")
+        threshold = below if threshold is None else threshold
+    pids: list[str | None] = ([relation] if isinstance(relation, str) else list(relation or ())) or [None]
     with connect(settings) as graph:
-        return unknown_in(graph, model, relation=relation, below=below, measure=measure)[1]
+        return [f for pid in pids
+                for f in unknown_in(graph, model, relation=pid, below=threshold, measure=measure)[1]]
 
 
 def cypher(query: str, params: dict[str, Any] | None = None, *, write: bool = False,
@@ -346,17 +414,20 @@ def compare(
 def report(
     model: str, *, vs: str | None = None, out: str | Path | None = None, measure: str | None = None,
     threshold: float | None = None, seed: int = 0, by: str = "relation", type_of: str = "subject",
-    overwrite: bool = False, vs_measure: str | None = None, settings: Settings | None = None,
+    overwrite: bool = False, vs_measure: str | None = None, relation: Sequence[str] = (),
+    settings: Settings | None = None,
 ) -> tuple[Any, dict[str, Path]]:
     """The knowledge-gap report (``kgprobe.reports.data.Report``) by relation, subject/object type
     or popularity and, with ``out``, the paths of the report and results files written there
     (a directory holding the report of other models is refused unless ``overwrite``).
     ``vs``: paired against another model; ``vs_measure``: against the same model under another
-    measure key (e.g. ``kmin_temp_sem_n5_vraw``, the raw wording)."""
+    measure key (e.g. ``kmin_temp_sem_n5_vraw``, the raw wording); ``relation``: only these
+    relations' facts (PIDs)."""
     from kgprobe.reports.write import report as build
 
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
-                 type_of=type_of, settings=settings, overwrite=overwrite, vs_measure=vs_measure)
+                 type_of=type_of, settings=settings, overwrite=overwrite, vs_measure=vs_measure,
+                 relations=relation)
 
 
 def ladder(

@@ -42,7 +42,7 @@ from kgprobe.probing.config import (
     model_key,
     run_context,
 )
-from kgprobe.probing.distractors import default_index_dir
+from kgprobe.probing.distractors import DEFAULT_N, default_index_dir
 from kgprobe.probing.engine import Engine, resolve_model
 from kgprobe.probing.environment import run_environment
 from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, chunks, score_and_write
@@ -508,7 +508,7 @@ def probe(
     if not isinstance(model, str):  # an object: scored where it is, never loaded by name
         given, model, dtype = resolve_model(model, tokenizer, name=model_name)
     measures, spec_n, spec_strategy = run_wide_settings(measures, n, strategy)
-    n = spec_n if spec_n is not None else 5
+    n = spec_n if spec_n is not None else DEFAULT_N
     strategy = spec_strategy if spec_strategy is not None else DEFAULT_STRATEGY
     config = ProbeConfig(
         model=model, relations=tuple(relations), sample=sample, per_relation=per_relation,
