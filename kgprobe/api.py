@@ -173,6 +173,25 @@ def write_records(
 DEMO_RELATIONS = ("P27", "P17", "P36", "P26", "P39", "P54")
 #: Facts per relation: the report's interval rule needs n >= 10 (kgprobe.stats.MIN_N_CI).
 DEMO_FACTS_PER_RELATION = 10
+#: Rounds of replacing the demo's unscorable facts by the next ones drawn (a relation whose
+#: facts run out shows fewer).
+DEMO_TOP_UPS = 3
+
+
+def _demo_facts(graph: Any, summaries: Sequence[Any], per_relation: int) -> dict[str, list[str]]:
+    """Per relation, the first ``per_relation`` facts of the demo's samples (in draw order) that
+    carry a score of the demo's measure: the facts the demo shows."""
+    from kgprobe.graph import probe_runs as pr
+    from kgprobe.graph.results import fact_rows
+
+    scored = {r["key"]: str(r["pid"]) for r in fact_rows(graph, pr.ScoreProps.parse(
+        summaries[0].score_properties[0]))}
+    shown: dict[str, list[str]] = {}
+    for key in dict.fromkeys(k for s in summaries for k in s.fact_keys):
+        pid = scored.get(key)
+        if pid is not None and len(shown.setdefault(pid, [])) < per_relation:
+            shown[pid].append(key)
+    return shown
 
 
 def demo(
@@ -226,24 +245,39 @@ def demo(
         templates = import_own_templates(graph)
         stats = graph_stats(graph)
         loaded = time.monotonic()
-        probe_summary = run_probe(
-            model, relations=tuple(relations), sample=None, per_relation=per_relation, dtype=dtype,
-            seed=0, history_first=True, progress=not quiet, graph=graph, on_fact=details,
-            cache=not no_cache,
-        )
+
+        def probe_demo(quota: dict[str, int], verbalizer: str, on_fact: Any) -> list[Any]:
+            """One probe per quota (facts per relation): each relation's seeded sample."""
+            by_quota: dict[int, list[str]] = {}
+            for pid, q in quota.items():
+                by_quota.setdefault(q, []).append(pid)
+            return [run_probe(model, relations=tuple(pids), sample=None, per_relation=q, dtype=dtype,
+                              seed=0, history_first=True, progress=not quiet, graph=graph,
+                              verbalizer=verbalizer, on_fact=on_fact, cache=not no_cache)
+                    for q, pids in sorted(by_quota.items())]
+
+        quota = dict.fromkeys(relations, per_relation)
+        summaries = probe_demo(quota, "careful", details)
+        shown = _demo_facts(graph, summaries, per_relation)
+        for _ in range(DEMO_TOP_UPS):  # an unscorable fact: the relation's next drawn one instead
+            short = {p: per_relation - len(shown.get(p, [])) for p in relations
+                     if len(shown.get(p, [])) < per_relation}
+            if not short:
+                break
+            quota.update({p: quota[p] + k for p, k in short.items()})
+            summaries += probe_demo({p: quota[p] for p in short}, "careful", details)
+            shown = _demo_facts(graph, summaries, per_relation)
+        probe_summary = summaries[0]
+        fact_keys = [k for p in relations for k in shown.get(p, [])]
         raw_summary = None
-        if compare_raw:  # the same sample (same seed and settings), labels written raw
-            raw_summary = run_probe(
-                model, relations=tuple(relations), sample=None, per_relation=per_relation,
-                dtype=dtype, seed=0, history_first=True, progress=not quiet, graph=graph,
-                verbalizer="raw", on_fact=raw_details, cache=not no_cache,
-            )
+        if compare_raw:  # the same facts (same seed, settings and quotas), labels written raw
+            raw_summary = probe_demo(quota, "raw", raw_details)[0]
         probed = time.monotonic()
         careful = measure_key(DEFAULT_MEASURES[0], DEFAULT_STRATEGY, 5)
         raw = measure_key(DEFAULT_MEASURES[0], DEFAULT_STRATEGY, 5, verbalizer="raw")
         out_dir = Path(out) if out else settings.home / "demo-report" / probe_summary.model_key
         rep, paths = build_report(probe_summary.model_key, out=out_dir, graph=graph,
-                                  details=details.records, facts=probe_summary.fact_keys,
+                                  details=details.records, facts=fact_keys,
                                   measure=careful, vs_measure=raw if compare_raw else None,
                                   vs_details=raw_details.records if compare_raw else None,
                                   overwrite=overwrite, command_seconds=time.monotonic() - started)
