@@ -228,11 +228,17 @@ def demo(
     from kgprobe.graph.stats import graph_stats
     from kgprobe.graph.templates import demo_paths, import_own_templates
     from kgprobe.loaders.wikidata_json import load_json
-    from kgprobe.probing.config import DEFAULT_MEASURES, DEFAULT_STRATEGY, measure_key
+    from kgprobe.probing.config import (
+        DEFAULT_MEASURES,
+        DEFAULT_STRATEGY,
+        check_model_name,
+        measure_key,
+    )
     from kgprobe.probing.run import probe as run_probe
     from kgprobe.reports.results import FactDetails
     from kgprobe.reports.write import report as build_report
 
+    check_model_name(model)  # a model not installed: one line, before anything is ingested
     if out:
         check_output_dir(out)  # before anything is ingested or probed
         check_owner(out, _owner_of(model, dtype), overwrite)

@@ -19,7 +19,7 @@ from kgprobe.probing.distractors import STRATEGIES
 from kgprobe.probing.measures.catalog import create
 from kgprobe.probing.measures.common import EndMarker, LabelRule, end_marker_for
 from kgprobe.probing.measures.registry import SHARED, RunContext, parse_measure
-from kgprobe.probing.models import REGISTRY
+from kgprobe.probing.models import REGISTRY, check_installed
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -181,7 +181,10 @@ def run_context(cfg: ProbeConfig, model_name: str | None) -> Any:
 def check_model_name(model: str) -> None:
     """One clear line for a model that is neither a registry name nor a local file/directory."""
     p = Path(model).expanduser()
-    if model in REGISTRY or p.is_dir() or (p.suffix == ".gguf" and p.is_file()):
+    if model in REGISTRY:
+        check_installed(model)
+        return
+    if p.is_dir() or (p.suffix == ".gguf" and p.is_file()):
         return
     raise ConfigError(
         f"unknown model {model!r}; choose from: {', '.join(REGISTRY)}, "
