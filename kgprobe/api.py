@@ -18,6 +18,47 @@ from kgprobe.outputs import check_output_dir, check_owner
 from kgprobe.progress import Progress
 from kgprobe.records import ErrorRecord, Record, SkipRecord
 
+# --- keyword names: the CLI's option names (issue 40 #7) ---------------------------------------
+
+#: ``probe``'s and ``export_set``'s keywords named as the CLI's options -> the keyword of
+#: :func:`kgprobe.probing.run.probe` (``--no-cache``: ``no_cache``, the inverse of ``cache``).
+PROBE_KEYWORDS = {"relation": "relations", "measure": "measures", "max_labels": "max_object_labels",
+                  "write_batch": "write_facts"}
+
+
+def _deprecated(where: str, old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(f"kgprobe.{where}({old}=...) is deprecated; use {new}=..., as the CLI's option",
+                  DeprecationWarning, stacklevel=4)
+
+
+def _probe_keywords(where: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with the CLI's option names turned into the probe's own keywords. The old
+    keywords (``relations``, ``measures``, ``max_object_labels``, ``write_facts``, ``cache``)
+    still work and warn; one thing given under both names is a ``ConfigError``."""
+    from kgprobe.errors import ConfigError
+
+    out: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key in PROBE_KEYWORDS:
+            inner = PROBE_KEYWORDS[key]
+            if key in ("relation", "measure") and isinstance(value, str):
+                value = (value,)
+        elif key == "no_cache":
+            inner, value = "cache", not value
+        elif key in PROBE_KEYWORDS.values() or key == "cache":
+            inner = key
+            _deprecated(where, key, "no_cache" if key == "cache" else
+                        next(k for k, v in PROBE_KEYWORDS.items() if v == key))
+        else:
+            out[key] = value
+            continue
+        if inner in out:
+            raise ConfigError(f"kgprobe.{where}: {key}= and its old name both given")
+        out[inner] = value
+    return out
+
 
 def _records_for(
     sources: Sequence[str | Path],
@@ -72,18 +113,28 @@ def ingest_sources(
     sources: Sequence[str | Path],
     *,
     sparql: str | None = None,
-    relations: Sequence[str] | None = None,
-    subjects: Sequence[str] | None = None,
+    relation: Sequence[str] | None = None,
+    subject: Sequence[str] | None = None,
     language: str = "en",
-    ranks: Sequence[str] | None = None,
+    rank: Sequence[str] | None = None,
     limit: int | None = None,
     batch_size: int = 5000,
     max_errors: int = 100,
     quiet: bool = False,
     settings: Settings | None = None,
+    relations: Sequence[str] | None = None,
+    subjects: Sequence[str] | None = None,
+    ranks: Sequence[str] | None = None,
 ) -> IngestSummary:
-    """Load files and/or a SPARQL endpoint into the graph, with a progress display."""
+    """Load files and/or a SPARQL endpoint into the graph, with a progress display.
+    ``relation``, ``subject``, ``rank``: as ``--relation``, ``--subject``, ``--rank`` (lists;
+    the old plural keywords still work and warn)."""
     from kgprobe.loaders import detect_format
+
+    for old, value in (("relations", relations), ("subjects", subjects), ("ranks", ranks)):
+        if value is not None:
+            _deprecated("ingest_sources", old, old[:-1])
+    relation, subject, rank = relation or relations, subject or subjects, rank or ranks
 
     check_ingest_options(batch_size, max_errors)
     if not sources and not sparql:
@@ -91,8 +142,8 @@ def ingest_sources(
     for source in sources:  # fail on a bad file before touching the graph
         detect_format(source)
     records = _records_for(
-        sources, sparql=sparql, relations=relations, subjects=subjects, language=language,
-        ranks=ranks, limit=limit,
+        sources, sparql=sparql, relations=relation, subjects=subject, language=language,
+        ranks=rank, limit=limit,
     )
     with connect(settings) as graph:
         return write_records(graph, records, batch_size=batch_size, max_errors=max_errors, quiet=quiet)
@@ -122,6 +173,25 @@ def write_records(
 DEMO_RELATIONS = ("P27", "P17", "P36", "P26", "P39", "P54")
 #: Facts per relation: the report's interval rule needs n >= 10 (kgprobe.stats.MIN_N_CI).
 DEMO_FACTS_PER_RELATION = 10
+#: Rounds of replacing the demo's unscorable facts by the next ones drawn (a relation whose
+#: facts run out shows fewer).
+DEMO_TOP_UPS = 3
+
+
+def _demo_facts(graph: Any, summaries: Sequence[Any], per_relation: int) -> dict[str, list[str]]:
+    """Per relation, the first ``per_relation`` facts of the demo's samples (in draw order) that
+    carry a score of the demo's measure: the facts the demo shows."""
+    from kgprobe.graph import probe_runs as pr
+    from kgprobe.graph.results import fact_rows
+
+    scored = {r["key"]: str(r["pid"]) for r in fact_rows(graph, pr.ScoreProps.parse(
+        summaries[0].score_properties[0]))}
+    shown: dict[str, list[str]] = {}
+    for key in dict.fromkeys(k for s in summaries for k in s.fact_keys):
+        pid = scored.get(key)
+        if pid is not None and len(shown.setdefault(pid, [])) < per_relation:
+            shown[pid].append(key)
+    return shown
 
 
 def demo(
@@ -134,6 +204,7 @@ def demo(
     quiet: bool = False,
     overwrite: bool = False,
     compare_raw: bool = True,
+    no_cache: bool = False,
     settings: Settings | None = None,
 ) -> dict[str, Any]:
     """The main job on a fresh install: start the graph, ingest the bundled demo graph and
@@ -157,11 +228,17 @@ def demo(
     from kgprobe.graph.stats import graph_stats
     from kgprobe.graph.templates import demo_paths, import_own_templates
     from kgprobe.loaders.wikidata_json import load_json
-    from kgprobe.probing.config import DEFAULT_MEASURES, DEFAULT_STRATEGY, measure_key
+    from kgprobe.probing.config import (
+        DEFAULT_MEASURES,
+        DEFAULT_STRATEGY,
+        check_model_name,
+        measure_key,
+    )
     from kgprobe.probing.run import probe as run_probe
     from kgprobe.reports.results import FactDetails
     from kgprobe.reports.write import report as build_report
 
+    check_model_name(model)  # a model not installed: one line, before anything is ingested
     if out:
         check_output_dir(out)  # before anything is ingested or probed
         check_owner(out, _owner_of(model, dtype), overwrite)
@@ -174,23 +251,39 @@ def demo(
         templates = import_own_templates(graph)
         stats = graph_stats(graph)
         loaded = time.monotonic()
-        probe_summary = run_probe(
-            model, relations=tuple(relations), sample=None, per_relation=per_relation, dtype=dtype,
-            seed=0, history_first=True, progress=not quiet, graph=graph, on_fact=details,
-        )
+
+        def probe_demo(quota: dict[str, int], verbalizer: str, on_fact: Any) -> list[Any]:
+            """One probe per quota (facts per relation): each relation's seeded sample."""
+            by_quota: dict[int, list[str]] = {}
+            for pid, q in quota.items():
+                by_quota.setdefault(q, []).append(pid)
+            return [run_probe(model, relations=tuple(pids), sample=None, per_relation=q, dtype=dtype,
+                              seed=0, history_first=True, progress=not quiet, graph=graph,
+                              verbalizer=verbalizer, on_fact=on_fact, cache=not no_cache)
+                    for q, pids in sorted(by_quota.items())]
+
+        quota = dict.fromkeys(relations, per_relation)
+        summaries = probe_demo(quota, "careful", details)
+        shown = _demo_facts(graph, summaries, per_relation)
+        for _ in range(DEMO_TOP_UPS):  # an unscorable fact: the relation's next drawn one instead
+            short = {p: per_relation - len(shown.get(p, [])) for p in relations
+                     if len(shown.get(p, [])) < per_relation}
+            if not short:
+                break
+            quota.update({p: quota[p] + k for p, k in short.items()})
+            summaries += probe_demo({p: quota[p] for p in short}, "careful", details)
+            shown = _demo_facts(graph, summaries, per_relation)
+        probe_summary = summaries[0]
+        fact_keys = [k for p in relations for k in shown.get(p, [])]
         raw_summary = None
-        if compare_raw:  # the same sample (same seed and settings), labels written raw
-            raw_summary = run_probe(
-                model, relations=tuple(relations), sample=None, per_relation=per_relation,
-                dtype=dtype, seed=0, history_first=True, progress=not quiet, graph=graph,
-                verbalizer="raw", on_fact=raw_details,
-            )
+        if compare_raw:  # the same facts (same seed, settings and quotas), labels written raw
+            raw_summary = probe_demo(quota, "raw", raw_details)[0]
         probed = time.monotonic()
         careful = measure_key(DEFAULT_MEASURES[0], DEFAULT_STRATEGY, 5)
         raw = measure_key(DEFAULT_MEASURES[0], DEFAULT_STRATEGY, 5, verbalizer="raw")
         out_dir = Path(out) if out else settings.home / "demo-report" / probe_summary.model_key
         rep, paths = build_report(probe_summary.model_key, out=out_dir, graph=graph,
-                                  details=details.records, facts=probe_summary.fact_keys,
+                                  details=details.records, facts=fact_keys,
                                   measure=careful, vs_measure=raw if compare_raw else None,
                                   vs_details=raw_details.records if compare_raw else None,
                                   overwrite=overwrite, command_seconds=time.monotonic() - started)
@@ -236,10 +329,11 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. ``model`` is a name or path,
     the URL of an OpenAI-compatible server (``http://host:port/v1``), a transformers model
     object (with ``tokenizer=``, and ``model_name=`` for its score keys) or a scoring backend
-    (docs/backends.md). Keyword arguments: see
-    :func:`kgprobe.probing.run.probe` (tokenizer, model_name, relations, sample, measures,
-    strategy, n, seed, threshold, at, max_object_labels, max_templates, dtype, threads, cache,
-    index_dir, progress, settings, graph).
+    (docs/backends.md). Keyword arguments are named as the CLI's options
+    (relation, sample, per_relation, measure, strategy, n, seed, threshold, at, max_labels,
+    max_templates, dtype, threads, write_batch, no_cache, dry_run, ...; and tokenizer,
+    model_name, index_dir, progress, settings, graph): see :func:`kgprobe.probing.run.probe`
+    (:data:`PROBE_KEYWORDS` maps the names that differ; the old ones warn).
 
     With ``output_path``, the report and results files of THIS run's facts (its sample,
     including facts skipped as already scored) under the run's first measure are written there
@@ -249,8 +343,9 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     from kgprobe.probing.engine import select_model
     from kgprobe.probing.run import probe as run
 
+    kwargs = _probe_keywords("probe", kwargs)
     model = select_model(model)  # a served model (--backend, a URL): its backend, opened once
-    if output_path is None:
+    if output_path is None or kwargs.get("dry_run"):
         return run(model, **kwargs)
     # before the model is loaded or a fact scored
     check_output_dir(output_path, "--output-path")
@@ -275,11 +370,11 @@ def export_set(path: str | Path, *, settings: Settings | None = None, progress: 
                **options: Any) -> dict[str, Any]:
     """``kgprobe export``: write a probe set of the graph's facts to ``path``; returns its
     header (content hash, facts, snapshot). ``options``: ``probe``'s sampling and measure
-    options (relations, sample, per_relation, measures, strategy, n, seed, threshold, at, ...;
-    docs/probe-sets.md)."""
+    options, named as the CLI's (relation, sample, per_relation, measure, strategy, n, seed,
+    threshold, at, max_labels, ...; docs/probe-sets.md)."""
     from kgprobe.probing import probe_set as ps
 
-    config = ps.set_config(**options)
+    config = ps.set_config(**_probe_keywords("export_set", options))
     with connect(settings) as graph:
         return ps.export_set(graph, config, path, progress=progress)
 
@@ -308,21 +403,34 @@ def score(context: str, candidates: Sequence[str], *, model: str | Any = "smollm
           tokenizer: Any = None, **kwargs: Any) -> Any:
     """log P(candidate | context) for each candidate with its rank, as ``kgprobe score``;
     ``model`` as in :func:`probe`. Keyword arguments: see
-    :func:`kgprobe.probing.score.score_candidates` (dtype, threads, add_eos, cache_path)."""
+    :func:`kgprobe.probing.score.score_candidates` (dtype, threads, cache_path; ``eos`` as
+    ``--eos``, its old name ``add_eos`` warns)."""
     from kgprobe.probing.score import score_candidates
+
+    if "eos" in kwargs:
+        kwargs["add_eos"] = kwargs.pop("eos")
+    elif "add_eos" in kwargs:
+        _deprecated("score", "add_eos", "eos")
 
     return score_candidates(context, candidates, model=model, tokenizer=tokenizer, **kwargs)
 
 
 def unknown(
-    model: str, *, relation: str | None = None, below: float | None = None, measure: str | None = None,
-    settings: Settings | None = None,
+    model: str, *, relation: str | Sequence[str] | None = None, threshold: float | None = None,
+    measure: str | None = None, settings: Settings | None = None, below: float | None = None,
 ) -> list[Any]:
-    """The facts ``model`` does not know (score below ``below``), as ``ScoredFact`` dataclasses."""
+    """The facts ``model`` does not know (score below ``threshold``; default the run's), as
+    ``ScoredFact`` dataclasses; ``relation``: one PID or several (``below``: the old name of
+    ``threshold``, warns)."""
     from kgprobe.probing.scores import unknown_in
 
+    if below is not None:
+        _deprecated("unknown", "below", "threshold")
+        threshold = below if threshold is None else threshold
+    pids: list[str | None] = ([relation] if isinstance(relation, str) else list(relation or ())) or [None]
     with connect(settings) as graph:
-        return unknown_in(graph, model, relation=relation, below=below, measure=measure)[1]
+        return [f for pid in pids
+                for f in unknown_in(graph, model, relation=pid, below=threshold, measure=measure)[1]]
 
 
 def cypher(query: str, params: dict[str, Any] | None = None, *, write: bool = False,
@@ -349,17 +457,20 @@ def compare(
 def report(
     model: str, *, vs: str | None = None, out: str | Path | None = None, measure: str | None = None,
     threshold: float | None = None, seed: int = 0, by: str = "relation", type_of: str = "subject",
-    overwrite: bool = False, vs_measure: str | None = None, settings: Settings | None = None,
+    overwrite: bool = False, vs_measure: str | None = None, relation: Sequence[str] = (),
+    settings: Settings | None = None,
 ) -> tuple[Any, dict[str, Path]]:
     """The knowledge-gap report (``kgprobe.reports.data.Report``) by relation, subject/object type
     or popularity and, with ``out``, the paths of the report and results files written there
     (a directory holding the report of other models is refused unless ``overwrite``).
     ``vs``: paired against another model; ``vs_measure``: against the same model under another
-    measure key (e.g. ``kmin_temp_sem_n5_vraw``, the raw wording)."""
+    measure key (e.g. ``kmin_temp_sem_n5_vraw``, the raw wording); ``relation``: only these
+    relations' facts (PIDs)."""
     from kgprobe.reports.write import report as build
 
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
-                 type_of=type_of, settings=settings, overwrite=overwrite, vs_measure=vs_measure)
+                 type_of=type_of, settings=settings, overwrite=overwrite, vs_measure=vs_measure,
+                 relations=relation)
 
 
 def ladder(

@@ -21,7 +21,58 @@ from kgprobe.errors import KgprobeError
 from kgprobe.progress import console as safe_console
 from kgprobe.progress import output_width, visible
 
+#: The help's type column in plain words (typer shows Python's: ``<str>``, ``<list[str]>``).
+PLAIN_TYPES = {"str": "TEXT", "int": "INTEGER", "float": "NUMBER", "path": "PATH"}
+
+
+def _plain_type(param: Any) -> str | None:
+    """The plain name of an option's or argument's type; None for a flag (it takes no value)."""
+    if getattr(param, "is_flag", False):
+        return None
+    try:
+        shown = str(param.display_type(None))
+    except Exception:  # a type typer cannot show without a context: leave it unnamed
+        return None
+    inner = shown.strip("<>").removeprefix("list[").removesuffix("]")
+    return PLAIN_TYPES.get(inner, inner.upper())
+
+
+def _plain_help(cmd: Any) -> None:
+    """Every parameter below ``cmd`` shown with a plain metavar (``TEXT``, ``INTEGER``; an
+    argument by its name, ``CONTEXT``) and flags with none, in help and in error messages."""
+    for sub in getattr(cmd, "commands", {}).values():
+        _plain_help(sub)
+    for p in cmd.params:
+        plain = _plain_type(p)
+        if p.param_type_name == "argument":
+            p.metavar = p.metavar or (p.name or "").upper()
+        elif plain is not None:
+            p.metavar = p.metavar or plain
+        p.display_type_rich = (lambda ctx=None, _t=plain: _t)  # the help's type column
+    made = cmd.get_help_option
+
+    def help_option(ctx: Any, _made: Any = made) -> Any:  # -h/--help is made per run: a flag
+        opt = _made(ctx)
+        if opt is not None:
+            opt.display_type_rich = lambda ctx=None: None
+        return opt
+
+    if not getattr(made, "plain", False):  # once, however often the tree is walked
+        help_option.plain = True  # type: ignore[attr-defined]
+        cmd.get_help_option = help_option
+
+
+class _PlainGroup(typer.core.TyperGroup):
+    """The root command: plain metavars set on the whole tree before it runs (so in
+    ``--help`` of every command, whether run as a program or through a test runner)."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        _plain_help(self)
+        return super().main(*args, **kwargs)
+
+
 app = typer.Typer(
+    cls=_PlainGroup,
     name="kgprobe",
     help="Measure what language models know, fact by fact, against a knowledge graph.",
     no_args_is_help=True,
@@ -155,7 +206,11 @@ _BATCH_TOKENS_OPT = typer.Option(None, "--batch-tokens", help="Tokens per forwar
 _MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto), or with --backend the backend's arguments (base_url=..., model=...); repeatable.")
 _HF_MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto); repeatable.")
 _BACKEND_OPT = typer.Option(None, "--backend", metavar="NAME", help="What scores the model: hf (default: load the weights with transformers) or a registered backend, e.g. openai-completions for a served model, configured with --model-arg KEY=VALUE (`kgprobe models` lists backends and their arguments). A URL as --model means openai-completions.")
-_SCORED_MODEL_HELP = "Registry name, GGUF file, local HF directory, hub id, or a server's URL (http://host:port/v1); with --backend, the server's model id. Default: smollm2-135m."
+_NO_CACHE_OPT = typer.Option(False, "--no-cache", help="Do not read or write the score cache (KGPROBE_SCORE_CACHE, default the user cache directory).")
+#: the model a command scores with when -m is not given (commands that read stored scores
+#: require -m: there is no model to assume there)
+DEFAULT_MODEL = "smollm2-135m"
+_SCORED_MODEL_HELP = f"Registry name, GGUF file, local HF directory, hub id, or a server's URL (http://host:port/v1); with --backend, the server's model id. Default: {DEFAULT_MODEL}."
 _DTYPE_HELP = "float32 (reference), bfloat16 (3-4x faster on CPU), float16 or auto."
 
 
@@ -238,7 +293,9 @@ def _root(
 
 @app.command()
 def version(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Print kgprobe's version."""
+    """Print kgprobe's version.
+
+    Example: kgprobe version --json"""
     from kgprobe._version import __version__
 
     if as_json:
@@ -268,7 +325,9 @@ def _server(*, secrets: bool = True) -> Any:
 
 @db_app.command("start")
 def db_start(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Start the managed graph server (no-op when it runs)."""
+    """Start the managed graph server (no-op when it runs).
+
+    Example: kgprobe db start"""
     info = _server().start()
     if as_json:
         _print_json({"running": info.running, "pid": info.pid, "uri": info.uri, "home": str(info.home)})
@@ -278,7 +337,9 @@ def db_start(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) 
 
 @db_app.command("stop")
 def db_stop(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Stop the managed graph server (only a process that is this home's server is signalled)."""
+    """Stop the managed graph server (only a process that is this home's server is signalled).
+
+    Example: kgprobe db stop"""
     stopped = _server(secrets=False).stop()
     if as_json:
         _print_json({"stopped": stopped})
@@ -290,7 +351,9 @@ def db_stop(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
 def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Say whether the graph server runs, which server it is (product and version), where, and
     how to connect to it (Neo4j Browser, cypher-shell): URI, user, database and where the
-    password is kept — never the password."""
+    password is kept — never the password.
+
+    Example: kgprobe db status --json"""
     from kgprobe.config import Settings, config_path, redact
 
     settings = Settings.load()
@@ -343,7 +406,9 @@ def db_wipe(
     yes: bool = typer.Option(False, "--yes", help="Do not ask for confirmation."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Delete every node and edge of the managed graph."""
+    """Delete every node and edge of the managed graph.
+
+    Example: kgprobe db wipe --yes"""
     server = _server()
     if not yes and not typer.confirm(f"delete the whole graph in {server.home}?"):
         raise typer.Exit(1)
@@ -367,14 +432,16 @@ def ingest(
     max_errors: int = typer.Option(100, help="Malformed or refused records tolerated before stopping (0 = none)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
-    """Load Wikidata facts into the graph (idempotent: re-running creates no duplicates)."""
+    """Load Wikidata facts into the graph (idempotent: re-running creates no duplicates).
+
+    Example: kgprobe ingest latest-all.json.bz2 -r P36 -r P17 --limit 100000"""
     from kgprobe.api import ingest_sources
 
     _check_pids(relation or [])
     _check_number("--limit", limit, 0)  # --batch-size and --max-errors: ingest_sources, before the graph
     summary = ingest_sources(
-        sources or [], sparql=sparql, relations=relation, subjects=subject, language=language,
-        ranks=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=as_json,
+        sources or [], sparql=sparql, relation=relation, subject=subject, language=language,
+        rank=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=as_json,
     )
     _print_summary(summary.to_dict(), as_json)
 
@@ -399,7 +466,9 @@ def _print_summary(data: dict[str, Any], as_json: bool) -> None:
 
 @app.command()
 def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """Report what the graph holds."""
+    """Report what the graph holds.
+
+    Example: kgprobe stats --json"""
     from kgprobe.graph.client import connect
     from kgprobe.graph.stats import graph_stats
 
@@ -490,7 +559,9 @@ def templates_import(
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable. One names the relation of a single file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Import relation templates into the graph (idempotent: re-importing adds nothing)."""
+    """Import relation templates into the graph (idempotent: re-importing adds nothing).
+
+    Example: kgprobe templates import pararel/ --format pararel"""
     from kgprobe.errors import ConfigError
     from kgprobe.graph.client import connect
     from kgprobe.graph.templates import import_templates
@@ -518,7 +589,9 @@ def templates_list(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON array."),
     as_jsonl: bool = typer.Option(False, "--jsonl", help="Print one JSON object per line."),
 ) -> None:
-    """List the templates stored in the graph."""
+    """List the templates stored in the graph.
+
+    Example: kgprobe templates list -r P36"""
     from dataclasses import asdict
 
     from kgprobe.graph.client import connect
@@ -542,20 +615,23 @@ def templates_list(
 @app.command()
 def demo(
     per_relation: int = typer.Option(10, "--per-relation", help="Facts per demo relation (intervals need >= 10)."),
-    model: str = typer.Option("smollm2-135m", "--model", "-m", help="Model to probe."),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model to probe."),
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     device: str | None = _DEVICE_OPT,
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
     model_arg: list[str] = _HF_MODEL_ARG_OPT,
     out: str | None = typer.Option(None, help="Report directory (default: KGPROBE_HOME/demo-report/<model key>)."),
     compare_raw: bool = typer.Option(True, "--compare-raw/--no-compare-raw", help="Also probe the same facts with raw labels and compare the two wordings fact by fact."),
+    no_cache: bool = _NO_CACHE_OPT,
     overwrite: bool = _OVERWRITE_OPT,
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Load the bundled demo graph and templates, probe the default model on 10 facts of each of
     six demo relations with `kgprobe probe`'s defaults, write the scores back, and print the
-    per-relation report (HTML report, results.json and samples.jsonl in the report directory)."""
+    per-relation report (HTML report, results.json and samples.jsonl in the report directory).
+
+    Example: kgprobe demo -m smollm2-135m"""
     import json
 
     from kgprobe.api import demo as run_demo
@@ -565,7 +641,7 @@ def demo(
     _check_model_options(batch_tokens)
     _model_options(device, batch_tokens, model_arg)
     result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json,
-                      overwrite=overwrite, compare_raw=compare_raw)
+                      overwrite=overwrite, compare_raw=compare_raw, no_cache=no_cache)
     rep = result.pop("report")
     if as_json:
         result["report"] = rep.to_dict()
@@ -592,16 +668,18 @@ def distractors(
     relation: str = typer.Argument(..., help="Relation: PID or label/alias."),
     obj: str | None = typer.Option(None, "--object", help="Object (QID or label); default: the one valid at --at."),
     strategy: str = typer.Option("temp+sem", "--strategy", "-s", help="random, sem, temp+sem or appropt."),
-    n: int = typer.Option(10, "-n", help="How many distractors."),
+    n: int = typer.Option(5, "-n", help="How many distractors (the same default as probe's)."),
     seed: int = typer.Option(0, help="Seed of the random strategy."),
     at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD for temporal distractors (default today)."),
-    model: str | None = typer.Option(None, "--model", help="appropt: model name, GGUF or HF directory."),
+    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="appropt: the model that scores the candidates: registry name, GGUF file or HF directory."),
     template: str | None = typer.Option(None, "--template", help="appropt: object-last template with [X] and [Y]."),
     index_dir: str | None = typer.Option(None, "--index-dir", help="Semantic index directory (built or rebuilt when stale)."),
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Distractors of a fact (subject, relation, object): ranked, each with why it qualified."""
+    """Distractors of a fact (subject, relation, object): ranked, each with why it qualified.
+
+    Example: kgprobe distractors Q142 P36 -s random -n 5"""
     import json
 
     from kgprobe.probing.distractors import distractors_command
@@ -648,11 +726,13 @@ def score(
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
     model_arg: list[str] = _MODEL_ARG_OPT,
     add_eos: bool = typer.Option(False, "--eos", help="Also score end-of-sequence after each candidate."),
-    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
+    no_cache: bool = _NO_CACHE_OPT,
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Log-probability of each candidate after CONTEXT, per token, and its rank."""
+    """Log-probability of each candidate after CONTEXT, per token, and its rank.
+
+    Example: kgprobe score 'The capital of France is' ' Paris' ' Lyon'"""
     import dataclasses
     import json
 
@@ -704,7 +784,9 @@ def factor(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """FACTOR accuracy: the share of rows whose true completion has the highest mean
-    per-token log-probability given the prefix (from a CSV, or generated from the graph)."""
+    per-token log-probability given the prefix (from a CSV, or generated from the graph).
+
+    Example: kgprobe factor news_factor.csv -m smollm2-135m --limit 100"""
     import json
 
     from rich.markup import escape
@@ -797,18 +879,22 @@ def probe(
     device: str | None = _DEVICE_OPT,
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
     model_arg: list[str] = _MODEL_ARG_OPT,
-    no_cache: bool = typer.Option(False, "--no-cache", help="Do not read or write the score cache."),
+    no_cache: bool = _NO_CACHE_OPT,
     force: bool = typer.Option(False, "--force", help="Rescore facts already scored with this configuration."),
     history_first: bool = typer.Option(False, "--history-first", help="Sample facts with a past value (staleness) first."),
     shard: str | None = typer.Option(None, "--shard", help="K/N: probe only shard K (1..N) of the sampled facts; N processes with K=1..N cover one run."),
     output_path: str | None = typer.Option(None, "--output-path", help="Write this run's report, results.json and samples.jsonl here."),
     overwrite: bool = _OVERWRITE_OPT,
     probe_set: str | None = typer.Option(None, "--set", help="Score this probe set (from `kgprobe export`) with no graph server; writes OUTPUT_PATH/scores.parquet (docs/probe-sets.md)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the facts that would be probed (count per relation) and a few rendered prompts per measure, then exit: no model loaded, nothing written."),
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Probe a model on facts of the graph and write each fact's scores onto its FACT edge
-    (idempotent: facts already scored with the same configuration are skipped)."""
+    (idempotent: facts already scored with the same configuration are skipped); ends with the
+    mean score per relation of what it scored.
+
+    Example: kgprobe probe -m smollm2-135m -r P36 --per-relation 10 --dry-run"""
     from kgprobe.api import probe as run
     from kgprobe.graph.probe_runs import parse_shard
 
@@ -820,6 +906,9 @@ def probe(
 
         if output_path is None:
             raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
+        if dry_run:
+            raise ConfigError("--dry-run previews a probe of the graph; a probe set's facts and "
+                              "prompts are in its file (drop --set or --dry-run)")
         given = [o for o, v in (("--relation", relation or relations_alias), ("--per-relation", per_relation),
                                 ("--measure", measure), ("--strategy", strategy), ("-n", n), ("--at", at))
                  if v]
@@ -831,10 +920,7 @@ def probe(
         summary = probe_with_set(probe_set, model, output_path, dtype=dtype, threads=threads,
                                  shard=parse_shard(shard) if shard else None, cache=not no_cache,
                                  progress=not as_json)
-        data = summary.to_dict()
-        data["relations"] = len(data["relations"])
-        data["output_files"] = {"scores": os.path.join(output_path, "scores.parquet")}
-        _print_summary(data, as_json)
+        _print_probe_summary(summary, as_json, {"scores": os.path.join(output_path, "scores.parquet")})
         return
 
     _check_pids(_relations(relation, relations_alias))
@@ -852,21 +938,57 @@ def probe(
     _check_model_options(batch_tokens, threads)
     _model_options(device, batch_tokens, model_arg, backend, model)
     summary = run(
-        model, relations=_relations(relation, relations_alias), sample=sample or None,
-        per_relation=per_relation, measures=measure or ("kmin",),
-        strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
+        model, relation=_relations(relation, relations_alias), sample=sample or None,
+        per_relation=per_relation, measure=measure or ("kmin",),
+        strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_labels=max_labels,
         max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
         verbalizer=verbalizer,
-        on_model_mismatch=on_model_mismatch, batch_facts=batch_facts, write_facts=write_batch,
-        max_templates=max_templates, dtype=dtype, threads=threads, cache=not no_cache,
+        on_model_mismatch=on_model_mismatch, batch_facts=batch_facts, write_batch=write_batch,
+        max_templates=max_templates, dtype=dtype, threads=threads, no_cache=no_cache,
         force=force, history_first=history_first, progress=not as_json, output_path=output_path,
-        overwrite=overwrite, shard=parse_shard(shard) if shard else None,
+        overwrite=overwrite, shard=parse_shard(shard) if shard else None, dry_run=dry_run,
     )
+    _print_probe_summary(summary, as_json,
+                         getattr(summary, "output_files", {}) if output_path is not None else None)
+
+
+def _print_probe_summary(summary: Any, as_json: bool, files: dict[str, str] | None) -> None:
+    """A probe's summary; then, in text, the mean score per relation of what this run scored
+    under its first measure (named), or for a dry run the planned facts and prompts."""
+    from rich.table import Table
+    from rich.text import Text
+
     data = summary.to_dict()
     data["relations"] = len(data["relations"])
-    if output_path is not None:
-        data["output_files"] = getattr(summary, "output_files", {})
-    _print_summary(data, as_json)
+    if files is not None:
+        data["output_files"] = files
+    if as_json:
+        _print_json(data)
+        return
+    by, measure = data.pop("by_relation"), data.pop("summary_measure")
+    planned, prompts = data.pop("planned_by_relation", None), data.pop("prompts", None)
+    if summary.status == "dry run":
+        table = Table("relation", "facts", title=f"dry run: {summary.planned} facts would be probed")
+        for pid, n in (planned or {}).items():
+            table.add_row(pid, str(n))
+        console.print(table)
+        for key, shown in (prompts or {}).items():
+            console.print(Text(f"{key}: first prompt of {len(shown)} facts", style="bold"))
+            for line in shown:
+                console.print(Text("  " + visible(line)), soft_wrap=True)
+        console.print("nothing was scored or written (dry run)", highlight=False)
+        return
+    _print_summary(data, False)
+    if not by:
+        console.print(f"nothing newly scored under {measure}", highlight=False)
+        return
+    unscorable = any(r["unscorable"] for r in by)
+    table = Table("relation", "n", f"mean {measure}", *(["unscorable"] if unscorable else []),
+                  title=f"scored by this run ({measure})")
+    for r in by:
+        table.add_row(r["relation"], str(r["n"]), "-" if r["mean"] is None else f"{r['mean']:.3f}",
+                      *([str(r["unscorable"])] if unscorable else []))
+    console.print(table)
 
 
 @app.command("export")
@@ -893,7 +1015,9 @@ def export_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Write a probe set: the sampled facts with everything the measures need, to score them
-    where no graph server runs (`kgprobe probe --set`; docs/probe-sets.md)."""
+    where no graph server runs (`kgprobe probe --set`; docs/probe-sets.md).
+
+    Example: kgprobe export -o p36.parquet -r P36 --per-relation 50"""
     from kgprobe.graph.client import connect
     from kgprobe.probing.probe_set import export_set, set_config
 
@@ -928,7 +1052,9 @@ def import_scores_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Write the scores of probe sets scored elsewhere onto the FACT edges and record their
-    probe runs, as if the probes had run here (idempotent; docs/probe-sets.md)."""
+    probe runs, as if the probes had run here (idempotent; docs/probe-sets.md).
+
+    Example: kgprobe import-scores out/scores.parquet"""
     from kgprobe.graph.client import connect
     from kgprobe.probing.probe_set import import_scores
 
@@ -944,7 +1070,9 @@ def import_scores_cmd(
 
 @app.command()
 def measures(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
-    """Every registered measure: its paper section, parameters, graph needs and property name."""
+    """Every registered measure: its paper section, parameters, graph needs and property name.
+
+    Example: kgprobe measures --json"""
     import json
 
     from kgprobe.probing.measures.catalog import describe
@@ -1060,7 +1188,9 @@ def evaluate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON document."),
 ) -> None:
     """Kendall's tau-b of stored scores against human scores, between two stored score sets
-    (robustness), or the k-fold grid search of the distractor paper (section 4.2)."""
+    (robustness), or the k-fold grid search of the distractor paper (section 4.2).
+
+    Example: kgprobe evaluate -m smollm2-135m --human human.csv"""
     import json
 
     from kgprobe.app import evaluation as app_ev
@@ -1122,7 +1252,9 @@ def unknown(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON array."),
     as_jsonl: bool = typer.Option(False, "--jsonl", help="Print one JSON object per fact and line."),
 ) -> None:
-    """List the facts a model does not know, read from the scores on the FACT edges."""
+    """List the facts a model does not know, read from the scores on the FACT edges.
+
+    Example: kgprobe unknown -m smollm2-135m -r P36 --threshold 0.5"""
     from dataclasses import asdict
 
     from kgprobe.graph.client import connect
@@ -1160,7 +1292,9 @@ def compare(
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """What one model knows and the other does not (facts probed for both)."""
+    """What one model knows and the other does not (facts probed for both).
+
+    Example: kgprobe compare smollm2-135m gemma3-270m"""
     import json
 
     from kgprobe.api import compare as run
@@ -1193,6 +1327,7 @@ def report(
     vs_measure: str | None = typer.Option(None, "--vs-measure", help="Compare the model with itself under this other measure key (e.g. kmin_temp_sem_n5_vraw: raw labels)."),
     out: str | None = typer.Option(None, "--out", "--output-path", help="Write report.html, results.json, samples.jsonl and CSVs here."),
     measure: str | None = typer.Option(None, "--measure", help="Measure key or name."),
+    relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
     seed: int = typer.Option(0, help="Seed of the bootstrap."),
     by: str = typer.Option("relation", "--by", help="Group facts by relation, type (P31 closed over P279) or popularity."),
     type_of: str = typer.Option("subject", "--type-of", help="With --by type: the subject's or the object's types."),
@@ -1202,17 +1337,20 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (--format json)."),
 ) -> None:
     """Knowledge gaps per relation (or type, or popularity bucket): n, mean score with a
-    bootstrap CI where n >= 10, share known, popularity buckets and temporal staleness."""
+    bootstrap CI where n >= 10, share known, popularity buckets and temporal staleness.
+
+    Example: kgprobe report -m smollm2-135m -r P36 --out report/"""
 
     from kgprobe.api import report as build
     from kgprobe.errors import ConfigError
     from kgprobe.reports.console import print_report
 
     _check_seed(seed)
+    _check_pids(_relations(relation))
     if fmt not in REPORT_FORMATS:
         raise ConfigError(f"unknown --format {fmt!r}; choose from: {', '.join(REPORT_FORMATS)}")
     rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed, by=by, type_of=type_of,
-                       overwrite=overwrite, vs_measure=vs_measure)
+                       overwrite=overwrite, vs_measure=vs_measure, relation=_relations(relation))
     if fmt in ("md", "tex", "harness"):
         import json
 
@@ -1257,7 +1395,9 @@ def ladder(
 ) -> None:
     """Three or more models on the facts all of them were probed on: each model's mean with its
     interval per relation, and each step up the ladder compared fact by fact (paired bootstrap
-    interval of the difference, McNemar's exact test)."""
+    interval of the difference, McNemar's exact test).
+
+    Example: kgprobe ladder -m smollm2-135m -m gemma3-270m -m qwen2.5-coder-1.5b --out ladder/"""
 
     from kgprobe.api import ladder as build
     from kgprobe.reports.ladder import print_ladder

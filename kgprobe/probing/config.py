@@ -19,7 +19,7 @@ from kgprobe.probing.distractors import STRATEGIES
 from kgprobe.probing.measures.catalog import create
 from kgprobe.probing.measures.common import EndMarker, LabelRule, end_marker_for
 from kgprobe.probing.measures.registry import SHARED, RunContext, parse_measure
-from kgprobe.probing.models import REGISTRY
+from kgprobe.probing.models import REGISTRY, check_installed
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -130,6 +130,14 @@ class ProbeSummary:
     interrupted_runs: list[str] = field(default_factory=list)
     #: generation/search prompts cut from the left to fit the model (docs/probing.md)
     contexts_cut: int = 0
+    #: the measure key of the run's first measure, and per relation what it scored in THIS
+    #: run (relation, n, mean, unscorable): the summary ``probe`` ends with
+    summary_measure: str = ""
+    by_relation: list[dict[str, Any]] = field(default_factory=list)
+    #: a dry run (``probe --dry-run``): facts sampled per relation, and a few rendered prompts
+    #: per measure key
+    planned_by_relation: dict[str, int] = field(default_factory=dict)
+    prompts: dict[str, list[str]] = field(default_factory=dict)
     #: the keys of the facts this run sampled (scored, unscorable or skipped as already scored):
     #: what ``--output-path`` reports on; not in ``to_dict``
     fact_keys: list[str] = field(default_factory=list, repr=False)
@@ -137,6 +145,9 @@ class ProbeSummary:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("fact_keys")
+        if self.status != "dry run":
+            out.pop("planned_by_relation")
+            out.pop("prompts")
         return out
 
 
@@ -170,7 +181,10 @@ def run_context(cfg: ProbeConfig, model_name: str | None) -> Any:
 def check_model_name(model: str) -> None:
     """One clear line for a model that is neither a registry name nor a local file/directory."""
     p = Path(model).expanduser()
-    if model in REGISTRY or p.is_dir() or (p.suffix == ".gguf" and p.is_file()):
+    if model in REGISTRY:
+        check_installed(model)
+        return
+    if p.is_dir() or (p.suffix == ".gguf" and p.is_file()):
         return
     raise ConfigError(
         f"unknown model {model!r}; choose from: {', '.join(REGISTRY)}, "

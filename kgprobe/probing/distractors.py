@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.probing.semantic import IndexSettings, Neighbour, SemanticIndex
 
 STRATEGIES = ("random", "sem", "temp+sem", "appropt")
+#: Distractors per fact when none is asked for: the same for `probe` (kmin) and `distractors`.
+DEFAULT_N = 5
 
 REASON_TYPE = "shared type"
 REASON_TEMPORAL = "temporal"
@@ -561,14 +563,15 @@ def distractors_command(
     obj: str | None = None,
     *,
     strategy: str = "temp+sem",
-    n: int = 10,
+    n: int | None = None,
     seed: int = 0,
     at: str | None = None,
     model: str | None = None,
     template: str | None = None,
     index_dir: str | None = None,
 ) -> DistractorList:
-    """What ``kgprobe distractors`` runs: connect, resolve labels, find, close."""
+    """What ``kgprobe distractors`` runs: connect, resolve labels, find, close. ``n``: default
+    :data:`DEFAULT_N`, as a probe's."""
     from kgprobe.graph.client import connect
 
     with connect() as graph:
@@ -587,7 +590,7 @@ def distractors_command(
             p,
             o,
             strategy=strategy,
-            n=n,
+            n=DEFAULT_N if n is None else n,
             seed=seed,
             at=at,
             engine=engine,

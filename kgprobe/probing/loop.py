@@ -220,6 +220,20 @@ class LoopOutcome:
     scored: int = 0
     unscorable: int = 0
     reasons: Counter[str] = field(default_factory=Counter)
+    #: per relation, the first measure's score of each fact it scored (None: no score), in
+    #: scoring order: what ``probe`` prints at its end (:meth:`by_relation`)
+    first_scores: dict[str, list[float | None]] = field(default_factory=dict)
+
+    def by_relation(self) -> list[dict[str, Any]]:
+        """Per relation (numeric PID order): facts the first measure scored, their mean score,
+        and facts it could not score."""
+        out = []
+        for pid in sorted(self.first_scores, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0):
+            got = [s for s in self.first_scores[pid] if s is not None]
+            out.append({"relation": pid, "n": len(got),
+                        "mean": sum(got) / len(got) if got else None,
+                        "unscorable": len(self.first_scores[pid]) - len(got)})
+        return out
 
 
 def score_and_write(
@@ -296,6 +310,12 @@ def score_batches(
                         got_any = True
                     elif why is None:
                         why = f"{m.name}: {v.get('_reason') or 'no value'}"
+                first = plan.measures[0] if plan.measures else None
+                if first is not None and first.name in wanted[p.row["key"]] and first in active:
+                    v = (per_measure[active.index(first)][i] if p.reason is None else {})
+                    score = v.get("score")
+                    outcome.first_scores.setdefault(p.row["pid"], []).append(
+                        None if score is None else float(score))
                 if on_fact is not None:
                     on_fact(p, {m.name: (values[i] if p.reason is None
                                          else {"score": None, "_reason": p.reason})

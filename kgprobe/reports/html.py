@@ -240,6 +240,16 @@ def _template() -> jinja2.Template:
     return env.get_template("report.html.j2")
 
 
+def page_title(rep: Report) -> str:
+    """The page's heading: the model or models it is about, by name; one model under two
+    measure keys (the demo's careful and raw labels) named once, with the two keys."""
+    na, nb = rep.names()
+    if rep.same_model and nb is not None:
+        return (f"What {rep.primary.display} knows: {na} vs {nb}"
+                + (" labels" if {na, nb} == {"careful", "raw"} else ""))
+    return f"What {na} knows" + (f" vs {nb}" if nb is not None else "")
+
+
 def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
     """One self-contained page: provenance, the groups sorted by score with n and intervals, and
     matplotlib plots (SVG, inline; ``keep`` collects the figures by name)."""
@@ -257,7 +267,7 @@ def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
     vs_fact, vs_group = vs_svgs(rep, keep)
     return _template().render(
         rep=rep, a=a, b=b, name_a=na, name_b=nb, css=_CSS, too_small=TOO_SMALL,
-        title=f"What {na} knows" + (f" vs {nb}" if b is not None else ""),
+        title=page_title(rep), who=a.display if rep.same_model else na + (f" vs {nb}" if nb else ""),
         threshold=f"{a.threshold:g}", overall_ci=_ci(a.overall), chance=chance_note(rep),
         differ=facts_differ(rep), by_title=_by_title(rep),
         forest=_safe(forest_svg(rep, keep)), groups=_groups_table(rep),

@@ -89,14 +89,15 @@ def report(
     settings: Settings | None = None, graph: Graph | None = None,
     details: dict[str, dict[str, Any]] | None = None, facts: Collection[str] | None = None,
     overwrite: bool = False, command_seconds: float | None = None, vs_measure: str | None = None,
-    vs_details: dict[str, dict[str, Any]] | None = None,
+    vs_details: dict[str, dict[str, Any]] | None = None, relations: Collection[str] = (),
 ) -> tuple[Report, dict[str, Path]]:
     """Build the report and, with ``out``, write the report files and the results file there
     (paths returned). ``details``: per-fact distractor records from a probe (kgprobe.reports.results);
     ``facts``: report on these fact keys only (one run's); ``overwrite``: replace a directory
     that holds another report (kgprobe.outputs.check_owner); ``vs_measure``: the model against
     itself under another measure key (build_report); ``vs_details``: that measure's per-fact
-    records, with which the report lists the facts that moved and why (kgprobe.reports.wording)."""
+    records, with which the report lists the facts that moved and why (kgprobe.reports.wording);
+    ``relations``: only these relations' facts."""
     from kgprobe.graph.client import connect
 
     check_grouping(by, type_of)  # before the graph is contacted
@@ -107,7 +108,7 @@ def report(
     g = graph if graph is not None else connect(settings)
     try:
         rep = build_report(g, model, vs=vs, measure=measure, threshold=threshold, seed=seed, by=by,
-                           type_of=type_of, facts=facts, vs_measure=vs_measure)
+                           type_of=type_of, facts=facts, vs_measure=vs_measure, relations=relations)
     finally:
         if graph is None:
             g.close()
