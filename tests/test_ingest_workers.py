@@ -240,3 +240,32 @@ def test_resume_refuses_a_changed_file(tmp_path: Path, kgprobe_env: dict[str, st
     result = _cli("ingest", str(path), "--resume", env=kgprobe_env)
     assert result.returncode == 4
     assert "changed since its checkpoint" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_progress_names_the_bytes_read_the_rate_and_the_eta() -> None:
+    """120 of 286 MB read in 10 s (from the run's first position at 0): 12.0 MB/s, and the
+    166 MB left take 13.8 s."""
+    from kgprobe.api import _bytes_progress
+
+    first = Position(source="d.json", offset=0, line=1, read=0, size=286_000_000)
+    last = Position(source="d.json", offset=120_000_000, line=9, read=120_000_000, size=286_000_000)
+    assert _bytes_progress(last, first, 10.0) == "120.0/286.0 MB read (12.0 MB/s, ETA 0:00:13)"
+
+
+@pytest.mark.parametrize("name", ["dump.json", "dump.json.gz"])
+def test_a_resumed_read_gives_exactly_the_records_after_its_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Started at the third position (a seek, or for .gz decompressed and dropped): the records
+    that a whole read gives after that position, no more, no fewer; --limit counts on."""
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.4")
+    path = _dump(tmp_path / name, _real_lines())
+    whole = list(load_json(path, positions=True))
+    marks = [i for i, r in enumerate(whole) if isinstance(r, Position)]
+    at = marks[2]
+    start = whole[at]
+    assert isinstance(start, Position)
+    for workers in (1, 2):
+        assert list(load_json(path, positions=True, start=start, workers=workers)) == whole[at + 1:]
+    limited = list(load_json(path, Filters(limit=start.entities + 2), start=start))
+    assert [r.qid for r in limited if isinstance(r, EntityRecord)] == \
+        [r.qid for r in whole[at + 1:] if isinstance(r, EntityRecord)][:2]
