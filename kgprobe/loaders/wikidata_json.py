@@ -800,7 +800,11 @@ def _chunked(
         if read.positions and offset > last:
             yield position(offset, lineno)
         return
-    jobs = (_Chunk(str(p), c.data, c.lineno, c.offset, f, source, c.next_lineno)
+    # a plain file's chunk is read again by its worker (from the page cache): only where it
+    # lies crosses the process boundary, not its megabytes (they cost the main process as much
+    # CPU as unpickling the records); a compressed file's text can only be sent
+    jobs = (_Chunk(str(p), b"" if plain else c.data, c.lineno, c.offset, f, source, c.next_lineno,
+                   len(c.data))
             for c in read_chunks(fh, lineno, offset, chunk_bytes()))
     for job, parsed in ordered_map(_parse_chunk, jobs, read.workers):
         at = 0
@@ -814,7 +818,7 @@ def _chunked(
         if parsed.error is not None:
             raise parsed.error
         if read.positions:
-            yield position(job.offset + len(job.data), job.next_lineno)
+            yield position(job.offset + job.size, job.next_lineno)
 
 
 class _Chunk(NamedTuple):
@@ -827,6 +831,7 @@ class _Chunk(NamedTuple):
     filters: Filters
     source: str
     next_lineno: int
+    size: int  # bytes of text; ``data`` is empty where the worker reads them from the file
 
 
 class _Parsed(NamedTuple):
@@ -843,8 +848,15 @@ def _parse_chunk(job: _Chunk) -> _Parsed:
     """Parse one chunk of dump lines, in a worker process or here: `entity_group` per line."""
     records: list[Record] = []
     groups: list[int] = []
+    data = job.data
+    if len(data) != job.size:  # a plain file's chunk: read here
+        with open(job.path, "rb") as fh:
+            fh.seek(job.offset)
+            data = fh.read(job.size)
+        if len(data) != job.size:  # (`guarded` makes it one line)
+            raise OSError(f"{job.path} changed while it was read")
     try:
-        for location, line in dump_lines(job.path, io.BytesIO(job.data), job.lineno, job.offset):
+        for location, line in dump_lines(job.path, io.BytesIO(data), job.lineno, job.offset):
             recs, counted = entity_group(location, line, job.filters, job.source)
             records += recs
             groups.append(2 * len(recs) + counted)
