@@ -54,6 +54,16 @@ def _pid(_: int) -> int:
     return os.getpid()
 
 
+def _sigint_ignored(_: int) -> bool:
+    return signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_workers_leave_ctrl_c_to_the_ingest() -> None:
+    """Ctrl-C reaches the whole process group: a worker ignores it (no traceback per worker),
+    the ingest answers it and shuts the pool down."""
+    assert [ok for _, ok in ordered_map(_sigint_ignored, iter(range(4)), 2)] == [True] * 4
+
+
 def test_ordered_map_runs_in_worker_processes_in_order() -> None:
     """The pool is real: jobs run in other processes, and results come back in job order."""
     pids = [pid for _, pid in ordered_map(_pid, iter(range(8)), 2)]

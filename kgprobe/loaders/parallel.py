@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections import deque
@@ -100,7 +101,12 @@ def read_chunks(fh: BinaryIO, lineno: int, offset: int, size: int) -> Iterator[C
 def _exit_with_parent(parent: int) -> None:
     """In a worker: exit once the process that started it is gone. A killed ingest (SIGKILL:
     no clean-up runs) would otherwise leave its workers waiting for work forever, holding its
-    pipes open; a killed load is what checkpoints are for (kgprobe/loaders/resume.py)."""
+    pipes open; a killed load is what checkpoints are for (kgprobe/loaders/resume.py).
+
+    Ctrl-C reaches every process of the terminal's group: a worker ignores it, so that only
+    the ingest answers it (one line, never a traceback per worker); the pool is then shut
+    down by the ingest."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
         while os.getppid() == parent:
