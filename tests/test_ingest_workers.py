@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,7 +37,8 @@ def _real_lines() -> list[str]:
         for path in REAL:
             for eid, ent in json.loads(path.read_text(encoding="utf-8"))["entities"].items():
                 new = f"Q{int(eid[1:]) * 10 + copy}"
-                text = json.dumps(ent).replace(f'"{eid}$', f'"{new}$').replace(f'"id": "{eid}"', f'"id": "{new}"')
+                text = re.sub(rf'"{eid}(?=[$-])', f'"{new}', json.dumps(ent), flags=re.IGNORECASE)
+                text = text.replace(f'"id": "{eid}"', f'"id": "{new}"')
                 out.append(text)
     return out
 
@@ -196,6 +198,27 @@ def test_ingest_with_two_workers_writes_the_graph_of_one(
     assert two.returncode == 0, two.stderr
     assert json.loads(two.stdout) == json.loads(one.stdout)
     assert _graph_state(graph) == state and len(state["facts"]) > 50
+
+
+def test_malformed_lines_in_workers_count_against_max_errors(
+        tmp_path: Path, kgprobe_env: dict[str, str], graph: Any) -> None:
+    """Two broken lines in different chunks, parsed by 2 workers: with --max-errors 5 both are
+    reported with their byte offsets and the rest loads; with --max-errors 1 the ingest stops
+    in one line."""
+    lines = _real_lines()
+    lines[3] = lines[20] = "{not json"
+    path = _dump(tmp_path / "dump.json", lines)
+    raw = path.read_bytes().split(b"\n")
+    offsets = [sum(len(x) + 1 for x in raw[:i]) for i, x in enumerate(raw) if x == b"{not json,"]
+    env = {**kgprobe_env, ENV_CHUNK_MB: "0.4"}
+    ok = _cli("ingest", str(path), "--workers", "2", "--max-errors", "5", "--json", env=env)
+    assert ok.returncode == 0, ok.stderr
+    summary = json.loads(ok.stdout)
+    assert summary["errors"] == 2 and summary["entities"] == len(lines) - 2
+    assert [f"byte offset {o:,}" in e for o, e in zip(offsets, summary["first_errors"], strict=True)] == [True, True]
+    stopped = _cli("ingest", str(path), "--workers", "2", "--max-errors", "1", env=env)
+    assert stopped.returncode == 4
+    assert "error budget 1" in stopped.stderr and "Traceback" not in stopped.stderr
 
 
 def test_a_killed_ingest_resumes_at_its_checkpoint(
