@@ -488,8 +488,8 @@ def entity_group(location: str, obj: Any, filters: Filters, source: str) -> tupl
     the worker processes (kgprobe/loaders/parallel.py) give the same records for the same line.
     An error on a dump line names the line's byte offset too."""
     if obj.__class__ is not _Line:
-        return _entity_group(location, obj, filters, source, True)
-    recs, counted = _entity_group(location, obj, filters, source, True)
+        return _entity_group(location, obj, filters, source)
+    recs, counted = _entity_group(location, obj, filters, source)
     if any(r.__class__ is ErrorRecord for r in recs):
         at = f" (line at byte offset {obj.offset:,})"
         recs = [ErrorRecord(r.location, r.message + at) if isinstance(r, ErrorRecord) else r
@@ -497,9 +497,8 @@ def entity_group(location: str, obj: Any, filters: Filters, source: str) -> tupl
     return recs, counted
 
 
-def _entity_group(
-    location: str, obj: Any, filters: Filters, source: str, fast: bool
-) -> tuple[list[Record], bool]:
+def _entity_group(location: str, obj: Any, filters: Filters, source: str) -> tuple[list[Record], bool]:
+    fast = True
     if obj.__class__ is _Line:  # a dump line: msgspec first, the general reading else
         ent = typed_entity(obj.data)
         if ent is not None:
@@ -607,10 +606,19 @@ def dump_lines(
     ``first_lineno`` at byte ``offset``; blank lines, the brackets and trailing commas are
     handled here."""
     for lineno, line in enumerate(fh, start=first_lineno):
-        data = line.strip()
-        if data not in _NOT_ENTITIES:
-            yield f"{path}:{lineno}", _Line(data[:-1] if data.endswith(b",") else data, line, offset)
+        entity = _entity_line(line, offset)
+        if entity is not None:
+            yield f"{path}:{lineno}", entity
         offset += len(line)
+
+
+def _entity_line(line: bytes, offset: int) -> _Line | None:
+    """A dump line at byte ``offset`` as an entity's JSON, or None for a blank line or a
+    bracket."""
+    data = line.strip()
+    if data in _NOT_ENTITIES:
+        return None
+    return _Line(data[:-1] if data.endswith(b",") else data, line, offset)
 
 
 def _line_object(line: _Line, location: str) -> Any:
@@ -784,11 +792,10 @@ def _chunked(
     if read.workers == 1:  # line by line: memory bounded by one entity
         every, last = chunk_bytes(), offset
         for line in fh:
-            data = line.strip()
-            if data not in _NOT_ENTITIES:
+            entity = _entity_line(line, offset)
+            if entity is not None:
                 if limit is not None and items >= limit:
                     return
-                entity = _Line(data[:-1] if data.endswith(b",") else data, line, offset)
                 recs, counted = entity_group(f"{p}:{lineno}", entity, f, source)
                 items += counted
                 yield from recs
