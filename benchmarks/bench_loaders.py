@@ -12,6 +12,12 @@ Both are CPU time (process time), alternated over ``--repeats`` rounds; the rati
 counts on a busy machine.
 
     python benchmarks/bench_loaders.py --realistic --entities 15000 --repeats 3 [--path real.json.gz]
+
+``--workers N`` (issue 37 #3) times the parse alone (wall clock: the work is spread over
+processes) with 1 and with N worker processes, side by side, in MB/s of uncompressed JSON and
+statements/s, and their ratio; the records must be the same.
+
+    python benchmarks/bench_loaders.py --realistic --workers 2 [--entities 15000] [--repeats 3]
 """
 
 
@@ -88,6 +94,97 @@ def floor_cpu(path: Path) -> tuple[float, int]:
     return time.process_time() - start, size
 
 
+def parse_wall(path: Path, workers: int) -> tuple[float, int]:
+    """Wall seconds to read every record of ``path`` with ``workers`` processes, and the
+    statements they account for. CPU seconds (this process's, and its workers') are added to
+    :data:`CPU`: on a busy machine wall-clock ratios say little, the CPU says what the workers
+    cost in all."""
+    from kgprobe.loaders.wikidata_json import load_json
+
+    cpu0 = time.process_time()
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    statements = 0
+    for r in load_json(path, workers=workers):
+        if isinstance(r, FactRecord):
+            statements += 1
+        elif isinstance(r, EntityRecord):
+            statements += len(r.types) + len(r.superclasses)
+        elif isinstance(r, SkipRecord) and not r.reason.startswith("qualifier:"):
+            statements += r.count
+    wall = time.perf_counter() - start
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.setdefault(workers, []).append((time.process_time() - cpu0, kids.ru_utime + kids.ru_stime
+                                        - kids0.ru_utime - kids0.ru_stime))
+    return wall, statements
+
+
+def _ready(_: int) -> int:
+    import kgprobe.loaders.wikidata_json  # noqa: F401 - what a worker imports to parse
+
+    return 0
+
+
+def startup(workers: int) -> tuple[float, float]:
+    """Wall and CPU seconds (workers') to start ``workers`` spawn workers ready to parse: a
+    cost per ingest, not per byte (what a 100 GB file never notices)."""
+    from kgprobe.loaders.parallel import ordered_map
+
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    for _ in ordered_map(_ready, iter(range(2 * workers)), workers):
+        pass
+    wall = time.perf_counter() - start
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, kids.ru_utime + kids.ru_stime - kids0.ru_utime - kids0.ru_stime
+
+
+#: per number of workers: (main process CPU-s, workers' CPU-s) of each run
+CPU: dict[int, list[tuple[float, float]]] = {}
+
+
+def scaling(path: Path, repeats: int, workers: int) -> None:
+    """Parse alone with 1 and ``workers`` processes, alternated, on ``path`` and on the same
+    lines uncompressed (then the main process has no gunzip to do); medians and their ratio."""
+    from kgprobe.loaders.wikidata_json import load_json
+
+    paths = [path]
+    if path.suffix == ".gz":
+        plain = path.with_suffix("")
+        with gzip.open(path, "rb") as src, open(plain, "wb") as dst:
+            dst.write(src.read())
+        paths.append(plain)
+    for p in paths:
+        CPU.clear()
+        same = list(load_json(p, workers=1)) == list(load_json(p, workers=workers))
+        with gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb") as fh:
+            mb = sum(len(line) for line in fh) / 1e6
+        one, many = [], []
+        for _ in range(repeats):
+            for n, out in ((1, one), (workers, many)):
+                seconds, statements = parse_wall(p, n)
+                out.append(seconds)
+            print(f"  {p.name}: 1 worker {one[-1]:.2f} s, {workers} workers {many[-1]:.2f} s: "
+                  f"{one[-1] / many[-1]:.2f}x")
+        t1, tn = statistics.median(one), statistics.median(many)
+        print(f"{p.name}: {mb:,.1f} MB uncompressed, {statements:,} statements, median of {repeats} "
+              f"(wall clock):\n"
+              f"  1 worker:  {t1:.2f} s, {mb / t1:,.1f} MB/s, {statements / t1:,.0f} statements/s\n"
+              f"  {workers} workers: {tn:.2f} s, {mb / tn:,.1f} MB/s, {statements / tn:,.0f} statements/s\n"
+              f"  ratio {t1 / tn:.2f}x; the same records: {same}")
+        c1 = statistics.median(m + k for m, k in CPU[1])
+        main = statistics.median(m for m, _ in CPU[workers])
+        kids = statistics.median(k for _, k in CPU[workers])
+        bound = c1 / max(main, (main + kids) / workers)
+        up_wall, up_cpu = startup(workers)
+        steady = c1 / max(main, (main + kids - up_cpu) / workers)
+        print(f"  CPU: 1 worker {c1:.2f} CPU-s; {workers} workers: main process {main:.2f} + workers "
+              f"{kids:.2f} CPU-s: on {workers} idle cores at best {bound:.2f}x; starting the "
+              f"workers alone takes {up_wall:.2f} s wall, {up_cpu:.2f} CPU-s: without it (a large "
+              f"file) at best {steady:.2f}x; wall without it: "
+              f"{t1 / max(tn - up_wall, 1e-9):.2f}x")
+
+
 def realistic(path: Path, repeats: int, relations: list[str] | None) -> None:
     filters = {} if relations is None else {"relations": relations}
     rows = []
@@ -116,6 +213,8 @@ def main() -> None:
     ap.add_argument("--entities", type=int, default=15_000, help="with --realistic")
     ap.add_argument("--repeats", type=int, default=3, help="with --realistic")
     ap.add_argument("--relations", default=None, help="with --realistic: P19,P27,… kept only")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="with --realistic: parse alone with 1 and N worker processes, side by side")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = args.path
@@ -127,6 +226,9 @@ def main() -> None:
                       f"{stats['bytes'] / stats['entities']:,.0f} bytes and "
                       f"{stats['statements'] / stats['entities']:.1f} statements per entity, "
                       f"{stats['item_valued'] / stats['statements']:.1%} item-valued")
+            if args.workers:
+                scaling(path, args.repeats, args.workers)
+                return
             realistic(path, args.repeats, args.relations.split(",") if args.relations else None)
             return
         if path is None:

@@ -6,17 +6,17 @@ The CLI parses arguments and calls these; these wire loaders, graph and probing 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from kgprobe.config import Settings
-from kgprobe.errors import InputError
+from kgprobe.errors import ConfigError, InputError
 from kgprobe.graph.client import connect
 from kgprobe.graph.ingest import IngestSummary, check_ingest_options, ingest
 from kgprobe.outputs import check_output_dir, check_owner
 from kgprobe.progress import Progress
-from kgprobe.records import ErrorRecord, Record, SkipRecord
+from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
 
 # --- keyword names: the CLI's option names (issue 40 #7) ---------------------------------------
 
@@ -69,13 +69,20 @@ def _records_for(
     language: str,
     ranks: Sequence[str] | None,
     limit: int | None,
+    workers: int = 1,
+    starts: dict[str, Position] | None = None,
 ) -> Iterator[Record]:
-    from kgprobe.loaders import open_source, sparql_records
+    from kgprobe.loaders import detect_format, open_source, sparql_records
     from kgprobe.loaders.common import Filters
 
     filters = Filters.make(relations=relations or None, language=language, ranks=ranks or None, limit=limit)
     for source in sources:
-        yield from _loaded_something(source, open_source(source, filters), expect=limit != 0)
+        start = (starts or {}).get(str(source))
+        # a JSON dump or JSON lines: parsed in ``workers`` processes, with checkpoints
+        options: dict[str, Any] = ({"workers": workers, "positions": True, "start": start}
+                   if detect_format(source) == "json" else {})
+        yield from _loaded_something(source, open_source(source, filters, **options),
+                                     expect=limit != 0 and start is None)
     if sparql:
         yield from sparql_records(sparql, filters, subjects=list(subjects or []))
 
@@ -94,6 +101,8 @@ def _loaded_something(source: str | Path, records: Iterable[Record], *, expect: 
         if isinstance(rec, ErrorRecord):
             errors += 1
             first = first or rec
+        elif isinstance(rec, Position):
+            pass
         elif isinstance(rec, SkipRecord):
             skips += rec.reason != SKIP_REJECTED_ENTITY
         else:
@@ -122,14 +131,29 @@ def ingest_sources(
     max_errors: int = 100,
     quiet: bool = False,
     settings: Settings | None = None,
+    workers: int = 1,
+    resume: bool = False,
     relations: Sequence[str] | None = None,
     subjects: Sequence[str] | None = None,
     ranks: Sequence[str] | None = None,
 ) -> IngestSummary:
     """Load files and/or a SPARQL endpoint into the graph, with a progress display.
     ``relation``, ``subject``, ``rank``: as ``--relation``, ``--subject``, ``--rank`` (lists;
-    the old plural keywords still work and warn)."""
+    the old plural keywords still work and warn).
+
+    A JSON dump or JSON lines file is parsed in ``workers`` processes (the same records for
+    any number), and its checkpoints are saved under ``KGPROBE_HOME`` as batches commit
+    (kgprobe/loaders/resume.py); ``resume`` starts each file at its checkpoint, with one line
+    on stderr saying where. A file whose load completed has no checkpoint left."""
+    import sys
+
     from kgprobe.loaders import detect_format
+    from kgprobe.loaders.resume import (
+        checkpoint_file,
+        clear_checkpoint,
+        load_checkpoint,
+        save_checkpoint,
+    )
 
     for old, value in (("relations", relations), ("subjects", subjects), ("ranks", ranks)):
         if value is not None:
@@ -137,32 +161,83 @@ def ingest_sources(
     relation, subject, rank = relation or relations, subject or subjects, rank or ranks
 
     check_ingest_options(batch_size, max_errors)
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
     if not sources and not sparql:
         raise InputError("nothing to ingest: give files or --sparql URL")
+    settings = settings or Settings.load()
+    home = settings.home
+    starts: dict[str, Position] = {}
     for source in sources:  # fail on a bad file before touching the graph
-        detect_format(source)
+        fmt = detect_format(source)
+        if resume and fmt == "json":
+            start = load_checkpoint(home, source)
+            if start is None:
+                print(f"{source}: no checkpoint, reading from the start", file=sys.stderr)
+            else:
+                starts[str(source)] = start
+                print(f"{source}: resuming at byte {start.offset:,} (line {start.line:,}), after "
+                      "the last committed batch", file=sys.stderr)
+        elif fmt == "json" and checkpoint_file(home, source).exists():
+            print(f"{source}: a load of it was stopped; reading from the start (--resume would "
+                  "continue after its last committed batch)", file=sys.stderr)
     records = _records_for(
         sources, sparql=sparql, relations=relation, subjects=subject, language=language,
-        ranks=rank, limit=limit,
+        ranks=rank, limit=limit, workers=workers, starts=starts,
     )
     with connect(settings) as graph:
-        return write_records(graph, records, batch_size=batch_size, max_errors=max_errors, quiet=quiet)
+        summary = write_records(graph, records, batch_size=batch_size, max_errors=max_errors,
+                                quiet=quiet, on_checkpoint=lambda p: save_checkpoint(home, p))
+    for source in sources:  # complete: nothing to resume
+        clear_checkpoint(home, source)
+    return summary
 
 
 def write_records(
-    graph: Any, records: Iterable[Record], *, batch_size: int = 5000, max_errors: int = 100, quiet: bool = False
+    graph: Any, records: Iterable[Record], *, batch_size: int = 5000, max_errors: int = 100,
+    quiet: bool = False, on_checkpoint: Callable[[Position], None] | None = None,
 ) -> IngestSummary:
-    """Ingest records with a progress line (records, facts, rate): redrawn on a terminal,
-    periodic plain lines in a log (:mod:`kgprobe.progress`)."""
+    """Ingest records with a progress line (records, facts, rate; for a file read with
+    positions also its bytes read, MB/s and ETA): redrawn on a terminal, periodic plain lines
+    in a log (:mod:`kgprobe.progress`)."""
     start = time.monotonic()
+    seen: dict[str, Position] = {}  # the last position read, and the first of each source
+
+    def watched(records: Iterable[Record]) -> Iterator[Record]:
+        for rec in records:
+            if rec.__class__ is Position:
+                seen.setdefault(rec.source, rec)  # type: ignore[union-attr]
+                seen[""] = rec  # type: ignore[assignment]
+            yield rec
+
     with Progress("ingesting", enabled=not quiet) as progress:
 
         def on_flush(s: IngestSummary) -> None:
-            rate = s.records / max(time.monotonic() - start, 1e-9)
-            progress.describe(f"{s.entities:,} entities, {s.facts:,} facts, {sum(s.skipped.values()):,} "
-                              f"skipped, {s.error_count} errors ({rate:,.0f} records/s)")
+            now = time.monotonic()
+            rate = s.records / max(now - start, 1e-9)
+            text = (f"{s.entities:,} entities, {s.facts:,} facts, {sum(s.skipped.values()):,} "
+                    f"skipped, {s.error_count} errors ({rate:,.0f} records/s)")
+            last = seen.get("")
+            if last is not None:
+                text += "; " + _bytes_progress(last, seen[last.source], now - start)
+            progress.describe(text)
 
-        return ingest(graph, records, batch_size=batch_size, error_budget=max_errors, on_flush=on_flush)
+        return ingest(graph, watched(records), batch_size=batch_size, error_budget=max_errors,
+                      on_flush=on_flush, on_checkpoint=on_checkpoint)
+
+
+def _bytes_progress(last: Position, first: Position, seconds: float) -> str:
+    """``120.5/286.0 MB read (12.3 MB/s, ETA 0:00:14)``: bytes of the file as stored (the
+    compressed ones for .gz/.bz2) read so far, the rate since this run's first chunk, and the
+    time left at that rate."""
+    from kgprobe.progress import clock_text
+
+    done = last.read - first.read
+    rate = done / max(seconds, 1e-9)
+    text = f"{last.read / 1e6:,.1f}/{last.size / 1e6:,.1f} MB read ({rate / 1e6:,.1f} MB/s"
+    if rate > 0 and last.size > last.read:
+        text += f", ETA {clock_text((last.size - last.read) / rate)}"
+    return text + ")"
 
 
 #: The demo's relations (docs/reports.md explains the choice): contrasts the report can show —

@@ -430,18 +430,26 @@ def ingest(
     limit: int | None = typer.Option(None, help="Stop after this many entities per source."),
     batch_size: int = typer.Option(5000, help="Records per transaction (at least 1)."),
     max_errors: int = typer.Option(100, help="Malformed or refused records tolerated before stopping (0 = none)."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes that parse a JSON dump or JSON lines file (default: the machine's cores; 1 = in this process). The records are the same for any number. RDF and SPARQL ignore it."),
+    resume: bool = typer.Option(False, "--resume", help="Start each JSON dump or JSON lines file at its checkpoint (after the last committed batch of a load that was stopped) rather than at its start; a file changed since is refused."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
     """Load Wikidata facts into the graph (idempotent: re-running creates no duplicates).
 
+    A JSON dump's load saves a checkpoint after each committed batch; a load that was killed
+    continues with --resume, from the last checkpoint, never from the start.
+
     Example: kgprobe ingest latest-all.json.bz2 -r P36 -r P17 --limit 100000"""
     from kgprobe.api import ingest_sources
+    from kgprobe.loaders.parallel import default_workers
 
     _check_pids(relation or [])
     _check_number("--limit", limit, 0)  # --batch-size and --max-errors: ingest_sources, before the graph
+    _check_number("--workers", workers, 1)
     summary = ingest_sources(
         sources or [], sparql=sparql, relation=relation, subject=subject, language=language,
         rank=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=as_json,
+        workers=workers or default_workers(), resume=resume,
     )
     _print_summary(summary.to_dict(), as_json)
 

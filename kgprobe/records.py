@@ -256,7 +256,26 @@ class ErrorRecord:
     message: str
 
 
-Record = EntityRecord | RelationRecord | FactRecord | RedirectRecord | SkipRecord | ErrorRecord
+@dataclass(frozen=True)
+class Position:
+    """A point in a source file: every line before byte ``offset`` (of the file's text,
+    decompressed) has been handed over, its records before this one. The JSON dump loader
+    yields one after each chunk when asked (``positions=True``); the ingest writes nothing for
+    it but saves it as the resume checkpoint once every record before it is committed
+    (kgprobe/loaders/resume.py). ``line`` is the line number at ``offset``, ``entities`` the
+    entities counted towards ``--limit`` so far, ``read`` the bytes of the file as stored
+    (compressed, for .gz/.bz2) read so far and ``size`` its size: progress and ETA (``read``
+    runs ahead by the chunks in flight, so it is not compared)."""
+
+    source: str
+    offset: int
+    line: int
+    entities: int = 0
+    read: int = field(default=0, compare=False)
+    size: int = 0
+
+
+Record = EntityRecord | RelationRecord | FactRecord | RedirectRecord | SkipRecord | ErrorRecord | Position
 
 
 def normalize_statement_id(raw: str) -> str:

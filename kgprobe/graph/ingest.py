@@ -34,6 +34,7 @@ from kgprobe.records import (
     EntityRecord,
     ErrorRecord,
     FactRecord,
+    Position,
     Record,
     RedirectRecord,
     RelationRecord,
@@ -387,9 +388,15 @@ class Ingestor:
         batch_size: int = 5000,
         error_budget: int = 100,
         on_flush: Callable[[IngestSummary], None] | None = None,
+        on_checkpoint: Callable[[Position], None] | None = None,
     ) -> None:
         check_ingest_options(batch_size, error_budget)
         self.graph = graph
+        self.on_checkpoint = on_checkpoint
+        #: the last position passed, and the one the batch in flight covers (issue 37 #5)
+        self._position: Position | None = None
+        self._in_flight_position: Position | None = None
+        self._reported: Position | None = None
         self.batch_size = batch_size
         self.error_budget = error_budget
         self.on_flush = on_flush
@@ -415,6 +422,9 @@ class Ingestor:
 
     # --- intake ---------------------------------------------------------------------------
     def add(self, record: Record) -> None:
+        if record.__class__ is Position:  # nothing to write: a checkpoint once committed
+            self._position = record  # type: ignore[assignment]
+            return
         s = self.summary
         s.records += 1
         if isinstance(record, FactRecord):
@@ -657,6 +667,8 @@ class Ingestor:
             s.error_count += 1
             if len(s.errors) < self.ERRORS_KEPT:
                 s.errors.append(e)
+        self._checkpoint(self._in_flight_position)
+        self._in_flight_position = None
         c = done.counts
         s.entities += c["entities"]
         s.relations += c["relations"]
@@ -677,6 +689,16 @@ class Ingestor:
         if built is not None:
             room = self.error_budget - self.summary.error_count + 1
             self._in_flight = self._writer.submit(self._write, batch, built, room)
+            # every record before the last position passed is in this batch or an earlier one
+            self._in_flight_position = self._position
+        else:  # nothing to write, and everything before is written
+            self._checkpoint(self._position)
+
+    def _checkpoint(self, position: Position | None) -> None:
+        """Tell ``on_checkpoint`` that every record before ``position`` is committed."""
+        if position is not None and position is not self._reported and self.on_checkpoint:
+            self.on_checkpoint(position)
+            self._reported = position
 
     def flush(self, *, wait: bool = True) -> None:
         """Write everything buffered; with ``wait`` (the default) return once it is written."""
@@ -774,9 +796,13 @@ def ingest(
     batch_size: int = 5000,
     error_budget: int = 100,
     on_flush: Callable[[IngestSummary], None] | None = None,
+    on_checkpoint: Callable[[Position], None] | None = None,
 ) -> IngestSummary:
-    """Write all ``records``; raises `InputError` once the error budget is exceeded."""
-    ingestor = Ingestor(graph, batch_size=batch_size, error_budget=error_budget, on_flush=on_flush)
+    """Write all ``records``; raises `InputError` once the error budget is exceeded.
+    ``on_checkpoint`` gets each :class:`~kgprobe.records.Position` of the records once
+    everything before it is committed."""
+    ingestor = Ingestor(graph, batch_size=batch_size, error_budget=error_budget, on_flush=on_flush,
+                        on_checkpoint=on_checkpoint)
     with _ingest_tuning():
         try:
             try:

@@ -182,6 +182,10 @@ class _Decompressed(io.RawIOBase):
         self._fh.close()
         super().close()
 
+    def stored_tell(self) -> int:
+        """Bytes of the compressed file read so far (progress: the ETA of a compressed file)."""
+        return self._fh.tell()
+
 
 _COMPRESSED: dict[str, Callable[[Path], BinaryIO]] = {
     ".gz": lambda p: io.BufferedReader(_Decompressed(p, lambda: zlib.decompressobj(wbits=31)), 1 << 16),  # type: ignore[dict-item]
@@ -217,6 +221,33 @@ def open_binary(path: str | Path) -> BinaryIO:
         return opener(p) if opener is not None else open(p, "rb")  # noqa: SIM115 - the caller's
     except OSError as exc:
         raise InputError(f"{p}: cannot open ({exc})") from exc
+
+
+def stored_tell(fh: BinaryIO) -> int:
+    """How far ``fh`` (from `open_binary`) has read the file as stored: the compressed bytes of
+    a .gz/.bz2 file (read ahead by up to a buffer), the position of a plain one."""
+    raw = getattr(fh, "raw", None)
+    if isinstance(raw, _Decompressed):
+        return raw.stored_tell()
+    try:
+        return fh.tell()
+    except OSError:
+        return 0
+
+
+def skip_to(fh: BinaryIO, at: int, target: int) -> None:
+    """Move ``fh`` (from `open_binary`, now at byte ``at`` of the text) to byte ``target``: a
+    seek for a plain file; a compressed one is decompressed and the bytes dropped unparsed
+    (gzip and bzip2 cannot seek)."""
+    if not isinstance(getattr(fh, "raw", None), _Decompressed):
+        fh.seek(target)
+        return
+    left = target - at
+    while left > 0:
+        got = len(fh.read(min(left, 1 << 20)))
+        if not got:
+            return
+        left -= got
 
 
 def open_text(path: str | Path) -> IO[str]:

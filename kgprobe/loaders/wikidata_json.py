@@ -8,8 +8,9 @@ with the file. Entity documents — ``Special:EntityData`` (``{"entities": {...}
 
 from __future__ import annotations
 
+import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -20,7 +21,7 @@ try:  # the fast path's decoder (pyproject.toml); without it every entity takes 
 except ImportError:  # pragma: no cover - installed with kgprobe
     msgspec = None  # type: ignore[assignment]
 
-from kgprobe.errors import InputError
+from kgprobe.errors import ConfigError, InputError
 from kgprobe.loaders.build import (
     EntityData,
     Statement,
@@ -33,14 +34,18 @@ from kgprobe.loaders.common import (
     TYPE_RELATIONS,
     Filters,
     SkipCounter,
+    compression_of,
     guarded,
     json_too_large,
     max_json_chars,
     open_binary,
     skip_entity,
+    skip_to,
     skip_value,
+    stored_tell,
     time_from_json,
 )
+from kgprobe.loaders.parallel import chunk_bytes, ordered_map, read_chunks
 from kgprobe.loaders.validate import (
     MAX_VALUE_CHARS,
     Invalid,
@@ -56,6 +61,7 @@ from kgprobe.records import (
     SUBCLASS_OF,
     EntityRecord,
     ErrorRecord,
+    Position,
     Record,
     RedirectRecord,
     SkipRecord,
@@ -471,47 +477,58 @@ def _entity_stream(
     for location, obj in entities:
         if filters.limit is not None and items >= filters.limit:
             return
-        fast = True
-        if obj.__class__ is _Line:  # a dump line: msgspec first, the general reading else
-            ent = typed_entity(obj.data)
-            if ent is not None:
-                try:
-                    recs = typed_records(ent, filters, location, source)
-                except _MALFORMED:
-                    recs = None
-                if recs is not None:  # the entity first, always
-                    items += 1
-                    yield from recs
-                    continue
-            fast = False
-            obj = _line_object(obj, location)
-            if obj is None:
-                continue
-        if isinstance(obj, (ErrorRecord, SkipRecord)):
-            yield obj
-            continue
-        if isinstance(obj, RedirectRecord):
-            yield from validated(iter([obj]))
-            continue
-        if not isinstance(obj, dict) or "id" not in obj and "missing" not in obj:
-            yield ErrorRecord(location=location, message="not a Wikidata entity object")
-            continue
-        try:  # (a line the typed path has read already goes to the general path at once)
-            recs = fast_records(obj, filters, location, source) if fast else None
-        except _MALFORMED:
-            recs = None  # the general path names what is wrong
-        if recs is not None:  # the entity first, always
-            items += 1
-            yield from recs
-            continue
-        try:
-            recs = list(validated(records_from_entity(obj, filters, location, source)))
-        except _MALFORMED as exc:
-            yield ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")
-            continue
-        if any(isinstance(r, EntityRecord) for r in recs):
-            items += 1
+        recs, counted = entity_group(location, obj, filters, source)
+        items += counted
         yield from recs
+
+
+def entity_group(location: str, obj: Any, filters: Filters, source: str) -> tuple[list[Record], bool]:
+    """The records of one entity (a dump line, an entity object or a redirect), and whether it
+    counts towards the entity limit. One function for every reader: the sequential stream and
+    the worker processes (kgprobe/loaders/parallel.py) give the same records for the same line.
+    An error on a dump line names the line's byte offset too."""
+    if obj.__class__ is not _Line:
+        return _entity_group(location, obj, filters, source)
+    recs, counted = _entity_group(location, obj, filters, source)
+    if any(r.__class__ is ErrorRecord for r in recs):
+        at = f" (line at byte offset {obj.offset:,})"
+        recs = [ErrorRecord(r.location, r.message + at) if isinstance(r, ErrorRecord) else r
+                for r in recs]
+    return recs, counted
+
+
+def _entity_group(location: str, obj: Any, filters: Filters, source: str) -> tuple[list[Record], bool]:
+    fast = True
+    if obj.__class__ is _Line:  # a dump line: msgspec first, the general reading else
+        ent = typed_entity(obj.data)
+        if ent is not None:
+            try:
+                recs = typed_records(ent, filters, location, source)
+            except _MALFORMED:
+                recs = None
+            if recs is not None:  # the entity first, always
+                return recs, True
+        fast = False
+        obj = _line_object(obj, location)
+        if obj is None:
+            return [], False
+    if isinstance(obj, (ErrorRecord, SkipRecord)):
+        return [obj], False
+    if isinstance(obj, RedirectRecord):
+        return list(validated(iter([obj]))), False
+    if not isinstance(obj, dict) or "id" not in obj and "missing" not in obj:
+        return [ErrorRecord(location=location, message="not a Wikidata entity object")], False
+    try:  # (a line the typed path has read already goes to the general path at once)
+        recs = fast_records(obj, filters, location, source) if fast else None
+    except _MALFORMED:
+        recs = None  # the general path names what is wrong
+    if recs is not None:  # the entity first, always
+        return recs, True
+    try:
+        recs = list(validated(records_from_entity(obj, filters, location, source)))
+    except _MALFORMED as exc:
+        return [ErrorRecord(location=location, message=f"malformed entity: {_brief(exc)}")], False
+    return recs, any(isinstance(r, EntityRecord) for r in recs)
 
 
 #: digits → "0", so that one search finds a run of 19 digits (see `_orjson`)
@@ -579,16 +596,29 @@ class _Line(NamedTuple):
 
     data: bytes
     line: bytes
+    offset: int  # of the line's first byte in the file's (decompressed) text
 
 
-def _dump_lines(path: Path, fh: BinaryIO, first_lineno: int) -> Iterator[tuple[str, Any]]:
-    """Entity lines of a dump file, as bytes (`_entity_stream` decodes them); blank lines, the
-    brackets and trailing commas are handled here."""
+def dump_lines(
+    path: Path | str, fh: Iterable[bytes], first_lineno: int, offset: int = 0
+) -> Iterator[tuple[str, Any]]:
+    """Entity lines of a dump file, as bytes (`entity_group` decodes them), from line
+    ``first_lineno`` at byte ``offset``; blank lines, the brackets and trailing commas are
+    handled here."""
     for lineno, line in enumerate(fh, start=first_lineno):
-        data = line.strip()
-        if data in _NOT_ENTITIES:
-            continue
-        yield f"{path}:{lineno}", _Line(data[:-1] if data.endswith(b",") else data, line)
+        entity = _entity_line(line, offset)
+        if entity is not None:
+            yield f"{path}:{lineno}", entity
+        offset += len(line)
+
+
+def _entity_line(line: bytes, offset: int) -> _Line | None:
+    """A dump line at byte ``offset`` as an entity's JSON, or None for a blank line or a
+    bracket."""
+    data = line.strip()
+    if data in _NOT_ENTITIES:
+        return None
+    return _Line(data[:-1] if data.endswith(b",") else data, line, offset)
 
 
 def _line_object(line: _Line, location: str) -> Any:
@@ -649,7 +679,13 @@ def _document_entities(path: Path, doc: Any) -> Iterator[tuple[str, Any]]:
 
 
 def load_json(
-    path: str | Path, filters: Filters | None = None, *, source: str = SOURCE
+    path: str | Path,
+    filters: Filters | None = None,
+    *,
+    source: str = SOURCE,
+    workers: int = 1,
+    positions: bool = False,
+    start: Position | None = None,
 ) -> Iterator[Record]:
     """Stream records from a Wikidata JSON dump or entity document (plain, .gz or .bz2).
 
@@ -657,20 +693,39 @@ def load_json(
     object (JSON lines), or anything else (one document, parsed whole, so refused beyond
     ``MAX_JSON_MB``, see kgprobe.loaders.common). A truncated or corrupt file ends the stream
     with an InputError naming the file.
+
+    A dump or JSON lines file is read in chunks of whole lines, parsed in ``workers``
+    processes (kgprobe/loaders/parallel.py): the records are the same, in the same order, for
+    any number. ``positions`` adds a :class:`~kgprobe.records.Position` after each chunk (the
+    ingest's checkpoints); ``start`` (such a position) resumes there, skipping the text
+    before it unparsed. Both are ignored for a document parsed whole.
     """
-    return guarded(Path(path), _load_json(Path(path), filters or Filters(), source))
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    read = _Reading(workers, positions, start)
+    return guarded(Path(path), _load_json(Path(path), filters or Filters(), source, read))
 
 
-def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
+class _Reading(NamedTuple):
+    """How a dump is read: worker processes, positions yielded, where to resume."""
+
+    workers: int = 1
+    positions: bool = False
+    start: Position | None = None
+
+
+def _load_json(p: Path, f: Filters, source: str, read: _Reading) -> Iterator[Record]:
     cap = max_json_chars()  # one document parsed whole: at most this many characters
     most = 4 * cap + 4  # bytes that hold more than ``cap`` characters whatever they are
     with open_binary(p) as fh:
         raw = fh.readline(most)
         lineno = 1
+        offset = len(raw)  # bytes read so far
         try:
             while raw and not raw.decode("utf-8").strip() and len(raw) < most:
                 raw = fh.readline(most)
                 lineno += 1
+                offset += len(raw)
             if len(raw) >= most:  # one line longer than a whole document may be
                 raise json_too_large(p)
             first = raw.decode("utf-8")
@@ -680,7 +735,7 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
             raise json_too_large(p)
         head = first.strip()
         if head == "[":
-            yield from _entity_stream(_dump_lines(p, fh, lineno + 1), f, source)
+            yield from _chunked(p, fh, lineno + 1, offset, f, source, read, None)
             return
         if head.startswith("{"):
             try:
@@ -689,11 +744,7 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
                 obj = None
             if isinstance(obj, dict) and "id" in obj and "type" in obj and "entities" not in obj:
                 # JSON lines: one entity per line, no enclosing brackets
-                def lines() -> Iterator[tuple[str, Any]]:
-                    yield f"{p}:{lineno}", obj
-                    yield from _dump_lines(p, fh, lineno + 1)
-
-                yield from _entity_stream(lines(), f, source)
+                yield from _chunked(p, fh, lineno + 1, offset, f, source, read, (f"{p}:{lineno}", obj))
                 return
         try:
             rest = fh.read(most - len(raw))
@@ -710,6 +761,115 @@ def _load_json(p: Path, f: Filters, source: str) -> Iterator[Record]:
         except UnicodeDecodeError as exc:
             raise InputError(f"{p}: not UTF-8 text ({exc.reason})") from exc
     yield from _entity_stream(_document_entities(p, doc), f, source)
+
+
+def _chunked(
+    p: Path, fh: BinaryIO, lineno: int, offset: int, f: Filters, source: str, read: _Reading,
+    head: tuple[str, Any] | None,
+) -> Iterator[Record]:
+    """The entity lines of a dump (from line ``lineno`` at byte ``offset``; ``head``: the
+    first line of JSON lines, already decoded), chunk by chunk: parsed by `_parse_chunk` here
+    or in worker processes, the entity limit applied here, line by line, as `_entity_stream`
+    applies it."""
+    limit, items = f.limit, 0
+    start = read.start
+    if start is not None and start.offset >= offset:  # resume: the text before it unparsed
+        skip_to(fh, offset, start.offset)
+        lineno, offset, items, head = start.line, start.offset, start.entities, None
+    if head is not None:
+        if limit is not None and items >= limit:
+            return
+        recs, counted = entity_group(head[0], head[1], f, source)
+        items += counted
+        yield from recs
+    size = p.stat().st_size if read.positions else 0
+    plain = compression_of(p) is None
+
+    def position(offset: int, lineno: int) -> Position:
+        return Position(source=str(p), offset=offset, line=lineno, entities=items,
+                        read=offset if plain else stored_tell(fh), size=size)
+
+    if read.workers == 1:  # line by line: memory bounded by one entity
+        every, last = chunk_bytes(), offset
+        for line in fh:
+            entity = _entity_line(line, offset)
+            if entity is not None:
+                if limit is not None and items >= limit:
+                    return
+                recs, counted = entity_group(f"{p}:{lineno}", entity, f, source)
+                items += counted
+                yield from recs
+            offset += len(line)
+            lineno += 1
+            if read.positions and offset - last >= every:  # where a chunk of `read_chunks` ends
+                yield position(offset, lineno)
+                last = offset
+        if read.positions and offset > last:
+            yield position(offset, lineno)
+        return
+    # a plain file's chunk is read again by its worker (from the page cache): only where it
+    # lies crosses the process boundary, not its megabytes (they cost the main process as much
+    # CPU as unpickling the records); a compressed file's text can only be sent
+    jobs = (_Chunk(str(p), b"" if plain else c.data, c.lineno, c.offset, f, source, c.next_lineno,
+                   len(c.data))
+            for c in read_chunks(fh, lineno, offset, chunk_bytes()))
+    for job, parsed in ordered_map(_parse_chunk, jobs, read.workers):
+        at = 0
+        for group in parsed.groups:
+            if limit is not None and items >= limit:
+                return
+            n = group >> 1
+            yield from parsed.records[at:at + n]
+            at += n
+            items += group & 1
+        if parsed.error is not None:
+            raise parsed.error
+        if read.positions:
+            yield position(job.offset + job.size, job.next_lineno)
+
+
+class _Chunk(NamedTuple):
+    """What a worker needs to parse a chunk of lines (kgprobe/loaders/parallel.py)."""
+
+    path: str
+    data: bytes
+    lineno: int
+    offset: int
+    filters: Filters
+    source: str
+    next_lineno: int
+    size: int  # bytes of text; ``data`` is empty where the worker reads them from the file
+
+
+class _Parsed(NamedTuple):
+    """A chunk's records, and per entity line ``2 * its records + counted`` (it counts towards
+    the entity limit); ``error``: what stopped the chunk (bytes that are not UTF-8), raised by
+    the reader after the records before it."""
+
+    records: list[Record]
+    groups: list[int]
+    error: BaseException | None
+
+
+def _parse_chunk(job: _Chunk) -> _Parsed:
+    """Parse one chunk of dump lines, in a worker process or here: `entity_group` per line."""
+    records: list[Record] = []
+    groups: list[int] = []
+    data = job.data
+    if len(data) != job.size:  # a plain file's chunk: read here
+        with open(job.path, "rb") as fh:
+            fh.seek(job.offset)
+            data = fh.read(job.size)
+        if len(data) != job.size:  # (`guarded` makes it one line)
+            raise OSError(f"{job.path} changed while it was read")
+    try:
+        for location, line in dump_lines(job.path, io.BytesIO(data), job.lineno, job.offset):
+            recs, counted = entity_group(location, line, job.filters, job.source)
+            records += recs
+            groups.append(2 * len(recs) + counted)
+    except UnicodeDecodeError as exc:
+        return _Parsed(records, groups, exc)
+    return _Parsed(records, groups, None)
 
 
 __all__ = [

@@ -1,0 +1,304 @@
+"""`kgprobe ingest --workers N` and `--resume` (issue 37 #3 and #5): a dump parsed in worker
+processes gives the very records of one process, and a killed load resumes at its checkpoint.
+
+Small chunks (``KGPROBE_INGEST_CHUNK_MB``) make small files span many chunks, so that the
+workers and the checkpoints really take part."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from loaders_support import WD, gen_dump_module
+
+from kgprobe.loaders.common import Filters
+from kgprobe.loaders.parallel import ENV_CHUNK_MB, ordered_map
+from kgprobe.loaders.wikidata_json import load_json
+from kgprobe.records import EntityRecord, ErrorRecord, Position
+
+REAL = sorted((WD / "entity-json").glob("*.json"))
+
+
+def _real_lines() -> list[str]:
+    """The fixtures' real entities, each under 8 ids of its own (ids and statement ids
+    rewritten, as benchmarks/gen_dump.py does), one JSON line each."""
+    out = []
+    for copy in range(8):
+        for path in REAL:
+            for eid, ent in json.loads(path.read_text(encoding="utf-8"))["entities"].items():
+                new = f"Q{int(eid[1:]) * 10 + copy}"
+                text = re.sub(rf'"{eid}(?=[$-])', f'"{new}', json.dumps(ent), flags=re.IGNORECASE)
+                text = text.replace(f'"id": "{eid}"', f'"id": "{new}"')
+                out.append(text)
+    return out
+
+
+def _dump(path: Path, lines: list[str]) -> Path:
+    text = "[\n" + ",\n".join(lines) + "\n]\n"
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _pid(_: int) -> int:
+    return os.getpid()
+
+
+def _sigint_ignored(_: int) -> bool:
+    return signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+def test_workers_leave_ctrl_c_to_the_ingest() -> None:
+    """Ctrl-C reaches the whole process group: a worker ignores it (no traceback per worker),
+    the ingest answers it and shuts the pool down."""
+    assert [ok for _, ok in ordered_map(_sigint_ignored, iter(range(4)), 2)] == [True] * 4
+
+
+def test_ordered_map_runs_in_worker_processes_in_order() -> None:
+    """The pool is real: jobs run in other processes, and results come back in job order."""
+    pids = [pid for _, pid in ordered_map(_pid, iter(range(8)), 2)]
+    assert os.getpid() not in pids and len(pids) == 8
+    assert [job for job, _ in ordered_map(_pid, iter(range(8)), 2)] == list(range(8))
+
+
+@pytest.mark.parametrize("name", ["dump.json", "dump.json.gz", "lines.json"])
+def test_two_workers_give_the_records_of_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             name: str) -> None:
+    """Real entity lines (a dump, the same gzipped, and JSON lines without brackets): the record
+    list of 2 workers equals that of 1, positions included, over many chunks."""
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.4")
+    lines = _real_lines()
+    if name == "lines.json":
+        path = tmp_path / name
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    else:
+        path = _dump(tmp_path / name, lines)
+    one = list(load_json(path, workers=1, positions=True))
+    two = list(load_json(path, workers=2, positions=True))
+    assert one == two
+    assert len([r for r in one if isinstance(r, EntityRecord)]) == len(lines) == 24
+    assert len([r for r in one if isinstance(r, Position)]) >= 5  # many chunks
+    # and the records are those of the reader without positions
+    assert [r for r in two if not isinstance(r, Position)] == list(load_json(path))
+
+
+def test_two_workers_on_a_generated_realistic_dump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.2")
+    path = tmp_path / "real.json.gz"
+    stats = gen_dump_module().write_realistic_dump(path, 150, seed=3)
+    one = list(load_json(path, workers=1))
+    two = list(load_json(path, workers=2))
+    assert one == two
+    assert len([r for r in two if isinstance(r, EntityRecord)]) == stats["entities"]
+
+
+def test_a_malformed_line_in_a_worker_names_its_line_and_byte_offset(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A broken line far into the file (in a later chunk): an error naming file:line and the
+    line's byte offset, counted from the file's bytes here; the lines after it still load."""
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.4")
+    lines = _real_lines()
+    lines[17] = '{"id": "Q1", "claims": broken'
+    path = _dump(tmp_path / "dump.json", lines)
+    raw = path.read_bytes().split(b"\n")
+    lineno = raw.index(b'{"id": "Q1", "claims": broken,') + 1
+    offset = sum(len(line) + 1 for line in raw[:lineno - 1])
+    for workers in (1, 2):
+        recs = list(load_json(path, workers=workers))
+        errors = [r for r in recs if isinstance(r, ErrorRecord)]
+        assert len(errors) == 1
+        assert errors[0].location == f"{path}:{lineno}"
+        assert f"byte offset {offset:,}" in errors[0].message
+        assert len([r for r in recs if isinstance(r, EntityRecord)]) == len(lines) - 1
+
+
+def test_a_truncated_gz_with_workers_hands_on_every_complete_line_then_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .gz cut short: 2 workers hand on the records of every complete line, as 1 does, then
+    the one-line error naming the last line read."""
+    from kgprobe.errors import InputError
+
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.2")
+    whole = tmp_path / "dump.json.gz"
+    gen_dump_module().write_dump(whole, 6_000, seed=5)
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(whole.read_bytes()[: int(whole.stat().st_size * 0.6)])
+    last_line = zlib.decompressobj(wbits=31).decompress(cut.read_bytes()).count(b"\n")
+    seen = {}
+    for workers in (1, 2):
+        recs: list[Any] = []
+        with pytest.raises(InputError, match="truncated") as info:
+            recs.extend(load_json(cut, workers=workers))
+        seen[workers] = (recs, str(info.value))
+    assert seen[1] == seen[2]
+    assert len(seen[2][0]) > 1000 and f"{cut}:{last_line}, none after it" in seen[2][1]
+
+
+@pytest.mark.parametrize("limit", [0, 1, 5, 23])
+def test_the_entity_limit_holds_exactly_with_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     limit: int) -> None:
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.4")
+    lines = _real_lines()
+    path = _dump(tmp_path / "dump.json", lines)
+    expected = [json.loads(line)["id"] for line in lines][:limit]
+    for workers in (1, 2):
+        got = [r.qid for r in load_json(path, Filters(limit=limit), workers=workers)
+               if isinstance(r, EntityRecord)]
+        assert got == expected
+
+
+def test_workers_below_one_is_one_line(tmp_path: Path) -> None:
+    from kgprobe.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--workers must be at least 1"):
+        load_json(_dump(tmp_path / "d.json", _real_lines()[:1]), workers=0)
+
+
+# --------------------------------------------------------------------------- the CLI, a real graph
+
+
+def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "kgprobe.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _graph_state(graph: Any) -> dict[str, Any]:
+    """What the graph holds, counted and keyed by queries of its own."""
+    return {
+        "entities": graph.read("MATCH (e:Entity) RETURN count(e) AS n")[0]["n"],
+        "labelled": graph.read("MATCH (e:Entity) WHERE e.label IS NOT NULL RETURN count(e) AS n")[0]["n"],
+        "types": graph.read("MATCH ()-[t:INSTANCE_OF]->() RETURN count(t) AS n")[0]["n"],
+        "facts": sorted((r["k"], r["p"], r["q"]) for r in graph.read(
+            "MATCH ()-[f:FACT]->() RETURN f.key AS k, f.pid AS p, f.qualifiers AS q")),
+    }
+
+
+def test_ingest_with_two_workers_writes_the_graph_of_one(
+        tmp_path: Path, kgprobe_env: dict[str, str], graph: Any) -> None:
+    path = tmp_path / "real.json.gz"
+    gen_dump_module().write_realistic_dump(path, 60, seed=5)
+    env = {**kgprobe_env, ENV_CHUNK_MB: "0.1"}
+    one = _cli("ingest", str(path), "--workers", "1", "--json", env=env)
+    assert one.returncode == 0, one.stderr
+    state = _graph_state(graph)
+    graph.write("MATCH (n) DETACH DELETE n")
+    two = _cli("ingest", str(path), "--workers", "2", "--json", env=env)
+    assert two.returncode == 0, two.stderr
+    assert json.loads(two.stdout) == json.loads(one.stdout)
+    assert _graph_state(graph) == state and len(state["facts"]) > 50
+
+
+def test_malformed_lines_in_workers_count_against_max_errors(
+        tmp_path: Path, kgprobe_env: dict[str, str], graph: Any) -> None:
+    """Two broken lines in different chunks, parsed by 2 workers: with --max-errors 5 both are
+    reported with their byte offsets and the rest loads; with --max-errors 1 the ingest stops
+    in one line."""
+    lines = _real_lines()
+    lines[3] = lines[20] = "{not json"
+    path = _dump(tmp_path / "dump.json", lines)
+    raw = path.read_bytes().split(b"\n")
+    offsets = [sum(len(x) + 1 for x in raw[:i]) for i, x in enumerate(raw) if x == b"{not json,"]
+    env = {**kgprobe_env, ENV_CHUNK_MB: "0.4"}
+    ok = _cli("ingest", str(path), "--workers", "2", "--max-errors", "5", "--json", env=env)
+    assert ok.returncode == 0, ok.stderr
+    summary = json.loads(ok.stdout)
+    assert summary["errors"] == 2 and summary["entities"] == len(lines) - 2
+    assert [f"byte offset {o:,}" in e for o, e in zip(offsets, summary["first_errors"], strict=True)] == [True, True]
+    stopped = _cli("ingest", str(path), "--workers", "2", "--max-errors", "1", env=env)
+    assert stopped.returncode == 4
+    assert "error budget 1" in stopped.stderr and "Traceback" not in stopped.stderr
+
+
+def test_a_killed_ingest_resumes_at_its_checkpoint(
+        tmp_path: Path, kgprobe_env: dict[str, str], graph: Any) -> None:
+    """SIGKILL after the first checkpoint, then --resume: the graph equals a clean ingest's,
+    and the resumed run read only the rest of the file (fewer records; it says where)."""
+    from kgprobe.config import Settings
+    from kgprobe.loaders.resume import checkpoint_file
+
+    path = tmp_path / "real.json"
+    gen_dump_module().write_realistic_dump(path, 240, seed=7)
+    env = {**kgprobe_env, ENV_CHUNK_MB: "0.05"}
+    checkpoint = checkpoint_file(Settings.load().home, path)
+
+    clean = _cli("ingest", str(path), "--json", "--batch-size", "20", env=env)
+    assert clean.returncode == 0, clean.stderr
+    expected = _graph_state(graph)
+    assert not checkpoint.exists()  # a complete load leaves none
+    graph.write("MATCH (n) DETACH DELETE n")
+
+    proc = subprocess.Popen([sys.executable, "-m", "kgprobe.cli", "ingest", str(path), "--json",
+                             "--batch-size", "20", "--workers", "2"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.communicate(timeout=60)
+    assert proc.returncode == -signal.SIGKILL, "the ingest ended before it could be killed"
+    saved = json.loads(checkpoint.read_text())
+    assert 0 < saved["offset"] < path.stat().st_size
+    assert _graph_state(graph) != expected  # stopped midway
+
+    resumed = _cli("ingest", str(path), "--json", "--resume", "--batch-size", "20", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming at byte {saved['offset']:,} (line {saved['line']:,})" in resumed.stderr
+    assert json.loads(resumed.stdout)["records"] < json.loads(clean.stdout)["records"]
+    assert _graph_state(graph) == expected
+    assert not checkpoint.exists()
+
+
+def test_resume_refuses_a_changed_file(tmp_path: Path, kgprobe_env: dict[str, str]) -> None:
+    from kgprobe.config import Settings
+    from kgprobe.loaders.resume import save_checkpoint
+
+    path = _dump(tmp_path / "dump.json", _real_lines()[:3])
+    save_checkpoint(Settings.load().home, Position(source=str(path), offset=10, line=2))
+    with path.open("a") as fh:
+        fh.write("\n")
+    result = _cli("ingest", str(path), "--resume", env=kgprobe_env)
+    assert result.returncode == 4
+    assert "changed since its checkpoint" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_progress_names_the_bytes_read_the_rate_and_the_eta() -> None:
+    """120 of 286 MB read in 10 s (from the run's first position at 0): 12.0 MB/s, and the
+    166 MB left take 13.8 s."""
+    from kgprobe.api import _bytes_progress
+
+    first = Position(source="d.json", offset=0, line=1, read=0, size=286_000_000)
+    last = Position(source="d.json", offset=120_000_000, line=9, read=120_000_000, size=286_000_000)
+    assert _bytes_progress(last, first, 10.0) == "120.0/286.0 MB read (12.0 MB/s, ETA 0:00:13)"
+
+
+@pytest.mark.parametrize("name", ["dump.json", "dump.json.gz"])
+def test_a_resumed_read_gives_exactly_the_records_after_its_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Started at the third position (a seek, or for .gz decompressed and dropped): the records
+    that a whole read gives after that position, no more, no fewer; --limit counts on."""
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.4")
+    path = _dump(tmp_path / name, _real_lines())
+    whole = list(load_json(path, positions=True))
+    marks = [i for i, r in enumerate(whole) if isinstance(r, Position)]
+    at = marks[2]
+    start = whole[at]
+    assert isinstance(start, Position)
+    for workers in (1, 2):
+        assert list(load_json(path, positions=True, start=start, workers=workers)) == whole[at + 1:]
+    limited = list(load_json(path, Filters(limit=start.entities + 2), start=start))
+    assert [r.qid for r in limited if isinstance(r, EntityRecord)] == \
+        [r.qid for r in whole[at + 1:] if isinstance(r, EntityRecord)][:2]
