@@ -1157,9 +1157,10 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
 @app.command()
 def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
     """Every extension kind (measures, scoring backends) with its entries and where each came
-    from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS.
+    from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
+    --plugin before the command: kgprobe --plugin my_module plugins).
 
-    Example: kgprobe --plugin my_module plugins --json"""
+    Example: kgprobe plugins --json"""
     import dataclasses
     import json
 

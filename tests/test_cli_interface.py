@@ -115,8 +115,9 @@ def test_python_api_takes_the_cli_option_names(graph: Any, tmp_path: Path) -> No
     from kgprobe.probing.run import probe as inner
 
     cmd = typer.main.get_command(app).commands["probe"]  # type: ignore[attr-defined]
+    # (``backend``: from Python a served model is its URL or a backend object, given as model)
     cli_only = {"model", "config", "as_json", "relations_alias", "device", "batch_tokens", "model_arg",
-                "probe_set", "output_path", "overwrite"}
+                "backend", "probe_set", "output_path", "overwrite"}
     accepted = set(inspect.signature(inner).parameters) | set(PROBE_KEYWORDS) | {"no_cache"}
     assert {p.name for p in cmd.params} - cli_only - accepted == set()
 
