@@ -794,7 +794,7 @@ def probe(
     shard: str | None = typer.Option(None, "--shard", help="K/N: probe only shard K (1..N) of the sampled facts; N processes with K=1..N cover one run."),
     output_path: str | None = typer.Option(None, "--output-path", help="Write this run's report, results.json and samples.jsonl here."),
     overwrite: bool = _OVERWRITE_OPT,
-    probe_set: str | None = typer.Option(None, "--set", help="Score this probe set (from `kgprobe export`) with no graph server; writes OUTPUT_PATH/scores.parquet (docs/probe-sets.md)."),
+    probe_set: str | None = typer.Option(None, "--set", help="Score this probe set (from `kgprobe export`, or `demo`: the set shipped with kgprobe) with no graph server; writes OUTPUT_PATH/scores.parquet and the report files (docs/probe-sets.md)."),
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
 ) -> None:
@@ -804,10 +804,8 @@ def probe(
     from kgprobe.graph.probe_runs import parse_shard
 
     if probe_set is not None:
-        import os
-
+        from kgprobe.api import probe_set as score_set
         from kgprobe.errors import ConfigError
-        from kgprobe.probing.probe_set import probe_with_set
 
         if output_path is None:
             raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
@@ -819,12 +817,12 @@ def probe(
                               f"{', '.join(given)} (or export another set)")
         _check_model_options(batch_tokens, threads)
         _model_options(device, batch_tokens, model_arg)
-        summary = probe_with_set(probe_set, model, output_path, dtype=dtype, threads=threads,
-                                 shard=parse_shard(shard) if shard else None, cache=not no_cache,
-                                 progress=not as_json)
-        data = summary.to_dict()
+        done = score_set(probe_set, model, output_path, dtype=dtype, threads=threads,
+                         shard=parse_shard(shard) if shard else None, cache=not no_cache,
+                         progress=not as_json, overwrite=overwrite)
+        data = done.summary.to_dict()
         data["relations"] = len(data["relations"])
-        data["output_files"] = {"scores": os.path.join(output_path, "scores.parquet")}
+        data["output_files"] = done.output_files
         _print_summary(data, as_json)
         return
 
