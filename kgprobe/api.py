@@ -269,6 +269,39 @@ def _demo_facts(graph: Any, summaries: Sequence[Any], per_relation: int) -> dict
     return shown
 
 
+#: The shipped probe set's reference date (``kgprobe probe --set demo``): fixed, so that the set
+#: is rebuilt with the same facts, past values and distractors whenever it is regenerated.
+DEMO_SET_AT = "2025-01-01"
+#: Where the shipped set lives in the package (kgprobe.probing.probe_set.SHIPPED names it).
+DEMO_SET_FILE = Path(__file__).resolve().parent / "data" / "demo-set.parquet"
+
+
+def demo_set_options() -> dict[str, Any]:
+    """The options the shipped demo set is exported with: the demo's sample (its relations,
+    facts per relation, seed 0, facts with a past value first) and ``probe``'s default
+    measure, at :data:`DEMO_SET_AT`."""
+    return {"relations": DEMO_RELATIONS, "sample": None, "per_relation": DEMO_FACTS_PER_RELATION,
+            "seed": 0, "history_first": True, "at": DEMO_SET_AT}
+
+
+def export_demo_set(path: str | Path = DEMO_SET_FILE, *, settings: Settings | None = None,
+                    progress: bool = False) -> dict[str, Any]:
+    """Load the bundled demo graph and kgprobe's templates into the graph of ``settings`` and
+    export the demo probe set to ``path`` (scripts/build_demo_set.py runs it on a fresh
+    managed server); returns the set's header."""
+    from kgprobe.graph.templates import demo_paths, import_own_templates
+    from kgprobe.loaders.wikidata_json import load_json
+    from kgprobe.probing import probe_set as ps
+
+    graph_file, _ = demo_paths()
+    with connect(settings) as graph:
+        write_records(graph, load_json(graph_file), quiet=True)
+        import_own_templates(graph)
+        index_dir = Path(settings.home) / "indexes" / "semantic" if settings is not None else None
+        return ps.export_set(graph, ps.set_config(**demo_set_options()), path, index_dir=index_dir,
+                             progress=progress)
+
+
 def demo(
     *,
     model: str = "smollm2-135m",
@@ -399,7 +432,7 @@ def _owner_of(model: str | Any, dtype: str, name: str | None = None) -> dict[str
 
 
 def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None = None,
-          overwrite: bool = False, **kwargs: Any) -> Any:
+          overwrite: bool = False, set: str | Path | None = None, **kwargs: Any) -> Any:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
     FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. ``model`` is a name or path,
     the URL of an OpenAI-compatible server (``http://host:port/v1``), a transformers model
@@ -410,6 +443,11 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     model_name, index_dir, progress, settings, graph): see :func:`kgprobe.probing.run.probe`
     (:data:`PROBE_KEYWORDS` maps the names that differ; the old ones warn).
 
+    With ``set`` (a probe set's path, or ``"demo"``: the set shipped with kgprobe), score that
+    set with no graph instead and return its scores as data: a
+    ``kgprobe.app.probe_sets.SetResults`` (``.facts`` and ``.relations`` DataFrames, the
+    report's figures, the summary); see :func:`probe_set`.
+
     With ``output_path``, the report and results files of THIS run's facts (its sample,
     including facts skipped as already scored) under the run's first measure are written there
     (``results.json``, ``samples.jsonl`` with the distractor scores of the facts this call
@@ -418,6 +456,8 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     from kgprobe.probing.engine import select_model
     from kgprobe.probing.run import probe as run
 
+    if set is not None:
+        return probe_set(set, model, output_path, overwrite=overwrite, **kwargs)
     kwargs = _probe_keywords("probe", kwargs)
     model = select_model(model)  # a served model (--backend, a URL): its backend, opened once
     if output_path is None or kwargs.get("dry_run"):
@@ -454,15 +494,19 @@ def export_set(path: str | Path, *, settings: Settings | None = None, progress: 
         return ps.export_set(graph, config, path, progress=progress)
 
 
-def probe_set(path: str | Path, model: str | Any, output_path: str | Path, **kwargs: Any) -> Any:
-    """``kgprobe probe --set``: score the probe set at ``path`` with ``model`` (a name, path,
-    or a transformers model object with ``tokenizer=``) with no graph; writes
-    ``output_path/scores.parquet`` and returns the ``ProbeSummary``. Keyword arguments: see
-    :func:`kgprobe.probing.probe_set.probe_with_set` (tokenizer, model_name, dtype, threads,
-    shard, cache, progress)."""
-    from kgprobe.probing.probe_set import probe_with_set
+def probe_set(path: str | Path, model: str | Any, output_path: str | Path | None = None,
+              **kwargs: Any) -> Any:
+    """``kgprobe probe --set``: score the probe set at ``path`` (or ``"demo"``, the shipped
+    set) with ``model`` (a name, path, or a transformers model object with ``tokenizer=``)
+    with no graph. Returns a ``kgprobe.app.probe_sets.SetResults``: ``.facts`` (per fact) and
+    ``.relations`` (per relation) as DataFrames, ``.figures()``, ``.report``, ``.document``
+    (results.json), ``.summary``. With ``output_path``, ``scores.parquet`` and the usual report
+    files are written there. Keyword arguments: see
+    :func:`kgprobe.app.probe_sets.score_probe_set` (tokenizer, model_name, dtype, threads,
+    shard, cache, progress, overwrite, measure)."""
+    from kgprobe.app.probe_sets import score_probe_set
 
-    return probe_with_set(path, model, output_path, **kwargs)
+    return score_probe_set(path, model, output_path, **kwargs)
 
 
 def import_scores(*paths: str | Path, settings: Settings | None = None) -> list[dict[str, Any]]:

@@ -893,7 +893,7 @@ def probe(
     shard: str | None = typer.Option(None, "--shard", help="K/N: probe only shard K (1..N) of the sampled facts; N processes with K=1..N cover one run."),
     output_path: str | None = typer.Option(None, "--output-path", help="Write this run's report, results.json and samples.jsonl here."),
     overwrite: bool = _OVERWRITE_OPT,
-    probe_set: str | None = typer.Option(None, "--set", help="Score this probe set (from `kgprobe export`) with no graph server; writes OUTPUT_PATH/scores.parquet (docs/probe-sets.md)."),
+    probe_set: str | None = typer.Option(None, "--set", help="Score this probe set (from `kgprobe export`, or `demo`: the set shipped with kgprobe) with no graph server; writes OUTPUT_PATH/scores.parquet and the report files (docs/probe-sets.md)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the facts that would be probed (count per relation) and a few rendered prompts per measure, then exit: no model loaded, nothing written."),
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
@@ -907,10 +907,8 @@ def probe(
     from kgprobe.graph.probe_runs import parse_shard
 
     if probe_set is not None:
-        import os
-
+        from kgprobe.api import probe_set as score_set
         from kgprobe.errors import ConfigError
-        from kgprobe.probing.probe_set import probe_with_set
 
         if output_path is None:
             raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
@@ -925,10 +923,10 @@ def probe(
                               f"{', '.join(given)} (or export another set)")
         _check_model_options(batch_tokens, threads)
         _model_options(device, batch_tokens, model_arg, backend, model)
-        summary = probe_with_set(probe_set, model, output_path, dtype=dtype, threads=threads,
-                                 shard=parse_shard(shard) if shard else None, cache=not no_cache,
-                                 progress=not as_json)
-        _print_probe_summary(summary, as_json, {"scores": os.path.join(output_path, "scores.parquet")})
+        done = score_set(probe_set, model, output_path, dtype=dtype, threads=threads,
+                         shard=parse_shard(shard) if shard else None, cache=not no_cache,
+                         progress=not as_json, overwrite=overwrite)
+        _print_probe_summary(done.summary, as_json, done.output_files)
         return
 
     _check_pids(_relations(relation, relations_alias))

@@ -290,7 +290,7 @@ def test_python_api_scores_a_set_with_a_model_object(
     assert _score_offline(tmp_path, pset, gpt2, tmp_path / "cli").returncode == 0
     lm = AutoModelForCausalLM.from_pretrained(gpt2)
     summary = kgprobe.probe_set(pset, lm, tmp_path / "api", tokenizer=AutoTokenizer.from_pretrained(gpt2),
-                                model_name="gpt2", cache=False, progress=False)
+                                model_name="gpt2", cache=False, progress=False).summary
     assert summary.status == "finished" and summary.scored > 0
     cli, api = _rows(tmp_path / "cli" / "scores.parquet"), _rows(tmp_path / "api" / "scores.parquet")
     assert set(cli) == set(api)
@@ -299,3 +299,122 @@ def test_python_api_scores_a_set_with_a_model_object(
     done = kgprobe.import_scores(tmp_path / "api" / "scores.parquet")
     assert [d["status"] for d in done] == ["imported"]
     assert len(_score_props(graph)) == summary.scored + summary.unscorable
+
+
+def _results(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    doc = json.loads((out / "results.json").read_text())
+    samples = {r["key"]: r for r in map(json.loads, (out / "samples.jsonl").read_text().splitlines())}
+    return doc, samples
+
+
+def _close(a: Any, b: Any, where: str) -> None:
+    """Equal, numbers within 1e-6 (floats summed in another order), recursively."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        assert set(a) == set(b), where
+        for k in a:
+            _close(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _close(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a is not None and b is not None and abs(float(a) - float(b)) <= 1e-6, (where, a, b)
+    else:
+        assert a == b, (where, a, b)
+
+
+#: what results.json says of the figures: per relation, overall, popularity, chance
+_FIGURES = ("results", "overall")
+
+
+def test_set_output_path_writes_the_direct_probes_report_files(
+    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, gpt2: Path
+) -> None:
+    """``probe --set ... --output-path DIR`` writes scores.parquet beside the usual report
+    files, whose figures and per-fact records are those of a direct ``probe --output-path`` of
+    the same facts and model (the direct one built from the graph)."""
+    load(graph)
+    direct = _cli(["probe", "--model", str(gpt2), *SAMPLE, *MODEL_OPTS, "--json",
+                   "--output-path", str(tmp_path / "direct")], kgprobe_env)
+    assert direct.returncode == 0, direct.stderr
+    graph.write("MATCH (n) DETACH DELETE n")
+    load(graph)
+    pset = tmp_path / "set.parquet"
+    assert _cli(["export", "-o", str(pset), *SAMPLE], kgprobe_env).returncode == 0
+    done = _score_offline(tmp_path, pset, gpt2, tmp_path / "set")
+    assert done.returncode == 0, done.stderr
+    files = json.loads(done.stdout)["output_files"]
+    for name in ("scores", "results", "harness", "samples", "html", "json", "csv"):
+        assert Path(files[name]).is_file(), name
+    assert Path(files["scores"]).name == "scores.parquet"
+
+    want, want_samples = _results(tmp_path / "direct")
+    got, got_samples = _results(tmp_path / "set")
+    wm, gm = want["models"][0], got["models"][0]
+    assert wm["overall"]["n"] >= 5
+    for part in _FIGURES:
+        _close(gm[part], wm[part], part)
+    for part in ("popularity", "chance", "report_settings", "probe_settings"):
+        _close(got[part], want[part], part)
+    assert (gm["model_key"], gm["measure_key"], gm["threshold"]) == (wm["model_key"], wm["measure_key"], wm["threshold"])
+    assert got["scope"]["facts"] == "run" and len(got["scope"]["runs"]) == 1
+    set_hash = json.loads(pq.read_schema(pset).metadata[b"kgprobe.probe_set"])["content_hash"]
+    assert gm["runs"][0]["probe_set"] == set_hash
+    assert wm["runs"][0]["probe_set"] is None
+    assert set(got_samples) == set(want_samples)
+    for key, w in want_samples.items():
+        g = got_samples[key]
+        for name in ("relation", "relation_label", "subject", "subject_label", "object", "object_label",
+                     "subject_popularity", "known", "template_ids", "templates", "clozes"):
+            assert g[name] == w[name], (key, name)
+        _close(g["score"], w["score"], key)
+        _close(g["stale"], w["stale"], key)
+        _close(g["distractors"], w["distractors"], key)
+    rep_w = json.loads((tmp_path / "direct" / "report.json").read_text())
+    rep_g = json.loads((tmp_path / "set" / "report.json").read_text())
+    _close(rep_g["measures"], rep_w["measures"], "measures")
+
+
+def test_probe_with_a_set_returns_the_scores_as_data(
+    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, gpt2: Path
+) -> None:
+    """``kgprobe.probe(model, tokenizer=..., set=...)`` with a model object in memory: per-fact
+    and per-relation DataFrames and the report's figures, equal to what a direct probe's
+    results files say; nothing is written."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    import kgprobe
+
+    load(graph)
+    assert _cli(["probe", "--model", str(gpt2), *SAMPLE, *MODEL_OPTS, "--output-path",
+                 str(tmp_path / "direct")], kgprobe_env).returncode == 0
+    want = kgprobe.load_results(tmp_path / "direct")
+    graph.write("MATCH (n) DETACH DELETE n")
+    load(graph)
+    pset = tmp_path / "set.parquet"
+    assert _cli(["export", "-o", str(pset), *SAMPLE], kgprobe_env).returncode == 0
+    before = sorted(p.name for p in tmp_path.iterdir())
+    got = kgprobe.probe(AutoModelForCausalLM.from_pretrained(gpt2), tokenizer=AutoTokenizer.from_pretrained(gpt2),
+                        model_name=str(gpt2), set=pset, cache=False, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and got.output_files == {}
+
+    rel_w = want.relations.set_index("relation")
+    rel_g = got.relations.set_index("relation")
+    assert set(rel_g.index) == set(rel_w.index) and "all" in rel_g.index
+    for pid in rel_w.index:
+        for col in ("n", "known", "history_n"):
+            assert rel_g.loc[pid, col] == rel_w.loc[pid, col], (pid, col)
+        for col in ("mean", "known_share", "staleness"):
+            w, g = rel_w.loc[pid, col], rel_g.loc[pid, col]
+            assert (w != w and g != g) or abs(float(w) - float(g)) <= 1e-6, (pid, col, w, g)
+    facts_w = want.samples.set_index("key")
+    facts_g = got.facts.set_index("key")
+    assert set(facts_g.index) == set(facts_w.index)
+    for key in facts_w.index:
+        assert abs(facts_g.loc[key, "score"] - facts_w.loc[key, "score"]) <= 1e-6, key
+        assert facts_g.loc[key, "subject_label"] == facts_w.loc[key, "subject_label"]
+    figures = got.figures()
+    assert set(figures) == set(rel_w.index)
+    for pid, fig in figures.items():
+        assert abs(fig["mean"] - float(rel_w.loc[pid, "mean"])) <= 1e-6, pid
+    assert got.summary.status == "finished" and got.summary.scored == len(facts_w)

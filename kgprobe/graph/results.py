@@ -26,6 +26,15 @@ RETURN f.key AS key, f.pid AS pid, s.qid AS subject, s.label AS subject_label,
 ORDER BY key
 """
 
+#: The ends of some facts (rows {key, s}) as a report shows them: labels and popularity. A probe
+#: set carries them (``kgprobe export``) so that its report needs no graph.
+FACT_ENDS = """
+UNWIND $facts AS row
+MATCH (s:Entity {qid: row.s})-[f:FACT {key: row.key}]->(o:Entity)
+RETURN f.key AS key, s.label AS subject_label, o.label AS object_label,
+       s.popularity AS popularity, o.popularity AS object_popularity
+"""
+
 #: Direct classes of some entities: declared P31 (INSTANCE_OF) and the documented fallback
 #: types (INFERRED_TYPE), as docs/data-model.md says "the type of an entity" is read.
 ENTITY_CLASSES = """
@@ -48,6 +57,13 @@ def fact_rows(graph: Graph, props: ScoreProps, others: Sequence[ScoreProps] = ()
     for r in rows:
         r["others"] = dict(zip([o.measure_key for o in others], r.get("others") or [], strict=False))
     return rows
+
+
+def fact_ends(graph: Graph, facts: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """key -> {subject_label, object_label, popularity, object_popularity} of ``facts``
+    (rows with ``key`` and ``s``, the subject's QID)."""
+    rows = graph.read(FACT_ENDS, facts=[{"key": f["key"], "s": f["s"]} for f in facts]) if facts else []
+    return {r["key"]: {k: v for k, v in r.items() if k != "key"} for r in rows}
 
 
 def entity_classes(graph: Graph, qids: Iterable[str]) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from kgprobe.errors import ConfigError, InputError, OutputError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.distractors import date_sort_key
+from kgprobe.graph.results import fact_ends
 from kgprobe.probing.config import ProbeConfig, ProbeSummary, Runner, model_key, run_context
 from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, Planned, chunks, score_batches
 from kgprobe.probing.measures.common import Entity
@@ -43,6 +44,9 @@ SET_SCHEMA = "kgprobe-probe-set/1"
 #: The layout of a scores file written by ``probe --set``.
 SCORES_SCHEMA = "kgprobe-scores/1"
 _SET_META = b"kgprobe.probe_set"
+#: per fact, what a report shows beside the score (labels as in the graph, popularity); a set
+#: exported before these were carried has none (its report then has no popularity buckets)
+_ENDS = ("subject_label", "object_label", "popularity", "object_popularity")
 _SCORES_META = b"kgprobe.scores"
 #: ProbeConfig fields a set fixes (the model, dtype, shard and force belong to the scoring)
 _SET_FIELDS = ("relations", "sample", "per_relation", "measures", "strategy", "n", "seed",
@@ -169,6 +173,20 @@ def _read(path: str | os.PathLike[str], meta_key: bytes, schema: str,
     return header, rows
 
 
+def _ends_row(e: dict[str, Any]) -> dict[str, Any]:
+    """A fact's ends as set columns: one type per column (a popularity stored as an integer
+    would come back from Parquet as a float, and no longer match the content hash)."""
+    def num(v: Any) -> float | None:
+        try:
+            return None if v is None else float(v)
+        except (TypeError, ValueError):
+            return None
+
+    return {"subject_label": None if e.get("subject_label") is None else str(e["subject_label"]),
+            "object_label": None if e.get("object_label") is None else str(e["object_label"]),
+            "popularity": num(e.get("popularity")), "object_popularity": num(e.get("object_popularity"))}
+
+
 def measure_versions(config: ProbeConfig) -> dict[str, Any]:
     """What of the scoring code a set's values depend on beyond its data: each measure's
     version and the careful verbalizer's rules. A set is scored only where these are equal."""
@@ -228,18 +246,22 @@ def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], 
     gather = Gatherer(graph, config, needs, ref, available, index, None, ctx.label_rule, ctx.end)
     rows = []
     for batch in chunks(details, config.batch_facts):
+        ends = fact_ends(graph, batch)  # what the report shows of each fact, beside its items
         for p in gather.batch(batch):
+            e = ends.get(str(p.row["key"]), {})
             rows.append({"key": str(p.row["key"]), "s": p.row["s"], "pid": p.row["pid"],
-                         "o": p.row["o"], "reason": p.reason, "fact": _canon(fact_json(p.fact))})
+                         "o": p.row["o"], "reason": p.reason, "fact": _canon(fact_json(p.fact)),
+                         **_ends_row(e)})
     header: dict[str, Any] = {
         "schema": SET_SCHEMA, "created": now(), "kgprobe": code_version()["kgprobe"],
         "config": {k: getattr(config, k) for k in _SET_FIELDS}, "relations": relations,
         "templates": {p: available[p] for p in relations}, "reference_date": ref,
+        "relation_labels": pr.relation_labels(graph, relations),
         "graph_snapshot": pr.graph_counts(graph), "facts": len(rows),
         "scoring": measure_versions(config),
     }
     header["content_hash"] = content_hash(header, rows)
-    _write(Path(path), {k: [r[k] for r in rows] for k in ("key", "s", "pid", "o", "reason", "fact")},
+    _write(Path(path), {k: [r[k] for r in rows] for k in ("key", "s", "pid", "o", "reason", "fact", *_ENDS)},
            _SET_META, header)
     return header
 
@@ -265,22 +287,51 @@ class ProbeSet:
         return ProbeConfig(model=model, dtype=dtype, shard=shard, force=True, **c)
 
 
+#: Probe sets shipped inside the package (kgprobe/data), by the name ``--set`` takes
+SHIPPED = {"demo": "demo-set.parquet"}
+
+
+def set_path(name: str | os.PathLike[str]) -> Path:
+    """The file of a set: ``name`` itself where it exists, else a shipped set's file
+    (:data:`SHIPPED`), else ``name`` (refused by the reader as no such file)."""
+    p = Path(name)
+    if not p.exists() and str(name) in SHIPPED:
+        return Path(__file__).resolve().parents[1] / "data" / SHIPPED[str(name)]
+    return p
+
+
 def read_set(path: str | os.PathLike[str]) -> ProbeSet:
-    """The probe set at ``path``; refused in one line if its layout is not this kgprobe's or
-    its rows do not match its content hash."""
-    header, rows = _read(path, _SET_META, SET_SCHEMA, "probe set")
-    return ProbeSet(Path(path), header, rows)
+    """The probe set at ``path`` (or the shipped set of that name, :func:`set_path`); refused
+    in one line if its layout is not this kgprobe's or its rows do not match its content hash."""
+    p = set_path(path)
+    header, rows = _read(p, _SET_META, SET_SCHEMA, "probe set")
+    return ProbeSet(p, header, rows)
+
+
+@dataclass
+class SetScores:
+    """A probe set scored, in memory: the run's summary, the scores file's header (the
+    ProbeRun's record under ``run``, its end under ``final``) and rows (per fact and measure:
+    key, s, pid, o, measure key, score, and ``props``, the FACT properties as JSON)."""
+
+    summary: ProbeSummary
+    header: dict[str, Any]
+    rows: list[dict[str, Any]]
+
+
+_SCORE_COLUMNS = ("key", "s", "pid", "o", "measure", "score", "props")
 
 
 def score_set(
-    pset: ProbeSet, runner: Runner, out_dir: str | os.PathLike[str], *, model: str, fingerprint: str,
-    dtype: str = "float32", model_info: dict[str, Any] | None = None,
+    pset: ProbeSet, runner: Runner, out_dir: str | os.PathLike[str] | None, *, model: str,
+    fingerprint: str, dtype: str = "float32", model_info: dict[str, Any] | None = None,
     shard: tuple[int, int] | None = None, progress: bool = True,
     on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
-) -> ProbeSummary:
-    """Score ``pset`` with ``runner`` (the same measures and loop as ``probe``) and write
-    ``out_dir/scores.parquet``: per fact and measure its FACT properties, with the ProbeRun's
-    record. No graph is opened. ``shard``: only shard K of N of the set's facts."""
+) -> SetScores:
+    """Score ``pset`` with ``runner`` (the same measures and loop as ``probe``): per fact and
+    measure its FACT properties, with the ProbeRun's record; written to
+    ``out_dir/scores.parquet`` unless ``out_dir`` is None (a training loop keeps them in
+    memory). No graph is opened. ``shard``: only shard K of N of the set's facts."""
     from kgprobe.probing.run import run_record, run_setup
 
     config = pset.config(model, dtype, shard)
@@ -359,20 +410,35 @@ def score_set(
         "model_key": mkey, "fingerprint": fingerprint, "run": run_props, "final": final,
     }
     header["content_hash"] = content_hash(header, out_rows)
-    out = Path(out_dir)
-    _write(out / "scores.parquet",
-           {k: [r[k] for r in out_rows] for k in ("key", "s", "pid", "o", "measure", "score", "props")},
-           _SCORES_META, header)
-    return summary
+    scored = SetScores(summary, header, out_rows)
+    if out_dir is not None:
+        write_scores(out_dir, scored)
+    return scored
+
+
+def write_scores(out_dir: str | os.PathLike[str], scored: SetScores) -> Path:
+    """``out_dir/scores.parquet``, written whole or not at all."""
+    path = Path(out_dir) / "scores.parquet"
+    _write(path, {k: [r[k] for r in scored.rows] for k in _SCORE_COLUMNS}, _SCORES_META, scored.header)
+    return path
+
+
+def read_scores(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Header and rows of a scores file (schema and content hash checked)."""
+    return _read(path, _SCORES_META, SCORES_SCHEMA, "scores file")
 
 
 def probe_with_set(
-    set_path: str | os.PathLike[str], model: str | Any, output_path: str | os.PathLike[str], *,
-    tokenizer: Any = None, model_name: str | None = None, dtype: str = "float32", threads: int = 1,
+    pset: str | os.PathLike[str] | ProbeSet, model: str | Any,
+    output_path: str | os.PathLike[str] | None, *, tokenizer: Any = None,
+    model_name: str | None = None, dtype: str = "float32", threads: int = 1,
     shard: tuple[int, int] | None = None, cache: bool = True, progress: bool = True,
-) -> ProbeSummary:
-    """``kgprobe probe --set``: load ``model`` as ``probe`` does and :func:`score_set`.
-    Needs no graph server, no Java and no network (a local model)."""
+    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+) -> SetScores:
+    """``kgprobe probe --set``: load ``model`` as ``probe`` does and :func:`score_set` (to
+    ``output_path/scores.parquet``, or in memory when None). ``pset``: a set, its path or a
+    shipped set's name (:func:`read_set`). Needs no graph server, no Java and no network (a
+    local model)."""
     from kgprobe.outputs import check_output_dir
     from kgprobe.probing.cache import ScoreCache
     from kgprobe.probing.config import check_model_name
@@ -380,8 +446,9 @@ def probe_with_set(
     from kgprobe.probing.models import load_model
     from kgprobe.probing.score import default_score_cache
 
-    pset = read_set(set_path)
-    check_output_dir(output_path, "--output-path")
+    pset = pset if isinstance(pset, ProbeSet) else read_set(pset)
+    if output_path is not None:
+        check_output_dir(output_path, "--output-path")
     given = None
     model = select_model(model)  # a served model (--backend, a URL) becomes its backend object
     if not isinstance(model, str):
@@ -393,7 +460,8 @@ def probe_with_set(
     try:
         engine = Engine(lm, cache=score_cache)
         return score_set(pset, engine, output_path, model=str(model), fingerprint=engine.fingerprint,
-                         dtype=dtype, model_info=engine.model_info(), shard=shard, progress=progress)
+                         dtype=dtype, model_info=engine.model_info(), shard=shard, progress=progress,
+                         on_fact=on_fact)
     finally:
         if score_cache is not None:
             score_cache.close()
@@ -411,7 +479,7 @@ def import_scores(graph: Graph, paths: Sequence[str | os.PathLike[str]],
     imported before: nothing is written again (idempotent)."""
     from kgprobe.probing.run import claim_model_key
 
-    files = [(Path(p), *_read(p, _SCORES_META, SCORES_SCHEMA, "scores file")) for p in paths]
+    files = [(Path(p), *read_scores(p)) for p in paths]
     snapshot = pr.graph_counts(graph)
     for p, header, rows in files:
         if header["graph_snapshot"] != snapshot:

@@ -261,25 +261,26 @@ _RUN_FIELDS = ("id", "status", "started", "finished", "seconds", "model", "model
                "model_fingerprint", "model_kind", "dtype", "device", "code_version", "git_hash",
                "strategy", "n", "seed", "threshold", "sample", "history_first", "shard",
                "batch_facts", "max_templates", "label_rule", "reference_date", "config_hash",
-               "measure_keys", "facts_planned", "facts_skipped", "facts_scored", "facts_unscorable")
+               "measure_keys", "facts_planned", "facts_skipped", "facts_scored", "facts_unscorable",
+               "probe_set")
 _RUN_JSON = ("measure_params", "graph_snapshot", "library_versions", "templates", "environment")
 
 
 def run_info(graph: Graph, run_ids: Sequence[str]) -> list[dict[str, Any]]:
     """The provenance of each run (ProbeRun node), JSON properties decoded."""
-    out = []
-    for rid in run_ids:
-        run = pr.get_run(graph, rid)
-        if run is None:
-            continue
-        info = {k: run.get(k) for k in _RUN_FIELDS}
-        for k in _RUN_JSON:
-            try:
-                info[k] = json.loads(run[k]) if isinstance(run.get(k), str) else run.get(k)
-            except ValueError:
-                info[k] = run.get(k)
-        out.append(info)
-    return out
+    runs = (pr.get_run(graph, rid) for rid in run_ids)
+    return [run_fields(run) for run in runs if run is not None]
+
+
+def run_fields(run: dict[str, Any]) -> dict[str, Any]:
+    """A ProbeRun's properties as a report shows them (JSON properties decoded)."""
+    info = {k: run.get(k) for k in _RUN_FIELDS}
+    for k in _RUN_JSON:
+        try:
+            info[k] = json.loads(run[k]) if isinstance(run.get(k), str) else run.get(k)
+        except ValueError:
+            info[k] = run.get(k)
+    return info
 
 
 def _type_keys(graph: Graph, rows: list[dict[str, Any]], side: str) -> Callable[[dict[str, Any]], list[tuple[str, str | None]]]:
@@ -429,3 +430,86 @@ def build_report(
         paired=paired, chance=Chance(*level) if level is not None else None,
         scope=scope,
     )
+
+
+def set_report(
+    set_header: dict[str, Any], set_rows: Sequence[dict[str, Any]], scores_header: dict[str, Any],
+    score_rows: Sequence[dict[str, Any]], *, measure: str | None = None, seed: int = 0,
+    n_boot: int = BOOTSTRAP,
+) -> Report:
+    """The report of one scored probe set (``kgprobe probe --set``), with no graph: the same
+    figures :func:`build_report` computes for the same run's facts from the graph (scope
+    "run"), read from the set (labels, popularity, relation labels) and its scores (the FACT
+    properties and the ProbeRun's record). ``measure``: the measure key (default: the run's
+    first). By relation only; with a rank-scale measure (BELIEF) the primary scale's facts
+    make the figures and the others are apart, as from the graph."""
+    from kgprobe.errors import ConfigError
+    from kgprobe.probing.measures.catalog import chance_of, load_all, measure_aggregates
+    from kgprobe.provenance import code_version
+
+    run = {**scores_header["run"], **scores_header["final"], "id": scores_header["run_id"]}
+    model_key = str(scores_header["model_key"])
+    keys = list(run.get("measure_keys") or [])
+    mkey = measure or (keys[0] if keys else "")
+    if mkey not in keys:
+        raise ConfigError(f"measure key {mkey!r} was not scored in this run; choose from: {', '.join(keys)}")
+    specs = {sp["key"]: sp for sp in json.loads(run.get("measure_specs") or "[]")}
+    facts = {r["key"]: r for r in set_rows}
+    props = {r["key"]: json.loads(r["props"]) for r in score_rows if r["measure"] == mkey}
+    values: dict[str, dict[str, Any]] = {}  # key -> measure key -> score
+    for r in score_rows:
+        if r["score"] is not None:
+            values.setdefault(r["key"], {})[r["measure"]] = float(r["score"])
+    sp = pr.ScoreProps(model_key, mkey)
+    rows = []
+    for key in sorted(k for k in props if values.get(k, {}).get(mkey) is not None):
+        f, p = facts[key], props[key]
+        rows.append({"key": key, "pid": f["pid"], "subject": f["s"], "object": f["o"],
+                     "subject_label": f.get("subject_label"), "object_label": f.get("object_label"),
+                     "popularity": f.get("popularity"), "object_popularity": f.get("object_popularity"),
+                     "score": values[key][mkey], "stale": p.get(sp.stale), "run": p.get(sp.run),
+                     "others": {k: values[key].get(k) for k in keys if k != mkey}})
+    spec = specs.get(mkey, {"name": mkey.split("_", 1)[0], "params": {}, "extras": []})
+    cls = load_all().get(spec["name"])
+    scale: str | None = None
+    apart_rows: list[dict[str, Any]] = []
+    if cls is not None and "scale" in (spec.get("extras") or []) and hasattr(cls, "primary_scale"):
+        scale = str(cls(spec.get("params")).primary_scale())  # type: ignore[attr-defined]
+        for r in rows:
+            r["scale"] = str(props[r["key"]].get(sp.extra("scale")) or "unseparated")
+        apart_rows = [r for r in rows if r["scale"] != scale]
+        rows = [r for r in rows if r["scale"] == scale]
+    threshold = float(run["threshold"])
+    labels: dict[str, str | None] = dict(set_header.get("relation_labels") or {})
+    pops = [p for p in (as_float(r.get("popularity")) for r in rows) if p is not None]
+    edges = popularity_edges(pops)
+    per, overall = relation_stats(rows, labels, threshold, edges, seed, n_boot)
+    apart: dict[str, list[Group]] = {}
+    for other in sorted({str(r["scale"]) for r in apart_rows}):
+        o_per, o_all = relation_stats([r for r in apart_rows if r["scale"] == other], labels,
+                                      threshold, None, seed, n_boot)
+        apart[other] = [*o_per, o_all]
+    label = measure_label(mkey)
+    primary = ModelReport(str(run.get("model") or model_key), model_key, mkey,
+                          label if scale is None else f"{label} ({scale}-scale ranks)", sp.score,
+                          threshold, [run["id"]], per, overall, per, [run_fields(run)], rows,
+                          scale, apart, apart_rows)
+    aggregates = []
+    for k in keys:
+        spec_k = specs.get(k)
+        if spec_k is None:
+            continue
+        names = {"score": pr.ScoreProps(model_key, k).score,
+                 **{e: pr.ScoreProps(model_key, k).extra(e) for e in spec_k.get("extras") or []}}
+        m_rows = []
+        for r in score_rows:
+            if r["measure"] == k and r["score"] is not None:
+                p = json.loads(r["props"])
+                m_rows.append({"key": r["key"], "pid": r["pid"], **{n: p.get(v) for n, v in names.items()}})
+        m_rows.sort(key=lambda r: r["key"])  # the graph's order (ORDER BY key): the same resamples
+        aggregates.extend(measure_aggregates(spec_k["name"], k, spec_k.get("params"), m_rows, seed=seed))
+    level = chance_of(spec["name"], mkey)
+    return Report(primary, None, edges, None, seed, n_boot, by="relation",
+                  popularity_facts=len(pops),
+                  generated=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"), code=code_version(),
+                  measures=aggregates, chance=Chance(*level) if level is not None else None, scope="run")

@@ -349,7 +349,7 @@ def load(path: str | Path) -> Results:
     empty, truncated, non-UTF-8, not-JSON or wrongly shaped file, or a damaged Parquet file,
     an InputError. Never a document read as if it had no relations."""
     try:
-        import pandas as pd
+        import pandas  # noqa: F401  (said before any file is read)
     except ImportError as exc:  # pragma: no cover - the optional extra
         raise InputError("kgprobe.load_results needs pandas: pip install 'kgprobe[results]'") from exc
     d = Path(path)
@@ -362,24 +362,32 @@ def load(path: str | Path) -> Results:
     if not (d / RESULTS).is_file():
         raise InputError(f"{d} has no {RESULTS}")
     doc = _json_document(d / RESULTS)
+    if (d / SAMPLES).is_file():
+        return results_frames(doc, _json_lines(d / SAMPLES))
+    found = results_frames(doc, [])
+    if (d / SAMPLES_PARQUET).is_file():
+        found.samples = _parquet(d / SAMPLES_PARQUET)
+    return found
+
+
+def results_frames(doc: dict[str, Any], records: Sequence[dict[str, Any]]) -> Results:
+    """A results document and its per-fact records (:func:`sample_records`) as pandas: what
+    :func:`load` reads from files, and what ``kgprobe.probe(set=...)`` returns in memory."""
+    try:
+        import pandas as pd
+    except ImportError as exc:  # pragma: no cover - the optional extra
+        raise InputError("kgprobe's results as DataFrames need pandas: pip install 'kgprobe[results]'") from exc
     rel_rows = []
     for m in doc["models"]:
         for pid, g in {**m["results"], "all": m["overall"]}.items():
             rel_rows.append({"model": m["model_key"], "measure_key": m["measure_key"], "relation": pid,
                              **{k: v for k, v in g.items() if k != "by_popularity"}})
-    relations = pd.DataFrame(rel_rows)
-    if (d / SAMPLES).is_file():
-        rows = []
-        for r in _json_lines(d / SAMPLES):
-            row = {k: v for k, v in r.items() if k != "scores"}
-            row.update({f"score.{k}": v for k, v in (r.get("scores") or {}).items()})
-            rows.append(row)
-        samples = pd.DataFrame(rows)
-    elif (d / SAMPLES_PARQUET).is_file():
-        samples = _parquet(d / SAMPLES_PARQUET)
-    else:
-        samples = pd.DataFrame()
-    return Results(doc, relations, samples)
+    rows = []
+    for r in records:
+        row = {k: v for k, v in r.items() if k != "scores"}
+        row.update({f"score.{k}": v for k, v in (r.get("scores") or {}).items()})
+        rows.append(row)
+    return Results(doc, pd.DataFrame(rel_rows), pd.DataFrame(rows))
 
 
 def _text(f: Path) -> str:

@@ -119,21 +119,32 @@ def relation_aggregates(
     for mkey, (name, extras) in sorted(seen.items()):
         props = pr.ScoreProps(model_key, mkey)
         names = {"score": props.score, **{e: f"{props.score}_{e}" for e in extras}}
+        if reg.get(name) is None:
+            continue  # a measure this version no longer has
         rows = pr.measure_rows(graph, names)
         if facts is not None:  # one run's facts (``probe --output-path``)
             rows = [r for r in rows if r["key"] in facts]
-        by_pid: dict[str, list[dict[str, Any]]] = {}
-        for row in rows:
-            by_pid.setdefault(row["pid"], []).append(row)
-        cls = reg.get(name)
-        if cls is None:
-            continue  # a measure this version no longer has
-        measure = cls(params.get(mkey))
-        for pid in sorted(by_pid, key=lambda p: int(p[1:])):
-            # the report's seed rule: the same values get the same interval as its table
-            agg = measure.aggregate(by_pid[pid], group_seed(seed, pid))
-            out.append({"measure": name, "measure_key": mkey, "pid": pid,
-                        "facts": len(by_pid[pid]), **agg})
+        out.extend(measure_aggregates(name, mkey, params.get(mkey), rows, seed=seed))
+    return out
+
+
+def measure_aggregates(name: str, measure_key: str, params: dict[str, Any] | None,
+                       rows: list[dict[str, Any]], *, seed: int = 0) -> list[dict[str, Any]]:
+    """Per relation, measure ``name``'s :meth:`Measure.aggregate` over ``rows`` ({key, pid,
+    score, <extra>: value}), wherever they were read from (the graph, a scored probe set)."""
+    cls = load_all().get(name)
+    if cls is None:
+        return []
+    by_pid: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_pid.setdefault(row["pid"], []).append(row)
+    measure = cls(params)
+    out = []
+    for pid in sorted(by_pid, key=lambda p: int(p[1:])):
+        # the report's seed rule: the same values get the same interval as its table
+        agg = measure.aggregate(by_pid[pid], group_seed(seed, pid))
+        out.append({"measure": name, "measure_key": measure_key, "pid": pid,
+                    "facts": len(by_pid[pid]), **agg})
     return out
 
 
@@ -141,7 +152,12 @@ def chance_level(graph: Any, model_key: str, measure_key: str) -> tuple[float, s
     """The chance level the measure of ``measure_key`` declares (:meth:`Measure.chance`), with
     n read from the key's ``_n<N>`` part; None for an unknown measure or one without a level."""
     seen, _ = _probed_specs(graph, model_key)
-    name = seen[measure_key][0] if measure_key in seen else measure_key.split("_", 1)[0]
+    return chance_of(seen[measure_key][0] if measure_key in seen else measure_key.split("_", 1)[0],
+                     measure_key)
+
+
+def chance_of(name: str, measure_key: str) -> tuple[float, str] | None:
+    """:func:`chance_level` of measure ``name`` under ``measure_key``, no graph needed."""
     cls = load_all().get(name)
     if cls is None:
         return None

@@ -1,0 +1,112 @@
+"""A probe set scored as data (issue 42 #4): the scores, the report's figures and the usual
+report files of ``kgprobe probe --set``, with no graph.
+
+``kgprobe.probe(model, tokenizer=..., set=...)``, ``kgprobe probe --set`` and the training
+callback (:mod:`kgprobe.callbacks`) all go through :func:`score_probe_set`: the set is scored
+by the probe loop's scoring code (:func:`kgprobe.probing.probe_set.score_set`), its report is
+built from the set and its scores (:func:`kgprobe.reports.build.set_report`: the figures a
+direct probe's report shows for the same facts), and ``results.json``'s document and per-fact
+records become DataFrames on demand (pandas only when they are asked for).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+    from kgprobe.probing.config import ProbeSummary
+    from kgprobe.probing.probe_set import ProbeSet, SetScores
+    from kgprobe.reports.data import Report
+
+
+@dataclass
+class SetResults:
+    """What scoring a probe set gives, in memory.
+
+    ``summary``: the run's ProbeSummary; ``report``: the report's data (figures per relation
+    and overall, intervals, chance level, every measure's aggregates); ``document``: the
+    content of ``results.json``; ``records``: one per fact (``samples.jsonl``'s records, with
+    the distractors' scores); ``scores``: the scores file's rows (per fact and measure, its
+    FACT properties); ``output_files``: what was written (empty in memory)."""
+
+    summary: ProbeSummary
+    report: Report
+    document: dict[str, Any]
+    records: list[dict[str, Any]]
+    scored: SetScores
+    output_files: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def relations(self) -> pd.DataFrame:
+        """Per relation and ``all``: n, mean, ci_low, ci_high, known, known_share, staleness...
+        (as ``kgprobe.load_results(dir).relations``)."""
+        from kgprobe.reports.results import results_frames
+
+        return results_frames(self.document, []).relations
+
+    @property
+    def facts(self) -> pd.DataFrame:
+        """Per fact: subject, relation, object, labels, score, known, stale, ``score.<measure
+        key>`` for every measure, templates and distractor scores (as ``.samples`` of
+        ``kgprobe.load_results``)."""
+        from kgprobe.reports.results import results_frames
+
+        return results_frames(self.document, self.records).samples
+
+    def figures(self) -> dict[str, dict[str, float | None]]:
+        """Per relation key (and ``all``): mean, known_share and staleness of the report's
+        measure: the figures a training loop logs."""
+        p = self.report.primary
+        return {g.key: {"mean": g.mean, "known_share": g.known_share, "staleness": g.staleness}
+                for g in [*p.relations, p.overall]}
+
+
+def score_probe_set(
+    pset: str | os.PathLike[str] | ProbeSet, model: str | Any, output_path: str | os.PathLike[str] | None = None,
+    *, tokenizer: Any = None, model_name: str | None = None, dtype: str = "float32",
+    threads: int = 1, shard: tuple[int, int] | None = None, cache: bool = True,
+    progress: bool = True, overwrite: bool = False, measure: str | None = None,
+) -> SetResults:
+    """Score the probe set ``pset`` (a path, a shipped set's name or a read set) with ``model``
+    (a name or path, or a transformers model object with ``tokenizer``) and return the scores
+    as data. With ``output_path``: ``scores.parquet`` and the usual report files (report.html,
+    results.json, samples.jsonl, ...) are written there; a directory holding another model's
+    report is refused before the model is loaded, unless ``overwrite``."""
+    from kgprobe.outputs import check_output_dir, check_owner
+    from kgprobe.probing.config import model_key
+    from kgprobe.probing.probe_set import probe_with_set, read_set, write_scores
+    from kgprobe.reports.build import set_report
+    from kgprobe.reports.results import FactDetails, results_document, sample_records
+    from kgprobe.reports.write import write_report
+
+    started = time.monotonic()
+    read = pset if not isinstance(pset, str | os.PathLike) else read_set(pset)
+    if output_path is not None:
+        check_output_dir(output_path, "--output-path")
+        if isinstance(model, str) or model_name is not None:
+            from kgprobe.errors import ConfigError
+
+            try:
+                owner: dict[str, Any] | None = {"models": [model_key(model_name or model, dtype)]}
+            except ConfigError:
+                owner = None  # not a model name: refused by the loader itself
+            check_owner(output_path, owner, overwrite, "--output-path")
+    details = FactDetails()
+    scored = probe_with_set(read, model, None, tokenizer=tokenizer, model_name=model_name,
+                            dtype=dtype, threads=threads, shard=shard, cache=cache,
+                            progress=progress, on_fact=details)
+    rep = set_report(read.header, read.rows, scored.header, scored.rows, measure=measure)
+    seconds = time.monotonic() - started
+    out = SetResults(scored.summary, rep, results_document(rep, command_seconds=seconds),
+                     sample_records(rep, details.records), scored)
+    if output_path is not None:
+        paths = write_report(rep, os.fspath(output_path), details=details.records, overwrite=overwrite,
+                             command_seconds=seconds)
+        out.output_files = {"scores": str(write_scores(output_path, scored)),
+                            **{k: str(v) for k, v in paths.items()}}
+    return out
