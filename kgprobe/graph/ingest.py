@@ -595,13 +595,6 @@ class RecordBatcher(Generic[_BuiltT]):
             self._settle()  # stopping on the budget: what was handed over is written first
         self._check_budget()
 
-    def finish(self) -> IngestSummary:
-        try:
-            self.flush()
-        finally:
-            self.close()
-        return self.summary
-
     def close(self) -> None:
         """Stop the writer thread, after the batch in flight (if any) is done."""
         self._writer.shutdown(wait=True)
