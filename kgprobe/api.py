@@ -5,8 +5,9 @@ The CLI parses arguments and calls these; these wire loaders, graph and probing 
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +99,10 @@ def ingest_sources(
         return write_records(graph, records, batch_size=batch_size, max_errors=max_errors, quiet=quiet)
 
 
-def write_records(
-    graph: Any, records: Iterable[Record], *, batch_size: int = 5000, max_errors: int = 100, quiet: bool = False
-) -> IngestSummary:
-    """Ingest records with a progress line (records, facts, rate): redrawn on a terminal,
-    periodic plain lines in a log (:mod:`kgprobe.progress`)."""
+@contextlib.contextmanager
+def _ingest_progress(quiet: bool) -> Iterator[Callable[[IngestSummary], None]]:
+    """The progress line of an ingest (records, facts, rate): redrawn on a terminal, periodic
+    plain lines in a log (:mod:`kgprobe.progress`); yields the ingest's ``on_flush``."""
     start = time.monotonic()
     with Progress("ingesting", enabled=not quiet) as progress:
 
@@ -111,7 +111,60 @@ def write_records(
             progress.describe(f"{s.entities:,} entities, {s.facts:,} facts, {sum(s.skipped.values()):,} "
                               f"skipped, {s.error_count} errors ({rate:,.0f} records/s)")
 
+        yield on_flush
+
+
+def write_records(
+    graph: Any, records: Iterable[Record], *, batch_size: int = 5000, max_errors: int = 100, quiet: bool = False
+) -> IngestSummary:
+    """Ingest records with a progress line."""
+    with _ingest_progress(quiet) as on_flush:
         return ingest(graph, records, batch_size=batch_size, error_budget=max_errors, on_flush=on_flush)
+
+
+def bulk_ingest(
+    sources: Sequence[str | Path],
+    directory: str | Path,
+    *,
+    neo4j_home: str | Path | None = None,
+    sparql: str | None = None,
+    relations: Sequence[str] | None = None,
+    subjects: Sequence[str] | None = None,
+    language: str = "en",
+    ranks: Sequence[str] | None = None,
+    limit: int | None = None,
+    batch_size: int = 5000,
+    max_errors: int = 100,
+    quiet: bool = False,
+) -> tuple[IngestSummary, str]:
+    """The bulk first load of an empty Neo4j database (graph/bulk.py): the import files in
+    ``directory``, imported into ``neo4j_home``'s database when given (the server stopped).
+    Returns the summary and what is left to do, in one line."""
+    from kgprobe.graph.bulk import DATABASE, check_neo4j_home, run_import, write_import_files
+    from kgprobe.loaders import detect_format
+
+    check_ingest_options(batch_size, max_errors)
+    if not sources and not sparql:
+        raise InputError("nothing to ingest: give files or --sparql URL")
+    for source in sources:
+        detect_format(source)
+    if neo4j_home is not None:
+        check_neo4j_home(Path(neo4j_home))  # refused before any file is read
+    records = _records_for(
+        sources, sparql=sparql, relations=relations, subjects=subjects, language=language,
+        ranks=ranks, limit=limit,
+    )
+    with _ingest_progress(quiet) as on_flush:
+        files = write_import_files(records, Path(directory), batch_size=batch_size,
+                                   error_budget=max_errors, on_flush=on_flush)
+    if neo4j_home is None:
+        return files.summary, (
+            f"import files written to {files.directory}; import them with Neo4j stopped: "
+            f"cd {files.directory} && neo4j-admin database import full {DATABASE} @import.args")
+    run_import(files, Path(neo4j_home))
+    return files.summary, (
+        f"imported into {neo4j_home} (database {DATABASE}); start Neo4j: kgprobe's first "
+        "connection creates the constraints and indexes")
 
 
 #: The demo's relations (docs/reports.md explains the choice): contrasts the report can show —

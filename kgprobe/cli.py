@@ -358,12 +358,26 @@ def ingest(
     batch_size: int = typer.Option(5000, help="Records per transaction (at least 1)."),
     max_errors: int = typer.Option(100, help="Malformed or refused records tolerated before stopping (0 = none)."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    bulk: str | None = typer.Option(None, "--bulk", help="First load of an EMPTY Neo4j database: write neo4j-admin import files into this new directory instead of writing to the graph."),
+    neo4j_home: str | None = typer.Option(None, "--neo4j-home", help="With --bulk: also run that Neo4j installation's neo4j-admin import (server stopped, database empty)."),
 ) -> None:
     """Load Wikidata facts into the graph (idempotent: re-running creates no duplicates)."""
-    from kgprobe.api import ingest_sources
+    from kgprobe.api import bulk_ingest, ingest_sources
 
     _check_pids(relation or [])
     _check_number("--limit", limit, 0)  # --batch-size and --max-errors: ingest_sources, before the graph
+    if bulk is not None or neo4j_home is not None:
+        if bulk is None:
+            from kgprobe.errors import ConfigError
+
+            raise ConfigError("--neo4j-home goes with --bulk DIR (the directory of the import files)")
+        summary, note = bulk_ingest(
+            sources or [], bulk, neo4j_home=neo4j_home, sparql=sparql, relations=relation,
+            subjects=subject, language=language, ranks=rank, limit=limit, batch_size=batch_size,
+            max_errors=max_errors, quiet=as_json)
+        _print_summary(summary.to_dict(), as_json)
+        err_console.print(note, highlight=False, soft_wrap=True)
+        return
     summary = ingest_sources(
         sources or [], sparql=sparql, relations=relation, subjects=subject, language=language,
         ranks=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=as_json,
