@@ -1,6 +1,6 @@
 """Bulk first load (`kgprobe ingest --bulk`) against the online ingest on Neo4j, same dump, one run.
 
-    python benchmarks/bench_bulk.py --entities 43000      # a realistic dump of ~1M statements
+    python benchmarks/bench_bulk.py --entities 70000      # a realistic dump of ~1M statements
 
 Both sides load the same realistic dump (`benchmarks/gen_dump.py --realistic`: lines made of real
 entity JSON) from the file through the loader into an empty Neo4j 5.26 (the test server of
@@ -82,7 +82,7 @@ def online_side(root: Path, dump: Path, heap: str, batch_size: int) -> dict[str,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--entities", type=int, default=43_000, help="realistic dump lines (~23 statements each)")
+    ap.add_argument("--entities", type=int, default=70_000, help="realistic dump lines (~14.3 statements each: 70,000 ≈ 1M)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--heap", default="1g")
     ap.add_argument("--batch-size", type=int, default=5000)

@@ -188,3 +188,22 @@ def test_bulk_import_files_without_a_server(tmp_path: Path) -> None:
     fact_lines = (tmp_path / "import" / "rels-fact.csv").read_text(encoding="utf-8").count("\n")
     assert fact_lines == demo_facts + 1
     assert "neo4j-admin database import full neo4j @import.args" in r.stderr
+
+
+def test_a_failed_import_is_one_line_and_leaves_no_database_behind(tmp_path: Path) -> None:
+    """The import tool fails after creating the database's directories: kgprobe says so in one
+    line (exit 1) and removes them, so that the same load can run again."""
+    home = tmp_path / "neo4j"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "neo4j-admin").write_text(
+        '#!/bin/sh\nmkdir -p "$NEO4J_HOME/data/databases/neo4j" "$NEO4J_HOME/data/transactions/neo4j"\n'
+        'touch "$NEO4J_HOME/data/databases/neo4j/neostore"\necho "ERROR: disk full (made up)" >&2\nexit 70\n',
+        encoding="utf-8")
+    (home / "bin" / "neo4j-admin").chmod(0o755)
+    r = run("ingest", str(DEMO), "--bulk", str(tmp_path / "import"), "--neo4j-home", str(home))
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()  # progress lines (not a terminal), then the one error
+    assert "Traceback" not in r.stderr and [ln for ln in lines if ln.startswith("error:")] == lines[-1:]
+    assert lines[-1].startswith("error: neo4j-admin database import failed (exit 70): ERROR: disk full (made up)")
+    assert not (home / "data" / "databases" / "neo4j").exists()
+    assert not (home / "data" / "transactions" / "neo4j").exists()

@@ -420,7 +420,7 @@ class BulkWriter(RecordBatcher[BatchRows]):
             ("Redirect", redirects), ("SampleIndex", marker)]
         rels = [("FACT", self._facts), ("INSTANCE_OF", self._instance_of),
                 ("SUBCLASS_OF", self._subclass_of), ("INFERRED_TYPE", self._inferred)]
-        args = ["--id-type=string", "--array-delimiter=U+001F", "--report-file=import.report"]
+        args = ["--id-type=string", "--array-delimiter=U+001F"]
         multiline: list[str] = []
         for flag, groups in (("--nodes", nodes), ("--relationships", rels)):
             for label, f in groups:
