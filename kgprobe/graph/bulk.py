@@ -333,7 +333,9 @@ class BulkWriter(RecordBatcher[BatchRows]):
                                 for m, r in b.members.items() if r["s"] not in refused])
         for r in b.redirects:
             self._redirects[r["source"]] = r["target"]
-        return _Written(counts=b.counts, errors=errors)
+        counts = b.counts
+        counts["entities"] -= len(refused)  # an error, not an entity written
+        return _Written(counts=counts, errors=errors)
 
     def _keep_multiline(self, sig: tuple[tuple[str, str], ...], row: Sequence[Any], line: str) -> None:
         """An entity row that spans lines: kept until `finish` knows whether it is a type's."""
