@@ -90,11 +90,11 @@ def schema(graph: Any) -> list[tuple[str, str, list[str], list[str]]]:
     return sorted((r["name"], r["type"], r["labelsOrTypes"] or [], r["properties"] or []) for r in rows)
 
 
+@pytest.mark.skipif(TEST_SERVER != "neo4j" or EXTERNAL_SERVER,
+                    reason="bulk load into Neo4j: runs in the Neo4j half (KGPROBE_TEST_SERVER=neo4j)")
 def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
     graph: Any, kgprobe_env: dict[str, str], graph_settings: Any, tmp_path: Path
 ) -> None:
-    if TEST_SERVER != "neo4j" or EXTERNAL_SERVER:
-        pytest.skip("bulk load into Neo4j: runs in the Neo4j half (KGPROBE_TEST_SERVER=neo4j)")
     from neo4j_server import USER, Neo4jTestServer, install_admin
 
     from kgprobe.config import Settings
