@@ -11,22 +11,24 @@ the imported data.
 
 What makes the imported graph the online ingest's:
 
-* Node ids are the online MERGE keys: ``qid`` for entities (one id space, the importer's
-  ``--skip-duplicate-nodes`` keeps the FIRST row of an id), ``pid`` for relations, the statement
-  key on FACT edges and FactSlot nodes, ``T|Q`` on TypeSlot nodes.
-* Files are given in an order that makes the first row the right one: type entities (their
-  sampling counters added) before entities, entities before the bare stubs that facts and types
-  refer to.
+* Node ids are the online MERGE keys: ``qid`` for entities (the import's id space), ``pid`` for
+  relations, the statement key on FACT edges and FactSlot nodes, ``T|Q`` on TypeSlot nodes.
+* Every Entity node is written once, as exactly one of: a type (the entity's row with its
+  sampling counters added), an entity, or a bare stub (an id that facts and types refer to and
+  no record describes). Which one is known only at the end, so entity rows go to part files
+  first and the referred ids to a list; `BulkWriter.finish` sorts them, using two `QidSet` s
+  (the import's own ``--skip-duplicate-nodes`` keeps an arbitrary one of two rows, not the
+  first: measured, so it is not used).
 * The sampling index (graph/sample_index.py) is numbered as one online writer numbers it on an
   empty graph: per relation and per type, ordinals 0, 1, 2 … in input order; the counters on
   Relation and type Entity nodes and the SampleIndex marker are written with them.
 
-What it assumes (as in a Wikidata dump): each entity and each statement once in the input. A
+What it assumes (as in a Wikidata dump): each entity and each statement once in the input. An
+entity met again in a later batch is an error record (the online ingest would merge the two). A
 statement key repeated across batches leaves two FactSlot nodes with that key, and the unique
-constraint on ``FactSlot.key`` then cannot be created: the first connection reports it. An entity
-given twice keeps its first record (the online ingest merges the two). Redirect nodes are
-written; they are resolved (edges moved to the target) by the next online ingest, which resolves
-pending redirects at its end.
+constraint on ``FactSlot.key`` then cannot be created: the first connection reports it. Redirect
+nodes are written; they are resolved (edges moved to the target) by the next online ingest,
+which resolves pending redirects at its end.
 """
 
 from __future__ import annotations
