@@ -26,7 +26,8 @@ What makes the imported graph the online ingest's:
 What it assumes (as in a Wikidata dump): each entity and each statement once in the input. An
 entity met again in a later batch is an error record (the online ingest would merge the two). A
 statement key repeated across batches leaves two FactSlot nodes with that key, and the unique
-constraint on ``FactSlot.key`` then cannot be created: the first connection reports it. Redirect
+constraint on ``FactSlot.key`` then cannot be created: the first connection fails with the
+server's refusal (not yet turned into one line; load such an input online). Redirect
 nodes are written; they are resolved (edges moved to the target) by the next online ingest,
 which resolves pending redirects at its end.
 """
