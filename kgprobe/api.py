@@ -69,6 +69,18 @@ def _loaded_something(source: str | Path, records: Iterable[Record], *, expect: 
     raise InputError(f"{source}: nothing was loaded — no Wikidata entity in the file")
 
 
+def _check_sources(sources: Sequence[str | Path], sparql: str | None, batch_size: int, max_errors: int) -> None:
+    """Impossible options, no input, or a file of no known format: one line, before anything
+    is read or written."""
+    from kgprobe.loaders import detect_format
+
+    check_ingest_options(batch_size, max_errors)
+    if not sources and not sparql:
+        raise InputError("nothing to ingest: give files or --sparql URL")
+    for source in sources:
+        detect_format(source)
+
+
 def ingest_sources(
     sources: Sequence[str | Path],
     *,
@@ -84,13 +96,7 @@ def ingest_sources(
     settings: Settings | None = None,
 ) -> IngestSummary:
     """Load files and/or a SPARQL endpoint into the graph, with a progress display."""
-    from kgprobe.loaders import detect_format
-
-    check_ingest_options(batch_size, max_errors)
-    if not sources and not sparql:
-        raise InputError("nothing to ingest: give files or --sparql URL")
-    for source in sources:  # fail on a bad file before touching the graph
-        detect_format(source)
+    _check_sources(sources, sparql, batch_size, max_errors)
     records = _records_for(
         sources, sparql=sparql, relations=relations, subjects=subjects, language=language,
         ranks=ranks, limit=limit,
@@ -141,13 +147,8 @@ def bulk_ingest(
     ``directory``, imported into ``neo4j_home``'s database when given (the server stopped).
     Returns the summary and what is left to do, in one line."""
     from kgprobe.graph.bulk import DATABASE, check_neo4j_home, run_import, write_import_files
-    from kgprobe.loaders import detect_format
 
-    check_ingest_options(batch_size, max_errors)
-    if not sources and not sparql:
-        raise InputError("nothing to ingest: give files or --sparql URL")
-    for source in sources:
-        detect_format(source)
+    _check_sources(sources, sparql, batch_size, max_errors)
     if neo4j_home is not None:
         check_neo4j_home(Path(neo4j_home))  # refused before any file is read
     records = _records_for(
