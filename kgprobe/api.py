@@ -5,6 +5,7 @@ The CLI parses arguments and calls these; these wire loaders, graph and probing 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -118,6 +119,21 @@ def _loaded_something(source: str | Path, records: Iterable[Record], *, expect: 
     raise InputError(f"{source}: nothing was loaded — no Wikidata entity in the file")
 
 
+def _check_sources(sources: Sequence[str | Path], sparql: str | None, batch_size: int,
+                   max_errors: int, workers: int = 1) -> None:
+    """Impossible options, no input, or a file of no known format: one line, before anything
+    is read or written."""
+    from kgprobe.loaders import detect_format
+
+    check_ingest_options(batch_size, max_errors)
+    if workers < 1:
+        raise ConfigError(f"--workers must be at least 1, got {workers}")
+    if not sources and not sparql:
+        raise InputError("nothing to ingest: give files or --sparql URL")
+    for source in sources:
+        detect_format(source)
+
+
 def ingest_sources(
     sources: Sequence[str | Path],
     *,
@@ -160,11 +176,7 @@ def ingest_sources(
             _deprecated("ingest_sources", old, old[:-1])
     relation, subject, rank = relation or relations, subject or subjects, rank or ranks
 
-    check_ingest_options(batch_size, max_errors)
-    if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {workers}")
-    if not sources and not sparql:
-        raise InputError("nothing to ingest: give files or --sparql URL")
+    _check_sources(sources, sparql, batch_size, max_errors, workers)
     settings = settings or Settings.load()
     home = settings.home
     starts: dict[str, Position] = {}
@@ -193,13 +205,14 @@ def ingest_sources(
     return summary
 
 
-def write_records(
-    graph: Any, records: Iterable[Record], *, batch_size: int = 5000, max_errors: int = 100,
-    quiet: bool = False, on_checkpoint: Callable[[Position], None] | None = None,
-) -> IngestSummary:
-    """Ingest records with a progress line (records, facts, rate; for a file read with
-    positions also its bytes read, MB/s and ETA): redrawn on a terminal, periodic plain lines
-    in a log (:mod:`kgprobe.progress`)."""
+@contextlib.contextmanager
+def _ingest_progress(
+    quiet: bool,
+) -> Iterator[tuple[Callable[[Iterable[Record]], Iterator[Record]], Callable[[IngestSummary], None]]]:
+    """The progress line of an ingest (records, facts, rate; for a file read with positions
+    also its bytes read, MB/s and ETA): redrawn on a terminal, periodic plain lines in a log
+    (:mod:`kgprobe.progress`). Yields what watches the records for their positions and the
+    ingest's ``on_flush``; the online ingest and the bulk load share it."""
     start = time.monotonic()
     seen: dict[str, Position] = {}  # the last position read, and the first of each source
 
@@ -222,6 +235,15 @@ def write_records(
                 text += "; " + _bytes_progress(last, seen[last.source], now - start)
             progress.describe(text)
 
+        yield watched, on_flush
+
+
+def write_records(
+    graph: Any, records: Iterable[Record], *, batch_size: int = 5000, max_errors: int = 100,
+    quiet: bool = False, on_checkpoint: Callable[[Position], None] | None = None,
+) -> IngestSummary:
+    """Ingest records with a progress line (`_ingest_progress`)."""
+    with _ingest_progress(quiet) as (watched, on_flush):
         return ingest(graph, watched(records), batch_size=batch_size, error_budget=max_errors,
                       on_flush=on_flush, on_checkpoint=on_checkpoint)
 
@@ -238,6 +260,47 @@ def _bytes_progress(last: Position, first: Position, seconds: float) -> str:
     if rate > 0 and last.size > last.read:
         text += f", ETA {clock_text((last.size - last.read) / rate)}"
     return text + ")"
+
+
+def bulk_ingest(
+    sources: Sequence[str | Path],
+    directory: str | Path,
+    *,
+    neo4j_home: str | Path | None = None,
+    sparql: str | None = None,
+    relation: Sequence[str] | None = None,
+    subject: Sequence[str] | None = None,
+    language: str = "en",
+    rank: Sequence[str] | None = None,
+    limit: int | None = None,
+    batch_size: int = 5000,
+    max_errors: int = 100,
+    quiet: bool = False,
+    workers: int = 1,
+) -> tuple[IngestSummary, str]:
+    """The bulk first load of an empty Neo4j database (graph/bulk.py): the import files in
+    ``directory``, imported into ``neo4j_home``'s database when given (the server stopped).
+    Returns the summary and what is left to do, in one line."""
+    from kgprobe.graph.bulk import DATABASE, check_neo4j_home, run_import, write_import_files
+
+    _check_sources(sources, sparql, batch_size, max_errors, workers)
+    if neo4j_home is not None:
+        check_neo4j_home(Path(neo4j_home))  # refused before any file is read
+    records = _records_for(
+        sources, sparql=sparql, relations=relation, subjects=subject, language=language,
+        ranks=rank, limit=limit, workers=workers,
+    )
+    with _ingest_progress(quiet) as (watched, on_flush):
+        files = write_import_files(watched(records), Path(directory), batch_size=batch_size,
+                                   error_budget=max_errors, on_flush=on_flush)
+    if neo4j_home is None:
+        return files.summary, (
+            f"import files written to {files.directory}; import them with Neo4j stopped: "
+            f"cd {files.directory} && neo4j-admin database import full {DATABASE} @import.args")
+    run_import(files, Path(neo4j_home))
+    return files.summary, (
+        f"imported into {neo4j_home} (database {DATABASE}); start Neo4j: kgprobe's first "
+        "connection creates the constraints and indexes")
 
 
 #: The demo's relations (docs/reports.md explains the choice): contrasts the report can show —

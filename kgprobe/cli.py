@@ -433,19 +433,37 @@ def ingest(
     workers: int | None = typer.Option(None, "--workers", help="Processes that parse a JSON dump or JSON lines file (default: the machine's cores; 1 = in this process). The records are the same for any number. RDF and SPARQL ignore it."),
     resume: bool = typer.Option(False, "--resume", help="Start each JSON dump or JSON lines file at its checkpoint (after the last committed batch of a load that was stopped) rather than at its start; a file changed since is refused."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
+    bulk: str | None = typer.Option(None, "--bulk", help="First load of an EMPTY Neo4j database: write neo4j-admin import files into this new directory instead of writing to the graph."),
+    neo4j_home: str | None = typer.Option(None, "--neo4j-home", help="With --bulk: also run that Neo4j installation's neo4j-admin import (server stopped, database empty)."),
 ) -> None:
     """Load Wikidata facts into the graph (idempotent: re-running creates no duplicates).
 
     A JSON dump's load saves a checkpoint after each committed batch; a load that was killed
-    continues with --resume, from the last checkpoint, never from the start.
+    continues with --resume, from the last checkpoint, never from the start. --bulk writes the
+    import files of an empty Neo4j database instead (docs/loaders.md).
 
     Example: kgprobe ingest latest-all.json.bz2 -r P36 -r P17 --limit 100000"""
-    from kgprobe.api import ingest_sources
+    from kgprobe.api import bulk_ingest, ingest_sources
     from kgprobe.loaders.parallel import default_workers
 
     _check_pids(relation or [])
     _check_number("--limit", limit, 0)  # --batch-size and --max-errors: ingest_sources, before the graph
     _check_number("--workers", workers, 1)
+    if bulk is not None or neo4j_home is not None:
+        from kgprobe.errors import ConfigError
+
+        if bulk is None:
+            raise ConfigError("--neo4j-home goes with --bulk DIR (the directory of the import files)")
+        if resume:
+            raise ConfigError("--resume continues an online ingest; a bulk load into an empty "
+                              "database starts again from an empty --bulk directory")
+        summary, note = bulk_ingest(
+            sources or [], bulk, neo4j_home=neo4j_home, sparql=sparql, relation=relation,
+            subject=subject, language=language, rank=rank, limit=limit, batch_size=batch_size,
+            max_errors=max_errors, quiet=as_json, workers=workers or default_workers())
+        _print_summary(summary.to_dict(), as_json)
+        err_console.print(note, highlight=False, soft_wrap=True)
+        return
     summary = ingest_sources(
         sources or [], sparql=sparql, relation=relation, subject=subject, language=language,
         rank=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=as_json,

@@ -92,6 +92,29 @@ def build(*, force: bool = False) -> list[str]:
     return [str(JAR), *deps]
 
 
+def install_admin(home: Path, heap: str = "512m") -> Path:
+    """``home/bin/neo4j-admin``: Neo4j's own admin tool (``org.neo4j.cli.AdminTool``, with the
+    import tool ``org.neo4j:neo4j-import-tool`` that comes with the server's Maven dependencies)
+    on the test server's classpath, so that ``kgprobe ingest --bulk --neo4j-home home`` imports
+    into ``home`` as into an installed Neo4j; a `Neo4jTestServer` whose base holds ``home`` then
+    starts on the imported database. Small memory for shared machines."""
+    classpath = build()
+    bindir = home / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    argfile = bindir / "classpath.args"
+    argfile.write_text("-cp\n" + os.pathsep.join(classpath) + "\n", encoding="utf-8")
+    admin = bindir / "neo4j-admin"
+    # `database import full` takes its memory bound after the three command words
+    admin.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1 $2 $3" = "database import full" ]; then shift 3; '
+        f'set -- database import full --max-off-heap-memory={heap} "$@"; fi\n'
+        f'exec java -Xmx{heap} -XX:+UseSerialGC "@{argfile}" org.neo4j.cli.AdminTool "$@"\n',
+        encoding="utf-8")
+    admin.chmod(0o755)
+    return admin
+
+
 class Neo4jTestServer:
     """One Neo4j 5 server in ``base`` (a fresh directory of its own).
 

@@ -24,7 +24,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from neo4j.exceptions import ConstraintError, DriverError, Neo4jError, TransientError
 
@@ -360,30 +360,113 @@ class _Written:
 
 
 _Built = tuple[Statements, list[str], list[str], Counter[str], dict[str, list[dict[str, Any]]]]
+_BuiltT = TypeVar("_BuiltT")
 
 
-class Ingestor:
-    """Buffers records and writes them in batches; call `finish()` at the end (or `close()`).
+@dataclass
+class BatchRows:
+    """One batch of records as the graph's rows, before any statement is chosen: the online
+    ingest MERGEs them, the bulk load (graph/bulk.py) writes them to the import tool's files.
+    The one place that says which nodes, edges and properties a record becomes."""
 
-    Write-behind: a full batch is turned into statements here, then written by one writer
-    thread while the next batch is read and built, so that the client's work overlaps the
-    server's. One batch at most is in flight, so memory stays bounded and batches still commit
-    in order.
+    relations: dict[str, dict[str, Any]]
+    entities: dict[str, dict[str, Any]]
+    stubs: set[str]
+    instance_of: list[dict[str, str]]
+    subclass_of: list[dict[str, str]]
+    inferred: list[dict[str, str]]
+    facts: list[dict[str, Any]]
+    fact_slots: list[dict[str, Any]]
+    redirects: list[dict[str, str]]
+    members: dict[str, dict[str, str]]
+    counts: Counter[str]
 
-    A batch the server refuses is split in halves until the refused record is alone: that one
-    becomes an error (with its ``file:line``, counted against the budget) and the rest is
-    written, so one bad record costs one record.
+
+def batch_rows(batch: list[Record]) -> BatchRows:
+    """The rows ``batch`` writes, and what it counts."""
+    relations: dict[str, dict[str, Any]] = {}
+    entities: dict[str, dict[str, Any]] = {}
+    stubs: set[str] = set()
+    instance_of: list[dict[str, str]] = []
+    subclass_of: list[dict[str, str]] = []
+    inferred: list[dict[str, str]] = []
+    facts: list[dict[str, Any]] = []
+    fact_slots: list[dict[str, Any]] = []
+    redirects: list[dict[str, str]] = []
+    members: dict[str, dict[str, str]] = {}
+    n: Counter[str] = Counter()
+    n_qualifiers = n_temporal = 0
+    for rec in batch:
+        if isinstance(rec, FactRecord):
+            subject, key = rec.subject, rec.key
+            stubs.add(subject)
+            stubs.add(rec.object)
+            relations.setdefault(rec.pid, {})
+            facts.append({"s": subject, "o": rec.object, "key": key, "props": fact_properties(rec)})
+            fact_slots.append({"space": rec.pid, "key": key, "s": subject})
+            if rec.qualifiers:
+                n_qualifiers += sum(map(len, rec.qualifiers.values()))
+            if rec.is_temporal:
+                n_temporal += 1
+                n_qualifiers += ((rec.start is not None) + (rec.end is not None)
+                                 + (rec.point_in_time is not None))
+        elif isinstance(rec, EntityRecord):
+            props: dict[str, Any] = {}
+            if rec.label:
+                props["label"] = rec.label
+            if rec.aliases:
+                props["aliases"] = list(dict.fromkeys(rec.aliases))
+            if rec.description:
+                props["description"] = rec.description
+            props.update(rec.extra)
+            entities.setdefault(rec.qid, {}).update(props)
+            for t in rec.types:
+                stubs.add(t)
+                instance_of.append({"s": rec.qid, "o": t})
+                members.setdefault(f"{t}|{rec.qid}", {"space": t, "s": rec.qid})
+            for t, basis in rec.inferred_types:
+                stubs.add(t)
+                inferred.append({"s": rec.qid, "o": t, "basis": basis})
+                members.setdefault(f"{t}|{rec.qid}", {"space": t, "s": rec.qid})
+            for t in rec.superclasses:
+                stubs.add(t)
+                subclass_of.append({"s": rec.qid, "o": t})
+            n["entities"] += 1
+            n["type_edges"] += len(rec.types) + len(rec.superclasses) + len(rec.inferred_types)
+        elif isinstance(rec, RelationRecord):
+            rprops: dict[str, Any] = {
+                k: v for k, v in (("label", rec.label), ("description", rec.description)) if v
+            }
+            if rec.aliases:
+                rprops["aliases"] = list(rec.aliases)
+            relations.setdefault(rec.pid, {}).update(rprops)
+            n["relations"] += 1
+        elif isinstance(rec, RedirectRecord):
+            redirects.append({"source": rec.source, "target": rec.target})
+            n["redirects"] += 1
+    n["facts"] += len(facts)
+    n["qualifiers"] += n_qualifiers
+    n["temporal_facts"] += n_temporal
+    return BatchRows(relations, entities, stubs, instance_of, subclass_of, inferred, facts,
+                     fact_slots, redirects, members, n)
+
+
+class RecordBatcher(Generic[_BuiltT]):
+    """Takes records one by one and hands them over in batches to a writer thread: what the
+    online ingest (`Ingestor`) and the bulk load (graph/bulk.py) share — the checks on each
+    record (a statement key met twice in a batch, invalid property names), the error budget,
+    the summary's counts. A subclass says how a batch is built (`_statements`, in the calling
+    thread) and written (`_write`, in the writer thread); call `finish()` at the end.
+
+    Write-behind: a full batch is built here, then written by one writer thread while the next
+    batch is read and built, so that the client's work overlaps the writer's. One batch at most
+    is in flight, so memory stays bounded and batches still land in order.
     """
 
     ERRORS_KEPT = 20
-    #: QIDs and PIDs known to have a node, remembered (most recent first out) to skip
-    #: re-MERGEing stub nodes for objects (and relations) that earlier batches already wrote;
-    #: bounded, so memory stays flat.
-    KNOWN_NODES = 500_000
 
     def __init__(
         self,
-        graph: Graph,
         *,
         batch_size: int = 5000,
         error_budget: int = 100,
@@ -391,7 +474,6 @@ class Ingestor:
         on_checkpoint: Callable[[Position], None] | None = None,
     ) -> None:
         check_ingest_options(batch_size, error_budget)
-        self.graph = graph
         self.on_checkpoint = on_checkpoint
         #: the last position passed, and the one the batch in flight covers (issue 37 #5)
         self._position: Position | None = None
@@ -402,23 +484,19 @@ class Ingestor:
         self.on_flush = on_flush
         self.summary = IngestSummary()
         self.stopped = False
-        self._known: OrderedDict[str, None] = OrderedDict()
         self._batch: list[Record] = []
         self._keys: dict[str, FactRecord] = {}
-        # owned by the writer thread: the slot counters and the marker move only there
-        self._fact_slots = SlotCounters(FACT_SLOT_NEXT)
-        self._marker_checked = False
-        self._type_slots = SlotCounters(TYPE_SLOT_NEXT)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kgprobe-writer")
         self._in_flight: Future[_Written] | None = None
 
+    def _statements(self, batch: list[Record]) -> _BuiltT:
+        raise NotImplementedError
+
+    def _write(self, batch: list[Record], built: _BuiltT, room: int | None = None) -> _Written:
+        raise NotImplementedError
+
     def _remember(self, qids: Iterable[str]) -> None:
-        known = self._known
-        for q in qids:
-            known[q] = None
-            known.move_to_end(q)
-        while len(known) > self.KNOWN_NODES:
-            known.popitem(last=False)
+        """Nodes a batch has written (the online ingest skips their stubs later)."""
 
     # --- intake ---------------------------------------------------------------------------
     def add(self, record: Record) -> None:
@@ -486,73 +564,114 @@ class Ingestor:
                 "fix the input or raise --max-errors and run again"
             )
 
+    def _settle(self) -> None:
+        """Wait for the batch in flight and account for it here (a lost server or any other
+        failure of the writer is raised here)."""
+        pending, self._in_flight = self._in_flight, None
+        if pending is None:
+            return
+        done = pending.result()
+        self._remember(done.nodes)
+        s = self.summary
+        for e in done.errors:
+            s.error_count += 1
+            if len(s.errors) < self.ERRORS_KEPT:
+                s.errors.append(e)
+        self._checkpoint(self._in_flight_position)
+        self._in_flight_position = None
+        c = done.counts
+        s.entities += c["entities"]
+        s.relations += c["relations"]
+        s.facts += c["facts"]
+        s.qualifiers += c["qualifiers"]
+        s.temporal_facts += c["temporal_facts"]
+        s.type_edges += c["type_edges"]
+        s.redirects += c["redirects"]
+        if self.on_flush:
+            self.on_flush(s)
+
+    def _hand_over(self) -> None:
+        """Build the buffered batch's statements (while the previous batch is still being
+        written), then give it to the writer once that one is done."""
+        batch, self._batch, self._keys = self._batch, [], {}
+        built = self._statements(batch) if batch else None
+        self._settle()
+        if built is not None:
+            room = self.error_budget - self.summary.error_count + 1
+            self._in_flight = self._writer.submit(self._write, batch, built, room)
+            # every record before the last position passed is in this batch or an earlier one
+            self._in_flight_position = self._position
+        else:  # nothing to write, and everything before is written
+            self._checkpoint(self._position)
+
+    def _checkpoint(self, position: Position | None) -> None:
+        """Tell ``on_checkpoint`` that every record before ``position`` is committed."""
+        if position is not None and position is not self._reported and self.on_checkpoint:
+            self.on_checkpoint(position)
+            self._reported = position
+
+    def flush(self, *, wait: bool = True) -> None:
+        """Write everything buffered; with ``wait`` (the default) return once it is written."""
+        self._hand_over()
+        if wait or self.summary.error_count > self.error_budget:
+            self._settle()  # stopping on the budget: what was handed over is written first
+        self._check_budget()
+
+    def close(self) -> None:
+        """Stop the writer thread, after the batch in flight (if any) is done."""
+        self._writer.shutdown(wait=True)
+
+
+class Ingestor(RecordBatcher[_Built]):
+    """Buffers records and writes them in batches; call `finish()` at the end (or `close()`).
+
+    Write-behind: a full batch is turned into statements here, then written by one writer
+    thread while the next batch is read and built, so that the client's work overlaps the
+    server's. One batch at most is in flight, so memory stays bounded and batches still commit
+    in order.
+
+    A batch the server refuses is split in halves until the refused record is alone: that one
+    becomes an error (with its ``file:line``, counted against the budget) and the rest is
+    written, so one bad record costs one record.
+    """
+
+    #: QIDs and PIDs known to have a node, remembered (most recent first out) to skip
+    #: re-MERGEing stub nodes for objects (and relations) that earlier batches already wrote;
+    #: bounded, so memory stays flat.
+    KNOWN_NODES = 500_000
+
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        batch_size: int = 5000,
+        error_budget: int = 100,
+        on_flush: Callable[[IngestSummary], None] | None = None,
+        on_checkpoint: Callable[[Position], None] | None = None,
+    ) -> None:
+        super().__init__(batch_size=batch_size, error_budget=error_budget, on_flush=on_flush,
+                         on_checkpoint=on_checkpoint)
+        self.graph = graph
+        self._known: OrderedDict[str, None] = OrderedDict()
+        # owned by the writer thread: the slot counters and the marker move only there
+        self._fact_slots = SlotCounters(FACT_SLOT_NEXT)
+        self._marker_checked = False
+        self._type_slots = SlotCounters(TYPE_SLOT_NEXT)
+
+    def _remember(self, qids: Iterable[str]) -> None:
+        known = self._known
+        for q in qids:
+            known[q] = None
+            known.move_to_end(q)
+        while len(known) > self.KNOWN_NODES:
+            known.popitem(last=False)
+
     # --- output ---------------------------------------------------------------------------
     def _statements(self, batch: list[Record]) -> _Built:
         """The batch as Cypher statements, the node ids it writes, what it counts, and the
         rows of the sampling index (numbered at write time, see `_slot_statements`)."""
-        relations: dict[str, dict[str, Any]] = {}
-        entities: dict[str, dict[str, Any]] = {}
-        stubs: set[str] = set()
-        instance_of: list[dict[str, str]] = []
-        subclass_of: list[dict[str, str]] = []
-        inferred: list[dict[str, str]] = []
-        facts: list[dict[str, Any]] = []
-        fact_slots: list[dict[str, Any]] = []
-        redirects: list[dict[str, str]] = []
-        members: dict[str, dict[str, str]] = {}
-        n: Counter[str] = Counter()
-        n_qualifiers = n_temporal = 0
-        for rec in batch:
-            if isinstance(rec, FactRecord):
-                subject, key = rec.subject, rec.key
-                stubs.add(subject)
-                stubs.add(rec.object)
-                relations.setdefault(rec.pid, {})
-                facts.append({"s": subject, "o": rec.object, "key": key, "props": fact_properties(rec)})
-                fact_slots.append({"space": rec.pid, "key": key, "s": subject})
-                if rec.qualifiers:
-                    n_qualifiers += sum(map(len, rec.qualifiers.values()))
-                if rec.is_temporal:
-                    n_temporal += 1
-                    n_qualifiers += ((rec.start is not None) + (rec.end is not None)
-                                     + (rec.point_in_time is not None))
-            elif isinstance(rec, EntityRecord):
-                props: dict[str, Any] = {}
-                if rec.label:
-                    props["label"] = rec.label
-                if rec.aliases:
-                    props["aliases"] = list(dict.fromkeys(rec.aliases))
-                if rec.description:
-                    props["description"] = rec.description
-                props.update(rec.extra)
-                entities.setdefault(rec.qid, {}).update(props)
-                for t in rec.types:
-                    stubs.add(t)
-                    instance_of.append({"s": rec.qid, "o": t})
-                    members.setdefault(f"{t}|{rec.qid}", {"space": t, "s": rec.qid})
-                for t, basis in rec.inferred_types:
-                    stubs.add(t)
-                    inferred.append({"s": rec.qid, "o": t, "basis": basis})
-                    members.setdefault(f"{t}|{rec.qid}", {"space": t, "s": rec.qid})
-                for t in rec.superclasses:
-                    stubs.add(t)
-                    subclass_of.append({"s": rec.qid, "o": t})
-                n["entities"] += 1
-                n["type_edges"] += len(rec.types) + len(rec.superclasses) + len(rec.inferred_types)
-            elif isinstance(rec, RelationRecord):
-                rprops: dict[str, Any] = {
-                    k: v for k, v in (("label", rec.label), ("description", rec.description)) if v
-                }
-                if rec.aliases:
-                    rprops["aliases"] = list(rec.aliases)
-                relations.setdefault(rec.pid, {}).update(rprops)
-                n["relations"] += 1
-            elif isinstance(rec, RedirectRecord):
-                redirects.append({"source": rec.source, "target": rec.target})
-                n["redirects"] += 1
-        n["facts"] += len(facts)
-        n["qualifiers"] += n_qualifiers
-        n["temporal_facts"] += n_temporal
+        b = batch_rows(batch)
+        relations, entities = b.relations, b.entities
         stmts: list[tuple[str, dict[str, Any]]] = []
         known = self._known
         # a relation met again with nothing to set needs no MERGE (known: an earlier batch did)
@@ -563,24 +682,24 @@ class Ingestor:
         if entities:
             ent_rows = [{"qid": q, "props": props} for q, props in entities.items()]
             stmts.append((MERGE_ENTITIES, {"rows": ent_rows}))
-        stub_list = sorted(q for q in stubs - entities.keys() if q not in known)
+        stub_list = sorted(q for q in b.stubs - entities.keys() if q not in known)
         if stub_list:
             stmts.append((MERGE_STUBS, {"rows": stub_list}))
         edge_batches: tuple[tuple[str, list[Any]], ...] = (
-            (MERGE_INSTANCE_OF, instance_of),
-            (MERGE_SUBCLASS_OF, subclass_of),
-            (MERGE_INFERRED_TYPE, inferred),
-            (MERGE_FACTS, facts),
-            (MERGE_REDIRECTS, redirects),
+            (MERGE_INSTANCE_OF, b.instance_of),
+            (MERGE_SUBCLASS_OF, b.subclass_of),
+            (MERGE_INFERRED_TYPE, b.inferred),
+            (MERGE_FACTS, b.facts),
+            (MERGE_REDIRECTS, b.redirects),
         )
         for cypher, rows in edge_batches:
             if rows:
                 stmts.append((cypher, {"rows": rows}))
         slots = {
-            "facts": fact_slots,
-            "types": [{"member": m, **row} for m, row in members.items()],
+            "facts": b.fact_slots,
+            "types": [{"member": m, **row} for m, row in b.members.items()],
         }
-        return stmts, [*entities, *relations], stub_list, n, slots
+        return stmts, [*entities, *relations], stub_list, b.counts, slots
 
     def _slot_statements(self, slots: dict[str, list[dict[str, Any]]], attempt: int) -> Statements:
         """The sampling index's statements for one batch, numbered from the counters (read
@@ -654,59 +773,6 @@ class Ingestor:
                 "directory full? Everything before that record was written; free space and run "
                 "the same ingest again (it is idempotent)") from check
 
-    def _settle(self) -> None:
-        """Wait for the batch in flight and account for it here (a lost server or any other
-        failure of the writer is raised here)."""
-        pending, self._in_flight = self._in_flight, None
-        if pending is None:
-            return
-        done = pending.result()
-        self._remember(done.nodes)
-        s = self.summary
-        for e in done.errors:
-            s.error_count += 1
-            if len(s.errors) < self.ERRORS_KEPT:
-                s.errors.append(e)
-        self._checkpoint(self._in_flight_position)
-        self._in_flight_position = None
-        c = done.counts
-        s.entities += c["entities"]
-        s.relations += c["relations"]
-        s.facts += c["facts"]
-        s.qualifiers += c["qualifiers"]
-        s.temporal_facts += c["temporal_facts"]
-        s.type_edges += c["type_edges"]
-        s.redirects += c["redirects"]
-        if self.on_flush:
-            self.on_flush(s)
-
-    def _hand_over(self) -> None:
-        """Build the buffered batch's statements (while the previous batch is still being
-        written), then give it to the writer once that one is done."""
-        batch, self._batch, self._keys = self._batch, [], {}
-        built = self._statements(batch) if batch else None
-        self._settle()
-        if built is not None:
-            room = self.error_budget - self.summary.error_count + 1
-            self._in_flight = self._writer.submit(self._write, batch, built, room)
-            # every record before the last position passed is in this batch or an earlier one
-            self._in_flight_position = self._position
-        else:  # nothing to write, and everything before is written
-            self._checkpoint(self._position)
-
-    def _checkpoint(self, position: Position | None) -> None:
-        """Tell ``on_checkpoint`` that every record before ``position`` is committed."""
-        if position is not None and position is not self._reported and self.on_checkpoint:
-            self.on_checkpoint(position)
-            self._reported = position
-
-    def flush(self, *, wait: bool = True) -> None:
-        """Write everything buffered; with ``wait`` (the default) return once it is written."""
-        self._hand_over()
-        if wait or self.summary.error_count > self.error_budget:
-            self._settle()  # stopping on the budget: what was handed over is written first
-        self._check_budget()
-
     def finish(self) -> IngestSummary:
         try:
             self.flush()
@@ -714,10 +780,6 @@ class Ingestor:
         finally:
             self.close()
         return self.summary
-
-    def close(self) -> None:
-        """Stop the writer thread, after the batch in flight (if any) is done."""
-        self._writer.shutdown(wait=True)
 
 
 def check_ingest_options(batch_size: int, error_budget: int) -> None:

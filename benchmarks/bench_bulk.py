@@ -1,0 +1,110 @@
+"""Bulk first load (`kgprobe ingest --bulk`) against the online ingest on Neo4j, same dump, one run.
+
+    python benchmarks/bench_bulk.py --entities 70000      # a realistic dump of ~1M statements
+
+Both sides load the same realistic dump (`benchmarks/gen_dump.py --realistic`: lines made of real
+entity JSON) from the file through the loader into an empty Neo4j 5.26 (the test server of
+tools/neo4j-test-server) of its own:
+
+* bulk: `write_import_files` (the import files), `run_import` (``neo4j-admin database import
+  full``, the import tool from Maven Central), the server started on the imported database, and
+  the first connection's constraints and indexes built (``db.awaitIndexes``): everything until
+  the graph is probe-ready;
+* online: `ingest` into a running, empty server (constraints and indexes made up front, as on
+  every connection).
+
+Prints one JSON line per side (wall seconds per phase, dump statements/s, facts/s, the Python
+process's peak memory after the bulk side, which runs first) and the ratio; figures go to
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from benchmarks.gen_dump import write_realistic_dump  # noqa: E402
+from benchmarks.servers import fresh_graph  # noqa: E402
+from kgprobe.config import Settings  # noqa: E402
+from kgprobe.graph.bulk import run_import, write_import_files  # noqa: E402
+from kgprobe.graph.client import connect  # noqa: E402
+from kgprobe.graph.ingest import _ingest_tuning, ingest  # noqa: E402
+from kgprobe.loaders import open_source  # noqa: E402
+from kgprobe.loaders.common import Filters  # noqa: E402
+
+
+def bulk_side(root: Path, dump: Path, heap: str, batch_size: int) -> dict[str, object]:
+    from neo4j_server import USER, Neo4jTestServer, install_admin
+
+    home = root / "home"
+    install_admin(home, heap=heap)
+    t0 = time.monotonic()
+    files = write_import_files(open_source(dump, Filters.make()), root / "import", batch_size=batch_size)
+    t1 = time.monotonic()
+    run_import(files, home)
+    t2 = time.monotonic()
+    server = Neo4jTestServer(root, heap=heap, config={"server.memory.pagecache.size": "1g"})
+    uri = server.start()
+    try:
+        t3 = time.monotonic()
+        with connect(Settings(uri=uri, user=USER, password=server.password, home=root)) as graph:
+            graph.read("CALL db.awaitIndexes(3600)")
+            t4 = time.monotonic()
+            facts = graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"]
+    finally:
+        server.stop()
+    s = files.summary
+    assert facts == s.facts, (facts, s.facts)
+    return {"side": "bulk", "facts": s.facts, "entities": s.entities,
+            "files_s": round(t1 - t0, 1), "import_s": round(t2 - t1, 1),
+            "server_start_s": round(t3 - t2, 1), "schema_s": round(t4 - t3, 1), "wall_s": round(t4 - t0, 1),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def online_side(root: Path, dump: Path, heap: str, batch_size: int) -> dict[str, object]:
+    with fresh_graph("neo4j", root, heap) as (graph, _pid):
+        t0 = time.monotonic()
+        with _ingest_tuning():
+            s = ingest(graph, open_source(dump, Filters.make()), batch_size=batch_size)
+        wall = time.monotonic() - t0
+    return {"side": "online", "facts": s.facts, "entities": s.entities, "wall_s": round(wall, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--entities", type=int, default=70_000, help="realistic dump lines (~14.3 statements each: 70,000 ≈ 1M)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--heap", default="1g")
+    ap.add_argument("--batch-size", type=int, default=5000)
+    ap.add_argument("--tmp", default=None, help="where the dump, import files and servers go")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="kgprobe-bench-bulk-", dir=args.tmp))
+    try:
+        dump = tmp / "dump.json.gz"
+        stats = write_realistic_dump(dump, args.entities, args.seed)
+        print(json.dumps({"dump": stats}), flush=True)
+        rows = [bulk_side(tmp / "bulk", dump, args.heap, args.batch_size),
+                online_side(tmp / "online", dump, args.heap, args.batch_size)]
+        for row in rows:
+            wall = float(row["wall_s"])  # type: ignore[arg-type]
+            row["statements_per_s"] = round(stats["statements"] / wall)
+            row["facts_per_s"] = round(int(row["facts"]) / wall)  # type: ignore[call-overload]
+            print(json.dumps(row), flush=True)
+        print(json.dumps({"statements": stats["statements"], "server": "neo4j 5.26",
+                          "bulk_over_online": round(float(rows[1]["wall_s"]) / float(rows[0]["wall_s"]), 2)}))  # type: ignore[arg-type]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

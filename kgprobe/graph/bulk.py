@@ -1,0 +1,507 @@
+"""The bulk first load of an empty Neo4j database (``kgprobe ingest --bulk DIR``).
+
+The online ingest (graph/ingest.py) writes every node and edge with a MERGE over Bolt: ~10k
+statements/s at best, because each row costs the server an index look-up and a transaction's
+share. An empty database needs none of that. This module streams the same rows (`batch_rows`,
+`fact_properties`: one mapping for both paths) into the CSV files of ``neo4j-admin database
+import full`` (bounded memory: one batch at a time), and `run_import` runs that tool, which
+writes the store files directly. The constraints and indexes of graph/schema.py are created on
+the first connection afterwards (`ensure_schema`, as for every connection), built in bulk from
+the imported data.
+
+What makes the imported graph the online ingest's:
+
+* Node ids are the online MERGE keys: ``qid`` for entities (the import's id space), ``pid`` for
+  relations, the statement key on FACT edges and FactSlot nodes, ``T|Q`` on TypeSlot nodes.
+* Every Entity node is written once, as exactly one of: a type (the entity's row with its
+  sampling counters added), an entity, or a bare stub (an id that facts and types refer to and
+  no record describes). Which one is known only at the end, so entity rows go to part files
+  first and the referred ids to a list; `BulkWriter.finish` sorts them, using two `QidSet` s
+  (the import's own ``--skip-duplicate-nodes`` keeps an arbitrary one of two rows, not the
+  first: measured, so it is not used).
+* The sampling index (graph/sample_index.py) is numbered as one online writer numbers it on an
+  empty graph: per relation and per type, ordinals 0, 1, 2 … in input order; the counters on
+  Relation and type Entity nodes and the SampleIndex marker are written with them.
+
+What it assumes (as in a Wikidata dump): each entity and each statement once in the input. An
+entity met again in a later batch is an error record (the online ingest would merge the two). A
+statement key repeated across batches leaves two FactSlot nodes with that key, and the unique
+constraint on ``FactSlot.key`` then cannot be created: the first connection fails with the
+server's refusal (not yet turned into one line; load such an input online). Redirect
+nodes are written; they are resolved (edges moved to the target) by the next online ingest,
+which resolves pending redirects at its end.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import os
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from kgprobe.errors import ConfigError, KgprobeError
+from kgprobe.graph.ingest import (
+    SAMPLE_INDEX_MARKER,
+    SAMPLE_INDEX_VERSION,
+    BatchRows,
+    IngestSummary,
+    RecordBatcher,
+    _Written,
+    batch_rows,
+)
+from kgprobe.records import ErrorRecord, Record
+
+#: Separates the elements of a list property (aliases) in a CSV field: a control character that
+#: labels and aliases do not hold (an alias that does is refused, as an error record).
+ARRAY_DELIMITER = "\x1f"
+#: The database the import writes (Neo4j Community has one user database).
+DATABASE = "neo4j"
+#: The FACT edge's properties (`fact_properties` builds them) and their Neo4j CSV types.
+FACT_COLUMNS: dict[str, str] = {
+    "pid": "string", "rank": "string", "statement_id": "string", "source": "string",
+    **{f"{p}_{k}": t for p in ("start", "end", "pit")
+       for k, t in (("time", "string"), ("precision", "long"), ("year", "long"), ("sort", "long"),
+                    ("calendar", "string"))},
+    "qualifiers": "string",
+}
+_ENTITY_FIXED = ("label", "aliases", "description")
+_TYPE_COUNTERS = ",member_slots_next:long,member_slots:long"
+
+
+class _Absent:
+    """A property left out: written as an empty unquoted field, which the import reads as no
+    property (an empty string is written quoted, ``""``, and stays an empty string). A
+    number to the csv module (so it is not quoted), the empty string as text."""
+
+    def __float__(self) -> float:
+        return 0.0
+
+    def __str__(self) -> str:
+        return ""
+
+
+ABSENT: Any = _Absent()
+
+
+def _csv_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "long"
+    if isinstance(value, float):
+        return "double"
+    return "string"
+
+
+def _field(value: Any) -> Any:
+    """A property value as the import reads it (booleans as ``true``/``false``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
+
+
+class _CsvFile:
+    """One import file: a header line, then rows (strings quoted, numbers bare, `ABSENT` empty).
+
+    A batch's rows are formatted at once; a row whose text spans lines (a value with a line
+    break) goes to a sibling ``-ml`` file instead, which the import reads with
+    ``--multiline-fields`` (slower, so only the files that need it)."""
+
+    def __init__(self, directory: Path, name: str, header: str) -> None:
+        self.directory, self.name, self.header = directory, name, header
+        self.rows = 0
+        self._fh: IO[str] | None = None
+        self.multiline: _CsvFile | None = None
+        self._buf = io.StringIO()
+        self._writer = csv.writer(self._buf, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+
+    def _open(self) -> IO[str]:
+        if self._fh is None:
+            self._fh = (self.directory / self.name).open("w", encoding="utf-8", newline="")
+            self._fh.write(self.header + "\n")
+        return self._fh
+
+    def format(self, rows: Sequence[Sequence[Any]]) -> str:
+        buf = self._buf
+        buf.seek(0)
+        buf.truncate()
+        self._writer.writerows(rows)
+        return buf.getvalue()
+
+    def write(self, rows: Sequence[Sequence[Any]],
+              multiline: Callable[[Sequence[Any], str], None] | None = None) -> None:
+        """Append ``rows``; a row that spans lines goes to ``multiline`` (row, its text) when
+        given, else to the multiline sibling."""
+        if not rows:
+            return
+        text = self.format(rows)
+        if text.count("\n") == len(rows) and "\r" not in text:
+            self._open().write(text)
+            self.rows += len(rows)
+            return
+        for row in rows:  # some value holds a line break: find which rows
+            line = self.format([row])
+            if multiline is not None and (line.count("\n") != 1 or "\r" in line):
+                multiline(row, line)
+            else:
+                self.write_text(line)
+
+    def write_text(self, line: str) -> None:
+        """One formatted row (from `format`), to this file or its multiline sibling."""
+        if line.count("\n") == 1 and "\r" not in line:
+            self._open().write(line)
+            self.rows += 1
+            return
+        if self.multiline is None:
+            stem = self.name.removesuffix(".csv")
+            self.multiline = _CsvFile(self.directory, f"{stem}-ml.csv", self.header)
+        self.multiline._open().write(line)
+        self.multiline.rows += 1
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+        if self.multiline is not None:
+            self.multiline.close()
+
+    def files(self) -> list[_CsvFile]:
+        """This file and its multiline sibling, those that hold rows."""
+        return [f for f in (self, self.multiline) if f is not None and f.rows]
+
+
+@dataclass
+class ImportFiles:
+    """What `BulkWriter` wrote: the import's arguments (file names relative to ``directory``)
+    and what the load holds."""
+
+    directory: Path
+    args: list[str]
+    summary: IngestSummary
+    multiline: list[str] = field(default_factory=list)
+
+
+class QidSet:
+    """A set of QIDs in bounded memory: one bit per QID number (Wikidata's ~120M QIDs: 15 MB),
+    a plain set only for ids that are not ``Q`` + a number (rare)."""
+
+    def __init__(self) -> None:
+        self.bits = bytearray()
+        self.other: set[str] = set()
+
+    @staticmethod
+    def _number(qid: str) -> int | None:
+        digits = qid[1:]
+        if qid[:1] == "Q" and digits.isdigit() and digits.isascii() and (digits[0] != "0" or digits == "0"):
+            return int(digits)
+        return None
+
+    def add(self, qid: str) -> bool:
+        """Add ``qid``; True when it was not there yet."""
+        n = self._number(qid)
+        if n is None:
+            if qid in self.other:
+                return False
+            self.other.add(qid)
+            return True
+        i, bit = n >> 3, 1 << (n & 7)
+        bits = self.bits
+        if i >= len(bits):
+            bits.extend(bytes(max(i + 1 - len(bits), len(bits))))
+        if bits[i] & bit:
+            return False
+        bits[i] |= bit
+        return True
+
+    def __contains__(self, qid: object) -> bool:
+        if not isinstance(qid, str):
+            return False
+        n = self._number(qid)
+        if n is None:
+            return qid in self.other
+        i = n >> 3
+        return i < len(self.bits) and bool(self.bits[i] & (1 << (n & 7)))
+
+
+class BulkWriter(RecordBatcher[BatchRows]):
+    """Writes records as ``neo4j-admin database import full`` files in ``directory`` (which must
+    be empty or new); the same intake, batches, checks and error budget as the online ingest
+    (`RecordBatcher`), the same rows (`batch_rows`). Call `finish()` at the end.
+
+    Every Entity node is written once: an entity's row, a type's row (the entity's, with its
+    sampling counters), or a bare stub (an id that facts or types refer to and no record
+    describes), decided at the end from two bounded `QidSet` s. An entity met again in a later
+    batch is an error record (the online ingest would merge the two; this load writes each
+    entity once)."""
+
+    def __init__(self, directory: Path, *, batch_size: int = 5000, error_budget: int = 100,
+                 on_flush: Callable[[IngestSummary], None] | None = None) -> None:
+        directory = Path(directory)
+        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+            raise ConfigError(f"--bulk {directory}: not an empty directory (the import files are "
+                              "written there; give a new or empty one)")
+        super().__init__(batch_size=batch_size, error_budget=error_budget, on_flush=on_flush)
+        directory.mkdir(parents=True, exist_ok=True)
+        self.directory = directory
+        d = directory
+        fact_header = ":START_ID,:END_ID,key," + ",".join(
+            c if t == "string" else f"{c}:{t}" for c, t in FACT_COLUMNS.items())
+        self._facts = _CsvFile(d, "rels-fact.csv", fact_header)
+        self._instance_of = _CsvFile(d, "rels-instance_of.csv", ":START_ID,:END_ID")
+        self._subclass_of = _CsvFile(d, "rels-subclass_of.csv", ":START_ID,:END_ID")
+        self._inferred = _CsvFile(d, "rels-inferred_type.csv", ":START_ID,:END_ID,basis")
+        #: every id referred to, once; which of them become bare stubs is known at the end
+        self._referred = _CsvFile(d, "referred.part", "qid")
+        self._fact_slots = _CsvFile(d, "nodes-factslot.csv", "key,id,s")
+        self._type_slots = _CsvFile(d, "nodes-typeslot.csv", "member,id,qid")
+        #: one entity file per set of extra properties and their types (a CSV header is fixed);
+        #: a type's row moves to a type file at the end
+        self._entity_files: dict[tuple[tuple[str, str], ...], _CsvFile] = {}
+        #: entity rows that span lines, kept until `finish` sorts types from the rest (rare)
+        self._entity_multiline: list[tuple[str, tuple[tuple[str, str], ...], str]] = []
+        # owned by the writer thread
+        self._entities = QidSet()
+        self._referred_ids = QidSet()
+        self._relations: dict[str, dict[str, Any]] = {}
+        self._redirects: dict[str, str] = {}
+        self._fact_next: dict[str, int] = {}
+        self._type_next: dict[str, int] = {}
+
+    # --- the batches (writer thread) --------------------------------------------------------
+    def _statements(self, batch: list[Record]) -> BatchRows:
+        return batch_rows(batch)
+
+    def _entity_file(self, props: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+        sig = tuple(sorted((k, _csv_type(v)) for k, v in props.items() if k not in _ENTITY_FIXED))
+        if sig not in self._entity_files:
+            header = "qid:ID,label,aliases:string[],description" + "".join(
+                f",{k}" if t == "string" else f",{k}:{t}" for k, t in sig)
+            self._entity_files[sig] = _CsvFile(
+                self.directory, f"entity-{len(self._entity_files)}.part", header)
+        return sig
+
+    def _write(self, batch: list[Record], built: BatchRows, room: int | None = None) -> _Written:
+        b = built
+        errors: list[ErrorRecord] = []
+        refused: set[str] = set()
+        for pid, props in b.relations.items():
+            self._relations.setdefault(pid, {}).update(props)
+        by_file: dict[tuple[tuple[str, str], ...], list[list[Any]]] = {}
+        for qid, props in b.entities.items():
+            aliases = props.get("aliases")
+            why = None
+            if aliases and any(ARRAY_DELIMITER in a for a in aliases):
+                why = "an alias holds U+001F, which the bulk load uses to separate aliases"
+            elif not self._entities.add(qid):
+                why = "met again after an earlier batch wrote it (the bulk load takes each entity once)"
+            if why:
+                refused.add(qid)
+                errors.append(ErrorRecord(location=qid, message=(
+                    f"entity {qid}: {why}; load it with the online ingest (without --bulk)")))
+                continue
+            sig = self._entity_file(props)
+            by_file.setdefault(sig, []).append([
+                qid, props.get("label", ABSENT),
+                ARRAY_DELIMITER.join(aliases) if aliases else ABSENT,
+                props.get("description", ABSENT),
+                *(_field(props[k]) for k, _t in sig)])
+        for sig, rows in by_file.items():
+            self._entity_files[sig].write(rows, functools.partial(self._keep_multiline, sig))
+        add = self._referred_ids.add
+        self._referred.write([[q] for q in sorted(b.stubs) if add(q)])
+        # type edges: MERGEd online, so one per pair in a batch (the last basis wins)
+        self._instance_of.write([[s, o] for s, o in dict.fromkeys(
+            (r["s"], r["o"]) for r in b.instance_of if r["s"] not in refused)])
+        self._subclass_of.write([[s, o] for s, o in dict.fromkeys(
+            (r["s"], r["o"]) for r in b.subclass_of if r["s"] not in refused)])
+        inferred = {(r["s"], r["o"]): r["basis"] for r in b.inferred if r["s"] not in refused}
+        self._inferred.write([[s, o, basis] for (s, o), basis in inferred.items()])
+        cols = tuple(FACT_COLUMNS)
+        fact_rows = []
+        for f_ in b.facts:
+            props = f_["props"]
+            if not props.keys() <= FACT_COLUMNS.keys():  # pragma: no cover - a new property
+                raise AssertionError(f"FACT properties not in FACT_COLUMNS: {props.keys() - FACT_COLUMNS.keys()}")
+            fact_rows.append([f_["s"], f_["o"], f_["key"], *(props.get(c, ABSENT) for c in cols)])
+        self._facts.write(fact_rows)
+        self._fact_slots.write([[r["key"], f"{r['space']}:{self._next(self._fact_next, r['space'])}", r["s"]]
+                                for r in b.fact_slots])
+        self._type_slots.write([[m, f"{r['space']}:{self._next(self._type_next, r['space'])}", r["s"]]
+                                for m, r in b.members.items() if r["s"] not in refused])
+        for r in b.redirects:
+            self._redirects[r["source"]] = r["target"]
+        counts = b.counts
+        counts["entities"] -= len(refused)  # an error, not an entity written
+        return _Written(counts=counts, errors=errors)
+
+    def _keep_multiline(self, sig: tuple[tuple[str, str], ...], row: Sequence[Any], line: str) -> None:
+        """An entity row that spans lines: kept until `finish` knows whether it is a type's."""
+        self._entity_multiline.append((row[0], sig, line))
+
+    @staticmethod
+    def _next(counters: dict[str, int], space: str) -> int:
+        n = counters.get(space, 0)
+        counters[space] = n + 1
+        return n
+
+    # --- the end: types, stubs, relations, the marker, the import's arguments ---------------
+    def finish(self) -> ImportFiles:
+        """Write what only the end knows (which ids are types and stubs, the sampling
+        counters) and return the import's files."""
+        try:
+            self.flush()
+        finally:
+            self.close()
+        d = self.directory
+        for f in (self._facts, self._instance_of, self._subclass_of, self._inferred, self._referred,
+                  self._fact_slots, self._type_slots, *self._entity_files.values()):
+            f.close()
+        types = self._type_next
+        type_files: list[_CsvFile] = []
+        entity_files: list[_CsvFile] = []
+        found: set[str] = set()
+        for i, (sig, part) in enumerate(self._entity_files.items()):
+            ef = _CsvFile(d, f"nodes-entity-{i}.csv", part.header)
+            tf = _CsvFile(d, f"nodes-type-{i}.csv", part.header + _TYPE_COUNTERS)
+            lines: Iterable[tuple[str, str]] = ()
+            if part.rows:
+                with (d / part.name).open(encoding="utf-8", newline="") as fh:
+                    next(fh)  # the header
+                    # the first field: a quoted QID
+                    self._sort_entities(((line[1:line.index('"', 1)], line) for line in fh),
+                                        types, found, ef, tf)
+            lines = [(q, line) for q, s, line in self._entity_multiline if s == sig]
+            self._sort_entities(lines, types, found, ef, tf)
+            (d / part.name).unlink(missing_ok=True)
+            ef.close()
+            tf.close()
+            type_files.append(tf)
+            entity_files.append(ef)
+        bare = _CsvFile(d, "nodes-type-stub.csv", "qid:ID" + _TYPE_COUNTERS)
+        bare.write([[q, n, n] for q, n in sorted(types.items()) if q not in found])
+        bare.close()
+        stubs = _CsvFile(d, "nodes-stub.csv", "qid:ID")
+        if self._referred.rows:
+            with (d / self._referred.name).open(encoding="utf-8", newline="") as fh:
+                next(fh)
+                rows: list[list[str]] = []
+                for line in fh:
+                    q = line[1:line.index('"', 1)]
+                    if q not in self._entities and q not in types:
+                        rows.append([q])
+                        if len(rows) >= 10_000:
+                            stubs.write(rows)
+                            rows = []
+                stubs.write(rows)
+        (d / self._referred.name).unlink(missing_ok=True)
+        stubs.close()
+        relations = _CsvFile(d, "nodes-relation.csv",
+                             "pid,label,description,aliases:string[],slots_next:long,slots:long")
+        rel_rows = []
+        for pid, props in sorted(self._relations.items()):
+            aliases = props.get("aliases")
+            n = self._fact_next.get(pid)
+            rel_rows.append([pid, props.get("label", ABSENT), props.get("description", ABSENT),
+                             ARRAY_DELIMITER.join(aliases) if aliases else ABSENT,
+                             ABSENT if n is None else n, ABSENT if n is None else n])
+        relations.write(rel_rows)
+        relations.close()
+        redirects = _CsvFile(d, "nodes-redirect.csv", "qid,target")
+        redirects.write([[s, t] for s, t in sorted(self._redirects.items())])
+        redirects.close()
+        marker = _CsvFile(d, "nodes-sampleindex.csv", "name,version:long,facts_checked:long")
+        marker.write([[SAMPLE_INDEX_MARKER, SAMPLE_INDEX_VERSION, 0]])
+        marker.close()
+        nodes: list[tuple[str, _CsvFile]] = [
+            *(("Entity", f) for f in type_files), ("Entity", bare),
+            *(("Entity", f) for f in entity_files), ("Entity", stubs),
+            ("Relation", relations), ("FactSlot", self._fact_slots), ("TypeSlot", self._type_slots),
+            ("Redirect", redirects), ("SampleIndex", marker)]
+        rels = [("FACT", self._facts), ("INSTANCE_OF", self._instance_of),
+                ("SUBCLASS_OF", self._subclass_of), ("INFERRED_TYPE", self._inferred)]
+        args = ["--id-type=string", "--array-delimiter=U+001F"]
+        multiline: list[str] = []
+        for flag, groups in (("--nodes", nodes), ("--relationships", rels)):
+            for label, f in groups:
+                for part_ in f.files():
+                    args.append(f"{flag}={label}={part_.name}")
+                    if part_.name.endswith("-ml.csv"):
+                        multiline.append(part_.name)
+        if multiline:
+            args += ["--multiline-fields-format=v2", f"--multiline-fields={','.join(multiline)}"]
+        (d / "import.args").write_text("\n".join(args) + "\n", encoding="utf-8")
+        return ImportFiles(d, args, self.summary, multiline)
+
+    @staticmethod
+    def _sort_entities(lines: Iterable[tuple[str, str]], types: dict[str, int], found: set[str],
+                       entities: _CsvFile, type_file: _CsvFile) -> None:
+        """Entity rows to ``entities``, or, for a type, to ``type_file`` with its counters."""
+        for qid, line in lines:
+            n = types.get(qid)
+            if n is None:
+                entities.write_text(line)
+            else:
+                found.add(qid)
+                type_file.write_text(f"{line[:-1]},{n},{n}\n")
+
+
+def write_import_files(records: Iterable[Record], directory: Path, *, batch_size: int = 5000,
+                       error_budget: int = 100,
+                       on_flush: Callable[[IngestSummary], None] | None = None) -> ImportFiles:
+    """Stream ``records`` into import files in ``directory``; `InputError` past the budget."""
+    writer = BulkWriter(directory, batch_size=batch_size, error_budget=error_budget, on_flush=on_flush)
+    try:
+        for record in records:
+            writer.add(record)
+        return writer.finish()
+    finally:
+        writer.close()
+
+
+def database_dir(neo4j_home: Path, database: str = DATABASE) -> Path:
+    return Path(neo4j_home) / "data" / "databases" / database
+
+
+def check_neo4j_home(neo4j_home: Path, database: str = DATABASE) -> Path:
+    """The ``neo4j-admin`` of ``neo4j_home``; `ConfigError` when there is none, or when the
+    database already holds data (a bulk load writes an empty database only)."""
+    admin = Path(neo4j_home) / "bin" / "neo4j-admin"
+    if not admin.is_file():
+        raise ConfigError(f"--neo4j-home {neo4j_home}: no bin/neo4j-admin there (give the "
+                          "directory Neo4j 5 is installed in)")
+    db = database_dir(neo4j_home, database)
+    if db.exists() and any(db.iterdir()):
+        raise ConfigError(
+            f"--neo4j-home {neo4j_home}: database {database!r} is not empty ({db}); --bulk loads "
+            "an empty database only: use `kgprobe ingest` without --bulk to add to it")
+    return admin
+
+
+def run_import(files: ImportFiles, neo4j_home: Path, database: str = DATABASE) -> str:
+    """Run ``neo4j-admin database import full`` on ``files`` into ``neo4j_home``'s ``database``
+    (the server must be stopped); returns the tool's closing lines."""
+    admin = check_neo4j_home(neo4j_home, database)
+    home = Path(neo4j_home).resolve()
+    made = [p for p in (database_dir(home, database), home / "data" / "transactions" / database)
+            if not p.exists()]
+    env = {**os.environ, "NEO4J_HOME": str(home)}
+    cmd = [str(admin.resolve()), "database", "import", "full", database, "@import.args"]
+    proc = subprocess.run(cmd, cwd=files.directory, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:  # what a failed import left is removed: the load can run again
+        for p in made:
+            shutil.rmtree(p, ignore_errors=True)
+    out = (proc.stdout + proc.stderr).strip()
+    (files.directory / "import.log").write_text(out + "\n", encoding="utf-8")
+    if proc.returncode != 0:
+        lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
+        last = next((ln for ln in reversed(lines) if "rror" in ln or "xception" in ln),
+                    lines[-1] if lines else "no output")
+        raise KgprobeError(f"neo4j-admin database import failed (exit {proc.returncode}): {last[:300]} "
+                           f"(full output: {files.directory / 'import.log'})")
+    return "\n".join(out.splitlines()[-3:])
