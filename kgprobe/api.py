@@ -197,9 +197,25 @@ def ingest_sources(
         sources, sparql=sparql, relations=relation, subjects=subject, language=language,
         ranks=rank, limit=limit, workers=workers, starts=starts,
     )
+    saving = True
+
+    def checkpoint(position: Position) -> None:
+        """Save a checkpoint; one that cannot be saved (a full disk under KGPROBE_HOME) is one
+        warning line and no further checkpoints: the load itself goes on, and its own writes
+        say whether the disk holds them."""
+        nonlocal saving
+        if not saving:
+            return
+        try:
+            save_checkpoint(home, position)
+        except OSError as exc:
+            saving = False
+            print(f"{position.source}: checkpoint not saved ({exc.strerror or exc}); the load goes "
+                  "on, but --resume would start at an earlier checkpoint", file=sys.stderr)
+
     with connect(settings) as graph:
         summary = write_records(graph, records, batch_size=batch_size, max_errors=max_errors,
-                                quiet=quiet, on_checkpoint=lambda p: save_checkpoint(home, p))
+                                quiet=quiet, on_checkpoint=checkpoint)
     for source in sources:  # complete: nothing to resume
         clear_checkpoint(home, source)
     return summary

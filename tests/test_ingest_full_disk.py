@@ -34,9 +34,13 @@ def test_a_full_disk_during_an_ingest_is_the_servers_failure(tmp_path: Path) -> 
             full = kgprobe("ingest", str(dump), "--max-errors", "100", env=env, timeout=600)
             assert full.returncode == 3, (full.returncode, full.stderr[-2000:])
             lines = full.stderr.strip().splitlines()
-            assert len(lines) == 1 and "Traceback" not in full.stderr, full.stderr[-2000:]
-            assert "refuses every write" in lines[0] and "disk" in lines[0]
-            assert "malformed" not in lines[0] and "error budget" not in lines[0]
+            # the checkpoint (under KGPROBE_HOME, on the same full disk) may fail first: one
+            # warning line, the load goes on; then the one line of the server's failure
+            assert "Traceback" not in full.stderr, full.stderr[-2000:]
+            assert all(ln.startswith(f"{dump}: checkpoint not saved (No space left on device)")
+                       for ln in lines[:-1]) and len(lines) <= 2, full.stderr[-2000:]
+            assert "refuses every write" in lines[-1] and "disk" in lines[-1]
+            assert "malformed" not in lines[-1] and "error budget" not in lines[-1]
             # space freed: the same ingest again completes, with nothing refused
             subprocess.run(["mount", "-o", "remount,size=400m", str(disk)], check=True)
             again = kgprobe("ingest", str(dump), "--json", env=env, timeout=600)
