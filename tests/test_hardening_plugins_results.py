@@ -156,7 +156,7 @@ def test_load_results_refuses_what_it_cannot_read(graph: Any, gpt2: Path, tmp_pa
 
     load(graph)
     good = tmp_path / "good"
-    probe(str(gpt2), graph=graph, strategy="random", n=2, sample=None, at=REF, cache=False,
+    probe(str(gpt2), graph=graph, strategy="random", n=2, sample=None, at=REF, no_cache=True,
           progress=False, output_path=good)
     res = kgprobe.load_results(good)
     assert len(res.relations) > 1 and len(res.samples) > 1  # what the broken copies are made of
@@ -236,7 +236,7 @@ def test_a_nan_in_the_graph_never_reaches_a_json_file(
     from kgprobe.api import probe
 
     load(graph)
-    probe(str(gpt2), graph=graph, strategy="random", n=2, sample=None, at=REF, cache=False,
+    probe(str(gpt2), graph=graph, strategy="random", n=2, sample=None, at=REF, no_cache=True,
           progress=False)
     prop = "score__gpt2__kmin_random_n2"
     hit = graph.write(f"MATCH ()-[f:FACT]->() WHERE f.{prop} IS NOT NULL WITH f LIMIT 1 "
