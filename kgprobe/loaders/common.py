@@ -264,23 +264,29 @@ MAX_JSON_MB = 32
 ENV_MAX_JSON_MB = "KGPROBE_MAX_JSON_MB"
 
 
-def max_json_chars() -> int:
-    """The single-document limit in characters (``KGPROBE_MAX_JSON_MB`` or ``MAX_JSON_MB``)."""
+def env_bytes(name: str, default_mb: int) -> int:
+    """A size in MiB from the environment variable ``name`` (``default_mb`` when unset), in
+    bytes; anything but a positive finite number is one line (ConfigError)."""
     import math
     import os
 
     from kgprobe.errors import ConfigError
 
-    raw = os.environ.get(ENV_MAX_JSON_MB)
+    raw = os.environ.get(name)
     if not raw:
-        return MAX_JSON_MB << 20
+        return default_mb << 20
     try:
         mb = float(raw)
     except ValueError:
         mb = math.nan
     if not (math.isfinite(mb) and mb > 0):
-        raise ConfigError(f"{ENV_MAX_JSON_MB} must be a positive number of MiB, not {raw!r}")
+        raise ConfigError(f"{name} must be a positive number of MiB, not {raw!r}")
     return int(mb * (1 << 20))
+
+
+def max_json_chars() -> int:
+    """The single-document limit in characters (``KGPROBE_MAX_JSON_MB`` or ``MAX_JSON_MB``)."""
+    return env_bytes(ENV_MAX_JSON_MB, MAX_JSON_MB)
 
 
 def json_too_large(path: Path | str) -> InputError:

@@ -11,7 +11,6 @@ are the same, in the same order, whatever the number of workers.
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 import signal
@@ -22,7 +21,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, BinaryIO, NamedTuple, TypeVar
 
-from kgprobe.errors import ConfigError
+from kgprobe.loaders.common import env_bytes
 
 #: Bytes of text per chunk sent to a worker, in MiB (``KGPROBE_INGEST_CHUNK_MB`` overrides): a
 #: few MB make the per-chunk cost (a pickle each way, a task hand-over) negligible, and a
@@ -35,16 +34,7 @@ AHEAD = 2
 
 def chunk_bytes() -> int:
     """The chunk size in bytes (``KGPROBE_INGEST_CHUNK_MB`` or :data:`CHUNK_MB`)."""
-    raw = os.environ.get(ENV_CHUNK_MB)
-    if not raw:
-        return CHUNK_MB << 20
-    try:
-        mb = float(raw)
-    except ValueError:
-        mb = math.nan
-    if not (math.isfinite(mb) and mb > 0):
-        raise ConfigError(f"{ENV_CHUNK_MB} must be a positive number of MiB, not {raw!r}")
-    return max(1, int(mb * (1 << 20)))
+    return max(1, env_bytes(ENV_CHUNK_MB, CHUNK_MB))
 
 
 def default_workers() -> int:
