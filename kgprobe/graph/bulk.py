@@ -23,6 +23,12 @@ What makes the imported graph the online ingest's:
   empty graph: per relation and per type, ordinals 0, 1, 2 … in input order; the counters on
   Relation and type Entity nodes and the SampleIndex marker are written with them.
 
+With ``--workers N`` > 1 the rows are built where the records are parsed: each worker runs
+`build_chunk` on its chunk (the checks, `batch_rows`, `format_batch`: the one formatting code of
+both paths) and hands back formatted text (`ChunkRows`) instead of records; `BulkWriter` writes
+it in the chunks' order, adding only what depends on the chunks before (an entity met again, the
+sampling ordinals, relation properties). A chunk is then one batch.
+
 What it assumes (as in a Wikidata dump): each entity and each statement once in the input. An
 entity met again in a later batch is an error record (the online ingest would merge the two). A
 statement key repeated across batches leaves two FactSlot nodes with that key, and the unique
