@@ -43,11 +43,11 @@ print("CPU", me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, file=sys.
 
 
 def run(code: Path, dump: Path, out: Path, workers: int) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(code)}
+    env = {**os.environ, "PYTHONPATH": str(code)}  # and a cwd with no kgprobe: ``-c`` puts it first
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", _RUN, "ingest", str(dump), "--bulk", str(out),
                            "--workers", str(workers), "--json"],
-                          env=env, capture_output=True, text=True, check=False)
+                          env=env, cwd=out.parent, capture_output=True, text=True, check=False)
     wall = time.monotonic() - t0
     cpu = [ln for ln in proc.stderr.splitlines() if ln.startswith("CPU ")]
     if proc.returncode != 0 or not cpu:
