@@ -72,7 +72,10 @@ def _records_for(
     limit: int | None,
     workers: int = 1,
     starts: dict[str, Position] | None = None,
+    post: Callable[[list[Record]], list[Record]] | None = None,
 ) -> Iterator[Record]:
+    """The records of ``sources`` and ``sparql``; ``post``: what the workers that parse a JSON
+    dump apply to each chunk's records (kgprobe/loaders/wikidata_json.py `load_json`)."""
     from kgprobe.loaders import detect_format, open_source, sparql_records
     from kgprobe.loaders.common import Filters
 
@@ -80,7 +83,7 @@ def _records_for(
     for source in sources:
         start = (starts or {}).get(str(source))
         # a JSON dump or JSON lines: parsed in ``workers`` processes, with checkpoints
-        options: dict[str, Any] = ({"workers": workers, "positions": True, "start": start}
+        options: dict[str, Any] = ({"workers": workers, "positions": True, "start": start, "post": post}
                    if detect_format(source) == "json" else {})
         yield from _loaded_something(source, open_source(source, filters, **options),
                                      expect=limit != 0 and start is None)
@@ -297,7 +300,13 @@ def bulk_ingest(
     """The bulk first load of an empty Neo4j database (graph/bulk.py): the import files in
     ``directory``, imported into ``neo4j_home``'s database when given (the server stopped).
     Returns the summary and what is left to do, in one line."""
-    from kgprobe.graph.bulk import DATABASE, check_neo4j_home, run_import, write_import_files
+    from kgprobe.graph.bulk import (
+        DATABASE,
+        build_chunk,
+        check_neo4j_home,
+        run_import,
+        write_import_files,
+    )
 
     _check_sources(sources, sparql, batch_size, max_errors, workers)
     if neo4j_home is not None:
@@ -305,6 +314,7 @@ def bulk_ingest(
     records = _records_for(
         sources, sparql=sparql, relations=relation, subjects=subject, language=language,
         ranks=rank, limit=limit, workers=workers,
+        post=build_chunk if workers > 1 else None,  # each worker formats its chunk's import rows
     )
     with _ingest_progress(quiet) as (watched, on_flush):
         files = write_import_files(watched(records), Path(directory), batch_size=batch_size,

@@ -430,7 +430,7 @@ def ingest(
     limit: int | None = typer.Option(None, help="Stop after this many entities per source."),
     batch_size: int = typer.Option(5000, help="Records per transaction (at least 1)."),
     max_errors: int = typer.Option(100, help="Malformed or refused records tolerated before stopping (0 = none)."),
-    workers: int | None = typer.Option(None, "--workers", help="Processes that parse a JSON dump or JSON lines file (default: the machine's cores; 1 = in this process). The records are the same for any number. RDF and SPARQL ignore it."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes that parse a JSON dump or JSON lines file (default: the machine's cores; 1 = in this process). The records are the same for any number; with --bulk the workers also format the import rows. RDF and SPARQL ignore it."),
     resume: bool = typer.Option(False, "--resume", help="Start each JSON dump or JSON lines file at its checkpoint (after the last committed batch of a load that was stopped) rather than at its start; a file changed since is refused."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     bulk: str | None = typer.Option(None, "--bulk", help="First load of an EMPTY Neo4j database: write neo4j-admin import files into this new directory instead of writing to the graph."),

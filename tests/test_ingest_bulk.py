@@ -25,6 +25,7 @@ from conftest import FIXTURES, TEST_SERVER
 from test_demo_graph import facts as item_facts
 
 from kgprobe.graph.templates import demo_paths
+from kgprobe.loaders.parallel import ENV_CHUNK_MB
 
 DEMO = demo_paths()[0]
 UPDATE = FIXTURES / "wikidata" / "entity-json" / "Q182397.json"
@@ -108,8 +109,10 @@ def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
 
     base = tmp_path / "bulk-server"
     install_admin(base / "home")
+    # two workers on small chunks: each worker formats its chunks' rows (build_chunk)
     bulk = run("ingest", str(DEMO), str(awkward), "--bulk", str(tmp_path / "import"),
-               "--neo4j-home", str(base / "home"), "--json", env=kgprobe_env)
+               "--neo4j-home", str(base / "home"), "--json", "--workers", "2",
+               env={**kgprobe_env, ENV_CHUNK_MB: "0.1"})
     assert bulk.returncode == 0, bulk.stderr + bulk.stdout
     summary = json.loads(bulk.stdout)
     assert {k: v for k, v in summary.items() if k != "redirects_resolved"} == {
@@ -207,3 +210,108 @@ def test_a_failed_import_is_one_line_and_leaves_no_database_behind(tmp_path: Pat
     assert lines[-1].startswith("error: neo4j-admin database import failed (exit 70): ERROR: disk full (made up)")
     assert not (home / "data" / "databases" / "neo4j").exists()
     assert not (home / "data" / "transactions" / "neo4j").exists()
+
+
+def import_rows(directory: Path) -> dict[tuple[str, str, str], list[str]]:
+    """The import files' rows per node label or edge type and header, sorted (the graph they
+    make, whatever file or order each row is in); a multiline file's text whole."""
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for arg in (directory / "import.args").read_text(encoding="utf-8").splitlines():
+        if arg.startswith(("--nodes=", "--relationships=")):
+            flag, label, name = arg.split("=", 2)
+            header, _, body = (directory / name).read_text(encoding="utf-8").partition("\n")
+            kept = rows.setdefault((flag, label, header), [])
+            kept += [body] if name.endswith("-ml.csv") else body.splitlines()
+    return {k: sorted(v) for k, v in rows.items()}
+
+
+def test_bulk_workers_hand_back_rows_not_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With --bulk and several workers, what crosses back to the main process per chunk is one
+    `ChunkRows` (the chunk's rows, formatted by its worker) and its error records, never the
+    entity and fact records; written by `BulkWriter`, they make the import files of one process
+    reading the records."""
+    from kgprobe.graph.bulk import BulkWriter, ChunkRows, build_chunk, write_import_files
+    from kgprobe.loaders import open_source
+    from kgprobe.loaders.common import Filters
+    from kgprobe.records import EntityRecord, FactRecord
+
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.1")
+    sources = [DEMO, awkward_dump(tmp_path / "awkward.json")]
+    handed = [r for src in sources for r in open_source(src, Filters.make(), workers=2, post=build_chunk)]
+    chunks = [r for r in handed if isinstance(r, ChunkRows)]
+    assert len(chunks) > 5  # the demo spans many chunks
+    # only the JSON-lines head line of a file is parsed here: records of one entity at most
+    assert len([r for r in handed if isinstance(r, (EntityRecord, FactRecord))]) <= 20
+    writer = BulkWriter(tmp_path / "workers")
+    for r in handed:
+        writer.add(r)
+    got = writer.finish()
+    one = write_import_files((r for src in sources for r in open_source(src, Filters.make())),
+                             tmp_path / "one")
+    assert got.summary.to_dict() == one.summary.to_dict()
+    assert got.summary.facts == len(item_facts()) + 3  # the awkward dump's facts, P31 aside
+    assert import_rows(tmp_path / "workers") == import_rows(tmp_path / "one")
+
+
+def test_bulk_cli_with_two_workers_writes_the_files_of_one(tmp_path: Path) -> None:
+    r1 = run("ingest", str(DEMO), "--bulk", str(tmp_path / "one"), "--workers", "1", "--json")
+    r2 = run("ingest", str(DEMO), "--bulk", str(tmp_path / "two"), "--workers", "2", "--json",
+             env={**os.environ, ENV_CHUNK_MB: "0.1"})
+    assert r1.returncode == r2.returncode == 0, r1.stderr + r2.stderr
+    assert json.loads(r1.stdout) == json.loads(r2.stdout)
+    assert import_rows(tmp_path / "one") == import_rows(tmp_path / "two")
+
+
+def test_bulk_workers_refuse_an_entity_met_in_an_earlier_chunk(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entity line met again in a later chunk is an error record: written once (the first),
+    and the second's type edge and sampling slot are left out with it."""
+    from kgprobe.graph.bulk import build_chunk, write_import_files
+    from kgprobe.loaders import open_source
+    from kgprobe.loaders.common import Filters
+
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.0003")  # 314 bytes: one line per chunk
+    first = _entity("Q990000011", "first", "", [], {"P31": [_claim("Q990000011", "P31", "Q990000013", 1)]})
+    again = _entity("Q990000011", "again", "", [], {"P31": [_claim("Q990000011", "P31", "Q990000014", 2)]})
+    other = _entity("Q990000012", "other", "", [], {"P27": [_claim("Q990000012", "P27", "Q990000011", 3)]})
+    path = tmp_path / "again.json"
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in (first, other, again)) + "\n]\n", encoding="utf-8")
+    files = write_import_files(open_source(path, Filters.make(), workers=2, post=build_chunk),
+                               tmp_path / "import")
+    s = files.summary
+    assert (s.entities, s.facts, s.error_count) == (2, 1, 1)
+    assert s.errors[0].message.startswith("entity Q990000011: met again after an earlier batch wrote it")
+    rows = import_rows(tmp_path / "import")
+    assert rows[("--relationships", "INSTANCE_OF", ":START_ID,:END_ID")] == ['"Q990000011","Q990000013"']
+    slots = [row for (flag, label, _h), v in rows.items() if label == "TypeSlot" for row in v]
+    assert slots == ['"Q990000013|Q990000011","Q990000013:0","Q990000011"']
+    entity_rows = [row for (flag, label, _h), v in rows.items() if label == "Entity" for row in v]
+    # Q990000014: a bare stub, as the one-process load leaves the refused line's types
+    assert sorted(row.split(",")[0] for row in entity_rows) == [
+        '"Q990000011"', '"Q990000012"', '"Q990000013"', '"Q990000014"']
+    assert [row for row in entity_rows if row.startswith('"Q990000011"')] == ['"Q990000011","first",,']
+
+
+def test_bulk_workers_report_malformed_lines_with_their_byte_offsets(tmp_path: Path) -> None:
+    """Two broken lines in different chunks of two workers: --max-errors 5 reports both with
+    their byte offsets and writes the rest; --max-errors 1 stops with exit 4."""
+    good = [_entity(f"Q99000010{i}", f"e{i}", "", [], {"P27": [_claim(f"Q99000010{i}", "P27", "Q990000200", i)]})
+            for i in range(6)]
+    lines = [json.dumps(e) + "," for e in good[:2]] + ["{not json,"] + [json.dumps(e) + "," for e in good[2:4]] \
+        + ["{not json,"] + [json.dumps(e) + "," for e in good[4:]]
+    lines[-1] = lines[-1].rstrip(",")
+    raw = ["[", *lines, "]"]
+    path = tmp_path / "broken.json"
+    path.write_text("\n".join(raw) + "\n", encoding="utf-8")
+    offsets = [sum(len(x.encode()) + 1 for x in raw[:i]) for i, x in enumerate(raw) if x == "{not json,"]
+    env = {**os.environ, ENV_CHUNK_MB: "0.0003"}
+    ok = run("ingest", str(path), "--bulk", str(tmp_path / "ok"), "--workers", "2", "--max-errors", "5",
+             "--json", env=env)
+    assert ok.returncode == 0, ok.stderr
+    summary = json.loads(ok.stdout)
+    assert (summary["facts"], summary["errors"]) == (6, 2)
+    assert [f"byte offset {o:,}" in e for o, e in zip(offsets, summary["first_errors"], strict=True)] == [True, True]
+    stopped = run("ingest", str(path), "--bulk", str(tmp_path / "stopped"), "--workers", "2",
+                  "--max-errors", "1", env=env)
+    assert stopped.returncode == 4, stopped.stderr
+    assert f"byte offset {offsets[0]:,}" in stopped.stderr.strip().splitlines()[-1]

@@ -23,6 +23,12 @@ What makes the imported graph the online ingest's:
   empty graph: per relation and per type, ordinals 0, 1, 2 … in input order; the counters on
   Relation and type Entity nodes and the SampleIndex marker are written with them.
 
+With ``--workers N`` > 1 the rows are built where the records are parsed: each worker runs
+`build_chunk` on its chunk (the checks, `batch_rows`, `format_batch`: the one formatting code of
+both paths) and hands back formatted text (`ChunkRows`) instead of records; `BulkWriter` writes
+it in the chunks' order, adding only what depends on the chunks before (an entity met again, the
+sampling ordinals, relation properties). A chunk is then one batch.
+
 What it assumes (as in a Wikidata dump): each entity and each statement once in the input. An
 entity met again in a later batch is an error record (the online ingest would merge the two). A
 statement key repeated across batches leaves two FactSlot nodes with that key, and the unique
@@ -35,15 +41,15 @@ which resolves pending redirects at its end.
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import os
 import shutil
 import subprocess
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple, cast
 
 from kgprobe.errors import ConfigError, KgprobeError
 from kgprobe.graph.ingest import (
@@ -55,7 +61,7 @@ from kgprobe.graph.ingest import (
     _Written,
     batch_rows,
 )
-from kgprobe.records import ErrorRecord, Record
+from kgprobe.records import ErrorRecord, Record, SkipRecord
 
 #: Separates the elements of a list property (aliases) in a CSV field: a control character that
 #: labels and aliases do not hold (an alias that does is refused, as an error record).
@@ -72,6 +78,8 @@ FACT_COLUMNS: dict[str, str] = {
 }
 _ENTITY_FIXED = ("label", "aliases", "description")
 _TYPE_COUNTERS = ",member_slots_next:long,member_slots:long"
+#: An entity file's extra properties and their CSV types (its header is fixed by them).
+Signature = tuple[tuple[str, str], ...]
 
 
 class _Absent:
@@ -152,6 +160,23 @@ class _CsvFile:
             else:
                 self.write_text(line)
 
+    def add(self, lines: Lines) -> None:
+        """Append rows formatted by `format_rows`."""
+        if lines.n:
+            self._open().write(lines.text)
+            self.rows += lines.n
+        for line in lines.multiline:
+            self.write_text(line)
+
+    def add_lines(self, lines: list[str]) -> None:
+        """Append formatted rows, one string each."""
+        text = "".join(lines)
+        if _one_line(text, len(lines)):
+            self.add(Lines(text, len(lines), []))
+        else:
+            for line in lines:
+                self.write_text(line)
+
     def write_text(self, line: str) -> None:
         """One formatted row (from `format`), to this file or its multiline sibling."""
         if line.count("\n") == 1 and "\r" not in line:
@@ -174,6 +199,203 @@ class _CsvFile:
     def files(self) -> list[_CsvFile]:
         """This file and its multiline sibling, those that hold rows."""
         return [f for f in (self, self.multiline) if f is not None and f.rows]
+
+
+_BUF = io.StringIO()
+_CSV = csv.writer(_BUF, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
+
+
+def _format(rows: Sequence[Sequence[Any]]) -> str:
+    """Rows as the import reads them (the module's own writer: call it from one thread, as
+    `format_batch` is: the intake thread, or a worker process)."""
+    _BUF.seek(0)
+    _BUF.truncate()
+    _CSV.writerows(rows)
+    return _BUF.getvalue()
+
+
+def _quote(value: str) -> str:
+    """A string field as `_format` writes it."""
+    return '"' + value.replace('"', '""') + '"'
+
+
+def _one_line(text: str, rows: int) -> bool:
+    return text.count("\n") == rows and "\r" not in text
+
+
+class Lines(NamedTuple):
+    """Formatted rows: the text of those on one line each, how many, and each row whose text
+    spans lines (it goes to a ``-ml`` file, read with ``--multiline-fields``)."""
+
+    text: str
+    n: int
+    multiline: list[str]
+
+    def without(self, subjects: set[str]) -> Lines:
+        """These rows less those whose first field is one of ``subjects`` (rare: an entity
+        refused after its rows were formatted)."""
+        starts = tuple(_quote(q) + "," for q in subjects)
+        kept = [ln + "\n" for ln in self.text.split("\n")[:-1] if not ln.startswith(starts)]
+        return Lines("".join(kept), len(kept), [ln for ln in self.multiline if not ln.startswith(starts)])
+
+
+def format_rows(rows: Sequence[Sequence[Any]]) -> Lines:
+    """``rows`` formatted, those that span lines apart."""
+    if not rows:
+        return Lines("", 0, [])
+    text = _format(rows)
+    if _one_line(text, len(rows)):
+        return Lines(text, len(rows), [])
+    plain: list[str] = []
+    multiline: list[str] = []
+    for row in rows:  # some value holds a line break: find which rows
+        line = _format([row])
+        (plain if _one_line(line, 1) else multiline).append(line)
+    return Lines("".join(plain), len(plain), multiline)
+
+
+def _each_line(rows: Sequence[Sequence[Any]]) -> list[str]:
+    """Each row's formatted text (one line, or several for a value with a line break)."""
+    text = _format(rows)
+    if _one_line(text, len(rows)):
+        return [ln + "\n" for ln in text.split("\n")[:-1]]
+    return [_format([row]) for row in rows]
+
+
+@dataclass
+class BatchText:
+    """One batch's import rows, formatted: everything but what depends on the batches before
+    it, which `BulkWriter` adds as it writes them in order (an entity met in an earlier batch,
+    the sampling ordinals, the relations' merged properties). Built in the intake thread, or in
+    the worker that parsed the batch's chunk (`build_chunk`), so that formatting, the bulk of
+    the CSV work, runs on every core."""
+
+    relations: dict[str, dict[str, Any]]
+    #: (qid, its file's signature, its row), in input order
+    entities: list[tuple[str, Signature, str]]
+    #: every id referred to (sorted, deduplicated within the batch) as ``"Q1"`` lines
+    referred: Lines
+    instance_of: Lines
+    subclass_of: Lines
+    inferred: Lines
+    facts: Lines
+    #: per relation, per fact in input order: its key's and its subject's fields
+    fact_slots: dict[str, list[tuple[str, str]]]
+    #: per type, per member in input order: the member key's and subject's fields, the subject
+    type_slots: dict[str, list[tuple[str, str, str]]]
+    redirects: list[tuple[str, str]]
+    counts: Counter[str]
+    errors: list[ErrorRecord]
+
+
+def _refusal(qid: str, why: str) -> ErrorRecord:
+    return ErrorRecord(location=qid, message=(
+        f"entity {qid}: {why}; load it with the online ingest (without --bulk)"))
+
+
+def signature(props: dict[str, Any]) -> Signature:
+    return tuple(sorted((k, _csv_type(v)) for k, v in props.items() if k not in _ENTITY_FIXED))
+
+
+def format_batch(b: BatchRows) -> BatchText:
+    """The import rows of one batch (`batch_rows`), formatted."""
+    errors: list[ErrorRecord] = []
+    refused: set[str] = set()
+    qids: list[str] = []
+    sigs: list[Signature] = []
+    rows: list[list[Any]] = []
+    for qid, props in b.entities.items():
+        aliases = props.get("aliases")
+        if aliases and any(ARRAY_DELIMITER in a for a in aliases):
+            refused.add(qid)
+            errors.append(_refusal(qid, "an alias holds U+001F, which the bulk load uses to separate aliases"))
+            continue
+        sig = signature(props)
+        qids.append(qid)
+        sigs.append(sig)
+        rows.append([qid, props.get("label", ABSENT),
+                     ARRAY_DELIMITER.join(aliases) if aliases else ABSENT,
+                     props.get("description", ABSENT), *(_field(props[k]) for k, _t in sig)])
+    entities = list(zip(qids, sigs, _each_line(rows) if rows else [], strict=True))
+    # type edges: MERGEd online, so one per pair in a batch (the last basis wins)
+    instance_of = format_rows([[s, o] for s, o in dict.fromkeys(
+        (r["s"], r["o"]) for r in b.instance_of if r["s"] not in refused)])
+    subclass_of = format_rows([[s, o] for s, o in dict.fromkeys(
+        (r["s"], r["o"]) for r in b.subclass_of if r["s"] not in refused)])
+    inferred_pairs = {(r["s"], r["o"]): r["basis"] for r in b.inferred if r["s"] not in refused}
+    inferred = format_rows([[s, o, basis] for (s, o), basis in inferred_pairs.items()])
+    cols = tuple(FACT_COLUMNS)
+    fact_rows = []
+    fact_slots: dict[str, list[tuple[str, str]]] = {}
+    for f_ in b.facts:
+        props = f_["props"]
+        if not props.keys() <= FACT_COLUMNS.keys():  # pragma: no cover - a new property
+            raise AssertionError(f"FACT properties not in FACT_COLUMNS: {props.keys() - FACT_COLUMNS.keys()}")
+        fact_rows.append([f_["s"], f_["o"], f_["key"], *(props.get(c, ABSENT) for c in cols)])
+    for r in b.fact_slots:
+        fact_slots.setdefault(r["space"], []).append((_quote(r["key"]), _quote(r["s"])))
+    type_slots: dict[str, list[tuple[str, str, str]]] = {}
+    for m, r in b.members.items():
+        if r["s"] not in refused:
+            type_slots.setdefault(r["space"], []).append((_quote(m), _quote(r["s"]), r["s"]))
+    counts = b.counts
+    counts["entities"] -= len(refused)  # an error, not an entity written
+    return BatchText(
+        relations=b.relations, entities=entities, referred=format_rows([[q] for q in sorted(b.stubs)]),
+        instance_of=instance_of, subclass_of=subclass_of, inferred=inferred,
+        facts=format_rows(fact_rows), fact_slots=fact_slots, type_slots=type_slots,
+        redirects=[(r["source"], r["target"]) for r in b.redirects], counts=counts, errors=errors)
+
+
+class ChunkRows(NamedTuple):
+    """What a worker hands back for a chunk of the dump (`build_chunk`), in place of its entity,
+    relation, fact, redirect and skip records: how many records it took, what was skipped, the
+    records refused by `RecordBatcher`'s checks, and the rows, formatted."""
+
+    records: int
+    skipped: Counter[str]
+    refused: list[ErrorRecord]
+    rows: BatchText
+
+
+class _Checker(RecordBatcher[None]):
+    """`RecordBatcher`'s checks on one chunk's records (the chunk is the batch), in a worker:
+    what it refuses is kept whole, for the ingest's error budget."""
+
+    def __init__(self) -> None:
+        super().__init__(batch_size=1 << 62, error_budget=1 << 62)
+        self.refused: list[ErrorRecord] = []
+
+    def _error(self, record: ErrorRecord) -> None:
+        self.refused.append(record)
+
+
+def build_chunk(records: list[Record]) -> list[Record]:
+    """A chunk's records as the bulk load writes them, in the worker that parsed them
+    (kgprobe/loaders/wikidata_json.py `load_json`'s ``post``): one `ChunkRows` for the records
+    written and skipped, then the loader's error records as they were. The whole chunk is one
+    batch: its rows are the ones `BulkWriter` would build from the same records in one batch."""
+    checker = _Checker()
+    errors: list[Record] = []
+    skips: list[SkipRecord] = []
+    try:
+        for rec in records:
+            if isinstance(rec, ErrorRecord):
+                errors.append(rec)
+            elif isinstance(rec, SkipRecord):
+                skips.append(rec)
+            else:
+                checker.add(rec)
+    finally:
+        checker.close()
+    s = checker.summary
+    if not s.records:  # skips as they were: a file of nothing else is told apart by the caller
+        return [*errors, *skips]
+    for skip in skips:  # counted here: one per entity line, they would cost the reader as much
+        s.records += 1  # as the rows
+        s.skipped[skip.reason] += skip.count
+    built = ChunkRows(s.records, s.skipped, checker.refused, format_batch(batch_rows(checker._batch)))
+    return [cast(Record, built), *errors]
 
 
 @dataclass
@@ -229,7 +451,7 @@ class QidSet:
         return i < len(self.bits) and bool(self.bits[i] & (1 << (n & 7)))
 
 
-class BulkWriter(RecordBatcher[BatchRows]):
+class BulkWriter(RecordBatcher[BatchText]):
     """Writes records as ``neo4j-admin database import full`` files in ``directory`` (which must
     be empty or new); the same intake, batches, checks and error budget as the online ingest
     (`RecordBatcher`), the same rows (`batch_rows`). Call `finish()` at the end.
@@ -262,93 +484,92 @@ class BulkWriter(RecordBatcher[BatchRows]):
         self._type_slots = _CsvFile(d, "nodes-typeslot.csv", "member,id,qid")
         #: one entity file per set of extra properties and their types (a CSV header is fixed);
         #: a type's row moves to a type file at the end
-        self._entity_files: dict[tuple[tuple[str, str], ...], _CsvFile] = {}
+        self._entity_files: dict[Signature, _CsvFile] = {}
         #: entity rows that span lines, kept until `finish` sorts types from the rest (rare)
-        self._entity_multiline: list[tuple[str, tuple[tuple[str, str], ...], str]] = []
+        self._entity_multiline: list[tuple[str, Signature, str]] = []
         # owned by the writer thread
         self._entities = QidSet()
-        self._referred_ids = QidSet()
         self._relations: dict[str, dict[str, Any]] = {}
         self._redirects: dict[str, str] = {}
         self._fact_next: dict[str, int] = {}
         self._type_next: dict[str, int] = {}
 
-    # --- the batches (writer thread) --------------------------------------------------------
-    def _statements(self, batch: list[Record]) -> BatchRows:
-        return batch_rows(batch)
+    # --- the batches ----------------------------------------------------------------------
+    def add(self, record: Record) -> None:
+        """A record, or a chunk's rows built by a worker (`build_chunk`)."""
+        if record.__class__ is ChunkRows:
+            self._add_chunk(cast(ChunkRows, record))
+        else:
+            super().add(record)
 
-    def _entity_file(self, props: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-        sig = tuple(sorted((k, _csv_type(v)) for k, v in props.items() if k not in _ENTITY_FIXED))
-        if sig not in self._entity_files:
+    def _add_chunk(self, chunk: ChunkRows) -> None:
+        """A worker's chunk: one batch, written after the records buffered before it (the first
+        line of a JSON-lines file, parsed here), then its refused records counted."""
+        self._hand_over()  # the buffered records, as their own batch; the batch in flight settled
+        self._settle()
+        s = self.summary
+        s.records += chunk.records
+        s.skipped.update(chunk.skipped)
+        self._in_flight = self._writer.submit(self._write, [], chunk.rows, None)
+        self._in_flight_position = self._position
+        for e in chunk.refused:
+            self._error(e)  # past the budget: the chunk is written, then the load stops
+
+    def _statements(self, batch: list[Record]) -> BatchText:
+        return format_batch(batch_rows(batch))
+
+    def _entity_file(self, sig: Signature) -> _CsvFile:
+        f = self._entity_files.get(sig)
+        if f is None:
             header = "qid:ID,label,aliases:string[],description" + "".join(
                 f",{k}" if t == "string" else f",{k}:{t}" for k, t in sig)
-            self._entity_files[sig] = _CsvFile(
+            f = self._entity_files[sig] = _CsvFile(
                 self.directory, f"entity-{len(self._entity_files)}.part", header)
-        return sig
+        return f
 
-    def _write(self, batch: list[Record], built: BatchRows, room: int | None = None) -> _Written:
-        b = built
-        errors: list[ErrorRecord] = []
+    def _write(self, batch: list[Record], built: BatchText, room: int | None = None) -> _Written:
+        """Write one batch's rows (writer thread), with what depends on the batches before it:
+        an entity written by an earlier batch is refused (with its type edges and slots), the
+        sampling ordinals continue from there (per relation, per type: input order)."""
+        t = built
+        errors = list(t.errors)
         refused: set[str] = set()
-        for pid, props in b.relations.items():
-            self._relations.setdefault(pid, {}).update(props)
-        by_file: dict[tuple[tuple[str, str], ...], list[list[Any]]] = {}
-        for qid, props in b.entities.items():
-            aliases = props.get("aliases")
-            why = None
-            if aliases and any(ARRAY_DELIMITER in a for a in aliases):
-                why = "an alias holds U+001F, which the bulk load uses to separate aliases"
-            elif not self._entities.add(qid):
-                why = "met again after an earlier batch wrote it (the bulk load takes each entity once)"
-            if why:
+        seen = self._entities.add
+        by_file: dict[Signature, list[str]] = {}
+        for qid, sig, line in t.entities:
+            if not seen(qid):
                 refused.add(qid)
-                errors.append(ErrorRecord(location=qid, message=(
-                    f"entity {qid}: {why}; load it with the online ingest (without --bulk)")))
-                continue
-            sig = self._entity_file(props)
-            by_file.setdefault(sig, []).append([
-                qid, props.get("label", ABSENT),
-                ARRAY_DELIMITER.join(aliases) if aliases else ABSENT,
-                props.get("description", ABSENT),
-                *(_field(props[k]) for k, _t in sig)])
-        for sig, rows in by_file.items():
-            self._entity_files[sig].write(rows, functools.partial(self._keep_multiline, sig))
-        add = self._referred_ids.add
-        self._referred.write([[q] for q in sorted(b.stubs) if add(q)])
-        # type edges: MERGEd online, so one per pair in a batch (the last basis wins)
-        self._instance_of.write([[s, o] for s, o in dict.fromkeys(
-            (r["s"], r["o"]) for r in b.instance_of if r["s"] not in refused)])
-        self._subclass_of.write([[s, o] for s, o in dict.fromkeys(
-            (r["s"], r["o"]) for r in b.subclass_of if r["s"] not in refused)])
-        inferred = {(r["s"], r["o"]): r["basis"] for r in b.inferred if r["s"] not in refused}
-        self._inferred.write([[s, o, basis] for (s, o), basis in inferred.items()])
-        cols = tuple(FACT_COLUMNS)
-        fact_rows = []
-        for f_ in b.facts:
-            props = f_["props"]
-            if not props.keys() <= FACT_COLUMNS.keys():  # pragma: no cover - a new property
-                raise AssertionError(f"FACT properties not in FACT_COLUMNS: {props.keys() - FACT_COLUMNS.keys()}")
-            fact_rows.append([f_["s"], f_["o"], f_["key"], *(props.get(c, ABSENT) for c in cols)])
-        self._facts.write(fact_rows)
-        self._fact_slots.write([[r["key"], f"{r['space']}:{self._next(self._fact_next, r['space'])}", r["s"]]
-                                for r in b.fact_slots])
-        self._type_slots.write([[m, f"{r['space']}:{self._next(self._type_next, r['space'])}", r["s"]]
-                                for m, r in b.members.items() if r["s"] not in refused])
-        for r in b.redirects:
-            self._redirects[r["source"]] = r["target"]
-        counts = b.counts
+                errors.append(_refusal(qid, "met again after an earlier batch wrote it (the bulk "
+                                             "load takes each entity once)"))
+            elif _one_line(line, 1):
+                by_file.setdefault(sig, []).append(line)
+            else:  # kept until `finish` sorts types from the rest (rare)
+                self._entity_multiline.append((qid, sig, line))
+        for sig, lines in by_file.items():
+            self._entity_file(sig).add(Lines("".join(lines), len(lines), []))
+        for pid, props in t.relations.items():
+            self._relations.setdefault(pid, {}).update(props)
+        self._referred.add(t.referred)
+        self._instance_of.add(t.instance_of.without(refused) if refused else t.instance_of)
+        self._subclass_of.add(t.subclass_of.without(refused) if refused else t.subclass_of)
+        self._inferred.add(t.inferred.without(refused) if refused else t.inferred)
+        self._facts.add(t.facts)
+        for space, slots in t.fact_slots.items():
+            n = self._fact_next.get(space, 0)
+            self._fact_next[space] = n + len(slots)
+            sp = _quote(space)[:-1]
+            self._fact_slots.add_lines([f'{k},{sp}:{i}",{subject}\n' for i, (k, subject) in enumerate(slots, n)])
+        for space, members in t.type_slots.items():
+            if refused:
+                members = [m for m in members if m[2] not in refused]
+            n = self._type_next.get(space, 0)
+            self._type_next[space] = n + len(members)
+            sp = _quote(space)[:-1]
+            self._type_slots.add_lines([f'{m},{sp}:{i}",{subject}\n' for i, (m, subject, _q) in enumerate(members, n)])
+        self._redirects.update(t.redirects)
+        counts = t.counts
         counts["entities"] -= len(refused)  # an error, not an entity written
         return _Written(counts=counts, errors=errors)
-
-    def _keep_multiline(self, sig: tuple[tuple[str, str], ...], row: Sequence[Any], line: str) -> None:
-        """An entity row that spans lines: kept until `finish` knows whether it is a type's."""
-        self._entity_multiline.append((row[0], sig, line))
-
-    @staticmethod
-    def _next(counters: dict[str, int], space: str) -> int:
-        n = counters.get(space, 0)
-        counters[space] = n + 1
-        return n
 
     # --- the end: types, stubs, relations, the marker, the import's arguments ---------------
     def finish(self) -> ImportFiles:
@@ -391,9 +612,10 @@ class BulkWriter(RecordBatcher[BatchRows]):
             with (d / self._referred.name).open(encoding="utf-8", newline="") as fh:
                 next(fh)
                 rows: list[list[str]] = []
+                stub = QidSet().add  # each batch lists its ids: once here
                 for line in fh:
                     q = line[1:line.index('"', 1)]
-                    if q not in self._entities and q not in types:
+                    if q not in self._entities and q not in types and stub(q):
                         rows.append([q])
                         if len(rows) >= 10_000:
                             stubs.write(rows)

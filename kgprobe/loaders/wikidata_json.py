@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
 
@@ -686,6 +686,7 @@ def load_json(
     workers: int = 1,
     positions: bool = False,
     start: Position | None = None,
+    post: Callable[[list[Record]], list[Record]] | None = None,
 ) -> Iterator[Record]:
     """Stream records from a Wikidata JSON dump or entity document (plain, .gz or .bz2).
 
@@ -702,7 +703,7 @@ def load_json(
     """
     if workers < 1:
         raise ConfigError(f"--workers must be at least 1, got {workers}")
-    read = _Reading(workers, positions, start)
+    read = _Reading(workers, positions, start, post if filters is None or filters.limit is None else None)
     return guarded(Path(path), _load_json(Path(path), filters or Filters(), source, read))
 
 
@@ -712,6 +713,9 @@ class _Reading(NamedTuple):
     workers: int = 1
     positions: bool = False
     start: Position | None = None
+    #: applied to each chunk's records where the chunk is parsed (issue 37: the bulk load's
+    #: import rows built in the workers); never with an entity limit, which counts lines here
+    post: Callable[[list[Record]], list[Record]] | None = None
 
 
 def _load_json(p: Path, f: Filters, source: str, read: _Reading) -> Iterator[Record]:
@@ -811,9 +815,16 @@ def _chunked(
     # lies crosses the process boundary, not its megabytes (they cost the main process as much
     # CPU as unpickling the records); a compressed file's text can only be sent
     jobs = (_Chunk(str(p), b"" if plain else c.data, c.lineno, c.offset, f, source, c.next_lineno,
-                   len(c.data))
+                   len(c.data), read.post)
             for c in read_chunks(fh, lineno, offset, chunk_bytes()))
     for job, parsed in ordered_map(_parse_chunk, jobs, read.workers):
+        if read.post is not None:  # no limit: the chunk's records, as ``post`` made them
+            yield from parsed.records
+            if parsed.error is not None:
+                raise parsed.error
+            if read.positions:
+                yield position(job.offset + job.size, job.next_lineno)
+            continue
         at = 0
         for group in parsed.groups:
             if limit is not None and items >= limit:
@@ -839,6 +850,7 @@ class _Chunk(NamedTuple):
     source: str
     next_lineno: int
     size: int  # bytes of text; ``data`` is empty where the worker reads them from the file
+    post: Callable[[list[Record]], list[Record]] | None = None  # see `_Reading.post`
 
 
 class _Parsed(NamedTuple):
@@ -868,8 +880,8 @@ def _parse_chunk(job: _Chunk) -> _Parsed:
             records += recs
             groups.append(2 * len(recs) + counted)
     except UnicodeDecodeError as exc:
-        return _Parsed(records, groups, exc)
-    return _Parsed(records, groups, None)
+        return _Parsed(job.post(records) if job.post else records, groups, exc)
+    return _Parsed(job.post(records) if job.post else records, groups, None)
 
 
 __all__ = [

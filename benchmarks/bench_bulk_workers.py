@@ -1,0 +1,91 @@
+"""The main process's CPU in `kgprobe ingest --bulk DIR --workers N`: what stays serial.
+
+    python benchmarks/bench_bulk_workers.py --entities 10000                 # this checkout
+    python benchmarks/bench_bulk_workers.py --entities 10000 --code /work/main   # another one
+
+A realistic dump (`benchmarks/gen_dump.py --realistic`, gzip) is loaded into import files
+(no Neo4j: the import tool's time is not the question) by ``kgprobe ingest --bulk`` in a
+subprocess, once per number of workers. The subprocess reports its own CPU (``RUSAGE_SELF``: the
+main process — reading, gunzip, coordination, whatever it still formats and writes) apart from
+its workers' (``RUSAGE_CHILDREN``). With the main process's CPU per MB of JSON, the load cannot
+go faster than ``MB / main CPU`` whatever the cores: that bound is printed too. Figures go to
+docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.gen_dump import write_realistic_dump  # noqa: E402
+
+#: run in the subprocess: the CLI, then its own CPU and its children's on the last stderr line
+_RUN = """
+import resource, sys
+from kgprobe.cli import main
+try:
+    main()
+except SystemExit:
+    pass
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print("CPU", me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, file=sys.stderr)
+"""
+
+
+def run(code: Path, dump: Path, out: Path, workers: int) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": str(code)}  # and a cwd with no kgprobe: ``-c`` puts it first
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _RUN, "ingest", str(dump), "--bulk", str(out),
+                           "--workers", str(workers), "--json"],
+                          env=env, cwd=out.parent, capture_output=True, text=True, check=False)
+    wall = time.monotonic() - t0
+    cpu = [ln for ln in proc.stderr.splitlines() if ln.startswith("CPU ")]
+    if proc.returncode != 0 or not cpu:
+        raise SystemExit(f"ingest failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    _, main_cpu, child_cpu = cpu[-1].split()
+    facts = json.loads(proc.stdout)["facts"]
+    shutil.rmtree(out, ignore_errors=True)
+    return {"workers": workers, "wall_s": round(wall, 1), "main_cpu_s": round(float(main_cpu), 2),
+            "workers_cpu_s": round(float(child_cpu), 2), "facts": facts}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--entities", type=int, default=10_000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose kgprobe runs")
+    ap.add_argument("--plain", action="store_true",
+                    help="an uncompressed dump: the workers read their chunks themselves, so the main "
+                         "process neither decompresses nor sends text")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per number of workers (a loaded machine)")
+    ap.add_argument("--tmp", default=None)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="kgprobe-bench-bulk-workers-", dir=args.tmp))
+    try:
+        dump = tmp / ("dump.json" if args.plain else "dump.json.gz")
+        stats = write_realistic_dump(dump, args.entities, args.seed)
+        mb = stats["bytes"] / 1e6
+        print(json.dumps({"dump": stats, "code": str(args.code)}), flush=True)
+        for n in [n for n in args.workers for _ in range(args.repeat)]:
+            row = run(args.code, dump, tmp / f"import-{n}", n)
+            main_cpu = float(row["main_cpu_s"])  # type: ignore[arg-type]
+            row["main_cpu_ms_per_mb"] = round(1000 * main_cpu / mb, 1)
+            row["main_bound_mb_per_s"] = round(mb / max(main_cpu, 1e-9), 1)
+            print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
