@@ -297,9 +297,11 @@ def bulk_ingest(
     quiet: bool = False,
     workers: int = 1,
 ) -> tuple[IngestSummary, str]:
-    """The bulk first load of an empty Neo4j database (graph/bulk.py): the import files in
-    ``directory``, imported into ``neo4j_home``'s database when given (the server stopped).
-    Returns the summary and what is left to do, in one line."""
+    """The bulk first load of an empty database: the import files in ``directory``
+    (graph/bulk.py), imported into ``neo4j_home``'s Neo4j database when given (the server
+    stopped), or, when no ``NEO4J_URI`` is configured, into the managed ArcadeDB through its
+    own GraphImporter (graph/bulk_arcadedb.py). Returns the summary and what is left to do, in
+    one line."""
     from kgprobe.graph.bulk import (
         DATABASE,
         build_chunk,
@@ -309,8 +311,15 @@ def bulk_ingest(
     )
 
     _check_sources(sources, sparql, batch_size, max_errors, workers)
+    settings = Settings.load() if neo4j_home is None else None
+    managed = settings is not None and settings.uri is None
     if neo4j_home is not None:
         check_neo4j_home(Path(neo4j_home))  # refused before any file is read
+    if settings is not None and managed:
+        from kgprobe.graph.bulk_arcadedb import refuse_non_empty
+
+        with connect(settings) as graph:  # refused before any file is read
+            refuse_non_empty(graph, str(settings.home))
     records = _records_for(
         sources, sparql=sparql, relations=relation, subjects=subject, language=language,
         ranks=rank, limit=limit, workers=workers,
@@ -319,6 +328,8 @@ def bulk_ingest(
     with _ingest_progress(quiet) as (watched, on_flush):
         files = write_import_files(watched(records), Path(directory), batch_size=batch_size,
                                    error_budget=max_errors, on_flush=on_flush)
+    if managed:
+        return files.summary, _arcadedb_import(files, settings, batch_size)
     if neo4j_home is None:
         return files.summary, (
             f"import files written to {files.directory}; import them with Neo4j stopped: "
@@ -327,6 +338,26 @@ def bulk_ingest(
     return files.summary, (
         f"imported into {neo4j_home} (database {DATABASE}); start Neo4j: kgprobe's first "
         "connection creates the constraints and indexes")
+
+
+def _arcadedb_import(files: Any, settings: Any, batch_size: int) -> str:
+    """Import ``files`` into the managed ArcadeDB (stopped for it), then the schema and what
+    the importer cannot write (graph/bulk_arcadedb.py); returns the importer's closing line."""
+    from kgprobe.graph.bulk_arcadedb import (
+        run_graph_importer,
+        write_after_import,
+        write_arcadedb_files,
+    )
+    from kgprobe.graph.server import ManagedServer
+
+    arcade = write_arcadedb_files(files)
+    server = ManagedServer(settings)
+    closing = server.while_stopped(
+        lambda java, classpath, database: run_graph_importer(arcade, java, classpath, database, settings.heap))
+    with connect(settings) as graph:  # the first connection creates the constraints and indexes
+        write_after_import(graph, arcade, batch_size)
+    return f"imported into the managed ArcadeDB ({settings.home}) by its GraphImporter: " + " ".join(
+        closing.split())
 
 
 #: The demo's relations (docs/reports.md explains the choice): contrasts the report can show —

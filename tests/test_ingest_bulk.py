@@ -91,6 +91,72 @@ def schema(graph: Any) -> list[tuple[str, str, list[str], list[str]]]:
     return sorted((r["name"], r["type"], r["labelsOrTypes"] or [], r["properties"] or []) for r in rows)
 
 
+def _second_managed_home(kgprobe_env: dict[str, str], home: Path) -> tuple[dict[str, str], Any]:
+    """The environment and settings of a second, fresh managed ArcadeDB home on free ports."""
+    from kgprobe.config import Settings
+    from kgprobe.graph.server import free_port
+
+    settings = Settings(home=home, bolt_port=free_port(), http_port=free_port(), heap="1g")
+    env = {**kgprobe_env, "KGPROBE_HOME": str(home), "KGPROBE_BOLT_PORT": str(settings.bolt_port),
+           "KGPROBE_HTTP_PORT": str(settings.http_port), "KGPROBE_DB_HEAP": "1g"}
+    return env, settings
+
+
+@pytest.mark.skipif(TEST_SERVER != "arcadedb" or EXTERNAL_SERVER,
+                    reason="bulk load into the managed ArcadeDB: runs in the ArcadeDB half")
+def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_goes_on(
+    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path
+) -> None:
+    """`--bulk DIR` with no NEO4J_URI: ArcadeDB's GraphImporter into the managed server's empty
+    database, then the schema and what the importer cannot write; the same graph as online."""
+    from kgprobe.graph.client import connect
+    from kgprobe.graph.server import ManagedServer
+
+    awkward = awkward_dump(tmp_path / "awkward.json")
+    online = run("ingest", str(DEMO), str(awkward), "--json", env=kgprobe_env)
+    assert online.returncode == 0, online.stderr
+    expected = graph_dump(graph)
+
+    env, settings = _second_managed_home(kgprobe_env, tmp_path / "bulk-home")
+    try:
+        bulk = run("ingest", str(DEMO), str(awkward), "--bulk", str(tmp_path / "import"), "--json",
+                   "--workers", "2", env={**env, ENV_CHUNK_MB: "0.1"})
+        assert bulk.returncode == 0, bulk.stderr + bulk.stdout
+        summary = json.loads(bulk.stdout)
+        assert {k: v for k, v in summary.items() if k != "redirects_resolved"} == {
+            k: v for k, v in json.loads(online.stdout).items() if k != "redirects_resolved"}
+        assert "GraphImporter" in bulk.stderr
+        with connect(settings) as bulk_graph:
+            got = graph_dump(bulk_graph)
+            assert len(got[0]) == len(expected[0]) and len(got[1]) == len(expected[1])
+            assert got == expected
+            facts = bulk_graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"]
+            assert facts == summary["facts"] > 6000
+            # the unique constraints hold on the imported data: a second Entity with a QID is refused
+            with pytest.raises(Exception, match="(?i)duplicate|unique|already"):
+                bulk_graph.write("CREATE (:Entity {qid: 'Q990000001'})")
+            # idempotent: the online ingest of the same input adds nothing
+            again = run("ingest", str(DEMO), str(awkward), env=env)
+            assert again.returncode == 0, again.stderr
+            assert graph_dump(bulk_graph) == expected
+            # an update lands as on the online graph (sampling counters go on from the bulk's)
+            for target in (env, kgprobe_env):
+                update = run("ingest", str(UPDATE), env=target)
+                assert update.returncode == 0, update.stderr
+            updated = graph_dump(graph)
+            assert updated != expected
+            assert graph_dump(bulk_graph) == updated
+        # a database that holds data is refused, in one line, before any file is written
+        refused = run("ingest", str(DEMO), "--bulk", str(tmp_path / "again"), env=env)
+        assert refused.returncode == 2
+        assert refused.stderr.strip().splitlines() == [
+            f"error: the managed graph ({settings.home}) is not empty; --bulk loads an empty database "
+            "only: use `kgprobe ingest` without --bulk to add to it, or `kgprobe db wipe --yes` first"]
+        assert not (tmp_path / "again").exists()
+    finally:
+        ManagedServer(settings).stop()
+
+
 @pytest.mark.skipif(TEST_SERVER != "neo4j" or EXTERNAL_SERVER,
                     reason="bulk load into Neo4j: runs in the Neo4j half (KGPROBE_TEST_SERVER=neo4j)")
 def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
@@ -178,8 +244,10 @@ def test_bulk_refuses_a_database_that_is_not_empty_and_a_used_directory(tmp_path
 
 
 def test_bulk_import_files_without_a_server(tmp_path: Path) -> None:
-    """Without --neo4j-home: the import files and their argument file, and the command to run."""
-    r = run("ingest", str(DEMO), "--bulk", str(tmp_path / "import"), "--json")
+    """Without --neo4j-home, a Neo4j server configured: the import files and their argument
+    file, and the command to run (the server is not reached)."""
+    env = {**os.environ, "NEO4J_URI": "bolt://127.0.0.1:9", "NEO4J_PASSWORD": "unused"}
+    r = run("ingest", str(DEMO), "--bulk", str(tmp_path / "import"), "--json", env=env)
     assert r.returncode == 0, r.stderr
     demo_facts = len(item_facts())  # the demo's item-valued statements, P31 aside, read from the file
     assert json.loads(r.stdout)["facts"] == demo_facts

@@ -37,9 +37,10 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from kgprobe.config import (
     Settings,
@@ -56,6 +57,7 @@ ADMIN = "root"  # ArcadeDB's administrator: HTTP set-up only, never Bolt (see th
 SERVER_CLASS = "com.arcadedb.server.ArcadeDBServer"
 # What ArcadeDB answers, before it checks the password, while a user name is locked.
 LOCKED_OUT = "Too many failed authentication attempts"
+T = TypeVar("T")
 
 
 def _new_user_name() -> str:
@@ -494,6 +496,18 @@ class ManagedServer:
             _reap(pid)
         self.pid_file.unlink(missing_ok=True)
         return bool(pids)
+
+    def while_stopped(self, work: Callable[[Path, str, Path], T]) -> T:
+        """Run ``work(java, classpath, database directory)`` with the server stopped (under the
+        lock: nobody starts it meanwhile), then start it again: an offline tool on the
+        database (the bulk import), with the server's own JRE and jars."""
+        pkg = _package_dir()
+        with self._locked():
+            self._stop_locked()
+            try:
+                return work(pkg / "jre" / "bin" / "java", f"{pkg / 'jars'}/*", self.root / "databases" / DATABASE)
+            finally:
+                self._start_locked(90.0)
 
     def wipe(self) -> None:
         """Delete every node and edge: drop and recreate the database (schema comes back on use)."""
