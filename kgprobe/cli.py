@@ -433,14 +433,15 @@ def ingest(
     workers: int | None = typer.Option(None, "--workers", help="Processes that parse a JSON dump or JSON lines file (default: the machine's cores; 1 = in this process). The records are the same for any number; with --bulk the workers also format the import rows. RDF and SPARQL ignore it."),
     resume: bool = typer.Option(False, "--resume", help="Start each JSON dump or JSON lines file at its checkpoint (after the last committed batch of a load that was stopped) rather than at its start; a file changed since is refused."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
-    bulk: str | None = typer.Option(None, "--bulk", help="First load of an EMPTY Neo4j database: write neo4j-admin import files into this new directory instead of writing to the graph."),
+    bulk: str | None = typer.Option(None, "--bulk", help="First load of an EMPTY database, files written into this new directory: the managed ArcadeDB (no NEO4J_URI) is loaded by its own GraphImporter; for Neo4j, the neo4j-admin import files (run with --neo4j-home)."),
     neo4j_home: str | None = typer.Option(None, "--neo4j-home", help="With --bulk: also run that Neo4j installation's neo4j-admin import (server stopped, database empty)."),
 ) -> None:
     """Load Wikidata facts into the graph (idempotent: re-running creates no duplicates).
 
     A JSON dump's load saves a checkpoint after each committed batch; a load that was killed
-    continues with --resume, from the last checkpoint, never from the start. --bulk writes the
-    import files of an empty Neo4j database instead (docs/loaders.md).
+    continues with --resume, from the last checkpoint, never from the start. --bulk loads an
+    empty database instead: the managed ArcadeDB through its GraphImporter, or Neo4j through
+    neo4j-admin import files (docs/loaders.md).
 
     Example: kgprobe ingest latest-all.json.bz2 -r P36 -r P17 --limit 100000"""
     from kgprobe.api import bulk_ingest, ingest_sources
