@@ -24,18 +24,21 @@ import pytest
 from conftest import FIXTURES, TEST_SERVER
 from test_demo_graph import facts as item_facts
 
+import kgprobe
 from kgprobe.graph.templates import demo_paths
 from kgprobe.loaders.parallel import ENV_CHUNK_MB
 
 DEMO = demo_paths()[0]
 UPDATE = FIXTURES / "wikidata" / "entity-json" / "Q182397.json"
+#: the checkout under test, for a CLI run from another directory
+CODE = os.pathsep.join([str(Path(kgprobe.__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])
 #: the suite runs against a server named in the environment (read before `kgprobe_env` sets it)
 EXTERNAL_SERVER = bool(os.environ.get("NEO4J_URI"))
 
 
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kgprobe.cli", *args], env=env or dict(os.environ),
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, cwd=cwd)
 
 
 def _time(year: int) -> dict[str, Any]:
@@ -119,9 +122,12 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
 
     env, settings = _second_managed_home(kgprobe_env, tmp_path / "bulk-home")
     try:
+        cwd = tmp_path / "cwd"
+        cwd.mkdir()
         bulk = run("ingest", str(DEMO), str(awkward), "--bulk", str(tmp_path / "import"), "--json",
-                   "--workers", "2", env={**env, ENV_CHUNK_MB: "0.1"})
+                   "--workers", "2", env={**env, ENV_CHUNK_MB: "0.1", "PYTHONPATH": CODE}, cwd=cwd)
         assert bulk.returncode == 0, bulk.stderr + bulk.stdout
+        assert not any(cwd.iterdir())  # nothing written where the command ran (the importer's log/)
         summary = json.loads(bulk.stdout)
         assert {k: v for k, v in summary.items() if k != "redirects_resolved"} == {
             k: v for k, v in json.loads(online.stdout).items() if k != "redirects_resolved"}

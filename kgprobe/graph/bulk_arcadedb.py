@@ -188,7 +188,9 @@ def run_graph_importer(files: ArcadeFiles, java: Path, classpath: str, database:
     stopped); returns its closing lines. A failure is one line, the output kept in a log."""
     cmd = [str(java), f"-Xmx{heap}", "-cp", classpath, IMPORTER_CLASS, str(files.config),
            str(database), str(files.config.parent)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, umask=0o077)  # noqa: S603
+    # in its own directory: ArcadeDB writes its log/ under the working directory
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, umask=0o077,  # noqa: S603
+                          cwd=files.config.parent)
     out = (proc.stdout + proc.stderr).strip()
     log = files.config.parent / "import.log"
     log.write_text(out + "\n", encoding="utf-8")
