@@ -1,4 +1,6 @@
-"""The bulk first load of an empty Neo4j database (``kgprobe ingest --bulk DIR``).
+"""The bulk first load of an empty Neo4j database (``kgprobe ingest --bulk DIR``); the managed
+ArcadeDB's bulk load (graph/bulk_arcadedb.py) takes the same files, turned into what its
+GraphImporter reads.
 
 The online ingest (graph/ingest.py) writes every node and edge with a MERGE over Bolt: ~10k
 statements/s at best, because each row costs the server an index look-up and a transaction's
