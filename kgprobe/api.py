@@ -305,6 +305,7 @@ def bulk_ingest(
     from kgprobe.graph.bulk import (
         DATABASE,
         build_chunk,
+        check_bulk_dir,
         check_neo4j_home,
         run_import,
         write_import_files,
@@ -318,6 +319,7 @@ def bulk_ingest(
     if settings is not None and managed:
         from kgprobe.graph.bulk_arcadedb import refuse_non_empty
 
+        check_bulk_dir(Path(directory))  # before the server is started
         with connect(settings) as graph:  # refused before any file is read
             refuse_non_empty(graph, str(settings.home))
     records = _records_for(

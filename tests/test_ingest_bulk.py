@@ -36,8 +36,13 @@ CODE = os.pathsep.join([str(Path(kgprobe.__file__).resolve().parents[1]), os.env
 EXTERNAL_SERVER = bool(os.environ.get("NEO4J_URI"))
 
 
+#: a Neo4j server named (never reached): ``--bulk DIR`` only writes the import files, where with no
+#: NEO4J_URI it would load the managed ArcadeDB of the default home
+FILES_ONLY = {**os.environ, "NEO4J_URI": "bolt://127.0.0.1:9", "NEO4J_PASSWORD": "unused"}
+
+
 def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kgprobe.cli", *args], env=env or dict(os.environ),
+    return subprocess.run([sys.executable, "-m", "kgprobe.cli", *args], env=env or FILES_ONLY,
                           capture_output=True, text=True, timeout=600, cwd=cwd)
 
 
@@ -252,8 +257,7 @@ def test_bulk_refuses_a_database_that_is_not_empty_and_a_used_directory(tmp_path
 def test_bulk_import_files_without_a_server(tmp_path: Path) -> None:
     """Without --neo4j-home, a Neo4j server configured: the import files and their argument
     file, and the command to run (the server is not reached)."""
-    env = {**os.environ, "NEO4J_URI": "bolt://127.0.0.1:9", "NEO4J_PASSWORD": "unused"}
-    r = run("ingest", str(DEMO), "--bulk", str(tmp_path / "import"), "--json", env=env)
+    r = run("ingest", str(DEMO), "--bulk", str(tmp_path / "import"), "--json")
     assert r.returncode == 0, r.stderr
     demo_facts = len(item_facts())  # the demo's item-valued statements, P31 aside, read from the file
     assert json.loads(r.stdout)["facts"] == demo_facts
@@ -330,7 +334,7 @@ def test_bulk_workers_hand_back_rows_not_records(tmp_path: Path, monkeypatch: py
 def test_bulk_cli_with_two_workers_writes_the_files_of_one(tmp_path: Path) -> None:
     r1 = run("ingest", str(DEMO), "--bulk", str(tmp_path / "one"), "--workers", "1", "--json")
     r2 = run("ingest", str(DEMO), "--bulk", str(tmp_path / "two"), "--workers", "2", "--json",
-             env={**os.environ, ENV_CHUNK_MB: "0.1"})
+             env={**FILES_ONLY, ENV_CHUNK_MB: "0.1"})
     assert r1.returncode == r2.returncode == 0, r1.stderr + r2.stderr
     assert json.loads(r1.stdout) == json.loads(r2.stdout)
     assert import_rows(tmp_path / "one") == import_rows(tmp_path / "two")
@@ -378,7 +382,7 @@ def test_bulk_workers_report_malformed_lines_with_their_byte_offsets(tmp_path: P
     path = tmp_path / "broken.json"
     path.write_text("\n".join(raw) + "\n", encoding="utf-8")
     offsets = [sum(len(x.encode()) + 1 for x in raw[:i]) for i, x in enumerate(raw) if x == "{not json,"]
-    env = {**os.environ, ENV_CHUNK_MB: "0.0003"}
+    env = {**FILES_ONLY, ENV_CHUNK_MB: "0.0003"}
     ok = run("ingest", str(path), "--bulk", str(tmp_path / "ok"), "--workers", "2", "--max-errors", "5",
              "--json", env=env)
     assert ok.returncode == 0, ok.stderr

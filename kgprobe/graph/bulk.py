@@ -453,6 +453,15 @@ class QidSet:
         return i < len(self.bits) and bool(self.bits[i] & (1 << (n & 7)))
 
 
+def check_bulk_dir(directory: Path) -> Path:
+    """``directory`` when it is new or empty; `ConfigError` otherwise (the files go there)."""
+    directory = Path(directory)
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        raise ConfigError(f"--bulk {directory}: not an empty directory (the import files are "
+                          "written there; give a new or empty one)")
+    return directory
+
+
 class BulkWriter(RecordBatcher[BatchText]):
     """Writes records as ``neo4j-admin database import full`` files in ``directory`` (which must
     be empty or new); the same intake, batches, checks and error budget as the online ingest
@@ -466,10 +475,7 @@ class BulkWriter(RecordBatcher[BatchText]):
 
     def __init__(self, directory: Path, *, batch_size: int = 5000, error_budget: int = 100,
                  on_flush: Callable[[IngestSummary], None] | None = None) -> None:
-        directory = Path(directory)
-        if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
-            raise ConfigError(f"--bulk {directory}: not an empty directory (the import files are "
-                              "written there; give a new or empty one)")
+        directory = check_bulk_dir(directory)
         super().__init__(batch_size=batch_size, error_budget=error_budget, on_flush=on_flush)
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
