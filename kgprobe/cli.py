@@ -1172,8 +1172,8 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
 
 @app.command()
 def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
-    """Every extension kind (measures, scoring backends) with its entries and where each came
-    from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
+    """Every extension kind (measures, scoring backends, loader formats) with its entries and
+    where each came from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
     --plugin before the command: kgprobe --plugin my_module plugins).
 
     Example: kgprobe plugins --json"""
@@ -1182,6 +1182,7 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
 
     from rich.table import Table
 
+    from kgprobe import loaders  # noqa: F401  (the loader registry and its built-ins)
     from kgprobe.plugins import KINDS
     from kgprobe.probing import backends  # noqa: F401  (the backend registry and its built-ins)
     from kgprobe.probing.measures.catalog import load_all
