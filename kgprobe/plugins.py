@@ -221,6 +221,9 @@ class Registry(Mapping[str, T], Generic[T]):
         self._entries: dict[str, Any] = {}
         self._lazy: dict[str, tuple[str, str]] = {}  # name -> ("module:attr", description)
         self._origins: dict[str, str] = {}
+        #: every name in registration order, lazy or not (a lazy built-in stays before the
+        #: plug-ins registered while it is still unimported)
+        self._order: dict[str, None] = {}
         KINDS[kind] = self
 
     # --- Mapping -----------------------------------------------------------------------------
@@ -231,7 +234,7 @@ class Registry(Mapping[str, T], Generic[T]):
         return self._entries[name]  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[str]:
-        return iter([*self._entries, *(n for n in self._lazy if n not in self._entries)])
+        return iter(list(self._order))
 
     def __len__(self) -> int:
         return len(set(self._entries) | set(self._lazy))
@@ -282,6 +285,7 @@ class Registry(Mapping[str, T], Generic[T]):
         if self._on_add is not None:
             self._on_add(name, obj)
         self._entries[name] = obj
+        self._order.setdefault(name)
         origin = origin or loading()
         if origin is not None and not _builtin(obj):
             self._origins.setdefault(name, origin)
@@ -293,11 +297,13 @@ class Registry(Mapping[str, T], Generic[T]):
         if name in self:
             raise TypeError(f"{self.kind} name {name!r} of {target} is taken")
         self._lazy[name] = (target, description)
+        self._order.setdefault(name)
 
     def pop(self, name: str, default: Any = None) -> Any:
         """Remove an entry (tests register throw-away entries)."""
         self._lazy.pop(name, None)
         self._origins.pop(name, None)
+        self._order.pop(name, None)
         return self._entries.pop(name, default)
 
     def __delitem__(self, name: str) -> None:
