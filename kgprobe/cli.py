@@ -18,6 +18,7 @@ from typing import Any
 import typer
 
 from kgprobe.errors import KgprobeError
+from kgprobe.loaders import SUPPORTED
 from kgprobe.probing.strategies import help_text as strategy_help
 from kgprobe.progress import console as safe_console
 from kgprobe.progress import output_width, visible
@@ -268,7 +269,7 @@ _verbose = False
 def _root(
     _version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                   help="Print kgprobe's version and exit."),
-    plugin: list[str] = typer.Option(None, "--plugin", metavar="MODULE", help="Import this module's measures and backends (a plug-in); repeatable. Also KGPROBE_PLUGINS=mod1,mod2."),
+    plugin: list[str] = typer.Option(None, "--plugin", metavar="MODULE", help="Import this module's plug-ins (measures, backends, loader formats, distractor strategies); repeatable. Also KGPROBE_PLUGINS=mod1,mod2."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display (results and errors still print)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what is loaded (plug-ins) to stderr, and show the cause of an error."),
 ) -> None:
@@ -422,7 +423,7 @@ def db_wipe(
 
 @app.command()
 def ingest(
-    sources: list[str] = typer.Argument(None, help="Files: Wikidata JSON dump (.json/.gz/.bz2), entity JSON, N-Triples, Turtle."),
+    sources: list[str] = typer.Argument(None, help=f"Files: {SUPPORTED} (the built-in formats; a plug-in's too: kgprobe plugins)."),
     sparql: str | None = typer.Option(None, "--sparql", help="A SPARQL endpoint URL (Wikidata-shaped)."),
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
     subject: list[str] = typer.Option(None, "--subject", help="SPARQL only: only these subjects (QIDs); repeatable."),
@@ -1184,7 +1185,7 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
     from rich.table import Table
 
     from kgprobe import loaders  # noqa: F401  (the loader registry and its built-ins)
-    from kgprobe.plugins import KINDS
+    from kgprobe.plugins import GROUPS, KINDS
     from kgprobe.probing import (
         backends,  # noqa: F401  (the backend registry and its built-ins)
         strategies,  # noqa: F401  (the strategy registry and its built-ins)
@@ -1192,7 +1193,9 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
     from kgprobe.probing.measures.catalog import load_all
 
     load_all()  # every registry is in KINDS once its module (and its built-ins) is imported
-    entries = [e for reg in KINDS.values() for e in reg.entries()]
+    # one kind after the other in the order of their entry-point groups, whatever imported first
+    kinds = sorted(KINDS.values(), key=lambda reg: GROUPS.index(reg.group))
+    entries = [e for reg in kinds for e in reg.entries()]
     if as_json:
         print(json.dumps({"plugins": [dataclasses.asdict(e) for e in entries]}))
         return
