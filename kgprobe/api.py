@@ -76,15 +76,16 @@ def _records_for(
 ) -> Iterator[Record]:
     """The records of ``sources`` and ``sparql``; ``post``: what the workers that parse a JSON
     dump apply to each chunk's records (kgprobe/loaders/wikidata_json.py `load_json`)."""
-    from kgprobe.loaders import detect_format, open_source, sparql_records
+    from kgprobe.loaders import LOADERS, detect_format, open_source, sparql_records
     from kgprobe.loaders.common import Filters
 
     filters = Filters.make(relations=relations or None, language=language, ranks=ranks or None, limit=limit)
     for source in sources:
         start = (starts or {}).get(str(source))
-        # a JSON dump or JSON lines: parsed in ``workers`` processes, with checkpoints
+        # a JSON dump or JSON lines (a resumable format): parsed in ``workers`` processes,
+        # with checkpoints
         options: dict[str, Any] = ({"workers": workers, "positions": True, "start": start, "post": post}
-                   if detect_format(source) == "json" else {})
+                   if LOADERS[detect_format(source)].resumable else {})
         yield from _loaded_something(source, open_source(source, filters, **options),
                                      expect=limit != 0 and start is None)
     if sparql:
@@ -166,7 +167,7 @@ def ingest_sources(
     on stderr saying where. A file whose load completed has no checkpoint left."""
     import sys
 
-    from kgprobe.loaders import detect_format
+    from kgprobe.loaders import LOADERS, detect_format
     from kgprobe.loaders.resume import (
         checkpoint_file,
         clear_checkpoint,
@@ -184,8 +185,8 @@ def ingest_sources(
     home = settings.home
     starts: dict[str, Position] = {}
     for source in sources:  # fail on a bad file before touching the graph
-        fmt = detect_format(source)
-        if resume and fmt == "json":
+        resumable = LOADERS[detect_format(source)].resumable
+        if resume and resumable:
             start = load_checkpoint(home, source)
             if start is None:
                 print(f"{source}: no checkpoint, reading from the start", file=sys.stderr)
@@ -193,7 +194,7 @@ def ingest_sources(
                 starts[str(source)] = start
                 print(f"{source}: resuming at byte {start.offset:,} (line {start.line:,}), after "
                       "the last committed batch", file=sys.stderr)
-        elif fmt == "json" and checkpoint_file(home, source).exists():
+        elif resumable and checkpoint_file(home, source).exists():
             print(f"{source}: a load of it was stopped; reading from the start (--resume would "
                   "continue after its last committed batch)", file=sys.stderr)
     records = _records_for(

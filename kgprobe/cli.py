@@ -18,6 +18,8 @@ from typing import Any
 import typer
 
 from kgprobe.errors import KgprobeError
+from kgprobe.loaders import SUPPORTED
+from kgprobe.probing.strategies import help_text as strategy_help
 from kgprobe.progress import console as safe_console
 from kgprobe.progress import output_width, visible
 
@@ -233,7 +235,7 @@ _RELATION_OPT = typer.Option(None, "--relation", "-r", help="Only these relation
 _SAMPLE_OPT = typer.Option(60, "--sample", help="Facts in all, split evenly over the relations (0 = every fact).")
 _PER_RELATION_OPT = typer.Option(None, "--per-relation", help="Facts of EACH relation (replaces --sample): enough n per row for an interval.")
 _MEASURE_OPT = typer.Option(None, "--measure", help="A measure (see `kgprobe measures`), optionally name:param=value,...; repeatable. Default kmin.")
-_STRATEGY_OPT = typer.Option(None, "--strategy", "-s", help="Distractors: random, sem, temp+sem (default) or appropt; or kmin:strategy=...")
+_STRATEGY_OPT = typer.Option(None, "--strategy", "-s", help=f"Distractors: {strategy_help('temp+sem')}; or kmin:strategy=...")
 _N_OPT = typer.Option(None, "-n", help="Distractors per fact (default 5; or kmin:n=...).")
 _SEED_OPT = typer.Option(0, help="Seed of the fact sample and the random strategy.")
 _THRESHOLD_OPT = typer.Option(0.5, help="A fact is known when its score is at least this.")
@@ -267,7 +269,7 @@ _verbose = False
 def _root(
     _version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                   help="Print kgprobe's version and exit."),
-    plugin: list[str] = typer.Option(None, "--plugin", metavar="MODULE", help="Import this module's measures and backends (a plug-in); repeatable. Also KGPROBE_PLUGINS=mod1,mod2."),
+    plugin: list[str] = typer.Option(None, "--plugin", metavar="MODULE", help="Import this module's plug-ins (measures, backends, loader formats, distractor strategies); repeatable. Also KGPROBE_PLUGINS=mod1,mod2."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display (results and errors still print)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what is loaded (plug-ins) to stderr, and show the cause of an error."),
 ) -> None:
@@ -421,7 +423,7 @@ def db_wipe(
 
 @app.command()
 def ingest(
-    sources: list[str] = typer.Argument(None, help="Files: Wikidata JSON dump (.json/.gz/.bz2), entity JSON, N-Triples, Turtle."),
+    sources: list[str] = typer.Argument(None, help=f"Files: {SUPPORTED} (the built-in formats; a plug-in's too: kgprobe plugins)."),
     sparql: str | None = typer.Option(None, "--sparql", help="A SPARQL endpoint URL (Wikidata-shaped)."),
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable."),
     subject: list[str] = typer.Option(None, "--subject", help="SPARQL only: only these subjects (QIDs); repeatable."),
@@ -694,7 +696,7 @@ def distractors(
     subject: str = typer.Argument(..., help="Subject: QID or exact label/alias."),
     relation: str = typer.Argument(..., help="Relation: PID or label/alias."),
     obj: str | None = typer.Option(None, "--object", help="Object (QID or label); default: the one valid at --at."),
-    strategy: str = typer.Option("temp+sem", "--strategy", "-s", help="random, sem, temp+sem or appropt."),
+    strategy: str = typer.Option("temp+sem", "--strategy", "-s", help=f"{strategy_help()}."),
     n: int = typer.Option(5, "-n", help="How many distractors (the same default as probe's)."),
     seed: int = typer.Option(0, help="Seed of the random strategy."),
     at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD for temporal distractors (default today)."),
@@ -1173,8 +1175,8 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
 
 @app.command()
 def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
-    """Every extension kind (measures, scoring backends) with its entries and where each came
-    from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
+    """Every extension kind (measures, scoring backends, loader formats, distractor strategies)
+    with its entries and where each came from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
     --plugin before the command: kgprobe --plugin my_module plugins).
 
     Example: kgprobe plugins --json"""
@@ -1183,12 +1185,18 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
 
     from rich.table import Table
 
-    from kgprobe.plugins import KINDS
-    from kgprobe.probing import backends  # noqa: F401  (the backend registry and its built-ins)
+    from kgprobe import loaders  # noqa: F401  (the loader registry and its built-ins)
+    from kgprobe.plugins import GROUPS, KINDS
+    from kgprobe.probing import (
+        backends,  # noqa: F401  (the backend registry and its built-ins)
+        strategies,  # noqa: F401  (the strategy registry and its built-ins)
+    )
     from kgprobe.probing.measures.catalog import load_all
 
     load_all()  # every registry is in KINDS once its module (and its built-ins) is imported
-    entries = [e for reg in KINDS.values() for e in reg.entries()]
+    # one kind after the other in the order of their entry-point groups, whatever imported first
+    kinds = sorted(KINDS.values(), key=lambda reg: GROUPS.index(reg.group))
+    entries = [e for reg in kinds for e in reg.entries()]
     if as_json:
         print(json.dumps({"plugins": [dataclasses.asdict(e) for e in entries]}))
         return

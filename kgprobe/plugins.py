@@ -2,15 +2,18 @@
 the package come in (entry points and ``--plugin MODULE``; docs/design.md §8).
 
 Every extension kind is one contract (a base class) and one :class:`Registry` of it: measures
-(:data:`kgprobe.probing.measures.registry.REGISTRY`) and scoring backends
-(:data:`kgprobe.probing.backends.base.BACKENDS`). A registry takes entries by decorator, finds
+(:data:`kgprobe.probing.measures.registry.REGISTRY`), scoring backends
+(:data:`kgprobe.probing.backends.base.BACKENDS`), loader formats
+(:data:`kgprobe.loaders.formats.LOADERS`) and distractor strategies
+(:data:`kgprobe.probing.strategies.STRATEGIES`). A registry takes entries by decorator, finds
 them by name, loads its entry-point group once, knows where each entry came from (for one-line
 errors) and lists them (``kgprobe plugins``, ``kgprobe models``).
 
-A plug-in is a module that registers measures or backends when it is imported. Two ways in:
+A plug-in is a module that registers entries of any kind when it is imported. Two ways in:
 
-- an installed distribution declares an entry point in the group :data:`MEASURES`
-  (``kgprobe.measures``) or :data:`BACKENDS` (``kgprobe.backends``); its value names a module
+- an installed distribution declares an entry point in the group of its kind: :data:`MEASURES`
+  (``kgprobe.measures``), :data:`BACKENDS` (``kgprobe.backends``), :data:`LOADERS`
+  (``kgprobe.loaders``) or :data:`STRATEGIES` (``kgprobe.strategies``); its value names a module
   (imported) or an object in one (``pkg.mod:Top1``, loaded and handed to the caller);
 - a module named on the command line (``kgprobe --plugin MODULE``, repeatable) or in
   ``KGPROBE_PLUGINS`` (comma-separated), imported for every group.
@@ -37,7 +40,9 @@ from kgprobe.errors import ConfigError, PluginError
 
 MEASURES = "kgprobe.measures"
 BACKENDS = "kgprobe.backends"
-GROUPS = (MEASURES, BACKENDS)
+LOADERS = "kgprobe.loaders"
+STRATEGIES = "kgprobe.strategies"
+GROUPS = (MEASURES, BACKENDS, LOADERS, STRATEGIES)
 ENV_PLUGINS = "KGPROBE_PLUGINS"
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
@@ -216,6 +221,9 @@ class Registry(Mapping[str, T], Generic[T]):
         self._entries: dict[str, Any] = {}
         self._lazy: dict[str, tuple[str, str]] = {}  # name -> ("module:attr", description)
         self._origins: dict[str, str] = {}
+        #: every name in registration order, lazy or not (a lazy built-in stays before the
+        #: plug-ins registered while it is still unimported)
+        self._order: dict[str, None] = {}
         KINDS[kind] = self
 
     # --- Mapping -----------------------------------------------------------------------------
@@ -226,7 +234,7 @@ class Registry(Mapping[str, T], Generic[T]):
         return self._entries[name]  # type: ignore[no-any-return]
 
     def __iter__(self) -> Iterator[str]:
-        return iter([*self._entries, *(n for n in self._lazy if n not in self._entries)])
+        return iter(list(self._order))
 
     def __len__(self) -> int:
         return len(set(self._entries) | set(self._lazy))
@@ -277,6 +285,7 @@ class Registry(Mapping[str, T], Generic[T]):
         if self._on_add is not None:
             self._on_add(name, obj)
         self._entries[name] = obj
+        self._order.setdefault(name)
         origin = origin or loading()
         if origin is not None and not _builtin(obj):
             self._origins.setdefault(name, origin)
@@ -288,11 +297,13 @@ class Registry(Mapping[str, T], Generic[T]):
         if name in self:
             raise TypeError(f"{self.kind} name {name!r} of {target} is taken")
         self._lazy[name] = (target, description)
+        self._order.setdefault(name)
 
     def pop(self, name: str, default: Any = None) -> Any:
         """Remove an entry (tests register throw-away entries)."""
         self._lazy.pop(name, None)
         self._origins.pop(name, None)
+        self._order.pop(name, None)
         return self._entries.pop(name, default)
 
     def __delitem__(self, name: str) -> None:

@@ -49,6 +49,7 @@ from kgprobe.probing.measures.factor import (
     write_factor_csv,
 )
 from kgprobe.probing.requests import GenerateRequest, GenerateResult
+from kgprobe.probing.strategies import strategy_class
 from kgprobe.probing.verbalize import fill
 
 #: §3.2.3 thresholds (Appendix A.2).
@@ -374,8 +375,9 @@ def run_factor_pipeline(
     st = settings or PipelineSettings()
     if max_length is not None and max_length < 2:
         raise ConfigError("--max-length must be at least 2 tokens")
-    if st.strategy not in ("random", "sem", "temp+sem"):
-        raise ConfigError("factor --from-graph takes random, sem or temp+sem distractors")
+    if strategy_class(st.strategy).needs_model:
+        raise ConfigError(f"factor --from-graph takes distractors that need no model (random, sem, "
+                          f"temp+sem), not {st.strategy}")
     g = graph if graph is not None else connect()
     try:
         chosen = choose_relations(probe_relations(g), relations)
@@ -384,7 +386,7 @@ def run_factor_pipeline(
         subjects = pr.sample_facts(g, chosen, total=sample, seed=st.seed, ref=ref)
         facts = pr.fact_details(g, list(subjects), subjects, [])
         kw: dict[str, Any] = {}
-        if st.strategy in ("sem", "temp+sem"):
+        if strategy_class(st.strategy).needs_index:
             from kgprobe.probing.distractors import default_index_dir
             from kgprobe.probing.semantic import ensure_index
 

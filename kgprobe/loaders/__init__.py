@@ -1,8 +1,8 @@
-"""Loaders: Wikidata JSON, RDF (N-Triples/Turtle) and SPARQL → plain records.
+"""Loaders: Wikidata JSON, RDF (N-Triples/Turtle), SPARQL and plug-in formats → plain records.
 
-``open_source`` is the one entry the ingest needs: it picks the loader by extension (or, for
-unknown extensions, by content), applies the same filters to every format, and fails at call
-time — not on the first record — with one clear :class:`~kgprobe.errors.InputError` line for
+``open_source`` is the one entry the ingest needs: it picks the loader format of the registry
+(:data:`~kgprobe.loaders.formats.LOADERS`) by extension (or, for unknown extensions, by
+content), applies the same filters to every format, and fails at call time — not on the first record — with one clear :class:`~kgprobe.errors.InputError` line for
 a file it cannot read. Heavy imports (rdflib, SPARQLWrapper) happen only when a source needs
 them, so ``import kgprobe.loaders`` stays cheap.
 """
@@ -16,60 +16,49 @@ from pathlib import Path
 from typing import Any
 
 from kgprobe.errors import InputError
+from kgprobe.loaders import builtin  # noqa: F401  (registers the built-in formats)
 from kgprobe.loaders.common import Filters, base_suffix, open_text
+from kgprobe.loaders.formats import LOADERS, Loader, suffix_table, supported
 from kgprobe.records import Record
 
-FORMATS = ("json", "nt", "turtle", "sparql")
-_BY_SUFFIX = {
-    ".json": "json",
-    ".jsonl": "json",
-    ".ndjson": "json",
-    ".nt": "nt",
-    ".ntriples": "nt",
-    ".ttl": "turtle",
-    ".turtle": "turtle",
-}
+#: the built-in formats' names; every registered one (plug-ins too): ``list(LOADERS.load())``
+FORMATS = tuple(LOADERS)
 _URL = re.compile(r"^https?://", re.IGNORECASE)
-SUPPORTED = "Wikidata JSON (.json), N-Triples (.nt) or Turtle (.ttl), optionally .gz/.bz2, or an http(s) SPARQL endpoint"
+#: the inputs the built-in formats read; :func:`~kgprobe.loaders.formats.supported` adds plug-ins'
+SUPPORTED = supported(plugins=False)
 
 
 def _sniff(path: Path) -> str | None:
+    """The first format whose ``sniff`` claims the file's first 64 KiB of text."""
     try:
         with open_text(path) as fh:
             head = fh.read(65536)
     except (UnicodeDecodeError, EOFError, OSError, zlib.error) as exc:
         raise InputError(
-            f"{path}: unsupported file, not readable text ({exc}); expected {SUPPORTED}"
+            f"{path}: unsupported file, not readable text ({exc}); expected {supported()}"
         ) from exc
-    for line in head.splitlines():
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        if s[0] in "[{":
-            return "json"
-        if re.match(r"^(@prefix|@base|prefix\s|base\s)", s, re.IGNORECASE):
-            return "turtle"
-        if re.match(r"^(<[^>]*>|_:\S+)\s+<[^>]*>\s+.*\.\s*$", s):
-            return "nt"
-        return None
-    return None
+    return next((name for name, cls in LOADERS.load().items() if not cls.reads_urls and cls.sniff(head)),
+                None)
 
 
 def detect_format(path_or_url: str | Path) -> str:
-    """``json`` | ``nt`` | ``turtle`` | ``sparql``; InputError (one line) when unsupported."""
+    """The name of the format that reads ``path_or_url`` (``json``, ``nt``, ``turtle``,
+    ``sparql`` or a plug-in's): an http(s) URL goes to the first format that reads URLs, a
+    file by its suffix, else by its content; InputError (one line) when none reads it."""
     text = str(path_or_url)
     if _URL.match(text):
-        return "sparql"
+        urls = [name for name, cls in LOADERS.load().items() if cls.reads_urls]
+        return urls[0]  # the built-in SPARQL loader is always there
     p = Path(text)
     if not p.exists():
         raise InputError(f"{p}: no such file")
     if p.is_dir():
         raise InputError(f"{p}: is a directory; give the files inside it")
-    fmt = _BY_SUFFIX.get(base_suffix(p))
+    fmt = suffix_table().get(base_suffix(p))
     if fmt is None:
         fmt = _sniff(p)
     if fmt is None:
-        raise InputError(f"{p}: unsupported file; expected {SUPPORTED}")
+        raise InputError(f"{p}: unsupported file; expected {supported()}")
     return fmt
 
 
@@ -86,25 +75,15 @@ def open_source(
 ) -> Iterator[Record]:
     """Records from a file or SPARQL endpoint, format detected; filters apply to every format.
 
-    ``filters`` overrides relations/language/ranks/limit. Extra ``options`` go to the loader:
-    ``namespaces`` (RDF/SPARQL), ``subjects``, ``page_size``, ``batch_size`` (SPARQL),
-    ``source`` (the provenance tag written on facts).
+    ``filters`` overrides relations/language/ranks/limit. Extra ``options`` go to the loader
+    (:meth:`~kgprobe.loaders.formats.Loader.read`): ``namespaces`` (RDF/SPARQL), ``subjects``,
+    ``page_size``, ``batch_size`` (SPARQL), ``source`` (the provenance tag written on facts).
     """
     f = filters or Filters.make(relations=relations, language=language, ranks=ranks, limit=limit)
     kind = fmt or detect_format(path_or_url)
-    if kind not in FORMATS:
-        raise InputError(f"unknown format {kind!r}; one of {', '.join(FORMATS)}")
-    if kind == "json":
-        from kgprobe.loaders.wikidata_json import load_json
-
-        return load_json(path_or_url, f, **options)
-    if kind in ("nt", "turtle"):
-        from kgprobe.loaders.rdf import load_rdf
-
-        return load_rdf(path_or_url, f, fmt=kind, **options)
-    from kgprobe.loaders.sparql import load_sparql
-
-    return load_sparql(str(path_or_url), f, **options)
+    if kind not in LOADERS.load():
+        raise InputError(f"unknown format {kind!r}; one of {', '.join(LOADERS)}")
+    return LOADERS[kind]().read(path_or_url, f, **options)
 
 
 def sparql_records(
@@ -123,4 +102,4 @@ def sparql_records(
     )
 
 
-__all__ = ["FORMATS", "Filters", "detect_format", "open_source", "sparql_records"]
+__all__ = ["FORMATS", "LOADERS", "Filters", "Loader", "detect_format", "open_source", "sparql_records"]

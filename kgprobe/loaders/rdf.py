@@ -38,6 +38,7 @@ from rdflib.namespace import OWL, RDF, RDFS, SKOS, XSD
 from kgprobe.errors import InputError
 from kgprobe.loaders.build import EntityData, Statement, Value, entity_records
 from kgprobe.loaders.common import Filters, base_suffix, guarded, open_text, time_from_rdf
+from kgprobe.loaders.formats import suffix_table
 from kgprobe.loaders.validate import validated
 from kgprobe.records import ErrorRecord, Record, RedirectRecord, SkipRecord
 
@@ -615,9 +616,6 @@ class _RdfReader:
             yield from entity_records(item, self.filters, location, self.source)
 
 
-RDF_FORMATS = {".nt": "nt", ".ttl": "turtle", ".turtle": "turtle", ".ntriples": "nt"}
-
-
 def _chunked(groups: Iterator[_Group], max_chars: int) -> Iterator[list[_Group]]:
     """Whole entity groups, several to a parse: rdflib's per-parse cost dominates otherwise."""
     chunk: list[_Group] = []
@@ -636,7 +634,7 @@ def _reader_chunks(
     path: str | Path, fmt: str | None, filters: Filters, ns: Namespaces, source: str, parser: str
 ) -> Iterator[tuple[_RdfReader, list[_Group], str]]:
     p = Path(path)
-    kind = fmt or RDF_FORMATS.get(base_suffix(p))
+    kind = fmt or suffix_table(plugins=False).get(base_suffix(p))  # the registry's suffixes
     if kind not in ("nt", "turtle"):
         raise InputError(f"{p}: not an RDF file this loader reads (use .nt or .ttl)")
     reader = _RdfReader(p, kind, filters, ns, source, parser)

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.distractors import date_sort_key
-from kgprobe.probing.distractors import STRATEGIES
 from kgprobe.probing.measures.catalog import create
 from kgprobe.probing.measures.common import EndMarker, LabelRule, end_marker_for
 from kgprobe.probing.measures.registry import SHARED, RunContext, parse_measure
 from kgprobe.probing.models import REGISTRY, check_installed
+from kgprobe.probing.strategies import strategy_class
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -87,8 +87,7 @@ class ProbeConfig:
         SHARED["verbalizer"].parse(self.verbalizer)
         if self.on_model_mismatch not in ("suffix", "refuse"):
             raise ConfigError("on a model mismatch choose suffix or refuse")
-        if self.strategy not in STRATEGIES:
-            raise ConfigError(f"unknown strategy {self.strategy!r}; choose from: {', '.join(STRATEGIES)}")
+        strategy_class(self.strategy)  # an unknown one: one line listing the registry's
         if self.n < 1:
             raise ConfigError("-n (distractors per fact) must be at least 1")
         if not (math.isfinite(self.threshold) and self.threshold >= 0):

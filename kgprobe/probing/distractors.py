@@ -1,4 +1,5 @@
-"""Distractor retrieval strategies (distractors paper §3.3): random, sem, temp+sem, appropt.
+"""Distractor retrieval strategies (distractors paper §3.3): random, sem, temp+sem, appropt —
+the built-in entries of the strategy registry (:mod:`kgprobe.probing.strategies`).
 
 Each returns up to ``n`` ranked distractors of a fact f = (s, r, o) with the reason each one
 qualified, drawn from Ω(f) (see :mod:`kgprobe.graph.distractors`) — except the temporal ones of
@@ -20,6 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import distractors as gd
+from kgprobe.probing.strategies import (
+    BUILTIN_STRATEGIES,
+    DistractorStrategy,
+    Search,
+    strategy_class,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
@@ -27,7 +34,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.probing.measures.common import EndMarker
     from kgprobe.probing.semantic import IndexSettings, Neighbour, SemanticIndex
 
-STRATEGIES = ("random", "sem", "temp+sem", "appropt")
 #: Distractors per fact when none is asked for: the same for `probe` (kmin) and `distractors`.
 DEFAULT_N = 5
 
@@ -455,6 +461,62 @@ def appropt_candidates(graph: Graph, ctx: gd.FactContext, max_candidates: int | 
     return [c for i, c in enumerate(cands) if i in keep]
 
 
+# --- the built-in strategies as registry entries (kgprobe.probing.strategies) ----------------
+
+
+class RandomStrategy(DistractorStrategy):
+    """Random: the paper's lower bound on distractor quality."""
+
+    name = "random"
+    summary = BUILTIN_STRATEGIES[name][1]
+
+    def find(self, graph: Graph, ctx: gd.FactContext, n: int,
+             search: Search) -> tuple[list[Distractor], str | None]:
+        return random_distractors(graph, ctx, n, search.seed, search.prefetched)
+
+
+class SemanticStrategy(DistractorStrategy):
+    """Sem: nearest neighbours of o in the semantic index, inside Ω(f)."""
+
+    name = "sem"
+    summary = BUILTIN_STRATEGIES[name][1]
+    needs_index = True
+
+    def find(self, graph: Graph, ctx: gd.FactContext, n: int,
+             search: Search) -> tuple[list[Distractor], str | None]:
+        assert search.index is not None  # needs_index: find_distractors loads it
+        return semantic_distractors(graph, ctx, n, search.index, prefetched=search.prefetched)
+
+
+class TemporalSemanticStrategy(DistractorStrategy):
+    """Temp+Sem: past objects first, then Sem."""
+
+    name = "temp+sem"
+    summary = BUILTIN_STRATEGIES[name][1]
+    needs_index = True
+
+    def find(self, graph: Graph, ctx: gd.FactContext, n: int,
+             search: Search) -> tuple[list[Distractor], str | None]:
+        assert search.index is not None  # needs_index: find_distractors loads it
+        return temporal_semantic_distractors(graph, ctx, n, search.index, search.at,
+                                             prefetched=search.prefetched)
+
+
+class ApproptStrategy(DistractorStrategy):
+    """ApprOpt: the model's own constrained beam search."""
+
+    name = "appropt"
+    summary = BUILTIN_STRATEGIES[name][1]
+    needs_model = True
+
+    def find(self, graph: Graph, ctx: gd.FactContext, n: int,
+             search: Search) -> tuple[list[Distractor], str | None]:
+        assert search.engine is not None  # needs_model: find_distractors refuses without it
+        return appropt_distractors(graph, ctx, n, search.engine,
+                                   search.template or default_template(graph, ctx.pid),
+                                   seed=search.seed, end=search.end)
+
+
 # --- entry points -------------------------------------------------------------------------------
 
 
@@ -515,8 +577,7 @@ def find_distractors(
     already read it (a probe run reads it once per fact for every measure); ``prefetched``
     what a probe batch read for it in shared round trips (:func:`prefetch`, same results).
     """
-    if strategy not in STRATEGIES:
-        raise ConfigError(f"unknown strategy {strategy!r}; one of {', '.join(STRATEGIES)}")
+    found_by = strategy_class(strategy)  # an unknown name: one line listing the known ones
     if n < 1:
         raise ConfigError("n must be at least 1")
     gd.check_ids(qids=[subject] + ([obj] if obj else []), pids=[pid])
@@ -524,26 +585,14 @@ def find_distractors(
     obj = obj or pick_object(graph, subject, pid, ref)
     ctx = context if context is not None and context.object == obj else gd.fact_context(graph, subject, pid, obj)
     result = DistractorList(subject, pid, obj, ctx.object_label, strategy, n, seed, ref)
-    if strategy == "random":
-        found, why = random_distractors(graph, ctx, n, seed, prefetched)
-    elif strategy in ("sem", "temp+sem"):
-        if index is None:
-            from kgprobe.probing.semantic import ensure_index
+    if found_by.needs_index and index is None:
+        from kgprobe.probing.semantic import ensure_index
 
-            index = ensure_index(
-                graph, index_dir or default_index_dir(), index_settings, progress=progress
-            )
-        if strategy == "sem":
-            found, why = semantic_distractors(graph, ctx, n, index, prefetched=prefetched)
-        else:
-            found, why = temporal_semantic_distractors(graph, ctx, n, index, ref,
-                                                       prefetched=prefetched)
-    else:
-        if engine is None:
-            raise ConfigError("appropt needs a language model (--model)")
-        found, why = appropt_distractors(
-            graph, ctx, n, engine, template or default_template(graph, pid), seed=seed, end=end
-        )
+        index = ensure_index(graph, index_dir or default_index_dir(), index_settings, progress=progress)
+    if found_by.needs_model and engine is None:
+        raise ConfigError(f"{strategy} needs a language model (--model)")
+    found, why = found_by().find(graph, ctx, n, Search(seed=seed, at=ref, index=index, engine=engine,
+                                                       template=template, end=end, prefetched=prefetched))
     result.distractors = found
     result.reason = why
     return result
@@ -574,12 +623,13 @@ def distractors_command(
     :data:`DEFAULT_N`, as a probe's."""
     from kgprobe.graph.client import connect
 
+    found_by = strategy_class(strategy)  # an unknown one is refused before the graph is contacted
     with connect() as graph:
         s = gd.resolve_entity(graph, subject)
         p = gd.resolve_relation(graph, relation)
         o = gd.resolve_entity(graph, obj) if obj else None
         engine = None
-        if strategy == "appropt":
+        if found_by.needs_model:
             from kgprobe.probing.engine import Engine
             from kgprobe.probing.models import DEFAULT_MODEL, load_model
 

@@ -32,6 +32,7 @@ from kgprobe.probing.config import ProbeConfig, ProbeSummary, Runner, model_key,
 from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, Planned, chunks, score_batches
 from kgprobe.probing.measures.common import Entity
 from kgprobe.probing.measures.registry import FactInput
+from kgprobe.probing.strategies import strategy_class
 from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION, Facts
 from kgprobe.provenance import code_version, now
 
@@ -222,9 +223,9 @@ def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], 
 
     _pyarrow()
     config.validate()
-    if config.strategy == "appropt":
-        raise ConfigError("the appropt strategy finds distractors with the model itself, so it "
-                          "cannot be exported; choose random, sem or temp+sem")
+    if strategy_class(config.strategy).needs_model:
+        raise ConfigError(f"the {config.strategy} strategy finds distractors with the model itself, "
+                          "so it cannot be exported; choose one that does not (random, sem, temp+sem)")
     measures = config.measure_objects()
     for m in measures:
         why = m.available()
@@ -241,7 +242,7 @@ def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], 
     for batch in chunks(list(subjects), 500):
         details.extend(pr.fact_details(graph, batch, subjects, []))
     needs = frozenset().union(*(m.needs for m in measures))
-    if "distractors" in needs and config.strategy in ("sem", "temp+sem") and details and index is None:
+    if "distractors" in needs and strategy_class(config.strategy).needs_index and details and index is None:
         index = ensure_index(graph, index_dir or default_index_dir())
     gather = Gatherer(graph, config, needs, ref, available, index, None, ctx.label_rule, ctx.end)
     rows = []

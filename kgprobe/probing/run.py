@@ -50,6 +50,7 @@ from kgprobe.probing.measures.catalog import run_wide_settings
 from kgprobe.probing.models import LOAD_DEFAULTS, load_model
 from kgprobe.probing.score import default_score_cache
 from kgprobe.probing.semantic import ensure_index
+from kgprobe.probing.strategies import strategy_class
 from kgprobe.provenance import code_version, config_hash, library_versions, now
 from kgprobe.records import is_pid
 
@@ -266,8 +267,9 @@ def _probe_run(
     run_id = plan.run_id
 
     needs = frozenset().union(*(m.needs for m in measures))
-    engine = runner if config.strategy == "appropt" else None
-    if ("distractors" in needs and config.strategy in ("sem", "temp+sem") and todo
+    found_by = strategy_class(config.strategy)
+    engine = runner if found_by.needs_model else None
+    if ("distractors" in needs and found_by.needs_index and todo
             and index is None):
         index = ensure_index(graph, index_dir or default_index_dir())
     gather = Gatherer(graph, config, needs, ref, available, index, engine, ctx.label_rule, ctx.end)
@@ -425,7 +427,7 @@ def plan_run(graph: Graph, config: ProbeConfig, model_name: str, *, index_dir: s
     shown_facts = list(firsts.values())[:preview]
     needs = frozenset().union(*(m.needs for m in measures))
     index = None
-    if "distractors" in needs and config.strategy in ("sem", "temp+sem") and shown_facts:
+    if "distractors" in needs and strategy_class(config.strategy).needs_index and shown_facts:
         index = ensure_index(graph, index_dir or default_index_dir())
     gather = Gatherer(graph, config, needs, ref, available, index, None, ctx.label_rule, ctx.end)
     planned = gather.batch(shown_facts) if shown_facts else []
