@@ -48,6 +48,7 @@ VECTORS_FILE = "vectors.f32"
 HASHES_FILE = "hashes.json"
 MODEL_FILE = "model.npz"
 VOCAB_FILE = "vocab.json"
+SAMPLE_FILE = "sample.json"
 WORK_DIR = ".build"
 FORMAT_VERSION = 2
 #: entities read from the graph and embedded per batch (one checkpoint each).
@@ -672,7 +673,7 @@ def index_ids(graph: Graph, settings: IndexSettings) -> tuple[list[str], int]:
 
 def bag_digests(graph: Graph, qids: Sequence[str]) -> Iterator[tuple[str, str, list[str]]]:
     """(qid, :func:`bag_digest`, bag) of ``qids``, streamed from the graph batch by batch."""
-    for qid, pairs in entity_facts(graph, qids):
+    for qid, pairs in entity_facts(graph, qids, BUILD_BATCH):
         toks = bag_tokens(qid, pairs)
         yield qid, bag_digest(qid, toks), toks
 
@@ -740,16 +741,16 @@ def _batched(it: Iterable[tuple[str, str, list[str]]], size: int
 
 
 def _fit_sample(graph: Graph, all_n: int, settings: IndexSettings, stats: BuildStats
-                ) -> tuple[Model, dict[str, np.ndarray] | None]:
+                ) -> tuple[Model, dict[str, np.ndarray] | None, list[str]]:
     """The model fitted on a seeded sample of ``settings.sample`` entities of the graph (every
     entity when there are no more); with the whole graph, its vectors too (sklearn's
-    ``fit_transform``: the same vectors as before sampling existed)."""
+    ``fit_transform``: the same vectors as before sampling existed); and the sampled QIDs."""
     ids = all_entity_ids(graph)
     whole = len(ids) <= settings.sample
     if not whole:
         rng = np.random.default_rng(settings.seed)
         ids = [ids[i] for i in np.sort(rng.choice(len(ids), size=settings.sample, replace=False))]
-    bags = [(q, bag_tokens(q, pairs)) for q, pairs in entity_facts(graph, ids)]
+    bags = [(q, bag_tokens(q, pairs)) for q, pairs in entity_facts(graph, ids, BUILD_BATCH)]
     qids, counts = bags_to_matrix(bags)
     vecs, idf, comp = fit(counts, settings, stats)
     vocab: dict[str, int] = {}
@@ -758,7 +759,7 @@ def _fit_sample(graph: Graph, all_n: int, settings: IndexSettings, stats: BuildS
             vocab.setdefault(t, len(vocab))
     stats.n_sample = len(qids)
     model = Model(vocab, idf, comp, settings.sublinear_tf)
-    return model, ({q: vecs[i] for i, q in enumerate(qids)} if whole else None)
+    return model, ({q: vecs[i] for i, q in enumerate(qids)} if whole else None), qids
 
 
 def build_index(
@@ -800,7 +801,8 @@ def build_index(
         shutil.rmtree(work, ignore_errors=True)
         private_dir(work)
         if model is None:
-            model, whole = _fit_sample(graph, n_graph, settings, stats)
+            model, whole, sampled = _fit_sample(graph, n_graph, settings, stats)
+            write_private_text(work / SAMPLE_FILE, json.dumps(sampled))
         model.save(work)
         write_private_text(work / "plan.json", json.dumps(plan))
     stats.seconds["fit"] = time.perf_counter() - t0
@@ -856,8 +858,9 @@ def _finish(d: Path, work: Path, ids: list[str], vecs: np.ndarray, model: Model,
     stats.n_features = len(model.vocab)
     state = GraphState(counts=counts, bags_hash=digests_hash(zip(ids, digests, strict=True)))
     (d / MANIFEST).unlink(missing_ok=True)
-    for name in (VECTORS_FILE, MODEL_FILE, VOCAB_FILE):
-        os.replace(work / name, d / name)
+    for name in (VECTORS_FILE, MODEL_FILE, VOCAB_FILE, SAMPLE_FILE):
+        if (work / name).exists():
+            os.replace(work / name, d / name)
     write_private_text(d / HASHES_FILE, json.dumps(digests))
     shutil.rmtree(work, ignore_errors=True)
     out = SemanticIndex(ids, index, settings, state, stats, _open_vectors(d, len(ids)))
