@@ -515,6 +515,10 @@ class SemanticIndex:
         nlist = int(self.index.nlist) if ivf else 0
         nprobe = min(int(self.settings.nprobe), nlist) if ivf else 0
         k = min(pool, (max(4 * n, 32) if predicate is not None else n) + (1 if sel is None else 0))
+        vecs = self.vecs
+        rerank = vecs is not None and _compressed(self.index)
+        if rerank:  # compressed distances are approximate: fetch 4x, keep the best exact ones
+            k = min(pool, max(k, 4 * n + 1))
         found: dict[int, float] = {}
         checked: set[int] = set()
         while True:
@@ -528,8 +532,8 @@ class SemanticIndex:
             elif sel is not None:
                 params = faiss.SearchParameters(sel=sel)
             sims, ids = self.index.search(q, k, params=params)
-            if self.vecs is not None and _compressed(self.index):  # re-rank on exact vectors
-                sims = np.asarray([[float(self.vecs[i] @ q[0]) if i >= 0 else -1.0 for i in ids[0]]])
+            if rerank and vecs is not None:  # re-rank on the exact vectors
+                sims = np.asarray([[float(vecs[i] @ q[0]) if i >= 0 else -1.0 for i in ids[0]]])
             got = int((ids[0] >= 0).sum())
             fresh = [
                 (int(i), float(d))
