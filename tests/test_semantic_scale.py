@@ -163,7 +163,7 @@ def test_update_after_an_ingest_equals_a_build_with_the_same_model(graph: Any, t
     ingest_dump(graph, tmp_path / "a.json", first)
     s = sem.IndexSettings(dim=8, candidates_only=False)
     d = tmp_path / "index"
-    built = sem.ensure_index(graph, d, s)
+    sem.ensure_index(graph, d, s)
     # the update: 20 new entities, 5 existing ones with one more claim, one entity deleted
     changed = []
     for e in first[:5]:
