@@ -5,6 +5,8 @@
     python benchmarks/bench_semantic_build.py --sample 20000 --workers 2
     python benchmarks/bench_semantic_build.py --baseline             # the code before issue 44
     python benchmarks/bench_semantic_build.py --recall --compress-from 0   # IVF-PQ vs exact
+    python benchmarks/bench_semantic_build.py --sample 5000 --agreement   # vs the whole-graph fit
+    python benchmarks/bench_semantic_build.py --sample 20000 --update 100  # an update after 100 new facts
 
 Peak memory is this process's maximum resident set (``ru_maxrss``), the graph server apart; each
 run is one fresh process. ``--baseline`` times ``ensure_index`` of a kgprobe that has no
@@ -41,6 +43,10 @@ def main() -> None:
     ap.add_argument("--recall", action="store_true")
     ap.add_argument("--compress-from", type=int, default=None)
     ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--update", type=int, default=0,
+                    help="then add this many FACT edges (removed after) and time ensure_index's update")
+    ap.add_argument("--agreement", action="store_true",
+                    help="also build with the whole graph as the sample; print overlap@10 of neighbours")
     args = ap.parse_args()
 
     from kgprobe.config import Settings
@@ -95,6 +101,35 @@ def main() -> None:
                 got = {idx.row[n.qid] for n in idx.neighbours(idx.qids[q], 10)}
                 hits += len(got & set(int(x) for x in w if x != q and x >= 0))
             out["recall_at_10"] = round(hits / (10 * len(qs)), 4)
+        if args.update and not args.baseline and hasattr(sem, "build_index"):
+            import random
+
+            ids = idx.qids
+            rng = random.Random(0)
+            pairs = [{"s": rng.choice(ids), "o": rng.choice(ids)} for _ in range(args.update)]
+            graph.write("UNWIND $rows AS r MATCH (s:Entity {qid: r.s}), (o:Entity {qid: r.o}) "
+                        "CREATE (s)-[:FACT {pid: 'P9999', key: 'bench44', rank: 'normal'}]->(o)", rows=pairs)
+            try:
+                t = time.perf_counter()
+                upd = sem.ensure_index(graph, Path(tmp) / "index", settings)
+                out["update_wall_s"] = round(time.perf_counter() - t, 1)
+                out["update_embedded"] = upd.stats.n_embedded
+                out["update_steps_s"] = {k: round(v, 1) for k, v in upd.stats.seconds.items()}
+            finally:
+                graph.write("MATCH ()-[f:FACT {key: 'bench44'}]->() DELETE f")
+        if args.agreement and hasattr(sem, "build_index"):
+            import numpy as np
+
+            whole = sem.build_index(graph, Path(tmp) / "whole",
+                                    sem.IndexSettings(sample=10**9, candidates_only=not args.all_entities))
+            rng = np.random.default_rng(1)
+            qs = rng.choice(len(idx), size=min(args.queries, len(idx)), replace=False)
+            both = 0
+            for q in qs:
+                a = {n.qid for n in idx.neighbours(idx.qids[q], 10)}
+                b = {n.qid for n in whole.neighbours(idx.qids[q], 10)}
+                both += len(a & b)
+            out["overlap_at_10_with_whole_fit"] = round(both / (10 * len(qs)), 4)
     out["load_average_after"] = round(os.getloadavg()[0], 1)
     print(json.dumps(out))
 
