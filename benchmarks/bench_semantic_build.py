@@ -101,6 +101,14 @@ def main() -> None:
                 got = {idx.row[n.qid] for n in idx.neighbours(idx.qids[q], 10)}
                 hits += len(got & set(int(x) for x in w if x != q and x >= 0))
             out["recall_at_10"] = round(hits / (10 * len(qs)), 4)
+            if idx.stats.index_kind == "IndexIVFPQ":  # the same vectors in IVF-Flat, same nprobe
+                flat = sem.SemanticIndex(idx.qids, sem.make_faiss_index(
+                    vecs, sem.IndexSettings(compress_from=10**12)), sem.IndexSettings(), vecs=vecs)
+                hits = 0
+                for q, w in zip(qs, want, strict=True):
+                    got = {flat.row[n.qid] for n in flat.neighbours(flat.qids[q], 10)}
+                    hits += len(got & set(int(x) for x in w if x != q and x >= 0))
+                out["recall_at_10_ivfflat_same_vectors"] = round(hits / (10 * len(qs)), 4)
         if args.update and not args.baseline and hasattr(sem, "build_index"):
             import random
 
