@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--sample", type=int, default=None)
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=0, help="the build's seed (--agreement's whole fit keeps 0)")
     ap.add_argument("--all-entities", action="store_true", help="candidates_only=False")
     ap.add_argument("--recall", action="store_true")
     ap.add_argument("--compress-from", type=int, default=None)
@@ -67,7 +68,7 @@ def main() -> None:
             idx = sem.ensure_index(graph, Path(tmp) / "index", sem.IndexSettings())
             out["code"] = "baseline (ensure_index, in memory)"
         else:
-            kw: dict[str, object] = {"candidates_only": not args.all_entities}
+            kw: dict[str, object] = {"candidates_only": not args.all_entities, "seed": args.seed}
             if args.sample is not None:
                 kw["sample"] = args.sample
             if args.compress_from is not None:
