@@ -43,6 +43,7 @@ def main() -> None:
     ap.add_argument("--all-entities", action="store_true", help="candidates_only=False")
     ap.add_argument("--recall", action="store_true")
     ap.add_argument("--compress-from", type=int, default=None)
+    ap.add_argument("--pq-m", type=int, default=None, help="bytes per compressed vector")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--update", type=int, default=0,
                     help="then add this many FACT edges (removed after) and time ensure_index's update")
@@ -73,6 +74,8 @@ def main() -> None:
                 kw["sample"] = args.sample
             if args.compress_from is not None:
                 kw["compress_from"] = args.compress_from
+            if args.pq_m is not None:
+                kw["pq_m"] = args.pq_m
             settings = sem.IndexSettings(**kw)  # type: ignore[arg-type]
             idx = sem.build_index(graph, Path(tmp) / "index", settings, workers=args.workers)
             out["code"] = f"build_index sample={settings.sample} workers={args.workers}"
