@@ -89,7 +89,7 @@ class IndexSettings:
     #: above this many indexed entities the index is IVF-PQ (compressed, ``pq_m`` bytes per
     #: vector, re-ranked on the exact vectors) instead of IVF-Flat.
     compress_from: int = 2_000_000
-    pq_m: int = 32
+    pq_m: int = 64
 
     def resolved_nlist(self, n: int) -> int:
         if self.nlist > 0:
