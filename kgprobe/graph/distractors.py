@@ -227,6 +227,19 @@ RETURN collect(q) AS s, collect(o.qid) AS o
 """
 #: Subjects per feature-bag batch.
 BAG_BATCH = 5000
+#: The types of the objects of some relations ($pids: those with templates), then the members
+#: of some types: together the entities that can be in an Ω(f) (semantic index candidates).
+OBJECT_TYPES = f"""
+MATCH (:Entity)-[f:FACT]->(o:Entity)-[:{TYPE_EDGES}]->(t:Entity)
+WHERE f.pid IN $pids
+RETURN collect(DISTINCT t.qid) AS types
+"""
+TYPE_MEMBERS = f"""
+UNWIND $types AS tq
+MATCH (t:Entity {{qid: tq}})<-[:{TYPE_EDGES}]-(c:Entity)
+RETURN collect(DISTINCT c.qid) AS qids
+"""
+TEMPLATED_PIDS = "MATCH (r:Relation)-[:HAS_TEMPLATE]->(:Template) RETURN collect(DISTINCT r.pid) AS pids"
 
 #: The counts a semantic index manifest records.
 COUNT_QUERIES = {
@@ -692,30 +705,56 @@ def graph_counts(graph: Graph) -> dict[str, int]:
     return {k: int(graph.read(q)[0]["n"]) for k, q in COUNT_QUERIES.items()}
 
 
-def entity_facts(graph: Graph) -> Iterator[tuple[str, list[tuple[str, str]]]]:
-    """Every entity's (relation, object) pairs, in QID order: what its feature bag is built
-    from (:func:`kgprobe.probing.semantic.feature_bags`).
+def all_entity_ids(graph: Graph) -> list[str]:
+    """Every entity's QID in QID order (one record: the one O(N) read of an index build)."""
+    rows = graph.read(ALL_ENTITY_IDS)
+    return sorted(set(rows[0]["qids"] or []) if rows else set(), key=qid_order)
+
+
+def candidate_ids(graph: Graph) -> list[str] | None:
+    """The entities that can be in some Ω(f) for a relation with templates — members of a type
+    of one of its objects — in QID order; None when no relation has a template (then every
+    entity can be asked about and the paper's E is indexed)."""
+    rows = graph.read(TEMPLATED_PIDS)
+    pids = sorted(rows[0]["pids"] or []) if rows else []
+    if not pids:
+        return None
+    rows = graph.read(OBJECT_TYPES, pids=pids)
+    types = sorted(rows[0]["types"] or []) if rows else []
+    out: set[str] = set()
+    for i in range(0, len(types), 1000):
+        r = graph.read(TYPE_MEMBERS, types=types[i : i + 1000])
+        if r:
+            out.update(r[0]["qids"] or [])
+    return sorted(out, key=qid_order)
+
+
+def entity_facts(graph: Graph, qids: Sequence[str] | None = None,
+                 batch: int = BAG_BATCH) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+    """Each entity's (relation, object) pairs — all entities, or ``qids`` — in the order given
+    (QID order by default): what its feature bag is built from
+    (:func:`kgprobe.probing.semantic.feature_bags`). Read and yielded ``batch`` subjects at a
+    time, so memory holds one batch's facts, never the graph's.
 
     Declared types (P31) and superclasses (P279) count as relations, as they are triples of
     Wikidata; INFERRED_TYPE edges are not facts and are left out. Pairs are sorted so the
     vocabulary order, and with it the seeded SVD, does not depend on the server's row order.
     """
-    rows = graph.read(ALL_ENTITY_IDS)
-    ids = sorted(set(rows[0]["qids"] or []) if rows else set(), key=qid_order)
-    pairs: dict[str, list[tuple[str, str]]] = {q: [] for q in ids}
-    for start in range(0, len(ids), BAG_BATCH):
-        batch = ids[start : start + BAG_BATCH]
-        r = graph.read(BAG_FACTS, qids=batch)
+    ids = all_entity_ids(graph) if qids is None else list(qids)
+    for start in range(0, len(ids), batch):
+        part = ids[start : start + batch]
+        pairs: dict[str, list[tuple[str, str]]] = {q: [] for q in part}
+        r = graph.read(BAG_FACTS, qids=part)
         if r:
             for s_, p_, o_ in zip(r[0]["s"] or [], r[0]["pid"] or [], r[0]["o"] or [], strict=True):
                 pairs[s_].append((p_, o_))
         for pid, q in (("P31", BAG_INSTANCE_OF), ("P279", BAG_SUBCLASS_OF)):
-            r = graph.read(q, qids=batch)
+            r = graph.read(q, qids=part)
             if r:
                 for s_, o_ in zip(r[0]["s"] or [], r[0]["o"] or [], strict=True):
                     pairs[s_].append((pid, o_))
-    for qid in sorted(pairs, key=qid_order):
-        yield qid, sorted(pairs[qid])
+        for qid in part:
+            yield qid, sorted(pairs[qid])
 
 
 # --- resolving user input -----------------------------------------------------------------------

@@ -33,7 +33,7 @@ import numpy as np
 
 from kgprobe.config import private_dir, write_private_text
 from kgprobe.errors import ConfigError, KgprobeError
-from kgprobe.graph.distractors import entity_facts, graph_counts
+from kgprobe.graph.distractors import all_entity_ids, candidate_ids, entity_facts, graph_counts
 from kgprobe.progress import Progress
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,7 +44,17 @@ if TYPE_CHECKING:  # pragma: no cover
 MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
 QIDS_FILE = "qids.json"
-FORMAT_VERSION = 1
+VECTORS_FILE = "vectors.f32"
+HASHES_FILE = "hashes.json"
+MODEL_FILE = "model.npz"
+VOCAB_FILE = "vocab.json"
+SAMPLE_FILE = "sample.json"
+WORK_DIR = ".build"
+FORMAT_VERSION = 2
+#: entities read from the graph and embedded per batch (one checkpoint each).
+BUILD_BATCH = 5000
+#: vectors added to FAISS per call (the index holds them; the caller's array may be on disk).
+ADD_BATCH = 65536
 #: Filter sets larger than this become an IDSelectorBitmap, smaller ones an IDSelectorBatch.
 BITMAP_FROM = 2048
 
@@ -70,6 +80,16 @@ class IndexSettings:
     #: randomized-SVD power iterations (sklearn's default is 5).
     svd_iter: int = 5
     sublinear_tf: bool = True
+    #: entities the vocabulary, IDF and SVD are fitted on: a seeded sample of all entities, the
+    #: one memory knob of a build (a graph with no more entities is fitted whole, as before).
+    sample: int = 200_000
+    #: index only the entities that can be in some Ω(f) (:func:`candidate_ids`); their
+    #: features still come from all their facts.
+    candidates_only: bool = True
+    #: above this many indexed entities the index is IVF-PQ (compressed, ``pq_m`` bytes per
+    #: vector, re-ranked on the exact vectors) instead of IVF-Flat.
+    compress_from: int = 2_000_000
+    pq_m: int = 64
 
     def resolved_nlist(self, n: int) -> int:
         if self.nlist > 0:
@@ -100,6 +120,12 @@ class BuildStats:
     dim: int = 0
     index_kind: str = ""
     seconds: dict[str, float] = field(default_factory=dict)
+    #: entities in the graph, entities the model was fitted on, entities embedded by this build
+    #: (fewer than n_entities after an incremental update or a resume)
+    n_graph: int = 0
+    n_sample: int = 0
+    n_embedded: int = 0
+    resumed_from: int = 0
 
 
 # --- feature bags -------------------------------------------------------------------------------
@@ -123,15 +149,22 @@ def feature_bags(graph: Graph) -> Iterator[tuple[str, list[str]]]:
         yield qid, bag_tokens(qid, pairs)
 
 
+def bag_digest(qid: str, toks: Sequence[str]) -> str:
+    """One entity's bag as 16 hex digits (tokens sorted): what an update compares."""
+    return hashlib.blake2b(f"{qid}\0{chr(31).join(sorted(toks))}".encode(), digest_size=8).hexdigest()
+
+
+def digests_hash(digests: Iterable[tuple[str, str]]) -> str:
+    """Order-independent digest of (qid, :func:`bag_digest`) pairs."""
+    h = hashlib.sha256()
+    for qid, dg in sorted(digests):
+        h.update(f"{qid}\t{dg}\n".encode())
+    return h.hexdigest()
+
+
 def bags_hash(bags: Iterable[tuple[str, Sequence[str]]]) -> str:
     """Order-independent digest of the bags (sorted by entity, tokens sorted)."""
-    h = hashlib.sha256()
-    for qid, toks in sorted(bags, key=lambda b: b[0]):
-        h.update(qid.encode())
-        h.update(b"\0")
-        h.update("\x1f".join(sorted(toks)).encode())
-        h.update(b"\n")
-    return h.hexdigest()
+    return digests_hash((q, bag_digest(q, t)) for q, t in bags)
 
 
 def bags_to_matrix(bags: Iterable[tuple[str, Sequence[str]]]) -> tuple[list[str], sp.csr_matrix]:
@@ -167,13 +200,78 @@ def embed(
     When the vocabulary is not larger than ``dim`` the SVD would not reduce anything, so the
     dense TF-IDF rows are used as they are (then similarities are exactly TF-IDF cosines).
     """
+    return fit(counts, settings, stats)[0]
+
+
+@dataclass
+class Model:
+    """The fitted part of a build: vocabulary, IDF and SVD components (None: no SVD, the dense
+    TF-IDF rows are the vectors). Applied to any bag by :meth:`transform`, so entities outside
+    the sample, and entities added later, get vectors without a refit."""
+
+    vocab: dict[str, int]
+    idf: np.ndarray
+    components: np.ndarray | None
+    sublinear_tf: bool = True
+
+    def transform(self, bags: Sequence[Sequence[str]]) -> np.ndarray:
+        """What sklearn's ``TfidfTransformer.transform`` then ``TruncatedSVD.transform`` give,
+        L2-normalized; tokens outside the vocabulary are dropped (they carry no weight)."""
+        import scipy.sparse as sp
+
+        get = self.vocab.get
+        indptr = [0]
+        indices: list[int] = []
+        for toks in bags:
+            indices.extend(j for t in toks if (j := get(t)) is not None)
+            indptr.append(len(indices))
+        m = sp.csr_matrix(
+            (np.ones(len(indices), dtype=np.float64), np.asarray(indices, dtype=np.int64),
+             np.asarray(indptr, dtype=np.int64)),
+            shape=(len(bags), max(len(self.vocab), 1)),
+        )
+        m.sum_duplicates()
+        if self.sublinear_tf:
+            np.log(m.data, m.data)
+            m.data += 1
+        m = m @ sp.diags(self.idf)
+        norms = np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
+        m = sp.diags(1 / np.maximum(norms, 1e-12)) @ m
+        vecs = (np.asarray(m.todense()) if self.components is None
+                else np.asarray(m @ self.components.T)).astype(np.float32)
+        vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+        return np.ascontiguousarray(vecs)
+
+    def save(self, d: Path) -> None:
+        write_private_text(d / VOCAB_FILE, json.dumps(sorted(self.vocab, key=self.vocab.__getitem__)))
+        comp = self.components if self.components is not None else np.zeros((0, 0), np.float32)
+        with open(d / MODEL_FILE, "wb") as fh:
+            np.savez(fh, idf=self.idf, components=comp, sublinear=np.asarray(self.sublinear_tf))
+        os.chmod(d / MODEL_FILE, 0o600)
+
+    @classmethod
+    def load(cls, d: Path) -> Model:
+        words = json.loads((d / VOCAB_FILE).read_text())
+        z = np.load(d / MODEL_FILE)
+        comp = z["components"]
+        return cls({w: i for i, w in enumerate(words)}, z["idf"],
+                   comp if comp.size else None, bool(z["sublinear"]))
+
+
+def fit(
+    counts: sp.csr_matrix, settings: IndexSettings, stats: BuildStats | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """:func:`embed`'s vectors of the rows it was fitted on, with the IDF and SVD components
+    (None without SVD) that :class:`Model` applies to other rows."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfTransformer
 
     t0 = time.perf_counter()
-    tfidf = TfidfTransformer(sublinear_tf=settings.sublinear_tf, norm="l2").fit_transform(counts)
+    tt = TfidfTransformer(sublinear_tf=settings.sublinear_tf, norm="l2")
+    tfidf = tt.fit_transform(counts)
     t1 = time.perf_counter()
     n, f = tfidf.shape
+    components: np.ndarray | None = None
     if f <= settings.dim or n <= settings.dim:
         vecs = np.asarray(tfidf.todense(), dtype=np.float32)
     else:
@@ -184,6 +282,7 @@ def embed(
             random_state=settings.seed,
         )
         vecs = svd.fit_transform(tfidf).astype(np.float32)
+        components = np.asarray(svd.components_, dtype=np.float64)
     t2 = time.perf_counter()
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     vecs /= np.maximum(norms, 1e-12)
@@ -193,29 +292,41 @@ def embed(
         stats.n_features = f
         stats.nnz = int(counts.nnz)
         stats.dim = vecs.shape[1]
-    return np.ascontiguousarray(vecs)
+    return np.ascontiguousarray(vecs), np.asarray(tt.idf_, dtype=np.float64), components
+
+
+def _add(index: Any, vecs: np.ndarray) -> None:
+    """Add ``vecs`` (maybe a disk array) in slices, so only one slice is copied at a time."""
+    for i in range(0, vecs.shape[0], ADD_BATCH):
+        index.add(np.ascontiguousarray(vecs[i : i + ADD_BATCH], dtype=np.float32))
 
 
 def make_faiss_index(vecs: np.ndarray, settings: IndexSettings) -> Any:
-    """Exact inner-product index for small N, seeded IVF-Flat (with direct map) above."""
+    """Exact inner-product index for small N, seeded IVF-Flat (with direct map) above, IVF-PQ
+    (compressed: ``pq_m`` bytes a vector) above ``compress_from``."""
     import faiss
 
     n, d = vecs.shape
     index: Any
     if n <= settings.exact_threshold:
         index = faiss.IndexFlatIP(d)
-        index.add(vecs)
+        _add(index, vecs)
         return index
     nlist = settings.resolved_nlist(n)
     quantizer = faiss.IndexFlatIP(d)
-    index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+    pq = n > settings.compress_from and d % settings.pq_m == 0
+    if pq:
+        index = faiss.IndexIVFPQ(quantizer, d, nlist, settings.pq_m, 8, faiss.METRIC_INNER_PRODUCT)
+    else:
+        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
     index.cp.seed = settings.seed
-    # k-means on a seeded sample: 64 points per list is plenty and bounds training time.
+    # k-means on a seeded sample: 64 points per list is plenty and bounds training time (PQ's
+    # codebooks want at least 256·39 points).
     rng = np.random.default_rng(settings.seed)
-    sample_n = min(n, nlist * 64)
+    sample_n = min(n, max(nlist * 64, 10_000 if pq else 0))
     sample = vecs[np.sort(rng.choice(n, size=sample_n, replace=False))] if sample_n < n else vecs
-    index.train(sample)
-    index.add(vecs)
+    index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    _add(index, vecs)
     index.make_direct_map()
     index.nprobe = settings.nprobe
     return index
@@ -248,6 +359,7 @@ class SemanticIndex:
         settings: IndexSettings,
         state: GraphState | None = None,
         stats: BuildStats | None = None,
+        vecs: np.ndarray | None = None,
     ) -> None:
         self.qids = qids
         self.row = {q: i for i, q in enumerate(qids)}
@@ -255,6 +367,9 @@ class SemanticIndex:
         self.settings = settings
         self.state = state
         self.stats = stats or BuildStats(n_entities=len(qids))
+        #: the exact vectors (a disk array of a built index): queries and the re-ranking of a
+        #: compressed index use them
+        self.vecs = vecs
 
     # construction ------------------------------------------------------------------------------
 
@@ -312,6 +427,8 @@ class SemanticIndex:
     def vector(self, qid: str) -> np.ndarray:
         if qid not in self.row:
             raise KeyError(qid)
+        if self.vecs is not None:
+            return np.asarray(self.vecs[self.row[qid]], dtype=np.float32)
         return np.asarray(self.index.reconstruct(self.row[qid]), dtype=np.float32)
 
     def vectors(self, rows: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -332,6 +449,8 @@ class SemanticIndex:
         if k <= 0:
             return []
         sims, ids = self.index.search(np.asarray(vec, dtype=np.float32).reshape(1, -1), k)
+        if self.vecs is not None and _compressed(self.index):
+            sims = [[float(self.vecs[i] @ vec) if i >= 0 else -1.0 for i in ids[0]]]
         return [
             Neighbour(self.qids[i], float(s))
             for s, i in zip(sims[0], ids[0], strict=True)
@@ -396,6 +515,10 @@ class SemanticIndex:
         nlist = int(self.index.nlist) if ivf else 0
         nprobe = min(int(self.settings.nprobe), nlist) if ivf else 0
         k = min(pool, (max(4 * n, 32) if predicate is not None else n) + (1 if sel is None else 0))
+        vecs = self.vecs
+        rerank = vecs is not None and _compressed(self.index)
+        if rerank:  # compressed distances are approximate: fetch 4x, keep the best exact ones
+            k = min(pool, max(k, 4 * n + 1))
         found: dict[int, float] = {}
         checked: set[int] = set()
         while True:
@@ -409,6 +532,8 @@ class SemanticIndex:
             elif sel is not None:
                 params = faiss.SearchParameters(sel=sel)
             sims, ids = self.index.search(q, k, params=params)
+            if rerank and vecs is not None:  # re-rank on the exact vectors
+                sims = np.asarray([[float(vecs[i] @ q[0]) if i >= 0 else -1.0 for i in ids[0]]])
             got = int((ids[0] >= 0).sum())
             fresh = [
                 (int(i), float(d))
@@ -456,6 +581,9 @@ class SemanticIndex:
         d = Path(directory)
         private_dir(d)  # the index names the graph's entities: owner-only like KGPROBE_HOME
         (d / MANIFEST).unlink(missing_ok=True)
+        if self.vecs is None:  # an in-memory build: no disk vectors, so nothing to update from
+            for name in (VECTORS_FILE, HASHES_FILE, MODEL_FILE, VOCAB_FILE):
+                (d / name).unlink(missing_ok=True)
         faiss.write_index(self.index, str(d / INDEX_FILE))
         os.chmod(d / INDEX_FILE, 0o600)
         write_private_text(d / QIDS_FILE, json.dumps(self.qids))
@@ -485,7 +613,8 @@ class SemanticIndex:
         gs = manifest.get("graph_state")
         state = GraphState(counts=gs["counts"], bags_hash=gs["bags_hash"]) if gs else None
         stats = BuildStats(**manifest.get("build", {}))
-        return cls(qids, index, IndexSettings(**manifest["settings"]), state, stats)
+        return cls(qids, index, IndexSettings(**manifest["settings"]), state, stats,
+                   _open_vectors(d, len(qids)))
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
@@ -529,10 +658,271 @@ def staleness(
     return problems
 
 
-def current_state(graph: Graph, *, deep: bool = True) -> GraphState:
-    """The graph's fingerprint: counts always, the bag hash when ``deep`` (one full pass)."""
+def _compressed(index: Any) -> bool:
+    import faiss
+
+    return isinstance(index, faiss.IndexIVFPQ)
+
+
+def index_ids(graph: Graph, settings: IndexSettings) -> tuple[list[str], int]:
+    """The entities the index holds (QID order) and the number of entities in the graph.
+
+    With ``candidates_only`` these are the entities that can be in some Ω(f) of a relation with
+    templates (:func:`~kgprobe.graph.distractors.candidate_ids`): Sem only ever returns members
+    of Ω(f), and every object it is asked about is one; without templates, every entity."""
+    ids = all_entity_ids(graph)
+    cands = candidate_ids(graph) if settings.candidates_only else None
+    return (ids if cands is None else cands), len(ids)
+
+
+def bag_digests(graph: Graph, qids: Sequence[str]) -> Iterator[tuple[str, str, list[str]]]:
+    """(qid, :func:`bag_digest`, bag) of ``qids``, streamed from the graph batch by batch."""
+    for qid, pairs in entity_facts(graph, qids, BUILD_BATCH):
+        toks = bag_tokens(qid, pairs)
+        yield qid, bag_digest(qid, toks), toks
+
+
+def current_state(graph: Graph, *, deep: bool = True,
+                  settings: IndexSettings | None = None) -> GraphState:
+    """The graph's fingerprint: counts always; when ``deep`` (one pass over the indexed
+    entities' facts) the hash of their bags."""
     counts = graph_counts(graph)
-    return GraphState(counts=counts, bags_hash=bags_hash(feature_bags(graph)) if deep else "")
+    if not deep:
+        return GraphState(counts=counts)
+    ids, _ = index_ids(graph, settings or IndexSettings())
+    return GraphState(counts=counts, bags_hash=digests_hash((q, d) for q, d, _ in bag_digests(graph, ids)))
+
+
+_POOL_MODEL: Model | None = None
+
+
+def _init_worker(model: Model) -> None:
+    global _POOL_MODEL
+    _POOL_MODEL = model
+
+
+def _transform(bags: list[list[str]]) -> np.ndarray:
+    assert _POOL_MODEL is not None
+    return _POOL_MODEL.transform(bags)
+
+
+def _embed_batches(batches: Iterable[tuple[list[str], list[list[str]]]], model: Model,
+                   workers: int) -> Iterator[tuple[list[str], np.ndarray]]:
+    """(qids, vectors) per batch of (qids, bags), in order; ``workers`` > 1 transforms in that
+    many processes (the graph is read in this one)."""
+    if workers <= 1:
+        for qids, bags in batches:
+            yield qids, model.transform(bags)
+        return
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(model,)) as pool:
+        pending: list[tuple[list[str], Any]] = []
+        for qids, bags in batches:
+            pending.append((qids, pool.apply_async(_transform, (bags,))))
+            if len(pending) >= 2 * workers:
+                q, r = pending.pop(0)
+                yield q, r.get()
+        for q, r in pending:
+            yield q, r.get()
+
+
+def _batched(it: Iterable[tuple[str, str, list[str]]], size: int
+             ) -> Iterator[tuple[list[str], list[str], list[list[str]]]]:
+    qs: list[str] = []
+    ds: list[str] = []
+    bs: list[list[str]] = []
+    for q, d, b in it:
+        qs.append(q)
+        ds.append(d)
+        bs.append(b)
+        if len(qs) >= size:
+            yield qs, ds, bs
+            qs, ds, bs = [], [], []
+    if qs:
+        yield qs, ds, bs
+
+
+def _fit_sample(graph: Graph, all_n: int, settings: IndexSettings, stats: BuildStats
+                ) -> tuple[Model, dict[str, np.ndarray] | None, list[str]]:
+    """The model fitted on a seeded sample of ``settings.sample`` entities of the graph (every
+    entity when there are no more); with the whole graph, its vectors too (sklearn's
+    ``fit_transform``: the same vectors as before sampling existed); and the sampled QIDs."""
+    ids = all_entity_ids(graph)
+    whole = len(ids) <= settings.sample
+    if not whole:
+        rng = np.random.default_rng(settings.seed)
+        ids = [ids[i] for i in np.sort(rng.choice(len(ids), size=settings.sample, replace=False))]
+    bags = [(q, bag_tokens(q, pairs)) for q, pairs in entity_facts(graph, ids, BUILD_BATCH)]
+    qids, counts = bags_to_matrix(bags)
+    vecs, idf, comp = fit(counts, settings, stats)
+    vocab: dict[str, int] = {}
+    for _, toks in bags:  # bags_to_matrix's column order: first occurrence
+        for t in toks:
+            vocab.setdefault(t, len(vocab))
+    stats.n_sample = len(qids)
+    model = Model(vocab, idf, comp, settings.sublinear_tf)
+    return model, ({q: vecs[i] for i, q in enumerate(qids)} if whole else None), qids
+
+
+def build_index(
+    graph: Graph,
+    directory: str | Path,
+    settings: IndexSettings | None = None,
+    *,
+    workers: int = 1,
+    progress: bool = False,
+    model: Model | None = None,
+    on_batch: Callable[[int], None] | None = None,
+) -> SemanticIndex:
+    """Build the index in ``directory`` out of core: fit on a sample, then read, embed and write
+    the indexed entities batch by batch to a disk array, checkpointed after every batch — a
+    killed build called again with the same settings on the same graph resumes where it
+    stopped. ``model``: apply this fitted model instead of fitting one (an update's reference
+    build). ``on_batch(rows done)`` is called after each checkpoint."""
+    settings = settings or IndexSettings()
+    d = Path(directory)
+    private_dir(d)
+    work = d / WORK_DIR
+    stats = BuildStats()
+    t0 = time.perf_counter()
+    counts = graph_counts(graph)
+    ids, n_graph = index_ids(graph, settings)
+    stats.n_graph, stats.n_entities = n_graph, len(ids)
+    plan = {"settings": asdict(settings), "counts": counts, "format": FORMAT_VERSION,
+            "ids": hashlib.sha256("\n".join(ids).encode()).hexdigest(), "given_model": model is not None}
+    done = 0
+    whole: dict[str, np.ndarray] | None = None
+    if (work / "plan.json").exists() and json.loads((work / "plan.json").read_text()) == plan \
+            and (work / "done.json").exists():
+        done = int(json.loads((work / "done.json").read_text())["rows"])
+        model = Model.load(work)
+        stats.resumed_from = done
+    else:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+        private_dir(work)
+        if model is None:
+            model, whole, sampled = _fit_sample(graph, n_graph, settings, stats)
+            write_private_text(work / SAMPLE_FILE, json.dumps(sampled))
+        model.save(work)
+        write_private_text(work / "plan.json", json.dumps(plan))
+    stats.seconds["fit"] = time.perf_counter() - t0
+    dim = model.components.shape[0] if model.components is not None else len(model.vocab)
+    if whole is not None and ids:
+        dim = len(next(iter(whole.values())))
+    n = len(ids)
+    vec_path = work / VECTORS_FILE
+    vecs = np.lib.format.open_memmap(vec_path, mode="r+" if done else "w+", dtype=np.float32,
+                                     shape=(max(n, 1), dim))
+    hashes_path = work / "hashes.txt"
+    t1 = time.perf_counter()
+    label = f"building the semantic index of {n:,} entities in {d}"
+    with Progress(label, total=n, unit="entities", enabled=progress) as bar, \
+            open(hashes_path, "a" if done else "w") as hfh:
+        bar.advance(done)
+        todo = bag_digests(graph, ids[done:])
+        digests: dict[str, str] = {}
+
+        def batches() -> Iterator[tuple[list[str], list[list[str]]]]:
+            for qs, ds, bs in _batched(todo, BUILD_BATCH):
+                digests.update(zip(qs, ds, strict=True))
+                yield qs, ([] if whole is not None else bs)
+
+        for qs, out in (((q, np.stack([whole[x] for x in q])) for q, _ in batches()) if whole is not None
+                        else _embed_batches(batches(), model, workers)):
+            vecs[done : done + len(qs)] = out
+            vecs.flush()
+            hfh.write("".join(f"{q}\t{digests.pop(q)}\n" for q in qs))
+            hfh.flush()
+            done += len(qs)
+            write_private_text(work / "done.json", json.dumps({"rows": done}))
+            stats.n_embedded += len(qs)
+            bar.advance(len(qs))
+            if on_batch is not None:
+                on_batch(done)
+    stats.seconds["embed"] = time.perf_counter() - t1
+    pairs = [ln.split("\t") for ln in hashes_path.read_text().splitlines()]
+    return _finish(d, work, ids, vecs[:n], model, settings, counts, [p[1] for p in pairs], stats)
+
+
+def _finish(d: Path, work: Path, ids: list[str], vecs: np.ndarray, model: Model,
+            settings: IndexSettings, counts: dict[str, int], digests: list[str],
+            stats: BuildStats) -> SemanticIndex:
+    """FAISS over the written vectors, then everything moved into ``d``, manifest last."""
+    import shutil
+
+    t = time.perf_counter()
+    index = make_faiss_index(vecs, settings)
+    stats.seconds["faiss"] = time.perf_counter() - t
+    stats.index_kind = type(index).__name__
+    stats.dim = int(vecs.shape[1])
+    stats.n_features = len(model.vocab)
+    state = GraphState(counts=counts, bags_hash=digests_hash(zip(ids, digests, strict=True)))
+    (d / MANIFEST).unlink(missing_ok=True)
+    for name in (VECTORS_FILE, MODEL_FILE, VOCAB_FILE, SAMPLE_FILE):
+        if (work / name).exists():
+            os.replace(work / name, d / name)
+    write_private_text(d / HASHES_FILE, json.dumps(digests))
+    shutil.rmtree(work, ignore_errors=True)
+    out = SemanticIndex(ids, index, settings, state, stats, _open_vectors(d, len(ids)))
+    out.save(d)
+    return out
+
+
+def _open_vectors(d: Path, n: int) -> np.ndarray | None:
+    p = d / VECTORS_FILE
+    if not p.exists():
+        return None
+    return np.load(p, mmap_mode="r")[:n]
+
+
+def update_index(graph: Graph, directory: str | Path, settings: IndexSettings, *,
+                 workers: int = 1, progress: bool = False) -> SemanticIndex:
+    """Bring a built index up to date with the graph without refitting: entities whose bag
+    changed or that are new are embedded with the stored model, removed ones dropped, the rest
+    keep their vectors; then FAISS is rebuilt over the vectors (QID order, as a build)."""
+    d = Path(directory)
+    manifest = read_manifest(d)
+    old_qids: list[str] = json.loads((d / QIDS_FILE).read_text())
+    old_dig: list[str] = json.loads((d / HASHES_FILE).read_text())
+    old_row = {q: i for i, q in enumerate(old_qids)}
+    old_vecs = np.load(d / VECTORS_FILE, mmap_mode="r")
+    model = Model.load(d)
+    stats = BuildStats()
+    t0 = time.perf_counter()
+    counts = graph_counts(graph)
+    ids, stats.n_graph = index_ids(graph, settings)
+    stats.n_entities, stats.n_sample = len(ids), int(manifest.get("build", {}).get("n_sample", 0))
+    work = d / WORK_DIR
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    private_dir(work)
+    model.save(work)
+    vecs = np.lib.format.open_memmap(work / VECTORS_FILE, mode="w+", dtype=np.float32,
+                                     shape=(max(len(ids), 1), old_vecs.shape[1]))
+    digests: list[str] = []
+    with Progress(f"updating the semantic index of {len(ids):,} entities in {d}", total=len(ids),
+                  unit="entities", enabled=progress) as bar:
+        for qs, ds, bs in _batched(bag_digests(graph, ids), BUILD_BATCH):
+            start = len(digests)
+            digests.extend(ds)
+            redo = [j for j, (q, dg) in enumerate(zip(qs, ds, strict=True))
+                    if old_row.get(q) is None or old_dig[old_row[q]] != dg]
+            keep = [j for j in range(len(qs)) if j not in set(redo)]
+            if keep:
+                vecs[[start + j for j in keep]] = old_vecs[[old_row[qs[j]] for j in keep]]
+            if redo:
+                vecs[[start + j for j in redo]] = model.transform([bs[j] for j in redo])
+                stats.n_embedded += len(redo)
+            bar.advance(len(qs))
+    vecs.flush()
+    del old_vecs
+    stats.seconds["embed"] = time.perf_counter() - t0
+    return _finish(d, work, ids, vecs[: len(ids)], model, settings, counts, digests, stats)
 
 
 def ensure_index(
@@ -543,28 +933,32 @@ def ensure_index(
     rebuild: bool = True,
     deep: bool = True,
     progress: bool = False,
+    workers: int = 1,
 ) -> SemanticIndex:
-    """Load the index in ``directory`` if it matches the graph, else rebuild it (or raise).
+    """Load the index in ``directory`` if it matches the graph, else bring it up to date (or
+    raise).
 
-    ``deep`` compares a hash of every feature bag (one pass over the facts; catches an edited
-    object that leaves the counts unchanged); otherwise only the counts are compared. With
-    ``rebuild=False`` a missing or stale index raises :class:`StaleIndexError` with the reason,
-    so a caller can report it instead of paying for a build.
+    ``deep`` compares a hash of every indexed entity's feature bag (one pass over their facts;
+    catches an edited object that leaves the counts unchanged); otherwise only the counts are
+    compared. With ``rebuild=False`` a missing or stale index raises :class:`StaleIndexError`
+    with the reason, so a caller can report it instead of paying for a build. A stale index
+    built with the same settings is updated (:func:`update_index`: only new and changed
+    entities are embedded); other settings, another format or no index mean a full build
+    (:func:`build_index`, which resumes a killed one).
     """
     settings = settings or IndexSettings()
-    counts = graph_counts(graph)
-    bags = list(feature_bags(graph)) if deep else None
-    state = GraphState(counts=counts, bags_hash=bags_hash(bags) if bags is not None else "")
+    state = current_state(graph, deep=deep, settings=settings)
     try:
         return SemanticIndex.load(directory, expect_state=state, expect_settings=settings)
     except StaleIndexError:
         if not rebuild:
             raise
-    # a spinner on a terminal, one line when done in a log (kgprobe.progress; text, never markup)
-    with Progress(f"building the semantic index of {counts.get('entities', 0):,} entities in {directory}",
-                  enabled=progress):
-        if bags is None:
-            bags = list(feature_bags(graph))
-        idx = SemanticIndex.from_bags(bags, settings, counts)
-        idx.save(directory)
-    return idx
+    d = Path(directory)
+    try:
+        manifest = read_manifest(d)
+    except StaleIndexError:
+        manifest = {}
+    if manifest and not staleness(manifest, None, settings) and all(
+            (d / f).exists() for f in (VECTORS_FILE, HASHES_FILE, MODEL_FILE, VOCAB_FILE)):
+        return update_index(graph, d, settings, workers=workers, progress=progress)
+    return build_index(graph, d, settings, workers=workers, progress=progress)

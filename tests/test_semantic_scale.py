@@ -1,0 +1,212 @@
+"""Semantic index at scale (issue 44): candidates only, a fit on a bounded sample, the build in
+batches to a disk array (resumable), and the incremental update after an ingest — on a real
+graph (the session's server)."""
+
+from __future__ import annotations
+
+import json
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from loaders_support import gen_dump_module
+from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer
+
+from kgprobe.api import write_records
+from kgprobe.graph.templates import import_templates
+from kgprobe.loaders.wikidata_json import load_json
+from kgprobe.probing import semantic as sem
+from kgprobe.records import TemplateRecord
+
+GEN = gen_dump_module()
+
+
+def ingest_dump(graph: Any, path: Path, entities: list[dict[str, Any]]) -> None:
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in entities) + "\n]\n")
+    write_records(graph, load_json(path), quiet=True)
+
+
+def entity(qid: str, claims: list[tuple[str, str]], label: str | None = None) -> dict[str, Any]:
+    rng = __import__("random").Random(qid)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for pid, obj in claims:
+        out.setdefault(pid, []).append(GEN._statement(qid, GEN._item(pid, obj), rng, "normal"))
+    return {"type": "item", "id": qid, "labels": {"en": {"language": "en", "value": label or f"E {qid}"}},
+            "claims": out}
+
+
+def synthetic(graph: Any, tmp: Path, statements: int, seed: int = 0) -> None:
+    GEN.write_dump(tmp / f"dump{statements}.json", statements, seed)
+    write_records(graph, load_json(tmp / f"dump{statements}.json"), quiet=True)
+
+
+def own_bags(graph: Any, qids: list[str]) -> list[list[str]]:
+    """The paper's bags read by this test's own Cypher (not kgprobe's reads)."""
+    facts: dict[str, list[tuple[str, str]]] = {q: [] for q in qids}
+    for r in graph.read(
+        "MATCH (e:Entity)-[f:FACT]->(o:Entity) WHERE f.rank IS NULL OR f.rank <> 'deprecated' "
+        "RETURN e.qid AS s, f.pid AS p, o.qid AS o"
+    ):
+        if r["s"] in facts:
+            facts[r["s"]].append((r["p"], r["o"]))
+    for rel, pid in (("INSTANCE_OF", "P31"), ("SUBCLASS_OF", "P279")):
+        for r in graph.read(f"MATCH (e:Entity)-[:{rel}]->(o:Entity) RETURN e.qid AS s, o.qid AS o"):
+            if r["s"] in facts:
+                facts[r["s"]].append((pid, r["o"]))
+    out = []
+    for q in qids:
+        toks = [q]
+        for p, o in facts[q]:
+            toks += [p, o, f"{p}={o}"]
+        out.append(toks)
+    return out
+
+
+def test_only_omega_candidates_are_indexed(graph: Any, tmp_path: Path) -> None:
+    cities = [entity(f"Q{100 + i}", [("P31", "Q515"), ("P17", "Q300")]) for i in range(4)]
+    humans = [entity(f"Q{200 + i}", [("P31", "Q5"), ("P19", f"Q{100 + i % 4}"), ("P27", "Q300")])
+              for i in range(6)]
+    films = [entity(f"Q{400 + i}", [("P31", "Q11424"), ("P57", f"Q{200 + i}")]) for i in range(3)]
+    country = [entity("Q300", [("P31", "Q6256")])]
+    ingest_dump(graph, tmp_path / "d.json", cities + humans + films + country)
+    s = sem.IndexSettings(dim=8)
+    # no template at all: every entity can be asked about (the paper's E)
+    everything = sem.build_index(graph, tmp_path / "a", s)
+    assert len(everything) == everything.stats.n_graph
+    import_templates(graph, [TemplateRecord("P19", "[X] was born in [Y].", "statement", "test")])
+    idx = sem.build_index(graph, tmp_path / "b", s)
+    assert idx.qids == [f"Q{100 + i}" for i in range(4)]  # the cities: types of P19's objects
+    import_templates(graph, [TemplateRecord("P57", "[X] was directed by [Y].", "statement", "test")])
+    idx = sem.build_index(graph, tmp_path / "c", s)
+    assert idx.qids == [f"Q{100 + i}" for i in range(4)] + [f"Q{200 + i}" for i in range(6)]
+    # features still come from all facts: a human's vector uses P27 (no template)
+    vocab = sem.Model.load(tmp_path / "c").vocab
+    assert "P27=Q300" in vocab and "P57" in vocab
+
+
+def test_fit_on_a_sample_smaller_than_the_graph(graph: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """TF-IDF fitted on the sample alone (vocabulary and IDF of the sampled entities), applied
+    to every entity: the cosines equal sklearn's, fitted on those entities by this test."""
+    synthetic(graph, tmp_path, 3000)
+    monkeypatch.setattr(sem, "BUILD_BATCH", 64)
+    s = sem.IndexSettings(dim=100_000, sample=60, candidates_only=False)  # no SVD: exact TF-IDF
+    idx = sem.build_index(graph, tmp_path / "i", s)
+    assert idx.stats.n_sample == 60 < len(idx) == idx.stats.n_graph
+    sample = json.loads((tmp_path / "i" / sem.SAMPLE_FILE).read_text())
+    assert len(sample) == 60 and set(sample) <= set(idx.qids)
+    docs = [" ".join(b) for b in own_bags(graph, sample)]
+    cv = CountVectorizer(tokenizer=str.split, lowercase=False, token_pattern=None).fit(docs)
+    tt = TfidfTransformer(sublinear_tf=True).fit(cv.transform(docs))
+    everyone = tt.transform(cv.transform([" ".join(b) for b in own_bags(graph, idx.qids)]))
+    want = np.asarray((everyone @ everyone.T).todense())
+    got = np.asarray(idx.vecs) @ np.asarray(idx.vecs).T
+    nonzero = np.asarray(everyone.sum(axis=1)).ravel() > 0
+    assert np.allclose(got[np.ix_(nonzero, nonzero)], want[np.ix_(nonzero, nonzero)], atol=1e-5)
+
+
+def test_memory_is_bounded_by_the_sample_not_the_graph(graph: Any, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Peak Python/numpy memory beyond the sample grows with the graph only by the per-entity
+    ids and digests: on a 4x larger graph, with the same sample, the build's peak grows by less
+    than a quarter of what the in-memory build's peak (every bag, the whole matrix) grows by."""
+    monkeypatch.setattr(sem, "BUILD_BATCH", 200)
+    s = sem.IndexSettings(dim=16, sample=300, candidates_only=False)
+    peaks = {}
+    for statements in (4000, 16000):
+        graph.write("MATCH (n) DETACH DELETE n")
+        synthetic(graph, tmp_path, statements)
+        tracemalloc.start()
+        sem.build_index(graph, tmp_path / f"b{statements}", s)
+        new = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        tracemalloc.start()
+        sem.SemanticIndex.from_graph(graph, s)
+        old = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        peaks[statements] = (new, old)
+    grow_new = peaks[16000][0] - peaks[4000][0]
+    grow_old = peaks[16000][1] - peaks[4000][1]
+    assert grow_new < grow_old / 4, peaks
+
+
+def test_a_killed_build_resumes(graph: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synthetic(graph, tmp_path, 3000)
+    monkeypatch.setattr(sem, "BUILD_BATCH", 50)
+    s = sem.IndexSettings(dim=8, sample=100, candidates_only=False)
+    whole = sem.build_index(graph, tmp_path / "whole", s)
+
+    def kill(done: int) -> None:
+        if done >= 100:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        sem.build_index(graph, tmp_path / "i", s, on_batch=kill)
+    assert not (tmp_path / "i" / sem.MANIFEST).exists()
+    again = sem.build_index(graph, tmp_path / "i", s)
+    assert again.stats.resumed_from == 100
+    assert again.stats.n_embedded == len(whole) - 100
+    assert again.qids == whole.qids
+    assert np.array_equal(np.asarray(again.vecs), np.asarray(whole.vecs))
+    loaded = sem.SemanticIndex.load(tmp_path / "i", expect_settings=s)
+    assert [n.qid for n in loaded.neighbours(whole.qids[5], 5)] == \
+        [n.qid for n in whole.neighbours(whole.qids[5], 5)]
+
+
+def test_update_after_an_ingest_equals_a_build_with_the_same_model(graph: Any, tmp_path: Path) -> None:
+    GEN.write_dump(tmp_path / "d.json", 3000, 0)
+    lines = (tmp_path / "d.json").read_text().strip().splitlines()[1:-1]
+    ents = [json.loads(x.rstrip(",")) for x in lines]
+    first, later = ents[: len(ents) - 20], ents[len(ents) - 20 :]
+    ingest_dump(graph, tmp_path / "a.json", first)
+    s = sem.IndexSettings(dim=8, candidates_only=False)
+    d = tmp_path / "index"
+    sem.ensure_index(graph, d, s)
+    # the update: 20 new entities, 5 existing ones with one more claim, one entity deleted
+    changed = []
+    for e in first[:5]:
+        e["claims"].setdefault("P166", []).append(
+            GEN._statement(e["id"], GEN._item("P166", first[-1]["id"]), __import__("random").Random(1), "normal"))
+        changed.append(e)
+    ingest_dump(graph, tmp_path / "b.json", later + changed)
+    gone = first[10]["id"]
+    pointers = set(graph.read("MATCH (e:Entity)-->(g:Entity {qid: $q}) RETURN collect(DISTINCT e.qid) AS q",
+                              q=gone)[0]["q"])
+    graph.write("MATCH (e:Entity {qid: $q}) DETACH DELETE e", q=gone)
+    with pytest.raises(sem.StaleIndexError):
+        sem.ensure_index(graph, d, s, rebuild=False)
+    upd = sem.ensure_index(graph, d, s)
+    assert gone not in upd and all(e["id"] in upd for e in later)
+    # only what changed was embedded: new, extended, and those that pointed at the deleted one
+    want = ({e["id"] for e in later} | {e["id"] for e in changed} | pointers) - {gone}
+    assert upd.stats.n_embedded == len(want) < len(upd) / 3
+    # equals a fresh build with the same fitted model (the approximation: no refit)
+    ref = sem.build_index(graph, tmp_path / "ref", s, model=sem.Model.load(d))
+    assert ref.qids == upd.qids
+    assert np.allclose(np.asarray(ref.vecs), np.asarray(upd.vecs), atol=1e-5)
+    # and it is current: loading it again needs no work
+    assert sem.ensure_index(graph, d, s).stats.n_embedded == upd.stats.n_embedded
+
+
+def test_compressed_index_reranks_on_exact_vectors() -> None:
+    """Above compress_from the index is IVF-PQ; its neighbours carry exact cosines (re-ranked
+    on the stored vectors) and, every list probed, find most of the exact top 10."""
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(20, 16))
+    vecs = (centers[rng.integers(0, 20, 3000)] + 0.3 * rng.normal(size=(3000, 16))).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    qids = [f"Q{i + 1}" for i in range(3000)]
+    s = sem.IndexSettings(dim=16, exact_threshold=100, compress_from=1000, pq_m=8, nlist=16, nprobe=16)
+    idx = sem.SemanticIndex(qids, sem.make_faiss_index(vecs, s), s, vecs=vecs)
+    assert type(idx.index).__name__ == "IndexIVFPQ"
+    hits = 0
+    for row in range(0, 3000, 150):
+        got = idx.neighbours(qids[row], 10)
+        sims = vecs @ vecs[row]
+        for g in got:
+            assert g.similarity == pytest.approx(float(sims[qids.index(g.qid)]), abs=1e-5)
+        order = [int(i) for i in np.argsort(-sims) if i != row][:10]
+        hits += len({qids[i] for i in order} & {g.qid for g in got})
+    assert hits / (10 * 20) >= 0.9
