@@ -174,6 +174,43 @@ def test_runs_against_two_servers_record_each_address(
     assert KEY not in recorded and password not in recorded
 
 
+def test_demo_and_distractors_take_a_served_model(
+        graph: Any, kgprobe_env: dict[str, str], served: str) -> None:
+    """`demo` and `distractors` (appropt) pick their model as `probe` does (issue 40, round 3):
+    `--backend openai-completions --model-arg base_url=...` or a URL as `--model`. appropt
+    generates candidates by beam search, which a completions server does not serve: one line
+    naming the request kind, exit 2 (before: the URL was an unknown model name). A server that
+    gives no prompt log-probabilities is refused in one line by both commands, the demo before
+    it ingests anything (the demo's graph load takes minutes on a busy machine; its served
+    probe is `probe`'s code path, tested above)."""
+    from distractor_world import FRANCE
+
+    load(graph)
+    env = {**kgprobe_env, "KGPROBE_API_KEY": KEY}
+    r = kgprobe("distractors", FRANCE, "P36", "-s", "appropt", "-n", "3", "--model", served,
+                env=env, timeout=900)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: backend 'openai-completions' does not serve "
+                               "BeamSearchRequest (it serves: LogProbRequest)"), r.stderr
+
+    facts = graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"]
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _NoLogprobs)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        for args in (["distractors", FRANCE, "P36", "-s", "appropt", "--backend", "openai-completions",
+                      "--model-arg", f"base_url={base}"],
+                     ["demo", "--backend", "openai-completions", "--model-arg", f"base_url={base}"],
+                     ["demo", "--model", base, "--no-cache"]):
+            r = kgprobe(*args, env=env)
+            assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+            assert r.stderr.startswith(f"error: openai-completions: {base}/completions returned no "
+                                       "log-probabilities"), (args, r.stderr)
+    finally:
+        httpd.shutdown()
+    assert graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"] == facts  # nothing ingested
+
+
 #: FACTOR items in the official CSV layout, short (the news file's prefixes are hundreds of
 #: tokens: minutes per item on a busy 2-core machine through a one-thread server). Not "Water
 #: is made of hydrogen and": after it the server's distribution is test_scoring_served.py's
