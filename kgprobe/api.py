@@ -427,7 +427,7 @@ def export_demo_set(path: str | Path = DEMO_SET_FILE, *, settings: Settings | No
 
 def demo(
     *,
-    model: str = "smollm2-135m",
+    model: str | Any | None = None,
     relations: Sequence[str] = DEMO_RELATIONS,
     per_relation: int = DEMO_FACTS_PER_RELATION,
     dtype: str = "float32",
@@ -454,6 +454,9 @@ def demo(
     the sentences that changed and by how much (kgprobe.reports.wording). Sentences that read the same in both are not
     scored twice: the score cache answers them.
 
+    ``model``: as :func:`probe` takes it (None: the default model; a served model by its URL
+    or the CLI's ``--backend``, its backend opened once for all the demo's probes).
+
     Everything is idempotent: a second demo re-ingests nothing new and re-scores nothing.
     """
     from kgprobe.graph.stats import graph_stats
@@ -465,14 +468,17 @@ def demo(
         check_model_name,
         measure_key,
     )
+    from kgprobe.probing.engine import select_model
     from kgprobe.probing.run import probe as run_probe
     from kgprobe.reports.results import FactDetails
     from kgprobe.reports.write import report as build_report
 
-    check_model_name(model)  # a model not installed: one line, before anything is ingested
+    model = select_model(model)  # a served model (--backend, a URL): its backend, opened once
+    if isinstance(model, str):
+        check_model_name(model)  # a model not installed: one line, before anything is ingested
     if out:
         check_output_dir(out)  # before anything is ingested or probed
-        check_owner(out, _owner_of(model, dtype), overwrite)
+        check_owner(out, _owner_of(model, dtype, getattr(model, "label", None)), overwrite)
     settings = settings or Settings.load()
     graph_file, _ = demo_paths()
     started = time.monotonic()

@@ -206,7 +206,6 @@ def _version_callback(value: bool) -> None:
 _DEVICE_OPT = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto (default: CUDA when present).")
 _BATCH_TOKENS_OPT = typer.Option(None, "--batch-tokens", help="Tokens per forward row of the scoring engine (default 8192; 512 for models without SDPA attention).")
 _MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto), or with --backend the backend's arguments (base_url=..., model=...); repeatable.")
-_HF_MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto); repeatable.")
 _BACKEND_OPT = typer.Option(None, "--backend", metavar="NAME", help="What scores the model: hf (default: load the weights with transformers) or a registered backend, e.g. openai-completions for a served model, configured with --model-arg KEY=VALUE (`kgprobe models` lists backends and their arguments). A URL as --model means openai-completions.")
 _NO_CACHE_OPT = typer.Option(False, "--no-cache", help="Do not read or write the score cache (KGPROBE_SCORE_CACHE, default the user cache directory).")
 #: the model a command scores with when -m is not given (commands that read stored scores
@@ -644,11 +643,12 @@ def templates_list(
 @app.command()
 def demo(
     per_relation: int = typer.Option(10, "--per-relation", help="Facts per demo relation (intervals need >= 10)."),
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="Model to probe."),
+    model: str | None = typer.Option(None, "--model", "-m", help=_SCORED_MODEL_HELP),
+    backend: str | None = _BACKEND_OPT,
     dtype: str = typer.Option("float32", help=_DTYPE_HELP),
     device: str | None = _DEVICE_OPT,
     batch_tokens: int | None = _BATCH_TOKENS_OPT,
-    model_arg: list[str] = _HF_MODEL_ARG_OPT,
+    model_arg: list[str] = _MODEL_ARG_OPT,
     out: str | None = typer.Option(None, help="Report directory (default: KGPROBE_HOME/demo-report/<model key>)."),
     compare_raw: bool = typer.Option(True, "--compare-raw/--no-compare-raw", help="Also probe the same facts with raw labels and compare the two wordings fact by fact."),
     no_cache: bool = _NO_CACHE_OPT,
@@ -668,7 +668,7 @@ def demo(
 
     _check_number("--per-relation", per_relation, 1)
     _check_model_options(batch_tokens)
-    _model_options(device, batch_tokens, model_arg)
+    _model_options(device, batch_tokens, model_arg, backend, model)
     result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json,
                       overwrite=overwrite, compare_raw=compare_raw, no_cache=no_cache)
     rep = result.pop("report")
@@ -700,9 +700,13 @@ def distractors(
     n: int = typer.Option(5, "-n", help="How many distractors (the same default as probe's)."),
     seed: int = typer.Option(0, help="Seed of the random strategy."),
     at: str | None = typer.Option(None, "--at", help="Reference date YYYY-MM-DD for temporal distractors (default today)."),
-    model: str = typer.Option(DEFAULT_MODEL, "--model", "-m", help="appropt: the model that scores the candidates: registry name, GGUF file or HF directory."),
+    model: str | None = typer.Option(None, "--model", "-m", help=f"appropt: the model that scores the candidates. {_SCORED_MODEL_HELP}"),
+    backend: str | None = _BACKEND_OPT,
     template: str | None = typer.Option(None, "--template", help="appropt: object-last template with [X] and [Y]."),
     index_dir: str | None = typer.Option(None, "--index-dir", help="Semantic index directory (built or rebuilt when stale)."),
+    device: str | None = _DEVICE_OPT,
+    batch_tokens: int | None = _BATCH_TOKENS_OPT,
+    model_arg: list[str] = _MODEL_ARG_OPT,
     config: str | None = _CONFIG_OPT,
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -722,6 +726,8 @@ def distractors(
 
         if template_too_long(template):
             raise ConfigError(f"--template: {template_too_long(template)}")
+    _check_model_options(batch_tokens)
+    _model_options(device, batch_tokens, model_arg, backend, model)
     res = distractors_command(
         subject, relation, obj, strategy=strategy, n=n, seed=seed, at=at, model=model,
         template=template, index_dir=index_dir,

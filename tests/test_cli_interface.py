@@ -182,6 +182,12 @@ def test_the_same_option_has_the_same_default_everywhere() -> None:
                 assert p.default == DEFAULT_MODEL, name
         else:
             assert p.required, name
+    # every command that scores with a model picks it the same way: --backend and --model-arg,
+    # the same options (help and default) on each (a served model anywhere a model scores)
+    for opt in ("--backend", "--model-arg"):
+        found = {name: next((p for p in commands[name].params if opt in p.opts), None) for name in scoring}
+        assert all(found.values()), (opt, sorted(n for n, p in found.items() if p is None))
+        assert len({(p.help, p.default) for p in found.values() if p is not None}) == 1, opt
     # -n: distractors per fact, the same default where it is a default (probe: from the measure)
     n_dist = next(p for p in commands["distractors"].params if "-n" in p.opts)
     assert n_dist.default == DEFAULT_N == 5

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from probe_world import REF, load
@@ -134,6 +135,80 @@ def test_score_a_served_model_by_its_url(served: str, local: LoadedModel, tmp_pa
         want_rank = sorted(range(len(ref)), key=lambda i: -ref[i].logprob)  # type: ignore[union-attr]
         assert [rows[i]["rank"] for i in want_rank] == list(range(1, len(rows) + 1))
     _within_tolerance(gaps)
+
+
+def test_runs_against_two_servers_record_each_address(
+        graph: Any, kgprobe_env: dict[str, str], served: str, tmp_path: Path) -> None:
+    """A served model's run records the server's address (issue 40, round 3): the same model id
+    reached at two addresses gives two runs told apart by their recorded ``model_base_url``
+    (in the ProbeRun and in results.json) and fingerprint; the recorded address keeps neither
+    the API key nor a password given in the URL's user info."""
+    load(graph)
+    env = {**kgprobe_env, "KGPROBE_API_KEY": KEY}
+    port = urlsplit(served).port
+    password = "pw-in-the-url-not-a-secret"
+    other = f"http://kg:{password}@localhost:{port}/v1"  # the same server, another address
+    args = ["--measure", "probability", "-r", "P36", "--per-relation", "2", "--at", REF,
+            "--max-labels", "1", "--no-cache", "--json"]
+    keys = []
+    for url in (served, other):
+        r = kgprobe("probe", "--model", url, *args, env=env, timeout=900)
+        assert r.returncode == 0, r.stderr
+        keys.append(json.loads(r.stdout)["model_key"])
+    runs = {x["model_key"]: x for x in pr.list_runs(graph)}
+    assert keys[0] != keys[1] and set(keys) <= set(runs)
+    first, second = runs[keys[0]], runs[keys[1]]
+    assert first["model"] == second["model"] == "smollm2-135m-q4_1"
+    assert first["model_base_url"] == served
+    assert second["model_base_url"] == f"http://localhost:{port}/v1"
+    assert first["model_fingerprint"] != second["model_fingerprint"]
+
+    out = tmp_path / "report"
+    r = kgprobe("report", "-m", keys[0], "--vs", keys[1], "--measure", "probability",
+                "--output-path", str(out), env=env)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "results.json").read_text())
+    urls = {m["model_key"]: m["model_base_url"] for m in doc["models"]}
+    assert urls == {keys[0]: [served], keys[1]: [f"http://localhost:{port}/v1"]}
+    recorded = json.dumps([first, second], default=str) + (out / "results.json").read_text()
+    assert KEY not in recorded and password not in recorded
+
+
+def test_demo_and_distractors_take_a_served_model(
+        graph: Any, kgprobe_env: dict[str, str], served: str) -> None:
+    """`demo` and `distractors` (appropt) pick their model as `probe` does (issue 40, round 3):
+    `--backend openai-completions --model-arg base_url=...` or a URL as `--model`. appropt
+    generates candidates by beam search, which a completions server does not serve: one line
+    naming the request kind, exit 2 (before: the URL was an unknown model name). A server that
+    gives no prompt log-probabilities is refused in one line by both commands, the demo before
+    it ingests anything (the demo's graph load takes minutes on a busy machine; its served
+    probe is `probe`'s code path, tested above)."""
+    from distractor_world import FRANCE
+
+    load(graph)
+    env = {**kgprobe_env, "KGPROBE_API_KEY": KEY}
+    r = kgprobe("distractors", FRANCE, "P36", "-s", "appropt", "-n", "3", "--model", served,
+                env=env, timeout=900)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: backend 'openai-completions' does not serve "
+                               "BeamSearchRequest (it serves: LogProbRequest)"), r.stderr
+
+    facts = graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"]
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _NoLogprobs)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        for args in (["distractors", FRANCE, "P36", "-s", "appropt", "--backend", "openai-completions",
+                      "--model-arg", f"base_url={base}"],
+                     ["demo", "--backend", "openai-completions", "--model-arg", f"base_url={base}"],
+                     ["demo", "--model", base, "--no-cache"]):
+            r = kgprobe(*args, env=env)
+            assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+            assert r.stderr.startswith(f"error: openai-completions: {base}/completions returned no "
+                                       "log-probabilities"), (args, r.stderr)
+    finally:
+        httpd.shutdown()
+    assert graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"] == facts  # nothing ingested
 
 
 #: FACTOR items in the official CSV layout, short (the news file's prefixes are hundreds of

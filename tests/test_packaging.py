@@ -30,16 +30,21 @@ def _run(args: list[str], **kw: object) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, timeout=600, **kw)  # type: ignore[call-overload]
 
 
-@pytest.fixture(scope="module")
-def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("build", reason="the build package (dev extra) is not installed")
-    src = tmp_path_factory.mktemp("src")
+def _source(src: Path) -> Path:
+    """A copy of the checkout's tracked files (what a clone has), in ``src``."""
     files = _run(["git", "ls-files", "-z"], cwd=ROOT)
     assert files.returncode == 0, files.stderr
-    for name in filter(None, files.stdout.split("\0")):  # the checkout's tracked files only
+    for name in filter(None, files.stdout.split("\0")):
         if (ROOT / name).is_file():
             (src / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, src / name)
+    return src
+
+
+@pytest.fixture(scope="module")
+def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("build", reason="the build package (dev extra) is not installed")
+    src = _source(tmp_path_factory.mktemp("src"))
     out = tmp_path_factory.mktemp("dist")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     r = _run([sys.executable, "-W", "always", "-m", "build", "--no-isolation", "--outdir", str(out), str(src)],
@@ -122,3 +127,26 @@ def test_the_sdist_installs_in_a_fresh_environment(dist: Path, tmp_path: Path) -
     assert r.returncode == 0 and r.stdout.strip() == version, r.stderr
     r = _run([str(venv / "bin" / "kgprobe"), "models", "--json"], env=_env(tmp_path), cwd=tmp_path)
     assert r.returncode == 0 and '"installed": false' in r.stdout, r.stdout + r.stderr
+
+
+def test_the_editable_install_prints_no_warning(tmp_path: Path) -> None:
+    """``make install``'s ``pip install -q -e .``: setuptools' editable install of a flat layout
+    found by ``packages.find`` goes through a meta path finder and says so with a warning that
+    pip shows even with ``-q`` (a BuildBackendWarning); the package directory given as the
+    checkout's root (``package-dir``) makes it a plain ``.pth`` line, silently."""
+    src = _source(tmp_path / "src")
+    venv = _venv(tmp_path, "venv", _deps(tmp_path))
+    r = _run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+              "--no-deps", "--no-index", "--no-build-isolation", "-e", str(src)],
+             env={k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"})
+    assert r.returncode == 0, r.stdout + r.stderr
+    said = r.stdout + r.stderr
+    assert "Warning" not in said and "Deprecat" not in said, said
+    # the install is the copy's code, edited in place: a changed file is seen without reinstalling
+    version = _run([str(venv / "bin" / "kgprobe"), "--version"], env=_env(tmp_path), cwd=tmp_path)
+    assert version.returncode == 0, version.stderr
+    init = src / "kgprobe" / "__init__.py"
+    init.write_text(init.read_text() + "\nEDITED = True\n")
+    r = _run([str(venv / "bin" / "python"), "-c", "import kgprobe; print(kgprobe.__file__, kgprobe.EDITED)"],
+             env=_env(tmp_path), cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout.split() == [str(init), "True"], r.stdout + r.stderr

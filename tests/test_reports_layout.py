@@ -245,3 +245,43 @@ def test_html_escapes_labels_from_the_data(dtype_graph: Any) -> None:
     page = render_html(build_report(dtype_graph, KEY_A, vs=KEY_B, seed=0))
     assert "<img src=x" not in page
     assert "P27 &lt;img src=x onerror=" in page and "&gt; &amp; co" in page
+
+
+def test_two_model_counts_say_what_is_shared_and_what_each_has_alone(
+        dtype_graph: Any, kgprobe_env: dict[str, str]) -> None:
+    """`report -m A --vs B` (issue 40 item 2, round 3): the counts say how many facts both
+    models were scored on and how many each has alone, in the text (the loud line) and in
+    `--json` (``fact_overlap``). Here B also has one fact A was never scored on; on facts both
+    share, the report says they are the same facts, with their number."""
+    import json
+
+    from kgprobe.reports.build import build_report
+    from kgprobe.reports.html import render_html
+
+    probed = {_key(dtype_graph, *f[:3]) for f in FACTS}
+    extra, subject = next((r["k"], r["s"]) for r in dtype_graph.read(
+        "MATCH (s:Entity)-[f:FACT]->(:Entity) WHERE f.pid IN ['P27', 'P35', 'P36'] "
+        "RETURN f.key AS k, s.qid AS s ORDER BY k")
+        if r["k"] not in probed)
+    run_id = f"run-{KEY_B}-{KMIN}"
+    sp = pr.ScoreProps(KEY_B, KMIN)
+    pr.write_scores(dtype_graph, run_id, [{"key": extra, "s": subject, "props": {sp.score: 0.5, sp.run: run_id,
+                                                                         sp.stale: None}}],
+                    scored=1, unscorable=0, now="t1")
+    shared = sum(1 for f in FACTS if f[3] is not None and f[4] is not None)  # 4
+    a_alone = sum(1 for f in FACTS if f[4] is None)  # 7
+
+    r = _cli_report(kgprobe_env, "-m", KEY_A, "--vs", KEY_B, "--json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["fact_overlap"] == {"shared": shared, "primary_only": a_alone,
+                                                    "other_only": 1}
+    r = _cli_report({**kgprobe_env, "COLUMNS": "100"}, "-m", KEY_A, "--vs", KEY_B)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (f"{KEY_A} was scored on {N_A} facts, {KEY_B} on {N_B + 1}, {shared} of them for both "
+            f"({a_alone} for {KEY_A} alone, 1 for {KEY_B} alone)") in " ".join(r.stdout.split())
+
+    same = build_report(dtype_graph, KEY_A, vs=KEY_B, seed=0,
+                        facts=[_key(dtype_graph, *f[:3]) for f in FACTS if f[4] is not None])
+    assert same.fact_overlap() == {"shared": shared, "primary_only": 0, "other_only": 0}
+    page = render_html(same)
+    assert f"both scored on these {shared} facts (none alone)" in page and "not-same-facts" not in page

@@ -615,12 +615,13 @@ def distractors_command(
     n: int | None = None,
     seed: int = 0,
     at: str | None = None,
-    model: str | None = None,
+    model: str | Any | None = None,
     template: str | None = None,
     index_dir: str | None = None,
 ) -> DistractorList:
     """What ``kgprobe distractors`` runs: connect, resolve labels, find, close. ``n``: default
-    :data:`DEFAULT_N`, as a probe's."""
+    :data:`DEFAULT_N`, as a probe's. ``model`` (appropt) is chosen as a probe's is
+    (``select_model``: a name, a server's URL, or the backend ``--backend`` set)."""
     from kgprobe.graph.client import connect
 
     found_by = strategy_class(strategy)  # an unknown one is refused before the graph is contacted
@@ -630,10 +631,11 @@ def distractors_command(
         o = gd.resolve_entity(graph, obj) if obj else None
         engine = None
         if found_by.needs_model:
-            from kgprobe.probing.engine import Engine
-            from kgprobe.probing.models import DEFAULT_MODEL, load_model
+            from kgprobe.probing.engine import Engine, resolve_model, select_model
+            from kgprobe.probing.models import load_model
 
-            engine = Engine(load_model(model or DEFAULT_MODEL))
+            chosen = select_model(model)  # a served model (--backend, a URL): its backend
+            engine = Engine(load_model(chosen) if isinstance(chosen, str) else resolve_model(chosen)[0])
         return find_distractors(
             graph,
             s,

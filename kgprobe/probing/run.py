@@ -227,6 +227,8 @@ def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSet
     return {
         "status": "running", "started": now(), "model": config.model, "model_key": summary.model_key,
         "model_fingerprint": setup.settings["fingerprint"], "model_kind": info.get("kind"),
+        # a served model's address (no user info, no query): which server answered
+        "model_base_url": info.get("base_url"),
         "dtype": config.dtype,
         "device": info.get("device"), "measures": [m.name for m in measures],
         "measure_keys": [mkeys[m.name] for m in measures],

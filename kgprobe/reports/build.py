@@ -258,7 +258,7 @@ def as_float(v: Any) -> float | None:
 
 
 _RUN_FIELDS = ("id", "status", "started", "finished", "seconds", "model", "model_key",
-               "model_fingerprint", "model_kind", "dtype", "device", "code_version", "git_hash",
+               "model_fingerprint", "model_kind", "model_base_url", "dtype", "device", "code_version", "git_hash",
                "strategy", "n", "seed", "threshold", "sample", "history_first", "shard",
                "batch_facts", "max_templates", "label_rule", "reference_date", "config_hash",
                "measure_keys", "facts_planned", "facts_skipped", "facts_scored", "facts_unscorable",

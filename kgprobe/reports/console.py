@@ -12,6 +12,7 @@ from kgprobe.reports.text import (
     chance_note,
     display_name,
     facts_differ,
+    facts_same,
     moves_lines,
     moves_title,
     other_measures,
@@ -96,6 +97,8 @@ def print_report(rep: Report, console: Console) -> None:
         differ = facts_differ(rep)
         if differ:
             console.print(Text(visible(differ), style="bold"))
+        elif (same := facts_same(rep)) is not None:
+            console.print(Text(visible(same)), highlight=False)
         for m in (a, b):
             console.print(_groups_table(rep, m, f"{display_name(rep, m)}: {m.overall.facts} facts"))
     console.print(f"intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "

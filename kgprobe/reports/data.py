@@ -133,12 +133,24 @@ class Report:
             return a.model_key, b.model_key
         return a.display, b.display
 
+    def fact_overlap(self) -> dict[str, int] | None:
+        """With a second model: how many scored facts both have (``shared``) and how many each
+        has alone (``primary_only``, ``other_only``), from the facts' keys; None with one
+        model. Each model's own rows and figures are over its own facts, so a reader needs
+        these three counts to know whether they compare."""
+        if self.other is None:
+            return None
+        a = {str(r["key"]) for r in self.primary.facts}
+        b = {str(r["key"]) for r in self.other.facts}
+        return {"shared": len(a & b), "primary_only": len(a - b), "other_only": len(b - a)}
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         for m in ("primary", "other"):
             if d.get(m):
                 d[m].pop("facts", None)
                 d[m].pop("apart_facts", None)
+        d["fact_overlap"] = self.fact_overlap()
         return d
 
 

@@ -93,6 +93,8 @@ def _model_block(m: ModelReport, rep: Report) -> dict[str, Any]:
         "model_name": m.model,
         "model_key": m.model_key,
         "model_fingerprint": sorted({str(r["model_fingerprint"]) for r in runs if r.get("model_fingerprint")}),
+        # the served model's server(s), as its runs recorded them (none for a local model)
+        "model_base_url": sorted({str(r["model_base_url"]) for r in runs if r.get("model_base_url")}),
         "dtype": last.get("dtype"),
         "device": last.get("device"),
         "threads": env.get("torch_threads"),

@@ -267,13 +267,24 @@ def facts_differ(rep: Report) -> str | None:
     table, the forest plot, popularity, staleness) are not over the same facts — each model's
     rows are then over its own facts and only the paired comparison is like for like. None when
     both were scored on exactly the same facts (or there is one model)."""
-    a, b = rep.primary, rep.other
-    if b is None:
+    a, b, overlap = rep.primary, rep.other, rep.fact_overlap()
+    if b is None or overlap is None:
         return None
     both = rep.paired[-1].facts if rep.paired else 0
     if a.overall.facts == both == b.overall.facts:
         return None
     na, nb = rep.names()
     return (f"Not the same facts: {na} was scored on {a.overall.facts} facts, {nb} on "
-            f"{b.overall.facts}, {both} of them for both. Each model's rows and plots are over its "
+            f"{b.overall.facts}, {both} of them for both ({overlap['primary_only']} for {na} alone, "
+            f"{overlap['other_only']} for {nb} alone). Each model's rows and plots are over its "
             f"own facts; only the paired comparison ({both} facts) compares the same facts.")
+
+
+def facts_same(rep: Report) -> str | None:
+    """With a second model scored on exactly the same facts: the line that says so (with the
+    count), so every two-model report states what its counts compare; else None."""
+    if rep.other is None or facts_differ(rep) is not None:
+        return None
+    na, nb = rep.names()
+    return (f"The same facts: {na} and {nb} were both scored on these {rep.primary.overall.facts} "
+            "facts (none alone).")

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.backends.base import EngineStats, Handler, ScoringBackend, register_backend
@@ -33,6 +34,17 @@ from kgprobe.probing.tokenization import split_trailing_whitespace
 ENV_API_KEYS = ("KGPROBE_API_KEY", "OPENAI_API_KEY")
 #: the bump of this backend's part of the fingerprint (how prompts are cut and read back)
 SERVED_VERSION = "1"
+
+
+def public_url(url: str) -> str:
+    """``url`` as it may be recorded and shown: scheme, host, port and path only (a password in
+    the user info, or a key in the query, stays out of run records and reports)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal
+        host = f"[{host}]"
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 class ServerError(ConfigError):
@@ -101,7 +113,10 @@ class OpenAICompletions(ScoringBackend):
         return self.model
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.model, "kind": self.name, "device": "served"}
+        """What a run records: the server's model id and its address (``base_url`` without
+        user info, query or fragment), so runs against two servers are told apart."""
+        return {"name": self.model, "kind": self.name, "device": "served",
+                "base_url": public_url(self.base_url)}
 
     # -- HTTP -----------------------------------------------------------------------------
 
