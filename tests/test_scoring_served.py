@@ -70,7 +70,7 @@ def _llama_server(log: Path, extra: list[str]) -> Iterator[str]:
     ends; the API key reaches it through its environment (API_KEY), as it reaches kgprobe."""
     python = _server_python()
     if python is None:
-        pytest.skip(f"llama-cpp-python is not installed (pip install '.[served]', or set {ENV_PYTHON})")
+        pytest.skip(f"llama-cpp-python is not installed (make served, or pip install '.[served]', or set {ENV_PYTHON})")
     gguf = registry_gguf(REGISTRY["smollm2-135m"])
     port = _free_port()
     env = {**os.environ, "API_KEY": KEY}
