@@ -1275,7 +1275,8 @@ def evaluate(
         table = Table("measure", "tau (mean ± sd over folds)", "configurations", "facts", "chosen per fold",
                       title=f"k-fold grid search (k = {folds}), Kendall tau-b on held-out folds")
         for r in doc["grid"]:
-            cell = "n/a" if r["tau_mean"] is None else f"{r['tau_mean']:.3f} ± {r['tau_sd']:.3f}"
+            cell = (f"n/a: {r['why']}" if r.get("why") else "n/a") if r["tau_mean"] is None \
+                else f"{r['tau_mean']:.3f} ± {r['tau_sd']:.3f}"
             table.add_row(str(r["measure"]), cell, str(len(r["configs"])), str(r["facts"]),
                           str(", ".join(r["chosen"])))
         console.print(table)

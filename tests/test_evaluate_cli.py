@@ -111,6 +111,24 @@ def test_robustness_and_grid_table(probed: Any, tmp_path: Path, kgprobe_env: dic
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
 
 
+def test_a_measure_with_tied_scores_leaves_the_other_rows_of_the_grid(probed: Any, tmp_path: Path) -> None:
+    """A measure whose every configuration scores all facts alike has no τ on any training fold:
+    its row says why, and the other measures' rows are still computed (before: the whole grid
+    stopped with "no configuration gives a defined tau")."""
+    for mk in ("kavg_random_n1", "kavg_random_n2"):
+        prop = pr.ScoreProps("gpt2", mk).score
+        probed.write(f"MATCH ()-[f:FACT]->() WHERE f.`{prop}` IS NOT NULL SET f.`{prop}` = 0.5")
+    human = tmp_path / "human.csv"
+    rows = _stored(probed, "probability")
+    human.write_text("statement,score\n" + "".join(f"{r['key']},{r['score']}\n" for r in rows))
+    table = {r["measure"]: r for r in app_ev.grid_table(probed, "gpt2", ev.read_human_scores(human), k=3)}
+    assert table["kavg"]["tau_mean"] is None and table["kavg"]["chosen"] == []
+    assert "no configuration gives a defined tau" in table["kavg"]["why"]
+    # the humans are the probability scores themselves: tau 1 on every fold, by construction
+    assert table["probability"]["tau_mean"] == pytest.approx(1.0) and table["probability"]["why"] is None
+    assert len(table["kmin"]["chosen"]) == 3
+
+
 def test_factor_from_graph(graph: Any, gpt2: Path, kgprobe_env: dict[str, str]) -> None:
     """Items from facts: true sentence vs typed random distractors; accuracy per relation;
     the CLI prints one JSON document."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kgprobe.graph import probe_runs as pr
-from kgprobe.probing.measures.evaluation import kfold_grid_search, tau_b
+from kgprobe.probing.measures.evaluation import UndefinedTau, kfold_grid_search, tau_b
 from kgprobe.probing.scores import model_measures, probed, resolve_scores
 
 
@@ -66,7 +66,9 @@ def grid_table(graph: Any, model: str, human: Mapping[str, float], *, k: int = 3
     """§4.2, the layout of the paper's Tables 3/4: per measure name, the k-fold grid search
     over every configuration stored for ``model`` (its measure keys: n, strategy, parameters),
     τ-b on the held-out folds as mean ± sd, and the configuration each fold chose. Only facts
-    scored by every configuration and by the humans take part."""
+    scored by every configuration and by the humans take part; a measure without an answer
+    (too few such facts, or tied scores on a training fold) has ``tau_mean`` None and says
+    ``why``, and the other measures' rows stand."""
     key = model_measures(graph, model)[0]  # every measure of the model, not only the default
     by_name: dict[str, list[str]] = {}
     for r in probed(graph).get(key, []):
@@ -84,12 +86,17 @@ def grid_table(graph: Any, model: str, human: Mapping[str, float], *, k: int = 3
                     human_by_key[s] = v
         facts = {f: v for f, v in human_by_key.items() if all(f in per[mk][1] for mk in mkeys)}
         row: dict[str, Any] = {"measure": name, "configs": mkeys, "facts": len(facts),
-                               "tau_mean": None, "tau_sd": None, "chosen": []}
-        if len(facts) >= max(k, 2):
-            table = {mk: v[1] for mk, v in per.items()}
+                               "tau_mean": None, "tau_sd": None, "chosen": [], "why": None}
+        out.append(row)
+        if len(facts) < max(k, 2):
+            row["why"] = f"{len(facts)} facts scored by every configuration and the humans, fewer than k = {k}"
+            continue
+        table = {mk: v[1] for mk, v in per.items()}
+        try:
             res = kfold_grid_search(facts, functools.partial(_config_scores, table), {"key": mkeys},
                                     k=k, seed=seed)
-            row.update(tau_mean=res.mean_tau, tau_sd=res.std_tau,
-                       chosen=[f.best["key"] for f in res.folds])
-        out.append(row)
+        except UndefinedTau as exc:
+            row["why"] = str(exc)
+            continue
+        row.update(tau_mean=res.mean_tau, tau_sd=res.std_tau, chosen=[f.best["key"] for f in res.folds])
     return out

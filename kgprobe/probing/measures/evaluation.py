@@ -98,6 +98,11 @@ def robustness_tau(scores_a: Mapping[str, float | None], scores_b: Mapping[str, 
     return kendall_tau_b(xs, ys)
 
 
+class UndefinedTau(ConfigError):
+    """No configuration has a defined τ on some training folds (their scores, or the humans',
+    all tied): that measure's grid has no answer, which says nothing about other measures'."""
+
+
 @dataclass
 class FoldResult:
     fold: int
@@ -162,7 +167,8 @@ def kfold_grid_search(
             if not math.isnan(t) and t > best_tau:
                 best_c, best_tau, best_scores = c, t, s
         if best_c is None or best_scores is None:
-            raise ConfigError("no configuration gives a defined tau on the training folds")
+            raise UndefinedTau("no configuration gives a defined tau on the training folds "
+                               "(tied scores)")
         test_tau = kendall_tau_b(*_paired(best_scores, human, test))
         out.append(FoldResult(i, best_c, best_tau, test_tau))
     return GridSearchResult(out)
