@@ -815,9 +815,9 @@ def build_index(
         dim = len(next(iter(whole.values())))
     n = len(ids)
     vec_path = work / VECTORS_FILE
-    vecs = np.lib.format.open_memmap(vec_path, mode="r+" if done else "w+", dtype=np.float32,
-                                     shape=(max(n, 1), dim))
-    hashes_path = work / "hashes.txt"
+    vecs = np.lib.format.open_memmap(_owner_only(vec_path), mode="r+" if done else "w+",
+                                     dtype=np.float32, shape=(max(n, 1), dim))
+    hashes_path = _owner_only(work / "hashes.txt")
     t1 = time.perf_counter()
     label = f"building the semantic index of {n:,} entities in {d}"
     with Progress(label, total=n, unit="entities", enabled=progress) as bar, \
@@ -846,6 +846,14 @@ def build_index(
     stats.seconds["embed"] = time.perf_counter() - t1
     pairs = [ln.split("\t") for ln in hashes_path.read_text().splitlines()]
     return _finish(d, work, ids, vecs[:n], model, settings, counts, [p[1] for p in pairs], stats)
+
+
+def _owner_only(path: Path) -> Path:
+    """``path`` created 0600 (or tightened) before numpy or ``open`` writes it: they keep an
+    existing file's mode, and the vectors name the graph's entities like the rest of the index."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.chmod(path, 0o600)
+    return path
 
 
 def _finish(d: Path, work: Path, ids: list[str], vecs: np.ndarray, model: Model,
@@ -902,7 +910,7 @@ def update_index(graph: Graph, directory: str | Path, settings: IndexSettings, *
     shutil.rmtree(work, ignore_errors=True)
     private_dir(work)
     model.save(work)
-    vecs = np.lib.format.open_memmap(work / VECTORS_FILE, mode="w+", dtype=np.float32,
+    vecs = np.lib.format.open_memmap(_owner_only(work / VECTORS_FILE), mode="w+", dtype=np.float32,
                                      shape=(max(len(ids), 1), old_vecs.shape[1]))
     digests: list[str] = []
     with Progress(f"updating the semantic index of {len(ids):,} entities in {d}", total=len(ids),
