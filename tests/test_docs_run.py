@@ -418,13 +418,18 @@ def run_python(block: Block, world: World, monkeypatch: pytest.MonkeyPatch) -> N
     for tracker in TRACKERS:
         if re.search(rf"^import {tracker}$", code, re.M) and importlib.util.find_spec(tracker) is None:
             monkeypatch.setitem(sys.modules, tracker, _recording_module(tracker))
-    from kgprobe.probing.backends import BACKENDS  # the package registers the built-ins
+    import kgprobe.loaders.formats
+    import kgprobe.probing.backends
+    import kgprobe.probing.strategies  # noqa: F401  (their registries join KINDS)
+    from kgprobe.plugins import KINDS
     from kgprobe.probing.measures.catalog import load_all
 
-    known = [(reg, set(reg)) for reg in (load_all(), BACKENDS.load())]
+    load_all()
+    known = [(reg, set(reg.load())) for reg in KINDS.values()]
     try:
         exec(compile(code, block.id, "exec"), names)
-    finally:  # a measure or backend a block registers is not left in the process's registries
+    finally:  # a measure, backend, loader format or strategy a block registers is not left in
+        # the process's registries (the loader and strategy tests that run later count them)
         for reg, before in known:
             for name in set(reg) - before:
                 reg.pop(name)
