@@ -373,6 +373,8 @@ def shell_args(cmd: str, world: World) -> list[str] | None:
         return None
     assert w[:1] == ["kgprobe"], cmd
     args = [subst.get(a, a) for a in _synopsis(w[1:])]
+    # the blocks share one demo world: a wipe would empty it for every block after this one
+    assert args[:2] != ["db", "wipe"], f"{cmd!r} wipes the graph: mark its block docs-test: skip"
     if args and args[0] in MODEL_COMMANDS and not {"-m", "--model", "--backend"} & set(args):
         args += ["-m", world.models["smollm2-135m"]]
     for i, a in enumerate(args[:-1]):
@@ -492,6 +494,8 @@ def test_a_broken_block_fails(world: World, _session_graph: Any, tmp_path: Path,
            Block(tmp_path / "x.md", 3, "cypher", "MATCH ()-[f:FACT]->() WHERE f.score__smollm2_135m__kmn_temp_sem_n5 < 1 RETURN f;\n")]
     with pytest.raises(AssertionError, match="exit 2"):
         run_shell(bad[0], world)
+    with pytest.raises(AssertionError, match="wipes the graph"):
+        run_shell(Block(tmp_path / "x.md", 4, "bash", "kgprobe db wipe --yes\n"), world)
     with pytest.raises(Exception, match="nowhere"):
         run_python(bad[1], world, monkeypatch)
     with pytest.raises(AssertionError, match="no FACT edge has score__smollm2_135m__kmn_temp_sem_n5"):
