@@ -99,6 +99,22 @@ def schema(graph: Any) -> list[tuple[str, str, list[str], list[str]]]:
     return sorted((r["name"], r["type"], r["labelsOrTypes"] or [], r["properties"] or []) for r in rows)
 
 
+def online_ingest_goes_on(env: dict[str, str], online_env: dict[str, str], awkward: Path,
+                          graph: Any, bulk_graph: Any, expected: tuple[list[str], list[str]]) -> None:
+    """After a bulk load (reached through ``env``): the online ingest of the same input adds
+    nothing, and an update lands on the bulk graph as on the online one (``online_env``), the
+    sampling counters going on from the bulk's."""
+    again = run("ingest", str(DEMO), str(awkward), env=env)
+    assert again.returncode == 0, again.stderr
+    assert graph_dump(bulk_graph) == expected
+    for target in (env, online_env):
+        update = run("ingest", str(UPDATE), env=target)
+        assert update.returncode == 0, update.stderr
+    updated = graph_dump(graph)
+    assert updated != expected
+    assert graph_dump(bulk_graph) == updated
+
+
 def _second_managed_home(kgprobe_env: dict[str, str], home: Path) -> tuple[dict[str, str], Any]:
     """The environment and settings of a second, fresh managed ArcadeDB home on free ports."""
     from kgprobe.config import Settings
@@ -146,17 +162,7 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
             # the unique constraints hold on the imported data: a second Entity with a QID is refused
             with pytest.raises(Exception, match="(?i)duplicate|unique|already"):
                 bulk_graph.write("CREATE (:Entity {qid: 'Q990000001'})")
-            # idempotent: the online ingest of the same input adds nothing
-            again = run("ingest", str(DEMO), str(awkward), env=env)
-            assert again.returncode == 0, again.stderr
-            assert graph_dump(bulk_graph) == expected
-            # an update lands as on the online graph (sampling counters go on from the bulk's)
-            for target in (env, kgprobe_env):
-                update = run("ingest", str(UPDATE), env=target)
-                assert update.returncode == 0, update.stderr
-            updated = graph_dump(graph)
-            assert updated != expected
-            assert graph_dump(bulk_graph) == updated
+            online_ingest_goes_on(env, kgprobe_env, awkward, graph, bulk_graph, expected)
         # a database that holds data is refused, in one line, before any file is written
         refused = run("ingest", str(DEMO), "--bulk", str(tmp_path / "again"), env=env)
         assert refused.returncode == 2
@@ -211,17 +217,7 @@ def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
             assert facts == summary["facts"] > 6000
 
             env = {**kgprobe_env, "NEO4J_URI": uri, "NEO4J_USER": USER, "NEO4J_PASSWORD": server.password}
-            # idempotent: the online ingest of the same input adds nothing
-            again = run("ingest", str(DEMO), str(awkward), env=env)
-            assert again.returncode == 0, again.stderr
-            assert graph_dump(bulk_graph) == expected
-            # an update lands as on the online graph (sampling counters go on from the bulk's)
-            for target in (env, kgprobe_env):
-                update = run("ingest", str(UPDATE), env=target)
-                assert update.returncode == 0, update.stderr
-            updated = graph_dump(graph)
-            assert updated != expected
-            assert graph_dump(bulk_graph) == updated
+            online_ingest_goes_on(env, kgprobe_env, awkward, graph, bulk_graph, expected)
     finally:
         server.stop()
 
