@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import io
 import json
+import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO, NamedTuple
@@ -46,6 +48,7 @@ from kgprobe.loaders.common import (
     time_from_json,
 )
 from kgprobe.loaders.parallel import chunk_bytes, ordered_map, read_chunks
+from kgprobe.loaders.streams import PROBE_BYTES, Run, bz2_runs, run_text
 from kgprobe.loaders.validate import (
     MAX_VALUE_CHARS,
     Invalid,
@@ -811,19 +814,33 @@ def _chunked(
         if read.positions and offset > last:
             yield position(offset, lineno)
         return
-    # a plain file's chunk is read again by its worker (from the page cache): only where it
-    # lies crosses the process boundary, not its megabytes (they cost the main process as much
-    # CPU as unpickling the records); a compressed file's text can only be sent
-    jobs = (_Chunk(str(p), b"" if plain else c.data, c.lineno, c.offset, f, source, c.next_lineno,
-                   len(c.data), read.post)
-            for c in read_chunks(fh, lineno, offset, chunk_bytes()))
-    for job, parsed in ordered_map(_parse_chunk, jobs, read.workers):
+    runs = _bz2_runs(p, read) if compression_of(p) == "bz2" and start is None else None
+    jobs: Iterator[_Chunk | _StreamRun]
+    if runs is not None:  # a multi-stream .bz2: each worker decompresses its own streams
+        jobs = (_StreamRun(str(p), r, offset if i == 0 else None, f, source, read.post)
+                for i, r in enumerate(runs))
+    else:
+        # a plain file's chunk is read again by its worker (from the page cache): only where it
+        # lies crosses the process boundary, not its megabytes (they cost the main process as
+        # much CPU as unpickling the records); a compressed file's text can only be sent
+        jobs = (_Chunk(str(p), b"" if plain else c.data, c.lineno, c.offset, f, source,
+                       c.next_lineno, len(c.data), read.post)
+                for c in read_chunks(fh, lineno, offset, chunk_bytes()))
+    for job, parsed in ordered_map(_parse_job, jobs, read.workers):
+        if job.__class__ is _StreamRun:  # its lines were numbered from its own start: renumber
+            _relocate(parsed.records, f"{p}:", lineno, offset)
+            lineno, offset = lineno + parsed.lines, offset + parsed.size
+            if read.positions:  # the compressed bytes read: those of the streams parsed
+                here = Position(source=str(p), offset=offset, line=lineno, entities=items,
+                                read=job.run.end, size=size)  # type: ignore[union-attr]
+        elif read.positions:
+            here = position(job.offset + job.size, job.next_lineno)  # type: ignore[union-attr]
         if read.post is not None:  # no limit: the chunk's records, as ``post`` made them
             yield from parsed.records
             if parsed.error is not None:
                 raise parsed.error
             if read.positions:
-                yield position(job.offset + job.size, job.next_lineno)
+                yield here
             continue
         at = 0
         for group in parsed.groups:
@@ -836,7 +853,69 @@ def _chunked(
         if parsed.error is not None:
             raise parsed.error
         if read.positions:
-            yield position(job.offset + job.size, job.next_lineno)
+            yield Position(source=here.source, offset=here.offset, line=here.line,
+                           entities=items, read=here.read, size=here.size)
+
+
+def _bz2_runs(p: Path, read: _Reading) -> Iterator[Run] | None:
+    """The runs of streams of a multi-stream .bz2 for ``read.workers`` workers, or None (one
+    line on stderr saying why, where workers were asked for) where the file is one stream."""
+    if read.workers == 1:
+        return None
+    runs = bz2_runs(p, max(1, chunk_bytes() // 4))  # bzip2 compresses dump text 5-20 times
+    if runs is None:
+        print(f"{p}: one bzip2 stream (no second in its first {PROBE_BYTES >> 20} MiB), so it "
+              "is decompressed here and only parsed in the workers; a parallel bzip2 (lbzip2, "
+              "pbzip2), as Wikidata's dumps are written, lets the workers decompress it too",
+              file=sys.stderr)
+    return runs
+
+
+def _relocate(records: list[Record], prefix: str, lineno: int, offset: int) -> None:
+    """Number the lines of a stream run's records from the file's start: ``prefix`` + the
+    line within the run becomes ``prefix`` + ``lineno`` + it, and an error's byte offset
+    within the run gains ``offset``."""
+    n = len(prefix)
+    for rec in records:
+        loc = getattr(rec, "location", None)
+        if not loc or not loc.startswith(prefix) or not loc[n:].isdigit():
+            continue
+        rec.location = f"{prefix}{lineno + int(loc[n:])}"  # type: ignore[union-attr]
+        if rec.__class__ is ErrorRecord:
+            m = _AT_OFFSET.search(rec.message)  # type: ignore[union-attr]
+            if m is not None:
+                at = offset + int(m.group(1).replace(",", ""))
+                rec.message = rec.message[:m.start()] + f" (line at byte offset {at:,})"  # type: ignore[union-attr]
+
+
+_AT_OFFSET = re.compile(r" \(line at byte offset ([0-9,]+)\)\Z")
+
+
+class _StreamRun(NamedTuple):
+    """What a worker needs to parse a run of whole streams of a multi-stream .bz2
+    (kgprobe/loaders/streams.py): ``first``, for the first run only, is the bytes of its text
+    the main process read already (the dump's ``[`` line)."""
+
+    path: str
+    run: Run
+    first: int | None
+    filters: Filters
+    source: str
+    post: Callable[[list[Record]], list[Record]] | None = None
+
+
+def _parse_job(job: _Chunk | _StreamRun) -> _Parsed:
+    """`_parse_chunk` or `_parse_run`, in a worker process or here."""
+    return _parse_run(job) if job.__class__ is _StreamRun else _parse_chunk(job)  # type: ignore[arg-type]
+
+
+def _parse_run(job: _StreamRun) -> _Parsed:
+    """Decompress and parse the lines a run of streams owns, numbered from line 0 at byte 0 of
+    what it owns (`_relocate` numbers them from the file's start)."""
+    text, error = run_text(job.path, job.run, job.first)
+    parsed = _parse_chunk(_Chunk(job.path, text, 0, 0, job.filters, job.source,
+                                 0, len(text), job.post))
+    return parsed._replace(error=parsed.error or error, lines=text.count(b"\n"), size=len(text))
 
 
 class _Chunk(NamedTuple):
@@ -861,6 +940,8 @@ class _Parsed(NamedTuple):
     records: list[Record]
     groups: list[int]
     error: BaseException | None
+    lines: int = 0  # of a stream run: the lines it owns, and their bytes
+    size: int = 0
 
 
 def _parse_chunk(job: _Chunk) -> _Parsed:

@@ -1,0 +1,194 @@
+"""A multi-stream .bz2 decompressed in the workers (issue 37 #3, kgprobe/loaders/streams.py):
+split at its stream boundaries, each worker decompresses a run of whole streams, and the records,
+their lines and byte offsets, and the graph are those of the file read by one process.
+
+The fixtures are the real entity lines of tests/fixtures, compressed in groups with Python's
+bz2 module and concatenated (what a parallel bzip2 writes), cut at byte positions that fall
+mid-line, exactly at a line start, and inside a line spanning three streams."""
+
+from __future__ import annotations
+
+import bz2
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_ingest_bulk import FILES_ONLY, graph_dump, import_rows
+from test_ingest_workers import _cli, _real_lines
+
+from kgprobe.errors import InputError
+from kgprobe.loaders.parallel import ENV_CHUNK_MB
+from kgprobe.loaders.streams import bz2_stream_starts
+from kgprobe.loaders.wikidata_json import load_json
+from kgprobe.records import EntityRecord, ErrorRecord, Position
+
+
+def _text(lines: list[str]) -> bytes:
+    return ("[\n" + ",\n".join(lines) + "\n]\n").encode()
+
+
+def _cuts(text: bytes) -> list[int]:
+    """Stream boundaries in ``text``: mid-line every ~1/9 of it, one just after a newline (a
+    line starting exactly at a boundary), and two inside one long line (a stream of no
+    newline)."""
+    n = len(text)
+    cuts = {n * i // 9 + 13 for i in range(1, 9)}
+    cuts.add(text.index(b"\n", n // 2) + 1)
+    long_line = max(range(len(text.split(b"\n"))), key=lambda i: len(text.split(b"\n")[i]))
+    at = sum(len(x) + 1 for x in text.split(b"\n")[:long_line])
+    cuts |= {at + 100, at + 2000}
+    return sorted(cuts)
+
+
+def _multistream(path: Path, text: bytes, cuts: list[int]) -> list[int]:
+    """Write ``text`` as one bzip2 stream per piece between ``cuts``; the streams' start offsets."""
+    bounds = [0, *cuts, len(text)]
+    streams = [bz2.compress(text[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    path.write_bytes(b"".join(streams))
+    starts = [0]
+    for s in streams[:-1]:
+        starts.append(starts[-1] + len(s))
+    return starts
+
+
+def _located(recs: list[Any]) -> list[tuple[str, str]]:
+    return [(type(r).__name__, getattr(r, "location", "")) for r in recs if not isinstance(r, Position)]
+
+
+def test_stream_starts_are_found_and_a_lookalike_is_not(tmp_path: Path) -> None:
+    """Every stream's start, and no other offset: the header bytes not preceded by a stream's
+    end-of-stream marker (inside compressed data, or after other bytes) are not a start."""
+    text = _text(_real_lines())
+    starts = _multistream(tmp_path / "d.json.bz2", text, _cuts(text))
+    with (tmp_path / "d.json.bz2").open("rb") as fh:
+        assert list(bz2_stream_starts(fh)) == starts
+    fake = bz2.compress(b"a") + b"not an end-of-stream" + b"BZh91AY&SY" + bz2.compress(b"b")[10:]
+    assert list(bz2_stream_starts(io.BytesIO(fake))) == [0]
+
+
+@pytest.mark.parametrize("chunk_mb", ["0.02", "0.3"])
+def test_two_workers_decompress_the_streams_and_give_the_records_of_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_mb: str) -> None:
+    """The records of 2 workers equal one process's, locations included; a checkpoint falls
+    after each run of streams, at a line start, its compressed bytes those of whole streams
+    (the progress counts the file as stored, to its size)."""
+    monkeypatch.setenv(ENV_CHUNK_MB, chunk_mb)
+    lines = _real_lines()
+    text = _text(lines)
+    path = tmp_path / "dump.json.bz2"
+    starts = _multistream(path, text, _cuts(text))
+    one = list(load_json(path, workers=1))
+    two = list(load_json(path, workers=2, positions=True))
+    got = [r for r in two if not isinstance(r, Position)]
+    assert got == one and _located(got) == _located(one)
+    assert len([r for r in one if isinstance(r, EntityRecord)]) == len(lines)
+    marks = [r for r in two if isinstance(r, Position)]
+    size = path.stat().st_size
+    assert len(marks) >= 2
+    for m in marks:
+        assert m.read in {*starts[1:], size} and m.size == size
+        assert text[m.offset - 1:m.offset] == b"\n" and m.line == text[:m.offset].count(b"\n") + 1
+    assert marks[-1].read == size and marks[-1].offset == len(text)
+
+
+def test_a_malformed_line_in_a_later_stream_names_its_line_and_byte_offset(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.02")
+    lines = _real_lines()
+    lines[19] = '{"id": "Q1", "claims": broken'
+    text = _text(lines)
+    path = tmp_path / "dump.json.bz2"
+    _multistream(path, text, _cuts(text))
+    raw = text.split(b"\n")
+    lineno = raw.index(b'{"id": "Q1", "claims": broken,') + 1
+    offset = sum(len(line) + 1 for line in raw[:lineno - 1])
+    errors = [r for r in load_json(path, workers=2) if isinstance(r, ErrorRecord)]
+    assert len(errors) == 1 and errors[0].location == f"{path}:{lineno}"
+    assert errors[0].message.endswith(f"(line at byte offset {offset:,})")
+
+
+def test_a_truncated_multistream_file_hands_on_what_one_process_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.02")
+    text = _text(_real_lines())
+    whole = tmp_path / "whole.json.bz2"
+    _multistream(whole, text, _cuts(text))
+    cut = tmp_path / "cut.json.bz2"
+    cut.write_bytes(whole.read_bytes()[: int(whole.stat().st_size * 0.7)])
+    seen = {}
+    for workers in (1, 2):
+        recs: list[Any] = []
+        with pytest.raises(InputError, match="truncated") as info:
+            recs.extend(load_json(cut, workers=workers))
+        seen[workers] = (recs, _located(recs), str(info.value))
+    assert seen[1] == seen[2] and len(seen[2][0]) > 100
+
+
+def test_a_single_stream_bz2_with_workers_is_decompressed_here_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.1")
+    path = tmp_path / "one.json.bz2"
+    path.write_bytes(bz2.compress(_text(_real_lines())))
+    assert list(load_json(path, workers=2)) == list(load_json(path, workers=1))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "one bzip2 stream" in err[0] and "parallel bzip2" in err[0]
+
+
+def test_a_resumed_multistream_read_gives_exactly_the_records_after_its_checkpoint(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpoint of a stream run: resumed (the text before it decompressed and dropped here),
+    the records after it, no more, no fewer."""
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.02")
+    text = _text(_real_lines())
+    path = tmp_path / "dump.json.bz2"
+    _multistream(path, text, _cuts(text))
+    whole = list(load_json(path, workers=2, positions=True))
+    at = [i for i, r in enumerate(whole) if isinstance(r, Position)][3]
+    after = [r for r in whole[at + 1:] if not isinstance(r, Position)]
+    resumed = list(load_json(path, workers=2, start=whole[at]))  # type: ignore[arg-type]
+    assert resumed == after and _located(resumed) == _located(after) and after
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def test_bulk_rows_of_two_workers_on_a_multistream_bz2_are_those_of_the_plain_file(tmp_path: Path) -> None:
+    """--bulk with 2 workers on the .bz2 (rows built where the streams are decompressed) writes
+    the import files of one process reading the plain file."""
+    lines = _real_lines()
+    lines[5] = "{not json"
+    text = _text(lines)
+    plain = tmp_path / "dump.json"
+    plain.write_bytes(text)
+    _multistream(tmp_path / "dump.json.bz2", text, _cuts(text))
+    r1 = _cli("ingest", str(plain), "--bulk", str(tmp_path / "one"), "--workers", "1", "--json",
+              env=FILES_ONLY)
+    r2 = _cli("ingest", str(tmp_path / "dump.json.bz2"), "--bulk", str(tmp_path / "two"),
+              "--workers", "2", "--json", env={**FILES_ONLY, ENV_CHUNK_MB: "0.02"})
+    assert r1.returncode == r2.returncode == 0, r1.stderr + r2.stderr
+    s1, s2 = json.loads(r1.stdout), json.loads(r2.stdout)
+    assert s2["first_errors"] == [e.replace(str(plain), str(tmp_path / "dump.json.bz2"))
+                                  for e in s1["first_errors"]] and s1["errors"] == 1
+    assert {k: v for k, v in s1.items() if k != "first_errors"} == \
+        {k: v for k, v in s2.items() if k != "first_errors"}
+    assert import_rows(tmp_path / "one") == import_rows(tmp_path / "two")
+
+
+def test_ingest_with_two_workers_of_a_multistream_bz2_writes_the_graph_of_the_plain_file(
+        tmp_path: Path, kgprobe_env: dict[str, str], graph: Any) -> None:
+    text = _text(_real_lines())
+    plain = tmp_path / "dump.json"
+    plain.write_bytes(text)
+    packed = tmp_path / "dump.json.bz2"
+    _multistream(packed, text, _cuts(text))
+    one = _cli("ingest", str(plain), "--workers", "1", "--json", env=kgprobe_env)
+    assert one.returncode == 0, one.stderr
+    expected = graph_dump(graph)
+    graph.write("MATCH (n) DETACH DELETE n")
+    two = _cli("ingest", str(packed), "--workers", "2", "--json",
+               env={**kgprobe_env, ENV_CHUNK_MB: "0.02"})
+    assert two.returncode == 0, two.stderr
+    assert json.loads(two.stdout) == json.loads(one.stdout)
+    assert graph_dump(graph) == expected and len(expected[1]) > 50
