@@ -20,7 +20,7 @@ from test_ingest_workers import _cli, _real_lines
 
 from kgprobe.errors import InputError
 from kgprobe.loaders.parallel import ENV_CHUNK_MB
-from kgprobe.loaders.streams import bz2_stream_starts
+from kgprobe.loaders.streams import bz2_stream_starts, zst_frame_starts
 from kgprobe.loaders.wikidata_json import load_json
 from kgprobe.records import EntityRecord, ErrorRecord, Position
 
@@ -42,10 +42,24 @@ def _cuts(text: bytes) -> list[int]:
     return sorted(cuts)
 
 
+def _zstd_frame(i: int, data: bytes) -> bytes:
+    """A zstd frame of ``data``, its header varied by ``i``: with or without the content size
+    and a checksum (written by a stream writer, the size is not in the header)."""
+    zstandard = pytest.importorskip("zstandard")
+    if i % 2:
+        return bytes(zstandard.ZstdCompressor(level=3, write_checksum=True).compress(data))
+    out = io.BytesIO()
+    with zstandard.ZstdCompressor(level=1).stream_writer(out, closefd=False) as w:
+        w.write(data)
+    return out.getvalue()
+
+
 def _multistream(path: Path, text: bytes, cuts: list[int]) -> list[int]:
-    """Write ``text`` as one bzip2 stream per piece between ``cuts``; the streams' start offsets."""
+    """Write ``text`` as one bzip2 stream (or, for a .zst path, one zstd frame) per piece
+    between ``cuts``; the streams' start offsets."""
     bounds = [0, *cuts, len(text)]
-    streams = [bz2.compress(text[a:b]) for a, b in zip(bounds, bounds[1:], strict=False)]
+    pack = _zstd_frame if path.suffix == ".zst" else (lambda _i, data: bz2.compress(data))
+    streams = [pack(i, text[a:b]) for i, (a, b) in enumerate(zip(bounds, bounds[1:], strict=False))]
     path.write_bytes(b"".join(streams))
     starts = [0]
     for s in streams[:-1]:
@@ -68,16 +82,29 @@ def test_stream_starts_are_found_and_a_lookalike_is_not(tmp_path: Path) -> None:
     assert list(bz2_stream_starts(io.BytesIO(fake))) == [0]
 
 
-@pytest.mark.parametrize("chunk_mb", ["0.02", "0.3"])
+def test_zstd_frames_are_walked_by_their_headers(tmp_path: Path) -> None:
+    """Every frame's start (headers with and without content size and checksum), a skippable
+    frame between two taken as part of the frame before it."""
+    text = _text(_real_lines())
+    path = tmp_path / "d.json.zst"
+    starts = _multistream(path, text, _cuts(text))
+    with path.open("rb") as fh:
+        assert list(zst_frame_starts(fh)) == starts
+    a, b = _zstd_frame(0, b"a\n"), _zstd_frame(1, b"b\n")
+    skippable = (0x184D2A53).to_bytes(4, "little") + (5).to_bytes(4, "little") + b"12345"
+    assert list(zst_frame_starts(io.BytesIO(a + skippable + b))) == [0, len(a) + len(skippable)]
+
+
+@pytest.mark.parametrize(("chunk_mb", "suffix"), [("0.02", ".bz2"), ("0.3", ".bz2"), ("0.02", ".zst")])
 def test_two_workers_decompress_the_streams_and_give_the_records_of_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_mb: str) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_mb: str, suffix: str) -> None:
     """The records of 2 workers equal one process's, locations included; a checkpoint falls
     after each run of streams, at a line start, its compressed bytes those of whole streams
     (the progress counts the file as stored, to its size)."""
     monkeypatch.setenv(ENV_CHUNK_MB, chunk_mb)
     lines = _real_lines()
     text = _text(lines)
-    path = tmp_path / "dump.json.bz2"
+    path = tmp_path / f"dump.json{suffix}"
     starts = _multistream(path, text, _cuts(text))
     one = list(load_json(path, workers=1))
     two = list(load_json(path, workers=2, positions=True))
@@ -126,14 +153,44 @@ def test_a_truncated_multistream_file_hands_on_what_one_process_does(
     assert seen[1] == seen[2] and len(seen[2][0]) > 100
 
 
-def test_a_single_stream_bz2_with_workers_is_decompressed_here_and_says_why(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("suffix", "unit", "writer"), [(".bz2", "one bzip2 stream", "parallel bzip2"),
+                                                       (".zst", "one zstd frame", "pzstd")])
+def test_a_single_stream_file_with_workers_is_decompressed_here_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        suffix: str, unit: str, writer: str) -> None:
     monkeypatch.setenv(ENV_CHUNK_MB, "0.1")
-    path = tmp_path / "one.json.bz2"
-    path.write_bytes(bz2.compress(_text(_real_lines())))
+    path = tmp_path / f"one.json{suffix}"
+    text = _text(_real_lines())
+    path.write_bytes(bz2.compress(text) if suffix == ".bz2" else _zstd_frame(1, text))
     assert list(load_json(path, workers=2)) == list(load_json(path, workers=1))
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "one bzip2 stream" in err[0] and "parallel bzip2" in err[0]
+    assert len(err) == 1 and unit in err[0] and writer in err[0]
+
+
+def test_a_zst_file_without_the_zstandard_package_is_one_line_naming_the_extra(tmp_path: Path) -> None:
+    """Exit 2 and one line naming ``kgprobe[zst]``, never an ImportError traceback (the bulk
+    import files only: no server needed)."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "dump.json.zst"
+    path.write_bytes(b"(\xb5/\xfd")
+    code = ("import sys; sys.modules['zstandard'] = None; sys.argv[1:] = ['ingest', sys.argv[1], '--bulk', sys.argv[2]]; "
+            "from kgprobe.cli import main; main()")
+    proc = subprocess.run([sys.executable, "-c", code, str(path), str(tmp_path / "import")],
+                          env={**os.environ, **FILES_ONLY},
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1:] == [
+        f"error: {path}: reading a .zst file needs the zstandard package: pip install 'kgprobe[zst]'"]
+
+
+def test_a_corrupt_zst_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "dump.json.zst"
+    path.write_bytes(_zstd_frame(1, b"[\n")[:4] + b"\x00" * 40)
+    with pytest.raises(InputError, match="truncated or corrupt compressed file"):
+        list(load_json(path))
 
 
 def test_a_resumed_multistream_read_gives_exactly_the_records_after_its_checkpoint(

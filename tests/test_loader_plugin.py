@@ -100,7 +100,7 @@ def test_installed_loader_format_through_ingest(graph: Any, kgprobe_env: dict[st
                      "target": "kgprobe_kgtsv.KgTsv"}]
     (tmp_path / "notes.bin").write_bytes(b"\x00\x01")
     bad = kgprobe("ingest", str(tmp_path / "notes.bin"), env=env)
-    assert bad.returncode == 4 and "kgprobe TSV (.kgtsv), optionally .gz/.bz2" in bad.stderr
+    assert bad.returncode == 4 and "kgprobe TSV (.kgtsv), optionally .gz/.bz2/.zst" in bad.stderr
 
     r = kgprobe("ingest", str(data), "--json", env=env)
     assert r.returncode == 0, r.stderr

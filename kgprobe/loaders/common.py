@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
-from kgprobe.errors import InputError
+from kgprobe.errors import ConfigError, InputError
 from kgprobe.records import (
     INSTANCE_OF,
     RANKS,
@@ -131,7 +131,7 @@ def skip_entity(kind: str) -> str:
 # --------------------------------------------------------------------------- input files
 
 class _Decompressed(io.RawIOBase):
-    """A gzip/bzip2 file as a raw stream that hands out every byte it could decompress.
+    """A gzip/bzip2/zstd file as a raw stream that hands out every byte it could decompress.
 
     ``gzip.GzipFile`` raises on a truncated file inside the read that would have returned the
     last decompressed bytes, so the records in them were lost without a word; here the data
@@ -187,9 +187,50 @@ class _Decompressed(io.RawIOBase):
         return self._fh.tell()
 
 
+def zstandard_module(path: str | Path) -> Any:
+    """The ``zstandard`` package (the optional extra ``kgprobe[zst]``), or one line naming the
+    extra: the standard library reads no zstd before Python 3.14."""
+    try:
+        import zstandard
+    except ImportError:
+        raise ConfigError(f"{path}: reading a .zst file needs the zstandard package: "
+                          "pip install 'kgprobe[zst]'") from None
+    return zstandard
+
+
+class ZstdFrame:
+    """A decompressor of one zstd frame with the interface of zlib's and bz2's (``eof``,
+    ``unused_data``); its errors are OSError, as bz2's are, so that a corrupt .zst is one line
+    (`guarded`), never a ZstdError traceback."""
+
+    def __init__(self) -> None:
+        self._zstd = zstandard_module("zstd")
+        self._dec = self._zstd.ZstdDecompressor().decompressobj()
+
+    def decompress(self, data: bytes) -> bytes:
+        try:
+            return bytes(self._dec.decompress(data))
+        except self._zstd.ZstdError as exc:
+            raise OSError(f"not zstd data ({exc})") from None
+
+    @property
+    def eof(self) -> bool:
+        return bool(self._dec.eof)
+
+    @property
+    def unused_data(self) -> bytes:
+        return bytes(self._dec.unused_data)
+
+
+def _open_zst(p: Path) -> BinaryIO:
+    zstandard_module(p)  # the extra missing: one line before the file is opened
+    return io.BufferedReader(_Decompressed(p, ZstdFrame), 1 << 16)  # type: ignore[return-value]
+
+
 _COMPRESSED: dict[str, Callable[[Path], BinaryIO]] = {
     ".gz": lambda p: io.BufferedReader(_Decompressed(p, lambda: zlib.decompressobj(wbits=31)), 1 << 16),  # type: ignore[dict-item]
     ".bz2": lambda p: io.BufferedReader(_Decompressed(p, bz2.BZ2Decompressor), 1 << 16),  # type: ignore[dict-item]
+    ".zst": _open_zst,
 }
 
 
@@ -206,7 +247,7 @@ def base_suffix(path: Path) -> str:
 
 
 def open_binary(path: str | Path) -> BinaryIO:
-    """Open a plain, gzip or bzip2 file as decompressed bytes for streaming reads.
+    """Open a plain, gzip, bzip2 or zstd file as decompressed bytes for streaming reads.
 
     The JSON dump reader takes its lines as bytes: orjson reads UTF-8 bytes directly, so
     decoding each line to ``str`` first (and orjson encoding it back) would be work for nothing.
@@ -225,7 +266,7 @@ def open_binary(path: str | Path) -> BinaryIO:
 
 def stored_tell(fh: BinaryIO) -> int:
     """How far ``fh`` (from `open_binary`) has read the file as stored: the compressed bytes of
-    a .gz/.bz2 file (read ahead by up to a buffer), the position of a plain one."""
+    a .gz/.bz2/.zst file (read ahead by up to a buffer), the position of a plain one."""
     raw = getattr(fh, "raw", None)
     if isinstance(raw, _Decompressed):
         return raw.stored_tell()
@@ -269,8 +310,6 @@ def env_bytes(name: str, default_mb: int) -> int:
     bytes; anything but a positive finite number is one line (ConfigError)."""
     import math
     import os
-
-    from kgprobe.errors import ConfigError
 
     raw = os.environ.get(name)
     if not raw:

@@ -33,7 +33,7 @@ class Loader:
     name: ClassVar[str] = ""
     #: what the line listing the supported inputs shows: ``Turtle (.ttl)``
     title: ClassVar[str] = ""
-    #: file suffixes of the format, lower case with the dot; ``.gz``/``.bz2`` after them are
+    #: file suffixes of the format, lower case with the dot; ``.gz``/``.bz2``/``.zst`` after them are
     #: looked through (:func:`kgprobe.loaders.common.base_suffix`)
     suffixes: ClassVar[tuple[str, ...]] = ()
     #: reads http(s) URLs (an endpoint) instead of files
@@ -101,11 +101,11 @@ def suffix_table(*, plugins: bool = True) -> dict[str, str]:
 
 def supported(*, plugins: bool = True) -> str:
     """The inputs ``kgprobe ingest`` reads, as error lines list them (``plugins``: load them
-    first): ``Wikidata JSON (.json), N-Triples (.nt) or Turtle (.ttl), optionally .gz/.bz2, or
+    first): ``Wikidata JSON (.json), N-Triples (.nt) or Turtle (.ttl), optionally .gz/.bz2/.zst, or
     an http(s) SPARQL endpoint``."""
     formats = LOADERS.load() if plugins else LOADERS
     files = [cls.title for cls in formats.values() if not cls.reads_urls]
     urls = [cls.title for cls in formats.values() if cls.reads_urls]
     text = (", ".join(files[:-1]) + " or " + files[-1]) if len(files) > 1 else "".join(files)
-    text += ", optionally .gz/.bz2" if files else ""
+    text += ", optionally .gz/.bz2/.zst" if files else ""
     return text + "".join(f", or {u}" for u in urls)

@@ -1,5 +1,5 @@
 """A compressed dump decompressed in the workers (issue 37 #3): a multi-stream .bz2 split at its
-stream boundaries, each worker given a run of whole streams.
+stream boundaries (a multi-frame .zst at its frames), each worker given a run of whole streams.
 
 Why: gzip and bzip2 cannot seek, so a compressed file read by one process is decompressed by
 that process alone, and decompression costs as much as parsing. Wikidata's
@@ -9,7 +9,8 @@ block magic ``1AY&SY`` (0x314159265359), byte-aligned; the stream before it ends
 end-of-stream magic 0x177245385090 and a 32-bit CRC, padded with zero bits to the byte. The
 scan here takes a candidate only where both are found (a false match inside compressed data is
 then about 1 in 2**128), and the worker verifies each boundary by decompressing: its streams
-must end exactly where the next run starts, or the load stops with one line.
+must end exactly where the next run starts, or the load stops with one line. A .zst needs no
+search: its frames are walked by their headers, which give every block's size (`zst_frame_starts`).
 
 Which lines a run parses is decided as for byte ranges of a plain file: a run owns the lines
 that *start* in its text; every run but the first skips its text up to its first newline (the
@@ -20,11 +21,12 @@ line. The runs' texts therefore tile the file's text exactly, whatever the strea
 from __future__ import annotations
 
 import bz2
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 from kgprobe.errors import InputError
+from kgprobe.loaders.common import ZstdFrame
 
 #: the byte-aligned start of a bzip2 stream's first block (after ``BZh`` and the level digit)
 BLOCK_MAGIC = b"1AY&SY"
@@ -85,22 +87,81 @@ def bz2_stream_starts(fh: BinaryIO, limit: int | None = None) -> Iterator[int]:
         buf = buf[cut:]
 
 
-def bz2_runs(path: Path, target: int) -> Iterator[Run] | None:
-    """Runs of whole streams of about ``target`` compressed bytes each (at least one stream),
-    or None where the file shows no second stream in its first :data:`PROBE_BYTES`: a file
-    written by a plain bzip2 is one stream, which one process must decompress."""
+#: zstd frame magic (0xFD2FB528, little-endian) and that of a skippable frame (its low 4 bits free)
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_SKIPPABLE = 0x184D2A50
+
+
+def zst_frame_starts(fh: BinaryIO, limit: int | None = None) -> Iterator[int]:
+    """The byte offsets where the frames of a .zst file start (0 first), in order: walked by
+    their headers (RFC 8878: the header's fields, then each block's 3-byte header gives its
+    size), so exact, with no search and no false match; with ``limit``, only those before it.
+    A skippable frame is part of the frame before it; bytes that are no frame end the walk."""
+    fh.seek(0)
+    pos = 0
+    while limit is None or pos < limit:
+        fh.seek(pos)
+        head = fh.read(18)
+        if len(head) < 4:
+            return
+        magic = int.from_bytes(head[:4], "little")
+        if magic & 0xFFFFFFF0 == _SKIPPABLE:
+            if len(head) < 8:
+                return
+            pos += 8 + int.from_bytes(head[4:8], "little")
+            continue
+        if head[:4] != ZSTD_MAGIC or len(head) < 5:
+            return
+        yield pos
+        fhd = head[4]
+        single = fhd >> 5 & 1
+        fcs = (1 if single else 0, 2, 4, 8)[fhd >> 6]
+        at = pos + 5 + (0 if single else 1) + (0, 1, 2, 4)[fhd & 3] + fcs
+        while True:
+            fh.seek(at)
+            block = fh.read(3)
+            if len(block) < 3:
+                return
+            bh = int.from_bytes(block, "little")
+            kind, size = bh >> 1 & 3, bh >> 3
+            if kind == 3:
+                return
+            at += 3 + (1 if kind == 1 else size)
+            if bh & 1:
+                break
+        pos = at + (4 if fhd >> 2 & 1 else 0)
+
+
+#: how the streams of each splittable compression are found, named and decompressed
+_KINDS = {
+    "bz2": (bz2_stream_starts, "bzip2 stream"),
+    "zst": (zst_frame_starts, "zstd frame"),
+}
+
+
+def unit_name(kind: str) -> str:
+    """``bzip2 stream`` or ``zstd frame``: what the file is split at, for messages."""
+    return _KINDS[kind][1]
+
+
+def stream_runs(path: Path, kind: str, target: int) -> Iterator[Run] | None:
+    """Runs of whole streams (``kind``: ``bz2`` or ``zst``) of about ``target`` compressed
+    bytes each (at least one stream), or None where the file shows no second stream in its
+    first :data:`PROBE_BYTES`: a file written by a plain bzip2 (or zstd) is one stream, which
+    one process must decompress."""
+    starts = _KINDS[kind][0]
     with path.open("rb") as fh:
-        probe = list(bz2_stream_starts(fh, PROBE_BYTES))
+        probe = list(starts(fh, PROBE_BYTES))
     if len(probe) < 2:
         return None
-    return _runs(path, target)
+    return _runs(path, kind, target)
 
 
-def _runs(path: Path, target: int) -> Iterator[Run]:
+def _runs(path: Path, kind: str, target: int) -> Iterator[Run]:
     size = path.stat().st_size
     with path.open("rb") as fh:
         begin = 0
-        for start in bz2_stream_starts(fh):
+        for start in _KINDS[kind][0](fh):
             if start - begin >= target:
                 yield Run(begin, start)
                 begin = start
@@ -116,13 +177,14 @@ class RunText(NamedTuple):
     error: BaseException | None
 
 
-def run_text(path: str, run: Run, first: int | None) -> RunText:
-    """The text that ``run`` of a multi-stream .bz2 owns: with ``first`` (the first run), its
+def run_text(path: str, kind: str, run: Run, first: int | None) -> RunText:
+    """The text that ``run`` of a multi-stream file (``kind``: ``bz2`` or ``zst``) owns: with ``first`` (the first run), its
     text from byte ``first`` on (the lines the main process read already are left out); else
     from after its first newline. Every run that is not the file's last reads on into the
     following streams to the end of its last line."""
     with open(path, "rb") as fh:
-        reader = _Streams(fh, run.start, fh.seek(0, 2))
+        reader = _Streams(fh, run.start, fh.seek(0, 2),
+                          bz2.BZ2Decompressor if kind == "bz2" else ZstdFrame)
         parts: list[bytes] = []
         error: BaseException | None = None
         try:
@@ -134,11 +196,11 @@ def run_text(path: str, run: Run, first: int | None) -> RunText:
         if error is None and reader.truncated:
             error = reader.truncated
         elif error is None and reader.fed:
-            raise InputError(f"{path}: byte {run.end:,} looked like the start of a bzip2 stream "
-                             "but is not one; read the file with --workers 1")
+            raise InputError(f"{path}: byte {run.end:,} looked like the start of a "
+                             f"{unit_name(kind)} but is not one; read the file with --workers 1")
         if first is not None and len(whole) < first:
-            raise InputError(f"{path}: the first bzip2 streams are shorter than the dump's first "
-                             "line; read the file with --workers 1")
+            raise InputError(f"{path}: the first {unit_name(kind)}s are shorter than the dump's "
+                             "first line; read the file with --workers 1")
         if first is None:  # the end of a line an earlier run owns comes first
             nl = whole.find(b"\n")
             text = b"" if nl < 0 else whole[nl + 1:]
@@ -166,16 +228,17 @@ def run_text(path: str, run: Run, first: int | None) -> RunText:
 
 
 class _Streams:
-    """Consecutive bzip2 streams of a file of ``size`` bytes, from byte ``start``, decompressed
-    a piece at a time; ``pos`` is the compressed byte read up to, ``fed`` whether the stream
+    """Consecutive streams of a file of ``size`` bytes, from byte ``start``, decompressed a
+    piece at a time by decompressors made by ``new``; ``pos`` is the compressed byte read up to, ``fed`` whether the stream
     being read began (a run must end where a stream ended)."""
 
-    def __init__(self, fh: BinaryIO, start: int, size: int) -> None:
+    def __init__(self, fh: BinaryIO, start: int, size: int, new: Callable[[], Any]) -> None:
         fh.seek(start)
+        self.new = new
         self.fh = fh
         self.pos = start
         self.size = size
-        self.dec = bz2.BZ2Decompressor()
+        self.dec = new()
         self.fed = False
 
     def read(self, most: int) -> bytes:
@@ -188,7 +251,7 @@ class _Streams:
             self.fed = True
             if self.dec.eof:
                 data = self.dec.unused_data
-                self.dec = bz2.BZ2Decompressor()
+                self.dec = self.new()
                 self.fed = False
             else:
                 data = b""

@@ -1,6 +1,6 @@
 """Wikidata JSON: the entity dump (``[`` / one entity per line / ``]``) and entity documents.
 
-Dumps (``.json``, ``.json.gz``, ``.json.bz2``) are read line by line, so memory does not grow
+Dumps (``.json``, ``.json.gz``, ``.json.bz2``, ``.json.zst``) are read line by line, so memory does not grow
 with the file. Entity documents — ``Special:EntityData`` (``{"entities": {...}}``),
 ``wbgetentities`` responses (also the older flavour whose item values carry only a
 ``numeric-id``), and a bare entity object — are small by nature and parsed whole.
@@ -48,7 +48,7 @@ from kgprobe.loaders.common import (
     time_from_json,
 )
 from kgprobe.loaders.parallel import chunk_bytes, ordered_map, read_chunks
-from kgprobe.loaders.streams import PROBE_BYTES, Run, bz2_runs, run_text
+from kgprobe.loaders.streams import PROBE_BYTES, Run, run_text, stream_runs, unit_name
 from kgprobe.loaders.validate import (
     MAX_VALUE_CHARS,
     Invalid,
@@ -691,7 +691,7 @@ def load_json(
     start: Position | None = None,
     post: Callable[[list[Record]], list[Record]] | None = None,
 ) -> Iterator[Record]:
-    """Stream records from a Wikidata JSON dump or entity document (plain, .gz or .bz2).
+    """Stream records from a Wikidata JSON dump or entity document (plain, .gz, .bz2 or .zst).
 
     The layout is detected from the first line: ``[`` alone (the dump), a complete entity
     object (JSON lines), or anything else (one document, parsed whole, so refused beyond
@@ -814,10 +814,11 @@ def _chunked(
         if read.positions and offset > last:
             yield position(offset, lineno)
         return
-    runs = _bz2_runs(p, read) if compression_of(p) == "bz2" and start is None else None
+    kind = compression_of(p)
+    runs = _stream_runs(p, kind, read) if kind in ("bz2", "zst") and start is None else None
     jobs: Iterator[_Chunk | _StreamRun]
-    if runs is not None:  # a multi-stream .bz2: each worker decompresses its own streams
-        jobs = (_StreamRun(str(p), r, offset if i == 0 else None, f, source, read.post)
+    if runs is not None:  # a multi-stream file: each worker decompresses its own streams
+        jobs = (_StreamRun(str(p), str(kind), r, offset if i == 0 else None, f, source, read.post)
                 for i, r in enumerate(runs))
     else:
         # a plain file's chunk is read again by its worker (from the page cache): only where it
@@ -857,17 +858,18 @@ def _chunked(
                            entities=items, read=here.read, size=here.size)
 
 
-def _bz2_runs(p: Path, read: _Reading) -> Iterator[Run] | None:
-    """The runs of streams of a multi-stream .bz2 for ``read.workers`` workers, or None (one
-    line on stderr saying why, where workers were asked for) where the file is one stream."""
+def _stream_runs(p: Path, kind: str, read: _Reading) -> Iterator[Run] | None:
+    """The runs of streams of a multi-stream .bz2 or multi-frame .zst for ``read.workers``
+    workers, or None (one line on stderr saying why, where workers were asked for) where the
+    file is one stream."""
     if read.workers == 1:
         return None
-    runs = bz2_runs(p, max(1, chunk_bytes() // 4))  # bzip2 compresses dump text 5-20 times
+    runs = stream_runs(p, kind, max(1, chunk_bytes() // 4))  # dump text compresses 5-20 times
     if runs is None:
-        print(f"{p}: one bzip2 stream (no second in its first {PROBE_BYTES >> 20} MiB), so it "
-              "is decompressed here and only parsed in the workers; a parallel bzip2 (lbzip2, "
-              "pbzip2), as Wikidata's dumps are written, lets the workers decompress it too",
-              file=sys.stderr)
+        writer = "a parallel bzip2 (lbzip2, pbzip2)" if kind == "bz2" else "pzstd"
+        print(f"{p}: one {unit_name(kind)} (no second in its first {PROBE_BYTES >> 20} MiB), so "
+              f"it is decompressed here and only parsed in the workers; compressed by {writer}, "
+              "the workers would decompress it too", file=sys.stderr)
     return runs
 
 
@@ -892,11 +894,12 @@ _AT_OFFSET = re.compile(r" \(line at byte offset ([0-9,]+)\)\Z")
 
 
 class _StreamRun(NamedTuple):
-    """What a worker needs to parse a run of whole streams of a multi-stream .bz2
-    (kgprobe/loaders/streams.py): ``first``, for the first run only, is the bytes of its text
+    """What a worker needs to parse a run of whole streams of a multi-stream .bz2 or .zst
+    (``kind``; kgprobe/loaders/streams.py): ``first``, for the first run only, is the bytes of its text
     the main process read already (the dump's ``[`` line)."""
 
     path: str
+    kind: str
     run: Run
     first: int | None
     filters: Filters
@@ -912,7 +915,7 @@ def _parse_job(job: _Chunk | _StreamRun) -> _Parsed:
 def _parse_run(job: _StreamRun) -> _Parsed:
     """Decompress and parse the lines a run of streams owns, numbered from line 0 at byte 0 of
     what it owns (`_relocate` numbers them from the file's start)."""
-    text, error = run_text(job.path, job.run, job.first)
+    text, error = run_text(job.path, job.kind, job.run, job.first)
     parsed = _parse_chunk(_Chunk(job.path, text, 0, 0, job.filters, job.source,
                                  0, len(text), job.post))
     return parsed._replace(error=parsed.error or error, lines=text.count(b"\n"), size=len(text))
