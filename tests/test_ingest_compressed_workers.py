@@ -20,7 +20,7 @@ from test_ingest_workers import _cli, _real_lines
 
 from kgprobe.errors import InputError
 from kgprobe.loaders.parallel import ENV_CHUNK_MB
-from kgprobe.loaders.streams import bz2_stream_starts, zst_frame_starts
+from kgprobe.loaders.streams import Run, bz2_stream_starts, run_text, zst_frame_starts
 from kgprobe.loaders.wikidata_json import load_json
 from kgprobe.records import EntityRecord, ErrorRecord, Position
 
@@ -93,6 +93,17 @@ def test_zstd_frames_are_walked_by_their_headers(tmp_path: Path) -> None:
     a, b = _zstd_frame(0, b"a\n"), _zstd_frame(1, b"b\n")
     skippable = (0x184D2A53).to_bytes(4, "little") + (5).to_bytes(4, "little") + b"12345"
     assert list(zst_frame_starts(io.BytesIO(a + skippable + b))) == [0, len(a) + len(skippable)]
+
+
+def test_a_run_that_ends_inside_a_stream_is_one_line(tmp_path: Path) -> None:
+    """The worker's check of a boundary: a run whose end is not where a stream ended (a false
+    match the scan let through) stops the load with one line, not with wrong lines."""
+    text = _text(_real_lines())
+    path = tmp_path / "d.json.bz2"
+    starts = _multistream(path, text, _cuts(text))
+    with pytest.raises(InputError, match=f"byte {starts[2] - 50:,} looked like the start of a bzip2 stream"):
+        run_text(str(path), "bz2", Run(starts[1], starts[2] - 50), None)
+    assert run_text(str(path), "bz2", Run(starts[1], starts[2]), None).error is None
 
 
 @pytest.mark.parametrize(("chunk_mb", "suffix"), [("0.02", ".bz2"), ("0.3", ".bz2"), ("0.02", ".zst")])
