@@ -35,6 +35,9 @@ EOS_MAGIC = 0x177245385090
 #: how far into a .bz2 file a second stream is looked for before it is called single-stream
 PROBE_BYTES = 64 << 20
 _READ = 8 << 20
+#: compressed bytes read at a time for the end of a run's last line: little more than the next
+#: stream's first block is decompressed twice (a MiB at a time decompressed a whole run twice)
+_TAIL_READ = 32 << 10
 
 
 class Run(NamedTuple):
@@ -213,7 +216,7 @@ def run_text(path: str, kind: str, run: Run, first: int | None) -> RunText:
         tail: list[bytes] = []
         try:
             while reader.pos < reader.size:  # the end of the last line, from the streams after
-                piece = reader.read(1 << 20)
+                piece = reader.read(_TAIL_READ)
                 nl = piece.find(b"\n")
                 if nl >= 0:
                     tail.append(piece[:nl + 1])
