@@ -265,7 +265,10 @@ class Position:
     (kgprobe/loaders/resume.py). ``line`` is the line number at ``offset``, ``entities`` the
     entities counted towards ``--limit`` so far, ``read`` the bytes of the file as stored
     (compressed, for .gz/.bz2) read so far and ``size`` its size: progress and ETA (``read``
-    runs ahead by the chunks in flight, so it is not compared)."""
+    runs ahead by the chunks in flight, so it is not compared). ``stream``, where the workers
+    decompress a multi-stream file (kgprobe/loaders/streams.py), is the compressed offset of the
+    stream whose text, after its first newline, starts at ``offset``: a resume starts there,
+    with nothing decompressed before it; -1 elsewhere."""
 
     source: str
     offset: int
@@ -273,6 +276,7 @@ class Position:
     entities: int = 0
     read: int = field(default=0, compare=False)
     size: int = 0
+    stream: int = field(default=-1, compare=False)
 
 
 Record = EntityRecord | RelationRecord | FactRecord | RedirectRecord | SkipRecord | ErrorRecord | Position

@@ -204,18 +204,30 @@ def test_a_corrupt_zst_is_one_line(tmp_path: Path) -> None:
         list(load_json(path))
 
 
-def test_a_resumed_multistream_read_gives_exactly_the_records_after_its_checkpoint(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A checkpoint of a stream run: resumed (the text before it decompressed and dropped here),
-    the records after it, no more, no fewer."""
+@pytest.mark.parametrize("suffix", [".bz2", ".zst"])
+def test_a_resumed_multistream_read_starts_at_its_stream_and_gives_the_records_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, suffix: str) -> None:
+    """A checkpoint of a stream run, saved and loaded as the ingest does: resumed by 2 workers,
+    the records after it, no more, no fewer, and nothing before its stream is decompressed (the
+    streams between the first and it, overwritten with zeros, are never read); one process
+    resumes as before, decompressing up to it."""
+    from kgprobe.loaders.resume import load_checkpoint, save_checkpoint
+
     monkeypatch.setenv(ENV_CHUNK_MB, "0.02")
     text = _text(_real_lines())
-    path = tmp_path / "dump.json.bz2"
-    _multistream(path, text, _cuts(text))
+    path = tmp_path / f"dump.json{suffix}"
+    starts = _multistream(path, text, _cuts(text))
     whole = list(load_json(path, workers=2, positions=True))
     at = [i for i, r in enumerate(whole) if isinstance(r, Position)][3]
     after = [r for r in whole[at + 1:] if not isinstance(r, Position)]
-    resumed = list(load_json(path, workers=2, start=whole[at]))  # type: ignore[arg-type]
+    save_checkpoint(tmp_path, whole[at])  # type: ignore[arg-type]
+    start = load_checkpoint(tmp_path, path)
+    assert start is not None and start.stream == whole[at].read in starts  # type: ignore[union-attr]
+    assert list(load_json(path, workers=1, start=start)) == after
+    data = bytearray(path.read_bytes())
+    data[starts[1]:start.stream - 11] = bytes(start.stream - 11 - starts[1])
+    path.write_bytes(bytes(data))
+    resumed = list(load_json(path, workers=2, start=start))
     assert resumed == after and _located(resumed) == _located(after) and after
 
 

@@ -45,7 +45,7 @@ def save_checkpoint(home: Path, position: Position) -> None:
     target = checkpoint_file(home, position.source)
     target.parent.mkdir(parents=True, exist_ok=True)
     data = {**_identity(position.source), "offset": position.offset, "line": position.line,
-            "entities": position.entities}
+            "entities": position.entities, "stream": position.stream}
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -65,6 +65,7 @@ def load_checkpoint(home: Path, source: str | Path) -> Position | None:
         data = json.loads(path.read_text(encoding="utf-8"))
         offset, line, entities = int(data["offset"]), int(data["line"]), int(data["entities"])
         size, mtime_ns = int(data["size"]), int(data["mtime_ns"])
+        stream = int(data.get("stream", -1))  # (a checkpoint of an older kgprobe has none)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -76,7 +77,7 @@ def load_checkpoint(home: Path, source: str | Path) -> Position | None:
                          f"time differ), so it cannot be resumed; delete {path} to start from the "
                          "beginning")
     return Position(source=str(source), offset=offset, line=line, entities=entities,
-                    read=0, size=size)
+                    read=0, size=size, stream=stream)
 
 
 def clear_checkpoint(home: Path, source: str | Path) -> None:

@@ -147,23 +147,40 @@ def unit_name(kind: str) -> str:
     return _KINDS[kind][1]
 
 
-def stream_runs(path: Path, kind: str, target: int) -> Iterator[Run] | None:
+def stream_runs(path: Path, kind: str, target: int, begin: int | None = None) -> Iterator[Run] | None:
     """Runs of whole streams (``kind``: ``bz2`` or ``zst``) of about ``target`` compressed
-    bytes each (at least one stream), or None where the file shows no second stream in its
-    first :data:`PROBE_BYTES`: a file written by a plain bzip2 (or zstd) is one stream, which
-    one process must decompress."""
-    starts = _KINDS[kind][0]
+    bytes each (at least one stream), from the stream at ``begin`` (a resume) or from the
+    start; None where the file shows no second stream in its first :data:`PROBE_BYTES`: a
+    file written by a plain bzip2 (or zstd) is one stream, which one process must decompress."""
+    if begin is None:
+        with path.open("rb") as fh:
+            probe = list(_KINDS[kind][0](fh, PROBE_BYTES))
+        if len(probe) < 2:
+            return None
+    return _runs(path, kind, target, begin or 0)
+
+
+def is_stream_start(path: Path, kind: str, at: int) -> bool:
+    """Whether byte ``at`` of ``path`` starts a stream (a checkpoint's ``stream``): the
+    boundary the scan would take (for .bz2 the header after an end-of-stream marker, for .zst
+    a frame's magic). The worker's decompression verifies it further."""
+    if at < 0:
+        return False
     with path.open("rb") as fh:
-        probe = list(starts(fh, PROBE_BYTES))
-    if len(probe) < 2:
-        return None
-    return _runs(path, kind, target)
+        if kind == "zst":
+            fh.seek(at)
+            return fh.read(4) == ZSTD_MAGIC
+        if at == 0:
+            return fh.read(3) == b"BZh"
+        fh.seek(at - 11)
+        data = fh.read(21)
+    return (len(data) == 21 and data[11:14] == b"BZh" and data[15:21] == BLOCK_MAGIC
+            and _ends_a_stream(data[:11]))
 
 
-def _runs(path: Path, kind: str, target: int) -> Iterator[Run]:
+def _runs(path: Path, kind: str, target: int, begin: int) -> Iterator[Run]:
     size = path.stat().st_size
     with path.open("rb") as fh:
-        begin = 0
         for start in _KINDS[kind][0](fh):
             if start - begin >= target:
                 yield Run(begin, start)

@@ -48,7 +48,14 @@ from kgprobe.loaders.common import (
     time_from_json,
 )
 from kgprobe.loaders.parallel import chunk_bytes, ordered_map, read_chunks
-from kgprobe.loaders.streams import PROBE_BYTES, Run, run_text, stream_runs, unit_name
+from kgprobe.loaders.streams import (
+    PROBE_BYTES,
+    Run,
+    is_stream_start,
+    run_text,
+    stream_runs,
+    unit_name,
+)
 from kgprobe.loaders.validate import (
     MAX_VALUE_CHARS,
     Invalid,
@@ -780,8 +787,13 @@ def _chunked(
     applies it."""
     limit, items = f.limit, 0
     start = read.start
+    kind = compression_of(p)
+    resume_at: int | None = None  # a multi-stream file's checkpoint: the stream to start at
     if start is not None and start.offset >= offset:  # resume: the text before it unparsed
-        skip_to(fh, offset, start.offset)
+        if read.workers > 1 and kind in ("bz2", "zst") and is_stream_start(p, str(kind), start.stream):
+            resume_at = start.stream  # nothing before it decompressed
+        else:
+            skip_to(fh, offset, start.offset)
         lineno, offset, items, head = start.line, start.offset, start.entities, None
     if head is not None:
         if limit is not None and items >= limit:
@@ -814,11 +826,15 @@ def _chunked(
         if read.positions and offset > last:
             yield position(offset, lineno)
         return
-    kind = compression_of(p)
-    runs = _stream_runs(p, kind, read) if kind in ("bz2", "zst") and start is None else None
+    runs = None
+    if resume_at is not None:
+        runs = stream_runs(p, str(kind), _run_bytes(), resume_at)
+    elif kind in ("bz2", "zst") and start is None:
+        runs = _stream_runs(p, kind, read)
     jobs: Iterator[_Chunk | _StreamRun]
     if runs is not None:  # a multi-stream file: each worker decompresses its own streams
-        jobs = (_StreamRun(str(p), str(kind), r, offset if i == 0 else None, f, source, read.post)
+        first = None if resume_at is not None else offset  # text the main process read already
+        jobs = (_StreamRun(str(p), str(kind), r, first if i == 0 else None, f, source, read.post)
                 for i, r in enumerate(runs))
     else:
         # a plain file's chunk is read again by its worker (from the page cache): only where it
@@ -833,7 +849,7 @@ def _chunked(
             lineno, offset = lineno + parsed.lines, offset + parsed.size
             if read.positions:  # the compressed bytes read: those of the streams parsed
                 here = Position(source=str(p), offset=offset, line=lineno, entities=items,
-                                read=job.run.end, size=size)  # type: ignore[union-attr]
+                                read=job.run.end, size=size, stream=job.run.end)  # type: ignore[union-attr]
         elif read.positions:
             here = position(job.offset + job.size, job.next_lineno)  # type: ignore[union-attr]
         if read.post is not None:  # no limit: the chunk's records, as ``post`` made them
@@ -855,7 +871,7 @@ def _chunked(
             raise parsed.error
         if read.positions:
             yield Position(source=here.source, offset=here.offset, line=here.line,
-                           entities=items, read=here.read, size=here.size)
+                           entities=items, read=here.read, size=here.size, stream=here.stream)
 
 
 def _stream_runs(p: Path, kind: str, read: _Reading) -> Iterator[Run] | None:
@@ -864,13 +880,19 @@ def _stream_runs(p: Path, kind: str, read: _Reading) -> Iterator[Run] | None:
     file is one stream."""
     if read.workers == 1:
         return None
-    runs = stream_runs(p, kind, max(1, chunk_bytes() // 4))  # dump text compresses 5-20 times
+    runs = stream_runs(p, kind, _run_bytes())
     if runs is None:
         writer = "a parallel bzip2 (lbzip2, pbzip2)" if kind == "bz2" else "pzstd"
         print(f"{p}: one {unit_name(kind)} (no second in its first {PROBE_BYTES >> 20} MiB), so "
               f"it is decompressed here and only parsed in the workers; compressed by {writer}, "
               "the workers would decompress it too", file=sys.stderr)
     return runs
+
+
+def _run_bytes() -> int:
+    """Compressed bytes per run of streams: a quarter of a chunk (dump text compresses 5-20
+    times, so a run's text is a few chunks)."""
+    return max(1, chunk_bytes() // 4)
 
 
 def _relocate(records: list[Record], prefix: str, lineno: int, offset: int) -> None:
