@@ -67,6 +67,21 @@ def _multistream(path: Path, text: bytes, cuts: list[int]) -> list[int]:
     return starts
 
 
+def _with_a_colliding_statement(line: str) -> str:
+    """The entity ``line`` with a second statement under the id of its first item-valued one,
+    pointing elsewhere: the ingest refuses it (statement key already used)."""
+    ent = json.loads(line)
+    for claims in ent["claims"].values():
+        for st in claims:
+            value = st["mainsnak"].get("datavalue", {}).get("value")
+            if isinstance(value, dict) and value.get("entity-type") == "item":
+                other = json.loads(json.dumps(st))
+                other["mainsnak"]["datavalue"]["value"].update({"id": "Q4", "numeric-id": 4})
+                claims.append(other)
+                return json.dumps(ent)
+    raise AssertionError("no item-valued statement")
+
+
 def _located(recs: list[Any]) -> list[tuple[str, str]]:
     return [(type(r).__name__, getattr(r, "location", "")) for r in recs if not isinstance(r, Position)]
 
@@ -239,6 +254,7 @@ def test_bulk_rows_of_two_workers_on_a_multistream_bz2_are_those_of_the_plain_fi
     the import files of one process reading the plain file."""
     lines = _real_lines()
     lines[5] = "{not json"
+    lines[20] = _with_a_colliding_statement(lines[20])  # refused in the worker, not the reader
     text = _text(lines)
     plain = tmp_path / "dump.json"
     plain.write_bytes(text)
@@ -250,7 +266,10 @@ def test_bulk_rows_of_two_workers_on_a_multistream_bz2_are_those_of_the_plain_fi
     assert r1.returncode == r2.returncode == 0, r1.stderr + r2.stderr
     s1, s2 = json.loads(r1.stdout), json.loads(r2.stdout)
     assert s2["first_errors"] == [e.replace(str(plain), str(tmp_path / "dump.json.bz2"))
-                                  for e in s1["first_errors"]] and s1["errors"] == 1
+                                  for e in s1["first_errors"]] and s1["errors"] == 2
+    line = text.split(b"\n").index(lines[20].encode() + b",") + 1
+    assert f"{plain}:{line}: statement key" in s1["first_errors"][1]
+    assert s1["first_errors"][1].endswith(f"at {plain}:{line}")
     assert {k: v for k, v in s1.items() if k != "first_errors"} == \
         {k: v for k, v in s2.items() if k != "first_errors"}
     assert import_rows(tmp_path / "one") == import_rows(tmp_path / "two")

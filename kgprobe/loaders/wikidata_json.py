@@ -895,21 +895,32 @@ def _run_bytes() -> int:
     return max(1, chunk_bytes() // 4)
 
 
-def _relocate(records: list[Record], prefix: str, lineno: int, offset: int) -> None:
+def _relocate(records: list[Any], prefix: str, lineno: int, offset: int) -> None:
     """Number the lines of a stream run's records from the file's start: ``prefix`` + the
-    line within the run becomes ``prefix`` + ``lineno`` + it, and an error's byte offset
-    within the run gains ``offset``."""
+    line within the run becomes ``prefix`` + ``lineno`` + it, in a location and in an error's
+    message (``… already used … at FILE:LINE``), and an error's byte offset within the run
+    gains ``offset``. The errors a worker's ``post`` kept inside what it returns (the bulk
+    load's ``ChunkRows.refused``) are renumbered too."""
     n = len(prefix)
+    line = re.compile(re.escape(prefix) + r"([0-9]+)\b")
+
+    def renumber(m: re.Match[str]) -> str:
+        return f"{prefix}{lineno + int(m.group(1))}"
+
     for rec in records:
+        inner = getattr(rec, "refused", None)
+        if isinstance(inner, list):
+            _relocate(inner, prefix, lineno, offset)
         loc = getattr(rec, "location", None)
-        if not loc or not loc.startswith(prefix) or not loc[n:].isdigit():
-            continue
-        rec.location = f"{prefix}{lineno + int(loc[n:])}"  # type: ignore[union-attr]
+        if loc and loc.startswith(prefix) and loc[n:].isdigit():
+            rec.location = f"{prefix}{lineno + int(loc[n:])}"
         if rec.__class__ is ErrorRecord:
-            m = _AT_OFFSET.search(rec.message)  # type: ignore[union-attr]
+            message = line.sub(renumber, rec.message)
+            m = _AT_OFFSET.search(message)
             if m is not None:
                 at = offset + int(m.group(1).replace(",", ""))
-                rec.message = rec.message[:m.start()] + f" (line at byte offset {at:,})"  # type: ignore[union-attr]
+                message = message[:m.start()] + f" (line at byte offset {at:,})"
+            rec.message = message
 
 
 _AT_OFFSET = re.compile(r" \(line at byte offset ([0-9,]+)\)\Z")
