@@ -60,7 +60,8 @@ def _report(env: dict[str, str], out: Path) -> subprocess.CompletedProcess[str]:
 def test_installed_section_in_every_report_format(hand_graph: Any,  # noqa: F811
                                                   kgprobe_env: dict[str, str], site: Path,
                                                   tmp_path: Path) -> None:
-    """Installed (entry point of `kgprobe.report_sections`): `kgprobe report` writes it, with the numbers worked out by hand, under its
+    """Installed (entry point of `kgprobe.report_sections`): `kgprobe plugins` lists it with its
+    origin, and `kgprobe report` writes it, with the numbers worked out by hand, under its
     title into report.md, report.html (before the provenance), results.json (`sections`) and
     the terminal. Not installed: none of it, and results.json has no `sections` key."""
     hand_graph.write("MATCH (r:Relation {pid: 'P36'}) SET r.label = 'capital'")
@@ -71,6 +72,12 @@ def test_installed_section_in_every_report_format(hand_graph: Any,  # noqa: F811
     assert "sections" not in json.loads((tmp_path / "plain" / "results.json").read_text())
 
     env = with_path(kgprobe_env, site)
+    listed = json.loads(subprocess.run(
+        [str(Path(sys.executable).parent / "kgprobe"), "plugins", "--json"], capture_output=True,
+        text=True, env=env, timeout=300).stdout)["plugins"]
+    assert [(p["name"], p["origin"]) for p in listed if p["kind"] == "report section"] == [
+        ("chance", "built-in"),
+        ("spread", "entry point spread = kgprobe_spread of kgprobe-spread 0.1.0 (kgprobe.report_sections)")]
 
     r = _report(env, tmp_path / "with")
     assert r.returncode == 0, r.stderr
