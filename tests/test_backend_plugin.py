@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from test_cli_graph import kgprobe
-from test_plugins import pip_install, with_path
+from test_plugins import install_example, with_path
 
 from kgprobe.graph import probe_runs as pr
 
@@ -25,10 +25,7 @@ AT = "2025-01-01"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("backend-site") / "site"
-    pip_install(EXAMPLE, target)
-    assert list(target.glob("kgprobe_letters-0.1.0.dist-info/entry_points.txt"))
-    return target
+    return install_example(tmp_path_factory, "kgprobe-letters")
 
 
 def by_hand(label: str) -> float:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_plugins import pip_install, with_path
+from test_plugins import install_example, with_path
 from test_reports import hand_graph  # noqa: F401  (the fixture)
 
 from kgprobe.reports.data import Chance
@@ -30,10 +30,7 @@ LINES = ["Best: P36 capital, mean 0.667 over 3 facts.",
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("section-site") / "site"
-    pip_install(EXAMPLE, target)
-    assert list(target.glob("kgprobe_spread-0.1.0.dist-info/entry_points.txt"))
-    return target
+    return install_example(tmp_path_factory, "kgprobe-spread")
 
 
 def test_the_chance_level_is_one_entry_with_one_spelling() -> None:

@@ -18,7 +18,7 @@ from distractor_world import load as load_distractor_world
 from probe_world import REF
 from probe_world import load as load_probe_world
 from test_cli_graph import kgprobe
-from test_plugins import pip_install, with_path
+from test_plugins import install_example, with_path
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.strategies import BUILTIN, STRATEGIES, DistractorStrategy, strategy_class
@@ -29,10 +29,7 @@ EXAMPLE = REPO / "examples" / "kgprobe-shortest"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("strategy-site") / "site"
-    pip_install(EXAMPLE, target)
-    assert list(target.glob("kgprobe_shortest-0.1.0.dist-info/entry_points.txt"))
-    return target
+    return install_example(tmp_path_factory, "kgprobe-shortest")
 
 
 def test_the_built_in_strategies_are_the_registry() -> None:
