@@ -1198,6 +1198,7 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
         strategies,  # noqa: F401  (the strategy registry and its built-ins)
     )
     from kgprobe.probing.measures.catalog import load_all
+    from kgprobe.reports import sections  # noqa: F401  (the report section registry)
 
     load_all()  # every registry is in KINDS once its module (and its built-ins) is imported
     # one kind after the other in the order of their entry-point groups, whatever imported first

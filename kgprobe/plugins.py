@@ -4,8 +4,9 @@ the package come in (entry points and ``--plugin MODULE``; docs/design.md §8).
 Every extension kind is one contract (a base class) and one :class:`Registry` of it: measures
 (:data:`kgprobe.probing.measures.registry.REGISTRY`), scoring backends
 (:data:`kgprobe.probing.backends.base.BACKENDS`), loader formats
-(:data:`kgprobe.loaders.formats.LOADERS`) and distractor strategies
-(:data:`kgprobe.probing.strategies.STRATEGIES`). A registry takes entries by decorator, finds
+(:data:`kgprobe.loaders.formats.LOADERS`), distractor strategies
+(:data:`kgprobe.probing.strategies.STRATEGIES`) and report sections
+(:data:`kgprobe.reports.sections.SECTIONS`). A registry takes entries by decorator, finds
 them by name, loads its entry-point group once, knows where each entry came from (for one-line
 errors) and lists them (``kgprobe plugins``, ``kgprobe models``).
 
@@ -13,7 +14,8 @@ A plug-in is a module that registers entries of any kind when it is imported. Tw
 
 - an installed distribution declares an entry point in the group of its kind: :data:`MEASURES`
   (``kgprobe.measures``), :data:`BACKENDS` (``kgprobe.backends``), :data:`LOADERS`
-  (``kgprobe.loaders``) or :data:`STRATEGIES` (``kgprobe.strategies``); its value names a module
+  (``kgprobe.loaders``), :data:`STRATEGIES` (``kgprobe.strategies``) or :data:`REPORT_SECTIONS`
+  (``kgprobe.report_sections``); its value names a module
   (imported) or an object in one (``pkg.mod:Top1``, loaded and handed to the caller);
 - a module named on the command line (``kgprobe --plugin MODULE``, repeatable) or in
   ``KGPROBE_PLUGINS`` (comma-separated), imported for every group.
@@ -42,7 +44,8 @@ MEASURES = "kgprobe.measures"
 BACKENDS = "kgprobe.backends"
 LOADERS = "kgprobe.loaders"
 STRATEGIES = "kgprobe.strategies"
-GROUPS = (MEASURES, BACKENDS, LOADERS, STRATEGIES)
+REPORT_SECTIONS = "kgprobe.report_sections"
+GROUPS = (MEASURES, BACKENDS, LOADERS, STRATEGIES, REPORT_SECTIONS)
 ENV_PLUGINS = "KGPROBE_PLUGINS"
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")

@@ -422,7 +422,8 @@ def run_python(block: Block, world: World, monkeypatch: pytest.MonkeyPatch) -> N
             monkeypatch.setitem(sys.modules, tracker, _recording_module(tracker))
     import kgprobe.loaders.formats
     import kgprobe.probing.backends
-    import kgprobe.probing.strategies  # noqa: F401  (their registries join KINDS)
+    import kgprobe.probing.strategies
+    import kgprobe.reports.sections  # noqa: F401  (their registries join KINDS)
     from kgprobe.plugins import KINDS
     from kgprobe.probing.measures.catalog import load_all
 
@@ -430,7 +431,7 @@ def run_python(block: Block, world: World, monkeypatch: pytest.MonkeyPatch) -> N
     known = [(reg, set(reg.load())) for reg in KINDS.values()]
     try:
         exec(compile(code, block.id, "exec"), names)
-    finally:  # a measure, backend, loader format or strategy a block registers is not left in
+    finally:  # a measure, backend, loader format, strategy or report section a block registers is not left in
         # the process's registries (the loader and strategy tests that run later count them)
         for reg, before in known:
             for name in set(reg) - before:

@@ -122,7 +122,7 @@ def test_layers_point_one_way(low: str, high: str) -> None:
 
 
 #: kgprobe.reports, bottom first: each module imports only modules before it in this list
-REPORTS = ["wording", "data", "text", "build", "console", "figures", "html", "results", "write", "ladder"]
+REPORTS = ["wording", "data", "sections", "text", "build", "console", "figures", "html", "results", "write", "ladder"]
 
 
 def test_the_reports_package_points_one_way() -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from test_cli_graph import kgprobe
-from test_plugins import pip_install, with_path
+from test_plugins import install_example, with_path
 
 from kgprobe import plugins
 from kgprobe.errors import InputError
@@ -43,10 +43,7 @@ FACTS = {("Q42", "P69", "Q691283", "preferred"), ("Q42", "P69", "Q4961791", "nor
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("loader-site") / "site"
-    pip_install(EXAMPLE, target)
-    assert list(target.glob("kgprobe_kgtsv-0.1.0.dist-info/entry_points.txt"))
-    return target
+    return install_example(tmp_path_factory, "kgprobe-kgtsv")
 
 
 def test_the_built_in_formats_are_the_registry() -> None:

@@ -36,6 +36,16 @@ def pip_install(src: Path, target: Path) -> None:
     assert r.returncode == 0, r.stderr
 
 
+def install_example(factory: pytest.TempPathFactory, package: str) -> Path:
+    """examples/kgprobe-NAME pip-installed (:func:`pip_install`) into a temporary folder of
+    its own, its entry points written: the folder, for ``PYTHONPATH``."""
+    target = factory.mktemp(f"{package}-site") / "site"
+    pip_install(REPO / "examples" / package, target)
+    module = package.replace("-", "_")
+    assert list(target.glob(f"{module}-0.1.0.dist-info/entry_points.txt"))
+    return target
+
+
 def with_path(env: dict[str, str], *paths: Path) -> dict[str, str]:
     return {**env, "PYTHONPATH": os.pathsep.join([*map(str, paths), str(REPO)])}
 

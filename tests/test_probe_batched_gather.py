@@ -210,3 +210,47 @@ def test_prefetch_answers_the_first_semantic_checks_without_the_graph(
                          at=REF, index=index, context=ctx)
     assert per_fact.reads >= 2 * len(ctxs) - 5  # at least the temporal read and one check per fact
     assert g.reads - base < per_fact.reads / 4
+
+
+def test_prefetch_asks_the_strategy_entry_not_its_name(demo: tuple[Any, SemanticIndex]) -> None:
+    """Issue 39 item 4: what `prefetch` reads for a batch follows what the strategy's entry
+    says it uses. A plug-in that is temp+sem under another name gets exactly temp+sem's batch
+    reads (past objects, plan A, Ω(f) checks); one that declares none gets none, and the
+    random draw is done for the batch only for a strategy that draws."""
+    from kgprobe.probing.distractors import TemporalSemanticStrategy
+    from kgprobe.probing.strategies import STRATEGIES, DistractorStrategy
+
+    class Recent(TemporalSemanticStrategy):
+        """temp+sem under a name of its own."""
+
+        name = "recent+sem"
+
+    class Asks(DistractorStrategy):
+        """Reads nothing ahead."""
+
+        name, summary = "asks-per-fact", "asks the graph per fact"
+
+        def find(self, graph: Any, ctx: Any, n: int, search: Any) -> Any:
+            return [], "none"
+
+    graph, index = demo
+    facts = [(f.subject, f.pid, f.object) for f in SAMPLE[:15] + SAMPLE[-15:]]  # 15 with an end
+    ctxs = list(gd.fact_contexts(graph, facts).values())
+    STRATEGIES.register(Recent)
+    STRATEGIES.register(Asks)
+    try:
+        ref = prefetch(graph, ctxs, strategy="temp+sem", n=5, at=REF, index=index)
+        got = prefetch(graph, ctxs, strategy="recent+sem", n=5, at=REF, index=index)
+        none = prefetch(graph, ctxs, strategy="asks-per-fact", n=5, at=REF, index=index)
+    finally:
+        STRATEGIES.pop("recent+sem")
+        STRATEGIES.pop("asks-per-fact")
+    assert [(p.temporal, p.omega, p.plan_a, p.typed) for p in got] == \
+        [(p.temporal, p.omega, p.plan_a, p.typed) for p in ref]
+    assert all(p.temporal is not None for p in got) and any(p.temporal for p in got)
+    assert sum(p.plan_a is not None for p in got) > len(got) // 2
+    assert all(p.temporal is None and not p.omega and p.plan_a is None and p.random is None
+               for p in none)
+    drawn = prefetch(graph, ctxs, strategy="random", n=3, at=REF, index=index, seed=4)
+    assert all(p.random is not None for p, c in zip(drawn, ctxs, strict=True) if c.object_types)
+    assert all(p.temporal is None and p.plan_a is None for p in drawn)

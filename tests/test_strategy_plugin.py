@@ -18,7 +18,7 @@ from distractor_world import load as load_distractor_world
 from probe_world import REF
 from probe_world import load as load_probe_world
 from test_cli_graph import kgprobe
-from test_plugins import pip_install, with_path
+from test_plugins import install_example, with_path
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.strategies import BUILTIN, STRATEGIES, DistractorStrategy, strategy_class
@@ -29,10 +29,7 @@ EXAMPLE = REPO / "examples" / "kgprobe-shortest"
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    target = tmp_path_factory.mktemp("strategy-site") / "site"
-    pip_install(EXAMPLE, target)
-    assert list(target.glob("kgprobe_shortest-0.1.0.dist-info/entry_points.txt"))
-    return target
+    return install_example(tmp_path_factory, "kgprobe-shortest")
 
 
 def test_the_built_in_strategies_are_the_registry() -> None:
@@ -64,7 +61,7 @@ def test_installed_strategy_through_distractors_and_probe(graph: Any, kgprobe_en
     env = with_path(kgprobe_env, site)
     listed = json.loads(kgprobe("plugins", "--json", env=env).stdout)["plugins"]
     assert list(dict.fromkeys(p["kind"] for p in listed)) == ["measure", "backend", "loader",
-                                                              "distractor strategy"]
+                                                              "distractor strategy", "report section"]
     assert [(p["name"], p["origin"]) for p in listed if p["kind"] == "distractor strategy"] == [
         ("random", "built-in"), ("sem", "built-in"), ("temp+sem", "built-in"), ("appropt", "built-in"),
         ("shortest", "entry point shortest = kgprobe_shortest of kgprobe-shortest 0.1.0 (kgprobe.strategies)")]

@@ -118,7 +118,7 @@ def prefetch(
     graph: Graph,
     contexts: Sequence[gd.FactContext],
     *,
-    strategy: str,
+    strategy: str | None,
     n: int,
     at: dt.date | str | int | None,
     index: SemanticIndex | None,
@@ -131,18 +131,21 @@ def prefetch(
     per-fact strategy takes it), the temporal candidates (temp+sem, or ``temporal`` when the caller wants the
     past objects too), then the Ω(f) membership of the nearest neighbours the semantic search
     checks first (sem, temp+sem), then, for the facts whose plan A falls short, Ω(f) for plan B.
-    Whatever the search asks beyond these is read per fact. ``terms``: the run's entity terms
-    (Ω(f) checks of entities it holds need no round trip)."""
+    Whatever the search asks beyond these is read per fact. What to read is what the strategy's
+    entry says it uses (``draws_random``, ``past_first``, ``searches_neighbours``), so a
+    strategy of a plug-in gets the same batch reads; ``strategy`` empty or None: no distractors.
+    ``terms``: the run's entity terms (Ω(f) checks of entities it holds need no round trip)."""
+    uses = strategy_class(strategy) if strategy else DistractorStrategy
     out = [Prefetched(terms=terms) for _ in contexts]
-    if strategy == "random":
+    if uses.draws_random:
         draw = [(ctx, pf) for ctx, pf in zip(contexts, out, strict=True) if ctx.object_types]
         drawn = gd.random_same_type_many(graph, [c for c, _ in draw], n, [seed] * len(draw))
         for (_, pf), members in zip(draw, drawn, strict=True):
             pf.random = (n, seed, members)
-    if temporal or strategy == "temp+sem":
+    if temporal or uses.past_first:
         for pf, cands in zip(out, gd.temporal_candidates_many(graph, contexts, at), strict=True):
             pf.temporal = cands
-    if strategy not in ("sem", "temp+sem") or index is None:
+    if not uses.searches_neighbours or index is None:
         return out
     asks: list[tuple[gd.FactContext, list[str]]] = []
     owners: list[Prefetched] = []
@@ -153,7 +156,7 @@ def prefetch(
             continue
         skip: set[str] = set()
         want = n
-        if strategy == "temp+sem":
+        if uses.past_first:
             first = (pf.temporal or [])[:n]
             want, skip = n - len(first), {c.qid for c in first}
         if want <= 0:
@@ -469,6 +472,7 @@ class RandomStrategy(DistractorStrategy):
 
     name = "random"
     summary = BUILTIN_STRATEGIES[name][1]
+    draws_random = True
 
     def find(self, graph: Graph, ctx: gd.FactContext, n: int,
              search: Search) -> tuple[list[Distractor], str | None]:
@@ -481,6 +485,7 @@ class SemanticStrategy(DistractorStrategy):
     name = "sem"
     summary = BUILTIN_STRATEGIES[name][1]
     needs_index = True
+    searches_neighbours = True
 
     def find(self, graph: Graph, ctx: gd.FactContext, n: int,
              search: Search) -> tuple[list[Distractor], str | None]:
@@ -494,6 +499,8 @@ class TemporalSemanticStrategy(DistractorStrategy):
     name = "temp+sem"
     summary = BUILTIN_STRATEGIES[name][1]
     needs_index = True
+    past_first = True
+    searches_neighbours = True
 
     def find(self, graph: Graph, ctx: gd.FactContext, n: int,
              search: Search) -> tuple[list[Distractor], str | None]:

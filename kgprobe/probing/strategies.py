@@ -58,6 +58,16 @@ class DistractorStrategy:
     #: asks the probed model (its engine): such distractors depend on the model, so they
     #: cannot be exported into a probe set
     needs_model: ClassVar[bool] = False
+    #: what a probe batch reads for all its facts in one round trip per need before the
+    #: strategy runs (:func:`kgprobe.probing.distractors.prefetch`), answered through
+    #: ``search.prefetched``; a strategy that sets none is asked per fact, as it asks:
+    #: a seeded draw from Ω(f) (``prefetched.random``)
+    draws_random: ClassVar[bool] = False
+    #: the past objects of (s, r), which come first (``prefetched.temporal``)
+    past_first: ClassVar[bool] = False
+    #: o's nearest neighbours in the semantic index, checked against Ω(f) (``prefetched.plan_a``,
+    #: ``prefetched.omega``, ``prefetched.typed``); ``needs_index`` too
+    searches_neighbours: ClassVar[bool] = False
 
     def find(self, graph: Graph, ctx: FactContext, n: int,
              search: Search) -> tuple[list[Distractor], str | None]:

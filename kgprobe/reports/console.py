@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from kgprobe.reports.build import bucket_label
 from kgprobe.reports.data import Report
+from kgprobe.reports.sections import added_sections
 from kgprobe.reports.text import (
     bucket_cells,
     chance_note,
@@ -159,3 +160,7 @@ def print_report(rep: Report, console: Console) -> None:
             mt.add_row(safe_text(mrow["measure_key"]), safe_text(mrow["pid"]), str(sc.get("n", 0)), mean,
                        safe_text(more))
         console.print(mt)
+    for section, lines in added_sections(rep):  # the plug-ins' sections, after kgprobe's own
+        console.print(Text(visible(section.title), style="bold"), highlight=False)
+        for line in lines:
+            console.print(Text(visible(line)), highlight=False, soft_wrap=True)

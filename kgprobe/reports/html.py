@@ -20,6 +20,7 @@ from kgprobe.reports.figures import (
     staleness_svg,
     vs_svgs,
 )
+from kgprobe.reports.sections import added_sections
 from kgprobe.reports.text import (
     TOO_SMALL,
     bucket_cells,
@@ -224,7 +225,8 @@ def _paired_table(rep: Report) -> dict[str, Any] | None:
 
 
 def _safe(svg: str) -> Any:
-    """matplotlib's SVG (its text escaped by matplotlib) into the autoescaped page as markup."""
+    """matplotlib's SVG (its text escaped by matplotlib), or a report section's body (which
+    escapes its own data: ``ReportSection.html``), into the autoescaped page as markup."""
     from markupsafe import Markup
 
     return Markup(svg)  # matplotlib writes it, every label in it escaped
@@ -281,4 +283,6 @@ def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
         moves_title=moves_title(rep) if rep.moves else "",
         moves=[moves_lines(rep, mv) for mv in rep.moves],
         scales=scale_note(rep),  # BELIEF: the other rank scale apart, never pooled
+        sections=[{"name": s.name, "title": s.title, "body": _safe(s.html(rep) or "")}
+                  for s, _ in added_sections(rep)],  # the plug-ins' sections, before provenance
     )

@@ -25,6 +25,7 @@ from kgprobe.probing.scores import shared_scores
 from kgprobe.reports.build import group_stats, measure_label, paired_group
 from kgprobe.reports.data import Chance, Group, PairedGroup
 from kgprobe.reports.figures import new_figure
+from kgprobe.reports.sections import chance_words
 from kgprobe.reports.text import ci as _with_ci
 from kgprobe.reports.text import diff as _diff
 from kgprobe.stats import BOOTSTRAP
@@ -154,7 +155,7 @@ def print_ladder(lad: Ladder, console: Console) -> None:
     console.print(f"intervals: 95% percentile bootstrap ({lad.bootstrap} resamples, seed {lad.seed}); "
                   f"known = score >= {lad.threshold:g}", highlight=False)
     if lad.chance is not None:
-        console.print(f"chance: {lad.chance.level:.3f} ({lad.chance.rule})", highlight=False)
+        console.print(f"chance: {chance_words(lad.chance)}", highlight=False)
 
 
 def markdown(lad: Ladder) -> str:
@@ -165,7 +166,7 @@ def markdown(lad: Ladder) -> str:
         return "\n".join(lines)
 
     head, body, shead, sbody = tables(lad)
-    chance = f"\n\nChance: {lad.chance.level:.3f} ({lad.chance.rule})." if lad.chance else ""
+    chance = f"\n\nChance: {chance_words(lad.chance)}." if lad.chance else ""
     return (f"# Model ladder: {measure_label(lad.measure_key)} on {lad.facts} shared facts\n\n"
             f"{md(head, body)}\n\n## Steps\n\n{md(shead, sbody)}\n\n95% percentile bootstrap "
             f"({lad.bootstrap} resamples, seed {lad.seed}); known = score >= {lad.threshold:g}.{chance}\n")

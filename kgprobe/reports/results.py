@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kgprobe.errors import ConfigError, InputError
+from kgprobe.reports.sections import added_sections, chance_section
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -142,8 +143,11 @@ def results_document(rep: Report, *, command_seconds: float | None = None) -> di
         "graph_snapshot": last.get("graph_snapshot"),
         "comparison": rep.comparison,
         "paired": [asdict(pg) for pg in rep.paired],
-        "chance": asdict(rep.chance) if rep.chance is not None else None,
+        "chance": chance_section().data(rep),
         "models": [_model_block(m, rep) for m in (rep.primary, rep.other) if m is not None],
+        # the plug-ins' sections, by name (the key only when there is one)
+        **({"sections": {s.name: s.data(rep) for s, _ in added}}
+           if (added := added_sections(rep)) else {}),
     }
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kgprobe.reports.data import Group, ModelReport, PairedGroup, Report
+from kgprobe.reports.sections import added_sections, chance_section
 
 TOO_SMALL = "n too small"
 
@@ -118,8 +119,7 @@ def notes(rep: Report) -> list[str]:
     """The lines every format prints under the tables: the interval rule and the chance level."""
     out = [f"Intervals: 95% percentile bootstrap ({rep.bootstrap} resamples, seed {rep.seed}), "
            f"only for n ≥ {rep.min_n_ci}; otherwise \"{TOO_SMALL}\"."]
-    if rep.chance is not None:
-        out.append(f"Chance level: {rep.chance.level:.3f} ({rep.chance.rule}).")
+    out += chance_section().lines(rep) or []
     if (scales := scale_note(rep)) is not None:
         out.append(f"Rank scales: {scales}.")
     if rep.paired and rep.other is not None:
@@ -157,6 +157,8 @@ def markdown(rep: Report) -> str:
         out += [f"\n### {_md_cell(moves_title(rep))}\n",
                 "\n".join(_md_cell(x) + "  " for m in rep.moves for x in moves_lines(rep, m)) + "\n"]
     out += ["\n" + "\n".join(f"{_md_cell(n)}  " for n in notes(rep)) + "\n"]
+    for section, lines in added_sections(rep):  # the plug-ins' sections, after kgprobe's own
+        out += [f"\n### {_md_cell(section.title)}\n", "\n".join(f"{_md_cell(x)}  " for x in lines) + "\n"]
     return "\n".join(out)
 
 
@@ -229,10 +231,8 @@ def scale_note(rep: Report) -> str | None:
 
 
 def chance_note(rep: Report) -> str:
-    if rep.chance is None:
-        return "chance level: not defined for this measure"
-    return (f"chance level: {rep.chance.level:.3f} ({rep.chance.rule}; what a model that knows "
-            "nothing scores in expectation)")
+    """The terminal's and the page's chance line (the built-in chance section's)."""
+    return chance_section().note(rep)
 
 
 def paired_note(rep: Report) -> str:
