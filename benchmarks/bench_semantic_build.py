@@ -101,22 +101,24 @@ def main() -> None:
             qs = rng.choice(len(idx), size=min(args.queries, len(idx)), replace=False)
             _, want = exact.search(vecs[qs], 11)
             hits = 0
+            row = idx.row if callable(idx.row) else idx.row.__getitem__  # a dict before step 2
             for q, w in zip(qs, want, strict=True):
-                got = {idx.row[n.qid] for n in idx.neighbours(idx.qids[q], 10)}
+                got = {row(n.qid) for n in idx.neighbours(idx.qids[q], 10)}
                 hits += len(got & set(int(x) for x in w if x != q and x >= 0))
             out["recall_at_10"] = round(hits / (10 * len(qs)), 4)
             if idx.stats.index_kind == "IndexIVFPQ":  # the same vectors in IVF-Flat, same nprobe
                 flat = sem.SemanticIndex(idx.qids, sem.make_faiss_index(
                     vecs, sem.IndexSettings(compress_from=10**12)), sem.IndexSettings(), vecs=vecs)
                 hits = 0
+                frow = flat.row if callable(flat.row) else flat.row.__getitem__
                 for q, w in zip(qs, want, strict=True):
-                    got = {flat.row[n.qid] for n in flat.neighbours(flat.qids[q], 10)}
+                    got = {frow(n.qid) for n in flat.neighbours(flat.qids[q], 10)}
                     hits += len(got & set(int(x) for x in w if x != q and x >= 0))
                 out["recall_at_10_ivfflat_same_vectors"] = round(hits / (10 * len(qs)), 4)
         if args.update and not args.baseline and hasattr(sem, "build_index"):
             import random
 
-            ids = idx.qids
+            ids = list(idx.qids)
             rng = random.Random(0)
             pairs = [{"s": rng.choice(ids), "o": rng.choice(ids)} for _ in range(args.update)]
             graph.write("UNWIND $rows AS r MATCH (s:Entity {qid: r.s}), (o:Entity {qid: r.o}) "

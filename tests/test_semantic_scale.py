@@ -320,3 +320,17 @@ def test_a_loaded_index_holds_its_ids_in_arrays(graph: Any, tmp_path: Path,
         del idx
     per_entity = (kept[16000][1] - kept[4000][1]) / (kept[16000][0] - kept[4000][0])
     assert per_entity <= 24, kept
+
+
+def test_plain_reads_give_what_the_driver_data_gives(graph: Any, tmp_path: Path) -> None:
+    """The bag and id reads skip the driver's per-element ``data()`` conversion
+    (``Graph.read_plain``); on these plain-valued queries the records are the same."""
+    from kgprobe.graph import distractors as gd
+
+    synthetic(graph, tmp_path, 800)
+    qids = gd.all_entity_ids(graph)[:50]
+    for cypher, params in ((gd.ALL_ENTITY_IDS, {}), (gd.BAG_FACTS, {"qids": qids}),
+                           (gd.BAG_INSTANCE_OF, {"qids": qids})):
+        plain = graph.read_plain(cypher, **params)
+        assert plain == graph.read(cypher, **params) and plain[0] and all(
+            isinstance(v, list) and v for v in plain[0].values())

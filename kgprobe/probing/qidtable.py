@@ -47,6 +47,17 @@ class QidTable:
         return cls(np.asarray([q.encode() for q in ids], dtype=np.bytes_) if ids
                    else np.zeros(0, dtype="S1"))
 
+    @classmethod
+    def from_unordered(cls, ids: list[str]) -> QidTable:
+        """A table of ``ids`` (duplicates dropped) in QID order: the numbers sorted as an array
+        when every id is a ``Q`` number, else the strings by ``(number, id)`` as the graph
+        layer orders them."""
+        if _all_qnums(ids):
+            return cls(np.unique(np.fromiter((int(q[1:]) for q in ids), dtype=np.int64, count=len(ids))))
+        from kgprobe.graph.distractors import qid_order
+
+        return cls.from_ids(sorted(set(ids), key=qid_order))
+
     def _index(self) -> None:
         live = self.codes != self._gone
         self.n_live = int(live.sum())

@@ -706,9 +706,9 @@ def index_ids(graph: Graph, settings: IndexSettings) -> tuple[QidTable, QidTable
     with templates (:func:`~kgprobe.graph.distractors.candidate_ids`): Sem only ever returns
     members of Ω(f), and every object it is asked about is one; without templates, every
     entity."""
-    every = QidTable.from_ids(all_entity_ids(graph))
-    cands = candidate_ids(graph) if settings.candidates_only else None
-    return (every if cands is None else QidTable.from_ids(cands)), every
+    every = QidTable.from_unordered(all_entity_ids(graph, ordered=False))
+    cands = candidate_ids(graph, ordered=False) if settings.candidates_only else None
+    return (every if cands is None else QidTable.from_unordered(cands)), every
 
 
 def bag_digests(graph: Graph, qids: Sequence[str]) -> Iterator[tuple[str, int, list[str]]]:
