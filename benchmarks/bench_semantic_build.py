@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--update", type=int, default=0,
                     help="then add this many FACT edges (removed after) and time ensure_index's update")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="profile the build (cProfile, wall clock) and print its N costliest calls")
     ap.add_argument("--agreement", action="store_true",
                     help="also build with the whole graph as the sample; print overlap@10 of neighbours")
     args = ap.parse_args()
@@ -77,7 +79,16 @@ def main() -> None:
             if args.pq_m is not None:
                 kw["pq_m"] = args.pq_m
             settings = sem.IndexSettings(**kw)  # type: ignore[arg-type]
-            idx = sem.build_index(graph, Path(tmp) / "index", settings, workers=args.workers)
+            if args.profile:
+                import cProfile
+                import pstats
+
+                prof = cProfile.Profile()
+                idx = prof.runcall(sem.build_index, graph, Path(tmp) / "index", settings, workers=args.workers)
+                pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(args.profile)
+                pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(args.profile)
+            else:
+                idx = sem.build_index(graph, Path(tmp) / "index", settings, workers=args.workers)
             out["code"] = f"build_index sample={settings.sample} workers={args.workers}"
         wall = time.perf_counter() - t0
         out["cpu_s_this_process"] = round(time.process_time() - cpu0, 1)
