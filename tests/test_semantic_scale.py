@@ -334,3 +334,25 @@ def test_plain_reads_give_what_the_driver_data_gives(graph: Any, tmp_path: Path)
         plain = graph.read_plain(cypher, **params)
         assert plain == graph.read(cypher, **params) and plain[0] and all(
             isinstance(v, list) and v for v in plain[0].values())
+
+
+def test_id_table_lookups_with_other_ids_and_after_changes() -> None:
+    """QIDs as numbers; any other id (a lexeme, a property) turns the table into bytes; emptied
+    rows are not found, appended ones are, and the other rows do not move."""
+    from kgprobe.probing.qidtable import QidTable
+
+    t = QidTable.from_unordered(["Q30", "Q5", "Q1000", "Q5"])
+    assert t.is_int and t.tolist() == ["Q5", "Q30", "Q1000"] and t.order is None
+    assert t.rows_of(["Q30", "Q31", "L1", "Q0030"]).tolist() == [1, -1, -1, -1]
+    u = t.with_changes(np.array([0]), ["Q7", "L12"])
+    assert not u.is_int and len(u) == 4 and u.n_rows == 5
+    assert [u.row(q) for q in ("Q5", "Q30", "Q1000", "Q7", "L12")] == [-1, 1, 2, 3, 4]
+    assert u.tolist() == ["Q30", "Q1000", "Q7", "L12"] and u.live_rows().tolist() == [1, 2, 3, 4]
+    assert sem.digests_hash(u, np.arange(5, dtype=np.uint64)) == sem.digests_hash(
+        QidTable.from_ids(["L12", "Q7", "Q1000", "Q30"]), np.array([4, 3, 2, 1], dtype=np.uint64))
+    # the same ids after the widest one left: the same hash (the array is narrower)
+    w = u.with_changes(np.array([2]), [])
+    assert sem.digests_hash(w, np.arange(5, dtype=np.uint64)) == sem.digests_hash(
+        QidTable.from_ids(["L12", "Q7", "Q30"]), np.array([4, 3, 1], dtype=np.uint64))
+    with pytest.raises(Exception, match="duplicate"):
+        QidTable.from_ids(["Q2", "Q1", "Q2"])

@@ -172,8 +172,9 @@ def digests_hash(table: QidTable, digests: np.ndarray) -> str:
     """Order-independent digest of the live rows' (id, :func:`bag_digest`) pairs: the ids in
     sorted order, then their digests in that order (two arrays, no per-entity Python)."""
     codes, rows = table.canonical()
-    h = hashlib.sha256(str(codes.dtype).encode())
-    h.update(np.ascontiguousarray(codes).tobytes())
+    h = hashlib.sha256(str(codes.dtype).encode() if table.is_int else b"bytes")
+    # bytes ids: joined, so the array's width (its longest id) does not change the hash
+    h.update(np.ascontiguousarray(codes).tobytes() if table.is_int else b"\n".join(codes.tolist()))
     h.update(np.ascontiguousarray(np.asarray(digests, dtype=np.uint64)[rows]).tobytes())
     return h.hexdigest()
 
