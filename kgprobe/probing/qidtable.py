@@ -59,7 +59,7 @@ class QidTable:
         return cls.from_ids(sorted(set(ids), key=qid_order))
 
     def _index(self) -> None:
-        live = self.codes != self._gone
+        live = self._live = np.asarray(self.codes != self._gone)
         self.n_live = int(live.sum())
         sorted_live = self.n_live == len(self.codes) and (
             len(self.codes) < 2 or bool(np.all(self.codes[1:] > self.codes[:-1])))
@@ -154,15 +154,24 @@ class QidTable:
         return self.rows_of_codes(codes, ok)
 
     def row(self, qid: str) -> int:
-        """The row of ``qid``, -1 when it is not in the table."""
-        return int(self.rows_of([qid])[0])
+        """The row of ``qid``, -1 when it is not in the table (one id: a scalar binary search,
+        about 2 µs, where the array path costs 15 µs of set-up)."""
+        if not self.is_int:
+            return int(self.rows_of([qid])[0])
+        if _QNUM.fullmatch(qid) is None or len(self._sorted) == 0:
+            return -1
+        c = int(qid[1:])
+        pos = int(np.searchsorted(self._sorted, c))
+        if pos >= len(self._sorted) or int(self._sorted[pos]) != c:
+            return -1
+        return pos if self.order is None else int(self.order[pos])
 
     def __contains__(self, qid: object) -> bool:
         return isinstance(qid, str) and self.row(qid) >= 0
 
     def live_mask(self) -> np.ndarray:
         """True at every row that holds an entity (False where an update emptied it)."""
-        return np.asarray(self.codes != self._gone)
+        return self._live
 
     def live_rows(self) -> np.ndarray:
         return np.flatnonzero(self.live_mask())
