@@ -47,6 +47,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--update", type=int, default=0,
                     help="then add this many FACT edges (removed after) and time ensure_index's update")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="profile the build (cProfile, wall clock) and print its N costliest calls")
     ap.add_argument("--agreement", action="store_true",
                     help="also build with the whole graph as the sample; print overlap@10 of neighbours")
     args = ap.parse_args()
@@ -77,7 +79,16 @@ def main() -> None:
             if args.pq_m is not None:
                 kw["pq_m"] = args.pq_m
             settings = sem.IndexSettings(**kw)  # type: ignore[arg-type]
-            idx = sem.build_index(graph, Path(tmp) / "index", settings, workers=args.workers)
+            if args.profile:
+                import cProfile
+                import pstats
+
+                prof = cProfile.Profile()
+                idx = prof.runcall(sem.build_index, graph, Path(tmp) / "index", settings, workers=args.workers)
+                pstats.Stats(prof, stream=sys.stderr).sort_stats("cumulative").print_stats(args.profile)
+                pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(args.profile)
+            else:
+                idx = sem.build_index(graph, Path(tmp) / "index", settings, workers=args.workers)
             out["code"] = f"build_index sample={settings.sample} workers={args.workers}"
         wall = time.perf_counter() - t0
         out["cpu_s_this_process"] = round(time.process_time() - cpu0, 1)
@@ -101,22 +112,24 @@ def main() -> None:
             qs = rng.choice(len(idx), size=min(args.queries, len(idx)), replace=False)
             _, want = exact.search(vecs[qs], 11)
             hits = 0
+            row = idx.row if callable(idx.row) else idx.row.__getitem__  # a dict before step 2
             for q, w in zip(qs, want, strict=True):
-                got = {idx.row[n.qid] for n in idx.neighbours(idx.qids[q], 10)}
+                got = {row(n.qid) for n in idx.neighbours(idx.qids[q], 10)}
                 hits += len(got & set(int(x) for x in w if x != q and x >= 0))
             out["recall_at_10"] = round(hits / (10 * len(qs)), 4)
             if idx.stats.index_kind == "IndexIVFPQ":  # the same vectors in IVF-Flat, same nprobe
                 flat = sem.SemanticIndex(idx.qids, sem.make_faiss_index(
                     vecs, sem.IndexSettings(compress_from=10**12)), sem.IndexSettings(), vecs=vecs)
                 hits = 0
+                frow = flat.row if callable(flat.row) else flat.row.__getitem__
                 for q, w in zip(qs, want, strict=True):
-                    got = {flat.row[n.qid] for n in flat.neighbours(flat.qids[q], 10)}
+                    got = {frow(n.qid) for n in flat.neighbours(flat.qids[q], 10)}
                     hits += len(got & set(int(x) for x in w if x != q and x >= 0))
                 out["recall_at_10_ivfflat_same_vectors"] = round(hits / (10 * len(qs)), 4)
         if args.update and not args.baseline and hasattr(sem, "build_index"):
             import random
 
-            ids = idx.qids
+            ids = list(idx.qids)
             rng = random.Random(0)
             pairs = [{"s": rng.choice(ids), "o": rng.choice(ids)} for _ in range(args.update)]
             graph.write("UNWIND $rows AS r MATCH (s:Entity {qid: r.s}), (o:Entity {qid: r.o}) "

@@ -77,10 +77,10 @@ def test_only_omega_candidates_are_indexed(graph: Any, tmp_path: Path) -> None:
     assert len(everything) == everything.stats.n_graph
     import_templates(graph, [TemplateRecord("P19", "[X] was born in [Y].", "statement", "test")])
     idx = sem.build_index(graph, tmp_path / "b", s)
-    assert idx.qids == [f"Q{100 + i}" for i in range(4)]  # the cities: types of P19's objects
+    assert idx.qids.tolist() == [f"Q{100 + i}" for i in range(4)]  # the cities: types of P19's objects
     import_templates(graph, [TemplateRecord("P57", "[X] was directed by [Y].", "statement", "test")])
     idx = sem.build_index(graph, tmp_path / "c", s)
-    assert idx.qids == [f"Q{100 + i}" for i in range(4)] + [f"Q{200 + i}" for i in range(6)]
+    assert idx.qids.tolist() == [f"Q{100 + i}" for i in range(4)] + [f"Q{200 + i}" for i in range(6)]
     # features still come from all facts: a human's vector uses P27 (no template)
     vocab = sem.Model.load(tmp_path / "c").vocab
     assert "P27=Q300" in vocab and "P57" in vocab
@@ -96,11 +96,11 @@ def test_fit_on_a_sample_smaller_than_the_graph(graph: Any, tmp_path: Path,
     idx = sem.build_index(graph, tmp_path / "i", s)
     assert idx.stats.n_sample == 60 < len(idx) == idx.stats.n_graph
     sample = json.loads((tmp_path / "i" / sem.SAMPLE_FILE).read_text())
-    assert len(sample) == 60 and set(sample) <= set(idx.qids)
+    assert len(sample) == 60 and set(sample) <= set(idx.qids.tolist())
     docs = [" ".join(b) for b in own_bags(graph, sample)]
     cv = CountVectorizer(tokenizer=str.split, lowercase=False, token_pattern=None).fit(docs)
     tt = TfidfTransformer(sublinear_tf=True).fit(cv.transform(docs))
-    everyone = tt.transform(cv.transform([" ".join(b) for b in own_bags(graph, idx.qids)]))
+    everyone = tt.transform(cv.transform([" ".join(b) for b in own_bags(graph, idx.qids.tolist())]))
     want = np.asarray((everyone @ everyone.T).todense())
     got = np.asarray(idx.vecs) @ np.asarray(idx.vecs).T
     nonzero = np.asarray(everyone.sum(axis=1)).ravel() > 0
@@ -148,7 +148,7 @@ def test_a_killed_build_resumes(graph: Any, tmp_path: Path, monkeypatch: pytest.
     again = sem.build_index(graph, tmp_path / "i", s)
     assert again.stats.resumed_from == 100
     assert again.stats.n_embedded == len(whole) - 100
-    assert again.qids == whole.qids
+    assert again.qids.tolist() == whole.qids.tolist()
     assert np.array_equal(np.asarray(again.vecs), np.asarray(whole.vecs))
     loaded = sem.SemanticIndex.load(tmp_path / "i", expect_settings=s)
     assert [n.qid for n in loaded.neighbours(whole.qids[5], 5)] == \
@@ -184,8 +184,9 @@ def test_update_after_an_ingest_equals_a_build_with_the_same_model(graph: Any, t
     assert upd.stats.n_embedded == len(want) < len(upd) / 3
     # equals a fresh build with the same fitted model (the approximation: no refit)
     ref = sem.build_index(graph, tmp_path / "ref", s, model=sem.Model.load(d))
-    assert ref.qids == upd.qids
-    assert np.allclose(np.asarray(ref.vecs), np.asarray(upd.vecs), atol=1e-5)
+    assert sorted(ref.qids.tolist()) == sorted(upd.qids.tolist())  # new ones are appended rows
+    assert np.allclose(np.stack([ref.vector(q) for q in ref.qids]),
+                       np.stack([upd.vector(q) for q in ref.qids]), atol=1e-5)
     # and it is current: loading it again needs no work
     assert sem.ensure_index(graph, d, s).stats.n_embedded == upd.stats.n_embedded
 
@@ -210,3 +211,148 @@ def test_compressed_index_reranks_on_exact_vectors() -> None:
         order = [int(i) for i in np.argsort(-sims) if i != row][:10]
         hits += len({qids[i] for i in order} & {g.qid for g in got})
     assert hits / (10 * 20) >= 0.9
+
+
+def _change_a_handful(graph: Any, tmp_path: Path) -> tuple[set[str], str]:
+    """A 3000-statement graph less its last 2 entities' claims; :func:`_apply_the_change` then
+    gives 3 entities one claim more and adds the 2. Returns the 5 ids and the first one."""
+    GEN.write_dump(tmp_path / "d.json", 3000, 0)
+    lines = (tmp_path / "d.json").read_text().strip().splitlines()[1:-1]
+    ents = [json.loads(x.rstrip(",")) for x in lines]
+    ingest_dump(graph, tmp_path / "a.json", ents[:-2])
+    (tmp_path / "later.json").write_text(json.dumps(ents[-2:]))
+    return {e["id"] for e in ents[:3]} | {e["id"] for e in ents[-2:]}, ents[0]["id"]
+
+
+def _apply_the_change(graph: Any, tmp_path: Path) -> None:
+    lines = (tmp_path / "d.json").read_text().strip().splitlines()[1:-1]
+    ents = [json.loads(x.rstrip(",")) for x in lines]
+    changed = []
+    for e in ents[:3]:
+        e["claims"].setdefault("P166", []).append(
+            GEN._statement(e["id"], GEN._item("P166", ents[-3]["id"]), __import__("random").Random(2), "normal"))
+        changed.append(e)
+    ingest_dump(graph, tmp_path / "b.json", json.loads((tmp_path / "later.json").read_text()) + changed)
+
+
+def _top(idx: sem.SemanticIndex, q: str, k: int) -> list[tuple[str, float]]:
+    return [(n.qid, round(n.similarity, 5)) for n in idx.neighbours(q, k)]
+
+
+@pytest.mark.parametrize("kind", ["IndexFlatIP", "IndexIVFPQ"])
+def test_update_reads_only_the_changed_bags_and_keeps_the_trained_index(
+        graph: Any, tmp_path: Path, kind: str) -> None:
+    """After 3 entities gain a claim and 2 are added, the update reads those 5 bags (beside the
+    digest pass) and adds their vectors to the existing FAISS index: an IVF-PQ index keeps its
+    trained codebooks and lists; neighbours equal a full rebuild's (exact index) or find the
+    exact top 10 as well as the rebuild does (IVF-PQ)."""
+    import faiss
+
+    touched, _ = _change_a_handful(graph, tmp_path)
+    s = (sem.IndexSettings(dim=8, candidates_only=False) if kind == "IndexFlatIP" else
+         sem.IndexSettings(dim=8, candidates_only=False, exact_threshold=0, compress_from=0,
+                           pq_m=4, nlist=8, nprobe=8))
+    d = tmp_path / "index"
+    first = sem.ensure_index(graph, d, s)
+    assert first.stats.index_kind == kind
+    codebook = faiss.vector_to_array(first.index.pq.centroids).copy() if kind == "IndexIVFPQ" else None
+    _apply_the_change(graph, tmp_path)
+    upd = sem.ensure_index(graph, d, s)
+    assert upd.stats.n_bags_read == upd.stats.n_embedded == len(touched) == 5
+    assert upd.stats.n_bags_scanned == len(upd) >= len(first)
+    assert not upd.stats.retrained and upd.index.ntotal == len(upd)
+    ref = sem.build_index(graph, tmp_path / "ref", s, model=sem.Model.load(d))
+    loaded = sem.SemanticIndex.load(d, expect_settings=s, expect_state=sem.current_state(graph, settings=s))
+    if codebook is not None:
+        assert np.array_equal(faiss.vector_to_array(loaded.index.pq.centroids), codebook)
+        vecs = np.stack([ref.vector(q) for q in ref.qids])
+        ids = ref.qids.tolist()
+
+        def recall(idx: sem.SemanticIndex) -> float:
+            hits = 0
+            for q in touched:  # the exact top 10 by numpy over the rebuild's vectors
+                sims = vecs @ ref.vector(q)
+                want = [ids[i] for i in np.argsort(-sims, kind="stable") if ids[i] != q][:10]
+                hits += len(set(want) & {n.qid for n in idx.neighbours(q, 10)})
+            return hits / (10 * len(touched))
+
+        assert recall(loaded) >= 0.9 and abs(recall(loaded) - recall(ref)) <= 0.1
+    else:
+        for q in touched:
+            got, want = _top(loaded, q, 10), _top(ref, q, 10)
+            assert [x[1] for x in got] == pytest.approx([x[1] for x in want], abs=1e-4)
+            cut = want[-1][1]  # below the 10th similarity, ties may be broken by other rows
+            assert {x[0] for x in got if x[1] > cut + 1e-4} == {x[0] for x in want if x[1] > cut + 1e-4}
+    # asking for it retrains: a full build, every bag read again
+    again = sem.update_index(graph, d, s, retrain=True)
+    assert again.stats.retrained and again.stats.n_bags_read == len(again)
+
+
+def test_an_update_past_the_retrain_fraction_is_a_full_build(graph: Any, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    touched, _ = _change_a_handful(graph, tmp_path)
+    s = sem.IndexSettings(dim=8, candidates_only=False)
+    first = sem.ensure_index(graph, tmp_path / "i", s)
+    _apply_the_change(graph, tmp_path)
+    monkeypatch.setattr(sem, "RETRAIN_FRACTION", (len(touched) - 1) / (len(first) + 2))
+    upd = sem.ensure_index(graph, tmp_path / "i", s)
+    assert upd.stats.retrained and upd.stats.n_bags_read == len(upd) >= len(first)
+
+
+def test_a_loaded_index_holds_its_ids_in_arrays(graph: Any, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Python/numpy memory a loaded index keeps grows by at most 24 bytes an entity (an
+    int64 id, the int32 order of an updated table, slack): not a str, a list slot and a dict
+    entry (~150 bytes). FAISS's own memory and the disk vectors are not traced."""
+    monkeypatch.setattr(sem, "BUILD_BATCH", 500)
+    s = sem.IndexSettings(dim=8, sample=300, candidates_only=False)
+    kept = {}
+    for statements in (4000, 16000):
+        graph.write("MATCH (n) DETACH DELETE n")
+        synthetic(graph, tmp_path, statements)
+        n = len(sem.build_index(graph, tmp_path / f"b{statements}", s))
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        idx = sem.SemanticIndex.load(tmp_path / f"b{statements}")
+        assert idx.neighbours(idx.qids[3], 5)
+        kept[statements] = (n, tracemalloc.get_traced_memory()[0] - before)
+        tracemalloc.stop()
+        del idx
+    per_entity = (kept[16000][1] - kept[4000][1]) / (kept[16000][0] - kept[4000][0])
+    assert per_entity <= 24, kept
+
+
+def test_plain_reads_give_what_the_driver_data_gives(graph: Any, tmp_path: Path) -> None:
+    """The bag and id reads skip the driver's per-element ``data()`` conversion
+    (``Graph.read_plain``); on these plain-valued queries the records are the same."""
+    from kgprobe.graph import distractors as gd
+
+    synthetic(graph, tmp_path, 800)
+    qids = gd.all_entity_ids(graph)[:50]
+    for cypher, params in ((gd.ALL_ENTITY_IDS, {}), (gd.BAG_FACTS, {"qids": qids}),
+                           (gd.BAG_INSTANCE_OF, {"qids": qids})):
+        plain = graph.read_plain(cypher, **params)
+        assert plain == graph.read(cypher, **params) and plain[0] and all(
+            isinstance(v, list) and v for v in plain[0].values())
+
+
+def test_id_table_lookups_with_other_ids_and_after_changes() -> None:
+    """QIDs as numbers; any other id (a lexeme, a property) turns the table into bytes; emptied
+    rows are not found, appended ones are, and the other rows do not move."""
+    from kgprobe.probing.qidtable import QidTable
+
+    t = QidTable.from_unordered(["Q30", "Q5", "Q1000", "Q5"])
+    assert t.is_int and t.tolist() == ["Q5", "Q30", "Q1000"] and t.order is None
+    assert t.rows_of(["Q30", "Q31", "L1", "Q0030"]).tolist() == [1, -1, -1, -1]
+    u = t.with_changes(np.array([0]), ["Q7", "L12"])
+    assert not u.is_int and len(u) == 4 and u.n_rows == 5
+    assert [u.row(q) for q in ("Q5", "Q30", "Q1000", "Q7", "L12")] == [-1, 1, 2, 3, 4]
+    assert u.tolist() == ["Q30", "Q1000", "Q7", "L12"] and u.live_rows().tolist() == [1, 2, 3, 4]
+    assert sem.digests_hash(u, np.arange(5, dtype=np.uint64)) == sem.digests_hash(
+        QidTable.from_ids(["L12", "Q7", "Q1000", "Q30"]), np.array([4, 3, 2, 1], dtype=np.uint64))
+    # the same ids after the widest one left: the same hash (the array is narrower)
+    w = u.with_changes(np.array([2]), [])
+    assert sem.digests_hash(w, np.arange(5, dtype=np.uint64)) == sem.digests_hash(
+        QidTable.from_ids(["L12", "Q7", "Q30"]), np.array([4, 3, 1], dtype=np.uint64))
+    with pytest.raises(Exception, match="duplicate"):
+        QidTable.from_ids(["Q2", "Q1", "Q2"])

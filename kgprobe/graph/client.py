@@ -197,6 +197,21 @@ class Graph:
 
         return self._call(go)
 
+    def read_plain(self, cypher: str, **params: Any) -> list[dict[str, Any]]:
+        """:meth:`read` for a query that returns only plain values (strings, numbers, lists of
+        them; no nodes, relationships or paths): the records as they arrive, without the
+        driver's ``data()``, which visits every element of every list to convert graph types
+        (15 s of a 150 s semantic-index build at 100k entities went there)."""
+
+        def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
+            return [dict(zip(r.keys(), r.values(), strict=True)) for r in tx.run(cypher, params)]
+
+        def go() -> list[dict[str, Any]]:
+            with self._session() as session:
+                return session.execute_read(work)
+
+        return self._call(go)
+
     def write(self, cypher: str, **params: Any) -> list[dict[str, Any]]:
         """Run a write query in one transaction."""
         return self.write_many([(cypher, params)])[-1]

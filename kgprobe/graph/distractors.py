@@ -705,16 +705,19 @@ def graph_counts(graph: Graph) -> dict[str, int]:
     return {k: int(graph.read(q)[0]["n"]) for k, q in COUNT_QUERIES.items()}
 
 
-def all_entity_ids(graph: Graph) -> list[str]:
-    """Every entity's QID in QID order (one record: the one O(N) read of an index build)."""
-    rows = graph.read(ALL_ENTITY_IDS)
-    return sorted(set(rows[0]["qids"] or []) if rows else set(), key=qid_order)
+def all_entity_ids(graph: Graph, *, ordered: bool = True) -> list[str]:
+    """Every entity's QID in QID order (one record: the one O(N) read of an index build);
+    ``ordered=False``: as the server returns them, for a caller that sorts them itself (the
+    semantic index sorts their numbers in an array: no set, no key tuple per entity)."""
+    rows = graph.read_plain(ALL_ENTITY_IDS)
+    ids: list[str] = (rows[0]["qids"] or []) if rows else []
+    return sorted(set(ids), key=qid_order) if ordered else ids
 
 
-def candidate_ids(graph: Graph) -> list[str] | None:
+def candidate_ids(graph: Graph, *, ordered: bool = True) -> list[str] | None:
     """The entities that can be in some Ω(f) for a relation with templates — members of a type
-    of one of its objects — in QID order; None when no relation has a template (then every
-    entity can be asked about and the paper's E is indexed)."""
+    of one of its objects — in QID order (``ordered=False``: unordered); None when no relation
+    has a template (then every entity can be asked about and the paper's E is indexed)."""
     rows = graph.read(TEMPLATED_PIDS)
     pids = sorted(rows[0]["pids"] or []) if rows else []
     if not pids:
@@ -723,10 +726,10 @@ def candidate_ids(graph: Graph) -> list[str] | None:
     types = sorted(rows[0]["types"] or []) if rows else []
     out: set[str] = set()
     for i in range(0, len(types), 1000):
-        r = graph.read(TYPE_MEMBERS, types=types[i : i + 1000])
+        r = graph.read_plain(TYPE_MEMBERS, types=types[i : i + 1000])
         if r:
             out.update(r[0]["qids"] or [])
-    return sorted(out, key=qid_order)
+    return sorted(out, key=qid_order) if ordered else list(out)
 
 
 def entity_facts(graph: Graph, qids: Sequence[str] | None = None,
@@ -744,12 +747,12 @@ def entity_facts(graph: Graph, qids: Sequence[str] | None = None,
     for start in range(0, len(ids), batch):
         part = ids[start : start + batch]
         pairs: dict[str, list[tuple[str, str]]] = {q: [] for q in part}
-        r = graph.read(BAG_FACTS, qids=part)
+        r = graph.read_plain(BAG_FACTS, qids=part)
         if r:
             for s_, p_, o_ in zip(r[0]["s"] or [], r[0]["pid"] or [], r[0]["o"] or [], strict=True):
                 pairs[s_].append((p_, o_))
         for pid, q in (("P31", BAG_INSTANCE_OF), ("P279", BAG_SUBCLASS_OF)):
-            r = graph.read(q, qids=part)
+            r = graph.read_plain(q, qids=part)
             if r:
                 for s_, o_ in zip(r[0]["s"] or [], r[0]["o"] or [], strict=True):
                     pairs[s_].append((pid, o_))

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +35,7 @@ import numpy as np
 from kgprobe.config import private_dir, write_private_text
 from kgprobe.errors import ConfigError, KgprobeError
 from kgprobe.graph.distractors import all_entity_ids, candidate_ids, entity_facts, graph_counts
+from kgprobe.probing.qidtable import QidTable
 from kgprobe.progress import Progress
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,20 +45,26 @@ if TYPE_CHECKING:  # pragma: no cover
 
 MANIFEST = "manifest.json"
 INDEX_FILE = "index.faiss"
-QIDS_FILE = "qids.json"
+QIDS_FILE = "qids.npy"
+#: raw float32 rows (no header: an update appends rows); the shape is in the manifest
 VECTORS_FILE = "vectors.f32"
-HASHES_FILE = "hashes.json"
+#: one uint64 bag digest per row (:func:`bag_digest`)
+HASHES_FILE = "hashes.npy"
 MODEL_FILE = "model.npz"
 VOCAB_FILE = "vocab.json"
 SAMPLE_FILE = "sample.json"
 WORK_DIR = ".build"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 #: entities read from the graph and embedded per batch (one checkpoint each).
 BUILD_BATCH = 5000
 #: vectors added to FAISS per call (the index holds them; the caller's array may be on disk).
 ADD_BATCH = 65536
 #: Filter sets larger than this become an IDSelectorBitmap, smaller ones an IDSelectorBatch.
 BITMAP_FROM = 2048
+#: an update that would change (add, re-embed or remove) more than this share of the indexed
+#: entities is a full rebuild instead: the model and the IVF quantizers were fitted on the old
+#: distribution, and past this much change a refit is worth its cost.
+RETRAIN_FRACTION = 0.2
 
 
 class StaleIndexError(KgprobeError):
@@ -126,6 +134,11 @@ class BuildStats:
     n_sample: int = 0
     n_embedded: int = 0
     resumed_from: int = 0
+    #: bags read by this call only to tell what changed (digests), and bags read to embed them
+    n_bags_scanned: int = 0
+    n_bags_read: int = 0
+    #: an update that exceeded RETRAIN_FRACTION (or was asked to) and rebuilt in full
+    retrained: bool = False
 
 
 # --- feature bags -------------------------------------------------------------------------------
@@ -149,22 +162,28 @@ def feature_bags(graph: Graph) -> Iterator[tuple[str, list[str]]]:
         yield qid, bag_tokens(qid, pairs)
 
 
-def bag_digest(qid: str, toks: Sequence[str]) -> str:
-    """One entity's bag as 16 hex digits (tokens sorted): what an update compares."""
-    return hashlib.blake2b(f"{qid}\0{chr(31).join(sorted(toks))}".encode(), digest_size=8).hexdigest()
+def bag_digest(qid: str, toks: Sequence[str]) -> int:
+    """One entity's bag as a 64-bit number (tokens sorted): what an update compares."""
+    raw = hashlib.blake2b(f"{qid}\0{chr(31).join(sorted(toks))}".encode(), digest_size=8).digest()
+    return int.from_bytes(raw, "little")
 
 
-def digests_hash(digests: Iterable[tuple[str, str]]) -> str:
-    """Order-independent digest of (qid, :func:`bag_digest`) pairs."""
-    h = hashlib.sha256()
-    for qid, dg in sorted(digests):
-        h.update(f"{qid}\t{dg}\n".encode())
+def digests_hash(table: QidTable, digests: np.ndarray) -> str:
+    """Order-independent digest of the live rows' (id, :func:`bag_digest`) pairs: the ids in
+    sorted order, then their digests in that order (two arrays, no per-entity Python)."""
+    codes, rows = table.canonical()
+    h = hashlib.sha256(str(codes.dtype).encode() if table.is_int else b"bytes")
+    # bytes ids: joined, so the array's width (its longest id) does not change the hash
+    h.update(np.ascontiguousarray(codes).tobytes() if table.is_int else b"\n".join(codes.tolist()))
+    h.update(np.ascontiguousarray(np.asarray(digests, dtype=np.uint64)[rows]).tobytes())
     return h.hexdigest()
 
 
 def bags_hash(bags: Iterable[tuple[str, Sequence[str]]]) -> str:
-    """Order-independent digest of the bags (sorted by entity, tokens sorted)."""
-    return digests_hash((q, bag_digest(q, t)) for q, t in bags)
+    """Order-independent digest of the bags (tokens sorted)."""
+    pairs = [(q, bag_digest(q, t)) for q, t in bags]
+    return digests_hash(QidTable.from_ids([q for q, _ in pairs]),
+                        np.asarray([d for _, d in pairs], dtype=np.uint64))
 
 
 def bags_to_matrix(bags: Iterable[tuple[str, Sequence[str]]]) -> tuple[list[str], sp.csr_matrix]:
@@ -301,9 +320,12 @@ def _add(index: Any, vecs: np.ndarray) -> None:
         index.add(np.ascontiguousarray(vecs[i : i + ADD_BATCH], dtype=np.float32))
 
 
-def make_faiss_index(vecs: np.ndarray, settings: IndexSettings) -> Any:
-    """Exact inner-product index for small N, seeded IVF-Flat (with direct map) above, IVF-PQ
-    (compressed: ``pq_m`` bytes a vector) above ``compress_from``."""
+def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: bool = True) -> Any:
+    """Exact inner-product index for small N, seeded IVF-Flat above, IVF-PQ (compressed:
+    ``pq_m`` bytes a vector) above ``compress_from``. FAISS ids are the rows of ``vecs``.
+    ``direct_map``: an IVF index that can give its vectors back (an in-memory index has no
+    other copy); a built index reads its disk vectors instead, and without the map FAISS can
+    remove and add ids in place (an update)."""
     import faiss
 
     n, d = vecs.shape
@@ -327,7 +349,8 @@ def make_faiss_index(vecs: np.ndarray, settings: IndexSettings) -> Any:
     sample = vecs[np.sort(rng.choice(n, size=sample_n, replace=False))] if sample_n < n else vecs
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
     _add(index, vecs)
-    index.make_direct_map()
+    if direct_map:
+        index.make_direct_map()
     index.nprobe = settings.nprobe
     return index
 
@@ -354,15 +377,15 @@ class SemanticIndex:
 
     def __init__(
         self,
-        qids: list[str],
+        qids: Sequence[str] | QidTable,
         index: Any,
         settings: IndexSettings,
         state: GraphState | None = None,
         stats: BuildStats | None = None,
         vecs: np.ndarray | None = None,
     ) -> None:
-        self.qids = qids
-        self.row = {q: i for i, q in enumerate(qids)}
+        #: row → QID and back, as arrays (:mod:`kgprobe.probing.qidtable`); rows are FAISS ids
+        self.qids = qids if isinstance(qids, QidTable) else QidTable.from_ids(qids)
         self.index = index
         self.settings = settings
         self.state = state
@@ -385,15 +408,14 @@ class SemanticIndex:
         settings = settings or IndexSettings()
         if len(qids) != counts.shape[0]:
             raise ConfigError(f"{len(qids)} ids for {counts.shape[0]} rows")
-        if len(set(qids)) != len(qids):
-            raise ConfigError("duplicate entity ids in the semantic index input")
+        table = QidTable.from_ids(qids)  # raises on duplicate ids
         stats = BuildStats(n_entities=len(qids))
         vecs = embed(counts, settings, stats)
         t0 = time.perf_counter()
         index = make_faiss_index(vecs, settings)
         stats.seconds["faiss"] = time.perf_counter() - t0
         stats.index_kind = type(index).__name__
-        return cls(qids, index, settings, state, stats)
+        return cls(table, index, settings, state, stats)
 
     @classmethod
     def from_bags(
@@ -422,25 +444,31 @@ class SemanticIndex:
         return len(self.qids)
 
     def __contains__(self, qid: object) -> bool:
-        return qid in self.row
+        return qid in self.qids
+
+    def row(self, qid: str) -> int:
+        """The index row (FAISS id) of ``qid``; -1 when it is not indexed."""
+        return self.qids.row(qid)
 
     def vector(self, qid: str) -> np.ndarray:
-        if qid not in self.row:
+        row = self.qids.row(qid)
+        if row < 0:
             raise KeyError(qid)
         if self.vecs is not None:
-            return np.asarray(self.vecs[self.row[qid]], dtype=np.float32)
-        return np.asarray(self.index.reconstruct(self.row[qid]), dtype=np.float32)
+            return np.asarray(self.vecs[row], dtype=np.float32)
+        return np.asarray(self.index.reconstruct(row), dtype=np.float32)
 
     def vectors(self, rows: Sequence[int] | np.ndarray) -> np.ndarray:
         ids = np.asarray(rows, dtype=np.int64)
         if len(ids) == 0:
             return np.zeros((0, self.index.d), dtype=np.float32)
+        if self.vecs is not None:
+            return np.asarray(self.vecs[ids], dtype=np.float32)
         return np.asarray(self.index.reconstruct_batch(ids), dtype=np.float32)
 
     def rows(self, qids: Collection[str]) -> np.ndarray:
         """Sorted unique index rows of ``qids`` (unknown ids dropped)."""
-        get = self.row.get
-        r = np.unique(np.fromiter((get(q, -1) for q in qids), dtype=np.int64, count=len(qids)))
+        r = np.unique(self.qids.rows_of(qids if isinstance(qids, list) else list(qids)))
         return r[r >= 0]
 
     def search_vector(self, vec: np.ndarray, k: int) -> list[Neighbour]:
@@ -448,14 +476,16 @@ class SemanticIndex:
         k = min(k, len(self.qids))
         if k <= 0:
             return []
-        sims, ids = self.index.search(np.asarray(vec, dtype=np.float32).reshape(1, -1), k)
+        gone = self.qids.n_rows - len(self.qids)  # rows emptied by updates, still in a flat index
+        sims, ids = self.index.search(np.asarray(vec, dtype=np.float32).reshape(1, -1), k + gone)
         if self.vecs is not None and _compressed(self.index):
             sims = [[float(self.vecs[i] @ vec) if i >= 0 else -1.0 for i in ids[0]]]
+        live = self.qids.live_mask()
         return [
             Neighbour(self.qids[i], float(s))
             for s, i in zip(sims[0], ids[0], strict=True)
-            if i >= 0
-        ]
+            if i >= 0 and live[i]
+        ][:k]
 
     def neighbours(
         self,
@@ -485,12 +515,16 @@ class SemanticIndex:
         import faiss as _faiss
 
         faiss: Any = _faiss  # the stubs lack SearchParameters' keyword arguments
-        if qid not in self.row or n <= 0:
+        row = self.qids.row(qid)
+        if row < 0 or n <= 0:
             return []
-        self_row = self.row[qid] if exclude_self else -1
+        self_row = row if exclude_self else -1
         q = self.vector(qid).reshape(1, -1)
         sel = None
         pool = len(self.qids)
+        n_rows = self.qids.n_rows
+        if allowed is None and allowed_rows is None and n_rows > pool:
+            allowed_rows = self.qids.live_rows()  # rows emptied by an update are never found
         if allowed is not None or allowed_rows is not None:
             if allowed_rows is not None:
                 rows = np.unique(np.asarray(allowed_rows, dtype=np.int64))
@@ -504,10 +538,10 @@ class SemanticIndex:
                 return []
             if rows.size > BITMAP_FROM:
                 # a bitmap over all rows: O(1) membership and cheap to build for large sets
-                bits = np.zeros(len(self.qids), dtype=bool)
+                bits = np.zeros(n_rows, dtype=bool)
                 bits[rows] = True
                 packed = np.packbits(bits, bitorder="little")  # must outlive the search
-                sel = faiss.IDSelectorBitmap(len(self.qids), faiss.swig_ptr(packed))
+                sel = faiss.IDSelectorBitmap(n_rows, faiss.swig_ptr(packed))
             else:
                 sel = faiss.IDSelectorBatch(rows)
             pool = int(rows.size)
@@ -566,6 +600,7 @@ class SemanticIndex:
             "format_version": FORMAT_VERSION,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "n_entities": len(self.qids),
+            "n_rows": self.qids.n_rows,
             "dim": int(self.index.d),
             "index_kind": type(self.index).__name__,
             "graph_state": asdict(self.state) if self.state else None,
@@ -586,7 +621,7 @@ class SemanticIndex:
                 (d / name).unlink(missing_ok=True)
         faiss.write_index(self.index, str(d / INDEX_FILE))
         os.chmod(d / INDEX_FILE, 0o600)
-        write_private_text(d / QIDS_FILE, json.dumps(self.qids))
+        self.qids.save(_owner_only(d / QIDS_FILE))
         write_private_text(d / MANIFEST, json.dumps(self.manifest(), indent=2, sort_keys=True))
         return d
 
@@ -609,12 +644,12 @@ class SemanticIndex:
         index = faiss.read_index(str(d / INDEX_FILE))
         if isinstance(index, faiss.IndexIVF):
             index.nprobe = manifest["settings"]["nprobe"]
-        qids = json.loads((d / QIDS_FILE).read_text())
+        qids = QidTable.load(d / QIDS_FILE)
         gs = manifest.get("graph_state")
         state = GraphState(counts=gs["counts"], bags_hash=gs["bags_hash"]) if gs else None
         stats = BuildStats(**manifest.get("build", {}))
         return cls(qids, index, IndexSettings(**manifest["settings"]), state, stats,
-                   _open_vectors(d, len(qids)))
+                   _open_vectors(d, qids.n_rows, int(manifest["dim"])))
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
@@ -664,33 +699,64 @@ def _compressed(index: Any) -> bool:
     return isinstance(index, faiss.IndexIVFPQ)
 
 
-def index_ids(graph: Graph, settings: IndexSettings) -> tuple[list[str], int]:
-    """The entities the index holds (QID order) and the number of entities in the graph.
+def index_ids(graph: Graph, settings: IndexSettings) -> tuple[QidTable, QidTable]:
+    """The entities the index holds (QID order) and every entity of the graph (the fit's
+    sample is drawn from these), as id arrays.
 
-    With ``candidates_only`` these are the entities that can be in some Ω(f) of a relation with
-    templates (:func:`~kgprobe.graph.distractors.candidate_ids`): Sem only ever returns members
-    of Ω(f), and every object it is asked about is one; without templates, every entity."""
-    ids = all_entity_ids(graph)
-    cands = candidate_ids(graph) if settings.candidates_only else None
-    return (ids if cands is None else cands), len(ids)
+    With ``candidates_only`` the first are the entities that can be in some Ω(f) of a relation
+    with templates (:func:`~kgprobe.graph.distractors.candidate_ids`): Sem only ever returns
+    members of Ω(f), and every object it is asked about is one; without templates, every
+    entity."""
+    every = QidTable.from_unordered(all_entity_ids(graph, ordered=False))
+    cands = candidate_ids(graph, ordered=False) if settings.candidates_only else None
+    return (every if cands is None else QidTable.from_unordered(cands)), every
 
 
-def bag_digests(graph: Graph, qids: Sequence[str]) -> Iterator[tuple[str, str, list[str]]]:
+def bag_digests(graph: Graph, qids: Sequence[str]) -> Iterator[tuple[str, int, list[str]]]:
     """(qid, :func:`bag_digest`, bag) of ``qids``, streamed from the graph batch by batch."""
     for qid, pairs in entity_facts(graph, qids, BUILD_BATCH):
         toks = bag_tokens(qid, pairs)
         yield qid, bag_digest(qid, toks), toks
 
 
+def _table_bags(graph: Graph, table: QidTable, start: int = 0) -> Iterator[tuple[str, int, list[str]]]:
+    """:func:`bag_digests` of the table's rows from ``start`` on: only one batch's ids are
+    strings at a time."""
+    for i in range(start, table.n_rows, BUILD_BATCH):
+        yield from bag_digests(graph, table.slice_ids(i, min(i + BUILD_BATCH, table.n_rows)))
+
+
+@dataclass
+class Scan:
+    """One pass over the indexed entities' facts: what a deep staleness check and an update's
+    diff both need (the bags themselves are not kept)."""
+
+    counts: dict[str, int]
+    ids: QidTable
+    digests: np.ndarray
+    n_graph: int
+
+    def state(self) -> GraphState:
+        return GraphState(counts=self.counts, bags_hash=digests_hash(self.ids, self.digests))
+
+
+def scan_graph(graph: Graph, settings: IndexSettings) -> Scan:
+    """The graph's counts, the entities to index and each one's bag digest."""
+    counts = graph_counts(graph)
+    ids, every = index_ids(graph, settings)
+    digests = np.zeros(ids.n_rows, dtype=np.uint64)
+    for i, (_, dg, _) in enumerate(_table_bags(graph, ids)):
+        digests[i] = dg
+    return Scan(counts, ids, digests, every.n_rows)
+
+
 def current_state(graph: Graph, *, deep: bool = True,
                   settings: IndexSettings | None = None) -> GraphState:
     """The graph's fingerprint: counts always; when ``deep`` (one pass over the indexed
     entities' facts) the hash of their bags."""
-    counts = graph_counts(graph)
     if not deep:
-        return GraphState(counts=counts)
-    ids, _ = index_ids(graph, settings or IndexSettings())
-    return GraphState(counts=counts, bags_hash=digests_hash((q, d) for q, d, _ in bag_digests(graph, ids)))
+        return GraphState(counts=graph_counts(graph))
+    return scan_graph(graph, settings or IndexSettings()).state()
 
 
 _POOL_MODEL: Model | None = None
@@ -728,10 +794,10 @@ def _embed_batches(batches: Iterable[tuple[list[str], list[list[str]]]], model: 
             yield q, r.get()
 
 
-def _batched(it: Iterable[tuple[str, str, list[str]]], size: int
-             ) -> Iterator[tuple[list[str], list[str], list[list[str]]]]:
+def _batched(it: Iterable[tuple[str, int, list[str]]], size: int
+             ) -> Iterator[tuple[list[str], list[int], list[list[str]]]]:
     qs: list[str] = []
-    ds: list[str] = []
+    ds: list[int] = []
     bs: list[list[str]] = []
     for q, d, b in it:
         qs.append(q)
@@ -744,16 +810,18 @@ def _batched(it: Iterable[tuple[str, str, list[str]]], size: int
         yield qs, ds, bs
 
 
-def _fit_sample(graph: Graph, all_n: int, settings: IndexSettings, stats: BuildStats
+def _fit_sample(graph: Graph, every: QidTable, settings: IndexSettings, stats: BuildStats
                 ) -> tuple[Model, dict[str, np.ndarray] | None, list[str]]:
-    """The model fitted on a seeded sample of ``settings.sample`` entities of the graph (every
-    entity when there are no more); with the whole graph, its vectors too (sklearn's
-    ``fit_transform``: the same vectors as before sampling existed); and the sampled QIDs."""
-    ids = all_entity_ids(graph)
-    whole = len(ids) <= settings.sample
-    if not whole:
+    """The model fitted on a seeded sample of ``settings.sample`` entities of the graph
+    (``every``; all of them when there are no more); with the whole graph, its vectors too
+    (sklearn's ``fit_transform``: the same vectors as before sampling existed); and the sampled
+    QIDs."""
+    whole = every.n_rows <= settings.sample
+    if whole:
+        ids = every.tolist()
+    else:
         rng = np.random.default_rng(settings.seed)
-        ids = [ids[i] for i in np.sort(rng.choice(len(ids), size=settings.sample, replace=False))]
+        ids = [every[int(i)] for i in np.sort(rng.choice(every.n_rows, size=settings.sample, replace=False))]
     bags = [(q, bag_tokens(q, pairs)) for q, pairs in entity_facts(graph, ids, BUILD_BATCH)]
     qids, counts = bags_to_matrix(bags)
     vecs, idf, comp = fit(counts, settings, stats)
@@ -788,10 +856,12 @@ def build_index(
     stats = BuildStats()
     t0 = time.perf_counter()
     counts = graph_counts(graph)
-    ids, n_graph = index_ids(graph, settings)
-    stats.n_graph, stats.n_entities = n_graph, len(ids)
+    ids, every = index_ids(graph, settings)
+    n = ids.n_rows
+    stats.n_graph, stats.n_entities = every.n_rows, n
     plan = {"settings": asdict(settings), "counts": counts, "format": FORMAT_VERSION,
-            "ids": hashlib.sha256("\n".join(ids).encode()).hexdigest(), "given_model": model is not None}
+            "ids": hashlib.sha256(ids.codes.tobytes()).hexdigest() + str(ids.codes.dtype),
+            "given_model": model is not None}
     done = 0
     whole: dict[str, np.ndarray] | None = None
     if (work / "plan.json").exists() and json.loads((work / "plan.json").read_text()) == plan \
@@ -805,47 +875,49 @@ def build_index(
         shutil.rmtree(work, ignore_errors=True)
         private_dir(work)
         if model is None:
-            model, whole, sampled = _fit_sample(graph, n_graph, settings, stats)
+            model, whole, sampled = _fit_sample(graph, every, settings, stats)
             write_private_text(work / SAMPLE_FILE, json.dumps(sampled))
         model.save(work)
         write_private_text(work / "plan.json", json.dumps(plan))
+    del every
     stats.seconds["fit"] = time.perf_counter() - t0
     dim = model.components.shape[0] if model.components is not None else len(model.vocab)
-    if whole is not None and ids:
+    if whole is not None and n:
         dim = len(next(iter(whole.values())))
-    n = len(ids)
-    vec_path = work / VECTORS_FILE
-    vecs = np.lib.format.open_memmap(_owner_only(vec_path), mode="r+" if done else "w+",
-                                     dtype=np.float32, shape=(max(n, 1), dim))
-    hashes_path = _owner_only(work / "hashes.txt")
+    vecs = np.memmap(_owner_only(work / VECTORS_FILE), dtype=np.float32, mode="r+" if done else "w+",
+                     shape=(max(n, 1), dim))
+    hashes_path = _owner_only(work / "hashes.u64")
+    with open(hashes_path, "r+b") as fh:  # rows past the last checkpoint are written again
+        fh.truncate(done * 8)
     t1 = time.perf_counter()
     label = f"building the semantic index of {n:,} entities in {d}"
     with Progress(label, total=n, unit="entities", enabled=progress) as bar, \
-            open(hashes_path, "a" if done else "w") as hfh:
+            open(hashes_path, "ab") as hfh:
         bar.advance(done)
-        todo = bag_digests(graph, ids[done:])
-        digests: dict[str, str] = {}
+        todo = _table_bags(graph, ids, done)
+        digests: deque[np.ndarray] = deque()  # per batch read, until its vectors are written
 
         def batches() -> Iterator[tuple[list[str], list[list[str]]]]:
             for qs, ds, bs in _batched(todo, BUILD_BATCH):
-                digests.update(zip(qs, ds, strict=True))
+                digests.append(np.asarray(ds, dtype=np.uint64))
                 yield qs, ([] if whole is not None else bs)
 
         for qs, out in (((q, np.stack([whole[x] for x in q])) for q, _ in batches()) if whole is not None
                         else _embed_batches(batches(), model, workers)):
             vecs[done : done + len(qs)] = out
             vecs.flush()
-            hfh.write("".join(f"{q}\t{digests.pop(q)}\n" for q in qs))
+            hfh.write(digests.popleft().tobytes())
             hfh.flush()
             done += len(qs)
             write_private_text(work / "done.json", json.dumps({"rows": done}))
             stats.n_embedded += len(qs)
+            stats.n_bags_read += len(qs)
             bar.advance(len(qs))
             if on_batch is not None:
                 on_batch(done)
     stats.seconds["embed"] = time.perf_counter() - t1
-    pairs = [ln.split("\t") for ln in hashes_path.read_text().splitlines()]
-    return _finish(d, work, ids, vecs[:n], model, settings, counts, [p[1] for p in pairs], stats)
+    return _finish(d, work, ids, vecs[:n], model, settings, counts,
+                   np.fromfile(hashes_path, dtype=np.uint64), stats)
 
 
 def _owner_only(path: Path) -> Path:
@@ -856,81 +928,140 @@ def _owner_only(path: Path) -> Path:
     return path
 
 
-def _finish(d: Path, work: Path, ids: list[str], vecs: np.ndarray, model: Model,
-            settings: IndexSettings, counts: dict[str, int], digests: list[str],
+def _save_digests(path: Path, digests: np.ndarray) -> None:
+    with open(_owner_only(path), "wb") as fh:
+        np.save(fh, np.asarray(digests, dtype=np.uint64), allow_pickle=False)
+
+
+def _finish(d: Path, work: Path, ids: QidTable, vecs: np.ndarray, model: Model,
+            settings: IndexSettings, counts: dict[str, int], digests: np.ndarray,
             stats: BuildStats) -> SemanticIndex:
     """FAISS over the written vectors, then everything moved into ``d``, manifest last."""
     import shutil
 
     t = time.perf_counter()
-    index = make_faiss_index(vecs, settings)
+    index = make_faiss_index(vecs, settings, direct_map=False)
     stats.seconds["faiss"] = time.perf_counter() - t
     stats.index_kind = type(index).__name__
-    stats.dim = int(vecs.shape[1])
+    dim = stats.dim = int(vecs.shape[1])
     stats.n_features = len(model.vocab)
-    state = GraphState(counts=counts, bags_hash=digests_hash(zip(ids, digests, strict=True)))
+    state = GraphState(counts=counts, bags_hash=digests_hash(ids, digests))
     (d / MANIFEST).unlink(missing_ok=True)
+    del vecs
     for name in (VECTORS_FILE, MODEL_FILE, VOCAB_FILE, SAMPLE_FILE):
         if (work / name).exists():
             os.replace(work / name, d / name)
-    write_private_text(d / HASHES_FILE, json.dumps(digests))
+    _save_digests(d / HASHES_FILE, digests)
     shutil.rmtree(work, ignore_errors=True)
-    out = SemanticIndex(ids, index, settings, state, stats, _open_vectors(d, len(ids)))
+    out = SemanticIndex(ids, index, settings, state, stats, _open_vectors(d, ids.n_rows, dim))
     out.save(d)
     return out
 
 
-def _open_vectors(d: Path, n: int) -> np.ndarray | None:
+def _open_vectors(d: Path, n_rows: int, dim: int, mode: str = "r") -> np.ndarray | None:
+    """The raw vectors file as an (n_rows, dim) disk array (the file holds at least one row)."""
     p = d / VECTORS_FILE
     if not p.exists():
         return None
-    return np.load(p, mmap_mode="r")[:n]
+    arr: np.ndarray = np.memmap(p, dtype=np.float32, mode=mode, shape=(max(n_rows, 1), dim))  # type: ignore[call-overload]
+    return arr[:n_rows]
 
 
 def update_index(graph: Graph, directory: str | Path, settings: IndexSettings, *,
-                 workers: int = 1, progress: bool = False) -> SemanticIndex:
-    """Bring a built index up to date with the graph without refitting: entities whose bag
-    changed or that are new are embedded with the stored model, removed ones dropped, the rest
-    keep their vectors; then FAISS is rebuilt over the vectors (QID order, as a build)."""
+                 scan: Scan | None = None, retrain: bool = False, workers: int = 1,
+                 progress: bool = False) -> SemanticIndex:
+    """Bring a built index up to date with the graph in place, without refitting anything.
+
+    The digests of ``scan`` (one pass over the indexed entities' facts, :func:`scan_graph`;
+    done here when not given) tell which entities are new, changed or gone. Only the new and
+    changed ones' bags are read again and embedded with the stored model; a changed entity
+    keeps its row, a new one gets a new row at the end of the vectors file, a removed one's row
+    is emptied. FAISS ids are rows, so an IVF / IVF-PQ index has the old rows removed and the
+    new vectors added (``remove_ids`` / ``add_with_ids``) with its trained quantizers as they
+    are; an exact index is refilled from the vectors file. When the change exceeds
+    ``RETRAIN_FRACTION`` of the indexed entities, or ``retrain`` is asked, it is a full
+    :func:`build_index` instead (model and FAISS fitted again)."""
+    import faiss
+
     d = Path(directory)
     manifest = read_manifest(d)
-    old_qids: list[str] = json.loads((d / QIDS_FILE).read_text())
-    old_dig: list[str] = json.loads((d / HASHES_FILE).read_text())
-    old_row = {q: i for i, q in enumerate(old_qids)}
-    old_vecs = np.load(d / VECTORS_FILE, mmap_mode="r")
-    model = Model.load(d)
     stats = BuildStats()
     t0 = time.perf_counter()
-    counts = graph_counts(graph)
-    ids, stats.n_graph = index_ids(graph, settings)
-    stats.n_entities, stats.n_sample = len(ids), int(manifest.get("build", {}).get("n_sample", 0))
-    work = d / WORK_DIR
-    import shutil
-
-    shutil.rmtree(work, ignore_errors=True)
-    private_dir(work)
-    model.save(work)
-    vecs = np.lib.format.open_memmap(_owner_only(work / VECTORS_FILE), mode="w+", dtype=np.float32,
-                                     shape=(max(len(ids), 1), old_vecs.shape[1]))
-    digests: list[str] = []
-    with Progress(f"updating the semantic index of {len(ids):,} entities in {d}", total=len(ids),
+    if scan is None:
+        scan = scan_graph(graph, settings)
+    stats.n_bags_scanned = scan.ids.n_rows
+    old = QidTable.load(d / QIDS_FILE)
+    old_dig = np.load(d / HASHES_FILE, allow_pickle=False)
+    new = scan.ids
+    at = old.rows_of_codes(new.codes) if old.is_int == new.is_int else old.rows_of(new.tolist())
+    known = at >= 0
+    changed = known.copy()
+    changed[known] = old_dig[at[known]] != scan.digests[known]
+    added = ~known
+    kept = np.zeros(old.n_rows, dtype=bool)
+    kept[at[known]] = True
+    removed = np.flatnonzero(old.live_mask() & ~kept)
+    n_change = int(changed.sum() + added.sum()) + len(removed)
+    if retrain or n_change > RETRAIN_FRACTION * max(len(new), 1):
+        out = build_index(graph, d, settings, workers=workers, progress=progress)
+        out.stats.retrained = True
+        out.stats.n_bags_scanned = stats.n_bags_scanned
+        return out
+    (d / MANIFEST).unlink(missing_ok=True)  # from here on a torn update is a stale index
+    redo = np.flatnonzero(changed | added)  # positions in ``new`` (QID order)
+    added_ids = new.slice_ids_at(np.flatnonzero(added))
+    n_rows = old.n_rows + len(added_ids)
+    target = np.empty(len(redo), dtype=np.int64)  # the row each re-embedded entity goes to
+    is_added = added[redo]
+    target[~is_added] = at[redo[~is_added]]
+    target[is_added] = old.n_rows + np.arange(int(is_added.sum()))
+    dim = int(manifest["dim"])
+    with open(d / VECTORS_FILE, "r+b") as fh:
+        fh.truncate(max(n_rows, 1) * dim * 4)
+    vecs = _open_vectors(d, n_rows, dim, mode="r+")
+    assert vecs is not None
+    digests = np.zeros(n_rows, dtype=np.uint64)
+    digests[: old.n_rows] = old_dig
+    digests[removed] = 0
+    vecs[removed] = 0.0
+    index: Any = faiss.read_index(str(d / INDEX_FILE))
+    ivf = isinstance(index, faiss.IndexIVF)
+    if ivf:
+        drop = np.concatenate([target[~is_added], removed]).astype(np.int64)
+        if drop.size:
+            index.remove_ids(faiss.IDSelectorBatch(drop))
+    model = Model.load(d)
+    done = 0
+    with Progress(f"updating {len(redo):,} entities of the semantic index in {d}", total=len(redo),
                   unit="entities", enabled=progress) as bar:
-        for qs, ds, bs in _batched(bag_digests(graph, ids), BUILD_BATCH):
-            start = len(digests)
-            digests.extend(ds)
-            redo = [j for j, (q, dg) in enumerate(zip(qs, ds, strict=True))
-                    if old_row.get(q) is None or old_dig[old_row[q]] != dg]
-            keep = [j for j in range(len(qs)) if j not in set(redo)]
-            if keep:
-                vecs[[start + j for j in keep]] = old_vecs[[old_row[qs[j]] for j in keep]]
-            if redo:
-                vecs[[start + j for j in redo]] = model.transform([bs[j] for j in redo])
-                stats.n_embedded += len(redo)
+        for qs, ds, bs in _batched(bag_digests(graph, new.slice_ids_at(redo)), BUILD_BATCH):
+            rows = target[done : done + len(qs)]
+            got = model.transform(bs)
+            vecs[rows] = got
+            digests[rows] = np.asarray(ds, dtype=np.uint64)
+            if ivf:
+                index.add_with_ids(got, rows)
+            done += len(qs)
             bar.advance(len(qs))
-    vecs.flush()
-    del old_vecs
+    stats.n_bags_read = stats.n_embedded = done
+    del vecs  # the memmap's writes reach the file
     stats.seconds["embed"] = time.perf_counter() - t0
-    return _finish(d, work, ids, vecs[: len(ids)], model, settings, counts, digests, stats)
+    t = time.perf_counter()
+    if not ivf:
+        index.reset()
+        refill = _open_vectors(d, n_rows, dim)
+        assert refill is not None
+        _add(index, refill)
+    stats.seconds["faiss"] = time.perf_counter() - t
+    table = old.with_changes(removed, added_ids)
+    stats.n_graph, stats.n_entities = scan.n_graph, len(table)
+    stats.n_sample = int(manifest.get("build", {}).get("n_sample", 0))
+    stats.index_kind, stats.dim, stats.n_features = type(index).__name__, dim, len(model.vocab)
+    _save_digests(d / HASHES_FILE, digests)
+    state = GraphState(counts=scan.counts, bags_hash=digests_hash(table, digests))
+    out = SemanticIndex(table, index, settings, state, stats, _open_vectors(d, n_rows, dim))
+    out.save(d)
+    return out
 
 
 def ensure_index(
@@ -955,7 +1086,8 @@ def ensure_index(
     (:func:`build_index`, which resumes a killed one).
     """
     settings = settings or IndexSettings()
-    state = current_state(graph, deep=deep, settings=settings)
+    scan = scan_graph(graph, settings) if deep else None
+    state = scan.state() if scan is not None else GraphState(counts=graph_counts(graph))
     try:
         return SemanticIndex.load(directory, expect_state=state, expect_settings=settings)
     except StaleIndexError:
@@ -968,5 +1100,5 @@ def ensure_index(
         manifest = {}
     if manifest and not staleness(manifest, None, settings) and all(
             (d / f).exists() for f in (VECTORS_FILE, HASHES_FILE, MODEL_FILE, VOCAB_FILE)):
-        return update_index(graph, d, settings, workers=workers, progress=progress)
+        return update_index(graph, d, settings, scan=scan, workers=workers, progress=progress)
     return build_index(graph, d, settings, workers=workers, progress=progress)
