@@ -8,13 +8,40 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kgprobe.app.contents import GraphStats as GraphStats
+from kgprobe.app.contents import stats as stats
+from kgprobe.app.contents import templates_import as templates_import
+from kgprobe.app.contents import templates_list as templates_list
+from kgprobe.app.db import db_home as db_home
+from kgprobe.app.db import db_start as db_start
+from kgprobe.app.db import db_status as db_status
+from kgprobe.app.db import db_stop as db_stop
+from kgprobe.app.db import db_wipe as db_wipe
+from kgprobe.app.distractors import distractors as distractors
+from kgprobe.app.evaluation import evaluate as evaluate
+from kgprobe.app.factor_pipeline import factor as factor
+from kgprobe.app.options import (
+    check_date,
+    check_number,
+    check_pids,
+    check_seed,
+    check_threads,
+    check_threshold,
+    relations,
+    shard_of,
+)
+from kgprobe.app.probe_sets import export as export
+from kgprobe.app.scores import UnknownFacts as UnknownFacts
+from kgprobe.app.scores import unknown_facts as unknown_facts
 from kgprobe.config import Settings
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.graph.client import connect
-from kgprobe.graph.ingest import IngestSummary, check_ingest_options, ingest
+from kgprobe.graph.ingest import IngestSummary, check_ingest_options
+from kgprobe.graph.ingest import ingest as ingest_records
 from kgprobe.outputs import check_output_dir, check_owner
 from kgprobe.progress import Progress
 from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
@@ -124,14 +151,16 @@ def _loaded_something(source: str | Path, records: Iterable[Record], *, expect: 
 
 
 def _check_sources(sources: Sequence[str | Path], sparql: str | None, batch_size: int,
-                   max_errors: int, workers: int = 1) -> None:
+                   max_errors: int, workers: int = 1, relation: Sequence[str] | None = None,
+                   limit: int | None = None) -> None:
     """Impossible options, no input, or a file of no known format: one line, before anything
     is read or written."""
     from kgprobe.loaders import detect_format
 
+    check_pids(relation or ())
+    check_number("--limit", limit, 0)
+    check_number("--workers", workers, 1)
     check_ingest_options(batch_size, max_errors)
-    if workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {workers}")
     if not sources and not sparql:
         raise InputError("nothing to ingest: give files or --sparql URL")
     for source in sources:
@@ -180,7 +209,7 @@ def ingest_sources(
             _deprecated("ingest_sources", old, old[:-1])
     relation, subject, rank = relation or relations, subject or subjects, rank or ranks
 
-    _check_sources(sources, sparql, batch_size, max_errors, workers)
+    _check_sources(sources, sparql, batch_size, max_errors, workers, relation, limit)
     settings = settings or Settings.load()
     home = settings.home
     starts: dict[str, Position] = {}
@@ -264,7 +293,7 @@ def write_records(
 ) -> IngestSummary:
     """Ingest records with a progress line (`_ingest_progress`)."""
     with _ingest_progress(quiet) as (watched, on_flush):
-        return ingest(graph, watched(records), batch_size=batch_size, error_budget=max_errors,
+        return ingest_records(graph, watched(records), batch_size=batch_size, error_budget=max_errors,
                       on_flush=on_flush, on_checkpoint=on_checkpoint)
 
 
@@ -312,7 +341,7 @@ def bulk_ingest(
         write_import_files,
     )
 
-    _check_sources(sources, sparql, batch_size, max_errors, workers)
+    _check_sources(sources, sparql, batch_size, max_errors, workers, relation, limit)
     settings = Settings.load() if neo4j_home is None else None
     managed = settings is not None and settings.uri is None
     if neo4j_home is not None:
@@ -341,6 +370,53 @@ def bulk_ingest(
     return files.summary, (
         f"imported into {neo4j_home} (database {DATABASE}); start Neo4j: kgprobe's first "
         "connection creates the constraints and indexes")
+
+
+@dataclass(frozen=True)
+class Ingested:
+    """``kgprobe ingest``: what was loaded, and for a bulk load what is left to do (one line)."""
+
+    summary: IngestSummary
+    note: str | None = None
+
+
+def ingest(
+    sources: Sequence[str | Path] = (),
+    *,
+    sparql: str | None = None,
+    relation: Sequence[str] | None = None,
+    subject: Sequence[str] | None = None,
+    language: str = "en",
+    rank: Sequence[str] | None = None,
+    limit: int | None = None,
+    batch_size: int = 5000,
+    max_errors: int = 100,
+    workers: int | None = None,
+    resume: bool = False,
+    bulk: str | Path | None = None,
+    neo4j_home: str | Path | None = None,
+    quiet: bool = False,
+) -> Ingested:
+    """``kgprobe ingest``: load files and/or a SPARQL endpoint into the graph, online
+    (:func:`ingest_sources`) or, with ``bulk`` (a new directory for the import files), as the
+    first load of an empty database (:func:`bulk_ingest`). ``workers``: processes that parse a
+    JSON dump (default: the machine's cores)."""
+    from kgprobe.loaders.parallel import default_workers
+
+    if bulk is None and neo4j_home is not None:
+        raise ConfigError("--neo4j-home goes with --bulk DIR (the directory of the import files)")
+    if bulk is not None and resume:
+        raise ConfigError("--resume continues an online ingest; a bulk load into an empty "
+                          "database starts again from an empty --bulk directory")
+    check_number("--workers", workers, 1)
+    options: dict[str, Any] = {
+        "sparql": sparql, "relation": relation, "subject": subject, "language": language,
+        "rank": rank, "limit": limit, "batch_size": batch_size, "max_errors": max_errors,
+        "quiet": quiet, "workers": workers or default_workers()}
+    if bulk is not None:
+        summary, note = bulk_ingest(sources, bulk, neo4j_home=neo4j_home, **options)
+        return Ingested(summary, note)
+    return Ingested(ingest_sources(sources, resume=resume, **options))
 
 
 def _arcadedb_import(files: Any, settings: Any, batch_size: int) -> str:
@@ -473,6 +549,7 @@ def demo(
     from kgprobe.reports.results import FactDetails
     from kgprobe.reports.write import report as build_report
 
+    check_number("--per-relation", per_relation, 1)
     model = select_model(model)  # a served model (--backend, a URL): its backend, opened once
     if isinstance(model, str):
         check_model_name(model)  # a model not installed: one line, before anything is ingested
@@ -560,6 +637,47 @@ def _owner_of(model: str | Any, dtype: str, name: str | None = None) -> dict[str
         return None
 
 
+#: A probe's options checked before the model is loaded or the graph contacted: (keyword of
+#: :func:`kgprobe.probing.run.probe`, the CLI's option, the least value allowed).
+_PROBE_BOUNDS = (("sample", "--sample", 0), ("per_relation", "--per-relation", 1), ("n", "-n", 1),
+                 ("max_object_labels", "--max-labels", 1), ("max_subject_labels", "--max-subject-labels", 1),
+                 ("max_templates", "--max-templates", 1), ("batch_facts", "--batch-facts", 1),
+                 ("write_facts", "--write-batch", 1))
+
+
+def _check_probe_options(kwargs: dict[str, Any]) -> None:
+    """One line for a probe option out of its range, named as the CLI's option."""
+    check_pids(relations(kwargs.get("relations")))
+    for key, option, low in _PROBE_BOUNDS[:3]:
+        check_number(option, kwargs.get(key), low)
+    check_seed(kwargs.get("seed"))
+    check_threshold(kwargs.get("threshold"))
+    check_date(kwargs.get("at"))
+    for key, option, low in _PROBE_BOUNDS[3:]:
+        check_number(option, kwargs.get(key), low)
+    check_threads(kwargs.get("threads"))
+
+
+#: What a probe set fixes (``probe(set=...)`` refuses them): (keyword, the CLI's option).
+_SET_FIXES = (("relation", "--relation"), ("relations", "--relation"), ("per_relation", "--per-relation"),
+              ("measure", "--measure"), ("strategy", "--strategy"), ("n", "-n"), ("at", "--at"))
+
+
+def _set_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``probe(set=...)``'s keywords for :func:`probe_set`: what the set fixes is refused when
+    given (None or empty: not given), ``no_cache`` becomes ``cache``."""
+    if kwargs.pop("dry_run", False):
+        raise ConfigError("--dry-run previews a probe of the graph; a probe set's facts and "
+                          "prompts are in its file (drop --set or --dry-run)")
+    given = list(dict.fromkeys(o for k, o in _SET_FIXES if kwargs.pop(k, None)))
+    if given:
+        raise ConfigError(f"--set: the probe set fixes what is sampled and measured; drop "
+                          f"{', '.join(given)} (or export another set)")
+    if "no_cache" in kwargs:
+        kwargs["cache"] = not kwargs.pop("no_cache")
+    return kwargs
+
+
 def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None = None,
           overwrite: bool = False, set: str | Path | None = None, **kwargs: Any) -> Any:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
@@ -586,8 +704,13 @@ def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None =
     from kgprobe.probing.run import probe as run
 
     if set is not None:
-        return probe_set(set, model, output_path, overwrite=overwrite, **kwargs)
+        return probe_set(set, model, output_path, overwrite=overwrite, **_set_keywords(kwargs))
     kwargs = _probe_keywords("probe", kwargs)
+    _check_probe_options(kwargs)
+    if kwargs.get("sample") == 0:  # --sample 0: every fact
+        kwargs["sample"] = None
+    if "shard" in kwargs:  # "K/N", as --shard, or (K, N)
+        kwargs["shard"] = shard_of(kwargs["shard"])
     model = select_model(model)  # a served model (--backend, a URL): its backend, opened once
     if output_path is None or kwargs.get("dry_run"):
         return run(model, **kwargs)
@@ -635,6 +758,9 @@ def probe_set(path: str | Path, model: str | Any, output_path: str | Path | None
     shard, cache, progress, overwrite, measure)."""
     from kgprobe.app.probe_sets import score_probe_set
 
+    check_threads(kwargs.get("threads"))
+    if "shard" in kwargs:  # "K/N", as --shard, or (K, N)
+        kwargs["shard"] = shard_of(kwargs["shard"])
     return score_probe_set(path, model, output_path, **kwargs)
 
 
@@ -648,13 +774,17 @@ def import_scores(*paths: str | Path, settings: Settings | None = None) -> list[
 
 
 def score(context: str, candidates: Sequence[str], *, model: str | Any = "smollm2-135m",
-          tokenizer: Any = None, **kwargs: Any) -> Any:
+          tokenizer: Any = None, no_cache: bool | None = None, **kwargs: Any) -> Any:
     """log P(candidate | context) for each candidate with its rank, as ``kgprobe score``;
     ``model`` as in :func:`probe`. Keyword arguments: see
     :func:`kgprobe.probing.score.score_candidates` (dtype, threads, cache_path; ``eos`` as
-    ``--eos``, its old name ``add_eos`` warns)."""
-    from kgprobe.probing.score import score_candidates
+    ``--eos``, its old name ``add_eos`` warns). ``no_cache``: as ``--no-cache`` (False: the
+    score cache the CLI uses; by default none)."""
+    from kgprobe.probing.score import default_score_cache, score_candidates
 
+    check_threads(kwargs.get("threads"))
+    if no_cache is not None and "cache_path" not in kwargs:  # as --no-cache: the user's cache
+        kwargs["cache_path"] = None if no_cache else default_score_cache()
     if "eos" in kwargs:
         kwargs["add_eos"] = kwargs.pop("eos")
     elif "add_eos" in kwargs:
@@ -669,26 +799,21 @@ def unknown(
 ) -> list[Any]:
     """The facts ``model`` does not know (score below ``threshold``; default the run's), as
     ``ScoredFact`` dataclasses; ``relation``: one PID or several (``below``: the old name of
-    ``threshold``, warns)."""
-    from kgprobe.probing.scores import unknown_in
-
+    ``threshold``, warns). :func:`unknown_facts` also names the measure and threshold."""
     if below is not None:
         _deprecated("unknown", "below", "threshold")
-        threshold = below if threshold is None else threshold
-    pids: list[str | None] = ([relation] if isinstance(relation, str) else list(relation or ())) or [None]
-    with connect(settings) as graph:
-        return [f for pid in pids
-                for f in unknown_in(graph, model, relation=pid, below=threshold, measure=measure)[1]]
+    return unknown_facts(model, relation=relation, threshold=threshold, measure=measure,
+                         below=below, settings=settings).facts
 
 
-def cypher(query: str, params: dict[str, Any] | None = None, *, write: bool = False,
-           settings: Settings | None = None) -> list[dict[str, Any]]:
-    """Rows of a Cypher query of your own, read-only unless ``write``
-    (:func:`kgprobe.graph.query.run_query`; docs/data-model.md has queries to start from)."""
-    from kgprobe.graph.query import run_query
+def cypher(query: str, params: dict[str, Any] | None = None, *, param: Sequence[str] = (),
+           write: bool = False, settings: Settings | None = None) -> list[dict[str, Any]]:
+    """Rows of a Cypher query of your own (or of the .cypher/.cql/.txt file it names),
+    read-only unless ``write``; ``params`` as values, ``param`` as the CLI's ``NAME=VALUE``
+    (:func:`kgprobe.app.contents.cypher`; docs/data-model.md has queries to start from)."""
+    from kgprobe.app.contents import cypher as run
 
-    with connect(settings) as graph:
-        return run_query(graph, query, params, write=write)
+    return run(query, params, param=param, write=write, settings=settings)
 
 
 def compare(
@@ -698,6 +823,7 @@ def compare(
     """What ``a`` knows and ``b`` does not, and the reverse (a ``kgprobe.probing.scores.Comparison``)."""
     from kgprobe.probing.scores import compare_in
 
+    check_threshold(threshold)
     with connect(settings) as graph:
         return compare_in(graph, a, b, measure=measure, threshold=threshold)
 
@@ -716,6 +842,8 @@ def report(
     relations' facts (PIDs)."""
     from kgprobe.reports.write import report as build
 
+    check_seed(seed)
+    check_pids(relations(relation))
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
                  type_of=type_of, settings=settings, overwrite=overwrite, vs_measure=vs_measure,
                  relations=relation)
@@ -732,6 +860,7 @@ def ladder(
     ladder, is refused unless ``overwrite``)."""
     from kgprobe.reports.ladder import build_ladder, write_ladder
 
+    check_seed(seed)
     if out:
         from kgprobe.outputs import check_output_dir
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import typer
 
+from kgprobe.app.options import check_choice, load_models_with
+from kgprobe.app.options import relations as _relations
 from kgprobe.errors import KgprobeError
 from kgprobe.loaders import SUPPORTED
 from kgprobe.probing.strategies import help_text as strategy_help
@@ -109,92 +111,6 @@ def _print_jsonl(rows: Any) -> None:
         print(json.dumps(row, ensure_ascii=False, default=str))
 
 
-def _relations(*options: list[str] | None) -> list[str]:
-    """The union of repeatable ``--relation`` options (and their old aliases), order kept."""
-    seen: dict[str, None] = {}
-    for values in options:
-        for v in values or ():
-            seen.setdefault(v, None)
-    return list(seen)
-
-
-def _require_file(path: str, what: str = "file") -> None:
-    """Fail with one line before any graph work when an input file or folder is missing."""
-    from pathlib import Path
-
-    from kgprobe.errors import InputError
-
-    if not Path(path).exists():
-        raise InputError(f"no such {what}: {path}")
-
-
-#: Seeds are 0 <= seed < 2**32 (what every random generator kgprobe seeds accepts).
-MAX_SEED = 2**32 - 1
-#: CPU threads for torch: at least 1, at most this.
-MAX_THREADS = 1024
-
-
-def _check_number(option: str, value: float | None, low: float | None = None,
-                  high: float | None = None) -> None:
-    """One line (exit 2) for a numeric option that is not finite or outside its documented
-    range, before any graph or model is touched (NaN compares false with every bound, so
-    it is caught explicitly: ``--threshold nan`` once listed no fact and exited 0)."""
-    import math
-
-    from kgprobe.errors import ConfigError
-
-    if value is None:
-        return
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{option} must be a finite number, got {value}")
-    if low is not None and value < low:
-        raise ConfigError(f"{option} must be at least {low:g}, got {value:g}")
-    if high is not None and value > high:
-        raise ConfigError(f"{option} must be at most {high:g}, got {value:g}")
-
-
-def _check_threshold(value: float | None, option: str = "--threshold") -> None:
-    """A known threshold: finite and >= 0 (every measure's score is >= 0)."""
-    _check_number(option, value, 0)
-
-
-def _check_seed(value: int | None, option: str = "--seed") -> None:
-    _check_number(option, value, 0, MAX_SEED)
-
-
-def _check_threads(value: int | None) -> None:
-    _check_number("--threads", value, 1, MAX_THREADS)
-
-
-def _check_pids(values: list[str], option: str = "--relation") -> None:
-    """Every ``--relation`` a Wikidata property id (``P36``; case and spaces forgiven as the
-    probe does), checked before the graph is contacted."""
-    from kgprobe.errors import ConfigError
-    from kgprobe.records import is_pid
-
-    for v in values:
-        if not is_pid(v.strip().upper()):
-            raise ConfigError(f"{option} {v!r} is not a Wikidata property id (P1, P2, ...)")
-
-
-def _check_date(value: str | None, option: str = "--at") -> None:
-    """A reference date YYYY-MM-DD (the probe's own parser), checked before the graph is contacted."""
-    from kgprobe.errors import ConfigError
-    from kgprobe.graph.distractors import date_sort_key
-
-    if value is None:
-        return
-    try:
-        date_sort_key(value)
-    except ConfigError:
-        raise ConfigError(f"{option} {value!r} is not a date YYYY-MM-DD") from None
-
-
-def _check_model_options(batch_tokens: int | None, threads: int | None = None) -> None:
-    _check_number("--batch-tokens", batch_tokens, 1)
-    _check_threads(threads)
-
-
 def _version_callback(value: bool) -> None:
     if value:
         from kgprobe._version import __version__
@@ -249,18 +165,6 @@ _MAX_TEMPLATES_OPT = typer.Option(None, "--max-templates", help="Templates per r
 REPORT_FORMATS = ("text", "json", "md", "tex", "harness")
 
 
-def _model_options(device: str | None, batch_tokens: int | None, model_arg: list[str] | None,
-                   backend: str | None = None, model: str | None = None) -> None:
-    """Apply --device / --batch-tokens / --model-arg to every model this command loads, and
-    --backend (or a URL as --model) to the model it scores (kgprobe.probing.engine.select_model)."""
-    from kgprobe.probing.engine import URL_BACKEND, is_url
-    from kgprobe.probing.models import configure_loading, parse_model_args
-
-    if backend is None and is_url(model):
-        backend = URL_BACKEND
-    configure_loading(device, parse_model_args(model_arg), batch_tokens, backend)
-
-
 _verbose = False
 
 
@@ -311,27 +215,16 @@ db_app = typer.Typer(help="Manage the local graph server (ArcadeDB over Bolt, 12
 app.add_typer(db_app, name="db")
 
 
-def _server(*, secrets: bool = True) -> Any:
-    """The managed server; ``secrets=False`` for commands that use no password from the config
-    file (``db stop``), so they work whatever that file's mode."""
-    from kgprobe.config import Settings
-    from kgprobe.errors import ConfigError
-    from kgprobe.graph.server import ManagedServer
-
-    settings = Settings.load(secrets=secrets)
-    if settings.uri:
-        raise ConfigError(f"NEO4J_URI is set ({settings.uri}): that server is not managed by kgprobe")
-    return ManagedServer(settings)
-
-
 @db_app.command("start")
 def db_start(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Start the managed graph server (no-op when it runs).
 
     Example: kgprobe db start"""
-    info = _server().start()
+    from kgprobe.api import db_start as start
+
+    info = start()
     if as_json:
-        _print_json({"running": info.running, "pid": info.pid, "uri": info.uri, "home": str(info.home)})
+        _print_json(info.to_dict())
         return
     console.print(f"graph server running: {info.uri} (pid {info.pid}, data in {info.home})")
 
@@ -341,7 +234,9 @@ def db_stop(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
     """Stop the managed graph server (only a process that is this home's server is signalled).
 
     Example: kgprobe db stop"""
-    stopped = _server(secrets=False).stop()
+    from kgprobe.api import db_stop as stop
+
+    stopped = stop()
     if as_json:
         _print_json({"stopped": stopped})
         return
@@ -355,51 +250,14 @@ def db_status(as_json: bool = typer.Option(False, "--json", help="Print JSON."))
     password is kept — never the password.
 
     Example: kgprobe db status --json"""
-    from kgprobe.config import Settings, config_path, redact
+    from kgprobe.api import db_status as status_of
 
-    settings = Settings.load()
-    status: dict[str, Any]
-    if settings.uri:
-        status = {"managed": False, "uri": redact(settings.uri), "user": settings.user,
-                  "database": settings.database or "(the server's default)",
-                  "password": settings.password_from or "not configured (set NEO4J_PASSWORD)",
-                  "config": str(config_path())}
-    else:
-        server = _server()
-        info = server.info()
-        status = {
-            "managed": True,
-            "running": info.running,
-            "pid": info.pid,
-            "uri": info.uri,
-            # The Bolt user's name is a secret like its password: knowing it is what it takes
-            # to lock it out (docs/guarantees.md).
-            "user": f'key "user" of {server.state_file} (mode 0600)',
-            "database": info.database,
-            "password": f'key "user_password" of {server.state_file} (mode 0600)',
-            "http_port": info.http_port,
-            "home": str(info.home),
-            "config": str(config_path()),
-        }
-    status["server"] = _server_agent(settings, running=status.get("running", True))
+    status = status_of().to_dict()
     if as_json:
         _print_json(status)
     else:
         for key, value in status.items():
             console.print(f"{key:10} {value}", highlight=False, soft_wrap=True)
-
-
-def _server_agent(settings: Any, running: bool) -> str:
-    """Which server answers, and its version — never starting one, never failing the status."""
-    from kgprobe.graph.client import connect
-
-    if not running:
-        return "not running"
-    try:
-        with connect(settings, ensure_schema=False, autostart=False) as graph:
-            return graph.server_agent()
-    except KgprobeError as exc:
-        return f"not reachable: {exc}"
 
 
 @db_app.command("wipe")
@@ -410,10 +268,12 @@ def db_wipe(
     """Delete every node and edge of the managed graph.
 
     Example: kgprobe db wipe --yes"""
-    server = _server()
-    if not yes and not typer.confirm(f"delete the whole graph in {server.home}?"):
+    from kgprobe.api import db_home
+    from kgprobe.api import db_wipe as wipe
+
+    if not yes and not typer.confirm(f"delete the whole graph in {db_home()}?"):
         raise typer.Exit(1)
-    server.wipe()
+    wipe()
     if as_json:
         _print_json({"wiped": True})
         return
@@ -445,33 +305,14 @@ def ingest(
     neo4j-admin import files (docs/loaders.md).
 
     Example: kgprobe ingest latest-all.json.bz2 -r P36 -r P17 --limit 100000"""
-    from kgprobe.api import bulk_ingest, ingest_sources
-    from kgprobe.loaders.parallel import default_workers
+    from kgprobe.api import ingest as run
 
-    _check_pids(relation or [])
-    _check_number("--limit", limit, 0)  # --batch-size and --max-errors: ingest_sources, before the graph
-    _check_number("--workers", workers, 1)
-    if bulk is not None or neo4j_home is not None:
-        from kgprobe.errors import ConfigError
-
-        if bulk is None:
-            raise ConfigError("--neo4j-home goes with --bulk DIR (the directory of the import files)")
-        if resume:
-            raise ConfigError("--resume continues an online ingest; a bulk load into an empty "
-                              "database starts again from an empty --bulk directory")
-        summary, note = bulk_ingest(
-            sources or [], bulk, neo4j_home=neo4j_home, sparql=sparql, relation=relation,
-            subject=subject, language=language, rank=rank, limit=limit, batch_size=batch_size,
-            max_errors=max_errors, quiet=as_json, workers=workers or default_workers())
-        _print_summary(summary.to_dict(), as_json)
-        err_console.print(note, highlight=False, soft_wrap=True)
-        return
-    summary = ingest_sources(
-        sources or [], sparql=sparql, relation=relation, subject=subject, language=language,
-        rank=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=as_json,
-        workers=workers or default_workers(), resume=resume,
-    )
-    _print_summary(summary.to_dict(), as_json)
+    done = run(sources or [], sparql=sparql, relation=relation, subject=subject, language=language,
+               rank=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, workers=workers,
+               resume=resume, bulk=bulk, neo4j_home=neo4j_home, quiet=as_json)
+    _print_summary(done.summary.to_dict(), as_json)
+    if done.note is not None:
+        err_console.print(done.note, highlight=False, soft_wrap=True)
 
 
 def _print_summary(data: dict[str, Any], as_json: bool) -> None:
@@ -497,11 +338,9 @@ def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
     """Report what the graph holds.
 
     Example: kgprobe stats --json"""
-    from kgprobe.graph.client import connect
-    from kgprobe.graph.stats import graph_stats
+    from kgprobe.api import stats as graph_stats
 
-    with connect() as graph:
-        data = graph_stats(graph)
+    data = graph_stats().to_dict()
     if as_json:
         _print_json(data)
         return
@@ -529,30 +368,12 @@ def cypher(
 
     Example: kgprobe cypher 'MATCH (r:Relation) RETURN r.pid AS pid, r.label AS label' --format csv"""
     import json
-    from pathlib import Path
 
     from kgprobe.api import cypher as run
-    from kgprobe.errors import ConfigError
+    from kgprobe.app.contents import CYPHER_FORMATS
 
-    if fmt not in ("table", "json", "csv"):
-        raise ConfigError(f"unknown --format {fmt!r}; choose from: table, json, csv")
-    path = Path(query)
-    if "\n" not in query and len(query) < 4096 and path.suffix.lower() in (".cypher", ".cql", ".txt"):
-        _require_file(query, "query file")
-        try:
-            query = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    params: dict[str, Any] = {}
-    for item in param or []:
-        name, eq, value = item.partition("=")
-        if not eq or not name.isidentifier():
-            raise ConfigError(f"--param {item!r}: want NAME=VALUE with NAME a plain identifier")
-        try:
-            params[name] = json.loads(value)
-        except ValueError:
-            params[name] = value
-    rows = run(query, params, write=write)
+    check_choice("--format", fmt, CYPHER_FORMATS)
+    rows = run(query, param=param or (), write=write)
     if as_json or fmt == "json":
         _print_json(rows)
         return
@@ -590,21 +411,9 @@ def templates_import(
     """Import relation templates into the graph (idempotent: re-importing adds nothing).
 
     Example: kgprobe templates import pararel/ --format pararel"""
-    from kgprobe.errors import ConfigError
-    from kgprobe.graph.client import connect
-    from kgprobe.graph.templates import import_templates
-    from kgprobe.loaders.templates import FORMATS, read_templates
+    from kgprobe.api import templates_import as run
 
-    if fmt not in FORMATS:  # checked before the graph is contacted
-        raise ConfigError(f"unknown template format {fmt!r}; one of {', '.join(FORMATS)}")
-    _require_file(file, "file or folder")
-    wanted = _relations(relation)
-    _check_pids(wanted)
-    records = read_templates(file, fmt, wanted[0] if len(wanted) == 1 else None)
-    if len(wanted) > 1:
-        records = (t for t in records if t.pid in wanted)
-    with connect() as graph:
-        n = import_templates(graph, records)
+    n = run(file, format=fmt, relation=relation)
     if as_json:
         _print_json({"imported": n})
         return
@@ -622,13 +431,9 @@ def templates_list(
     Example: kgprobe templates list -r P36"""
     from dataclasses import asdict
 
-    from kgprobe.graph.client import connect
-    from kgprobe.graph.templates import list_templates
+    from kgprobe.api import templates_list as run
 
-    wanted = _relations(relation)
-    _check_pids(wanted)
-    with connect() as graph:
-        rows = [t for pid in wanted for t in list_templates(graph, pid)] if wanted else list_templates(graph, None)
+    rows = run(relation=relation)
     if as_json or as_jsonl:
         (_print_json if as_json else _print_jsonl)([asdict(t) for t in rows])
         return
@@ -666,9 +471,7 @@ def demo(
     from kgprobe.api import demo as run_demo
     from kgprobe.reports.console import print_report
 
-    _check_number("--per-relation", per_relation, 1)
-    _check_model_options(batch_tokens)
-    _model_options(device, batch_tokens, model_arg, backend, model)
+    load_models_with(device=device, batch_tokens=batch_tokens, model_arg=model_arg, backend=backend, model=model)
     result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json,
                       overwrite=overwrite, compare_raw=compare_raw, no_cache=no_cache)
     rep = result.pop("report")
@@ -715,23 +518,11 @@ def distractors(
     Example: kgprobe distractors Q142 P36 -s random -n 5"""
     import json
 
-    from kgprobe.probing.distractors import distractors_command
+    from kgprobe.api import distractors as run
 
-    _check_number("-n", n, 1)
-    _check_seed(seed)
-    _check_date(at)
-    if template is not None:
-        from kgprobe.errors import ConfigError
-        from kgprobe.records import template_too_long
-
-        if template_too_long(template):
-            raise ConfigError(f"--template: {template_too_long(template)}")
-    _check_model_options(batch_tokens)
-    _model_options(device, batch_tokens, model_arg, backend, model)
-    res = distractors_command(
-        subject, relation, obj, strategy=strategy, n=n, seed=seed, at=at, model=model,
-        template=template, index_dir=index_dir,
-    )
+    load_models_with(device=device, batch_tokens=batch_tokens, model_arg=model_arg, backend=backend, model=model)
+    res = run(subject, relation, obj, strategy=strategy, n=n, seed=seed, at=at, model=model,
+              template=template, index_dir=index_dir)
     if as_json:
         print(json.dumps(res.to_dict(), ensure_ascii=False))
         return
@@ -771,12 +562,12 @@ def score(
     import dataclasses
     import json
 
-    from kgprobe.probing.score import default_score_cache, score_candidates
+    from kgprobe.api import score as run
 
-    _check_model_options(batch_tokens, threads)
-    _model_options(device, batch_tokens, model_arg, backend, model)
-    rows = score_candidates(context, candidates, model=model, dtype=dtype, threads=threads,
-                            add_eos=add_eos, cache_path=None if no_cache else default_score_cache())
+    load_models_with(device=device, batch_tokens=batch_tokens, model_arg=model_arg, backend=backend, model=model,
+                     threads=threads)
+    rows = run(context, candidates, model=model, dtype=dtype, threads=threads, eos=add_eos,
+               no_cache=no_cache)
     if as_json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], ensure_ascii=False))
         return
@@ -826,37 +617,15 @@ def factor(
 
     from rich.markup import escape
 
-    from kgprobe.app.factor import run_factor_file
-    from kgprobe.app.factor_pipeline import PipelineSettings, run_factor_pipeline
-    from kgprobe.errors import ConfigError
+    from kgprobe.api import factor as run
 
-    _check_pids(relations or [])
-    _check_number("--prefix-facts", prefix_facts, 0)
-    _check_number("--tau-nli", tau_nli, 0, 1)
-    _check_number("--tau-nli-coreference", tau_nli_coref, 0, 1)
-    _check_number("--tau-lm", tau_lm, 0)
-    _check_date(at)
-    _check_number("--sample", sample, 0)
-    _check_number("-n", n, 1)
-    _check_seed(seed)
-    _check_number("--max-length", max_length, 2)
-    _check_number("--limit", limit, 1)
-    _check_model_options(batch_tokens, threads)
-    _model_options(device, batch_tokens, model_arg, backend, model)
-    if from_graph == (file is not None):
-        raise ConfigError("give a FACTOR CSV file or --from-graph (one of them)")
-    if from_graph:
-        result = run_factor_pipeline(
-            model, relations=relations or (), sample=sample or None, at=at,
-            settings=PipelineSettings(n=n, strategy=strategy, seed=seed, prefix_facts=prefix_facts,
-                                      tau_nli=tau_nli, tau_nli_coreference=tau_nli_coref,
-                                      tau_lm=tau_lm),
-            generator=generator, nli_model=nli, fluency_model=fluency_model, out_csv=out,
-            dtype=dtype, threads=threads, progress=not as_json, max_length=max_length)
-    else:
-        assert file is not None
-        result = run_factor_file(file, model, limit=limit, prefix_column=prefix_column, dtype=dtype,
-                                 threads=threads, progress=not as_json, max_length=max_length)
+    load_models_with(device=device, batch_tokens=batch_tokens, model_arg=model_arg, backend=backend, model=model,
+                     threads=threads)
+    result = run(file, model=model, from_graph=from_graph, relation=relations or (), sample=sample,
+                 strategy=strategy, n=n, seed=seed, at=at, generator=generator, nli=nli,
+                 fluency_model=fluency_model, tau_nli=tau_nli, tau_nli_coreference=tau_nli_coref,
+                 tau_lm=tau_lm, prefix_facts=prefix_facts, out=out, max_length=max_length, limit=limit,
+                 prefix_column=prefix_column, dtype=dtype, threads=threads, progress=not as_json)
     if as_json:
         print(json.dumps(result, ensure_ascii=False))
         return
@@ -931,47 +700,22 @@ def probe(
 
     Example: kgprobe probe -m smollm2-135m -r P36 --per-relation 10 --dry-run"""
     from kgprobe.api import probe as run
-    from kgprobe.graph.probe_runs import parse_shard
 
+    load_models_with(device=device, batch_tokens=batch_tokens, model_arg=model_arg, backend=backend, model=model,
+                     threads=threads)
     if probe_set is not None:
-        from kgprobe.api import probe_set as score_set
-        from kgprobe.errors import ConfigError
+        if output_path is None:  # the CLI prints no scores: they go to a file
+            from kgprobe.errors import ConfigError
 
-        if output_path is None:
             raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
-        if dry_run:
-            raise ConfigError("--dry-run previews a probe of the graph; a probe set's facts and "
-                              "prompts are in its file (drop --set or --dry-run)")
-        given = [o for o, v in (("--relation", relation or relations_alias), ("--per-relation", per_relation),
-                                ("--measure", measure), ("--strategy", strategy), ("-n", n), ("--at", at))
-                 if v]
-        if given:
-            raise ConfigError(f"--set: the probe set fixes what is sampled and measured; drop "
-                              f"{', '.join(given)} (or export another set)")
-        _check_model_options(batch_tokens, threads)
-        _model_options(device, batch_tokens, model_arg, backend, model)
-        done = score_set(probe_set, model, output_path, dtype=dtype, threads=threads,
-                         shard=parse_shard(shard) if shard else None, cache=not no_cache,
-                         progress=not as_json, overwrite=overwrite)
+        done = run(model, set=probe_set, output_path=output_path, relation=relation or relations_alias,
+                   per_relation=per_relation, measure=measure, strategy=strategy, n=n, at=at,
+                   dry_run=dry_run, dtype=dtype, threads=threads, shard=shard, no_cache=no_cache,
+                   progress=not as_json, overwrite=overwrite)
         _print_probe_summary(done.summary, as_json, done.output_files)
         return
-
-    _check_pids(_relations(relation, relations_alias))
-    _check_number("--sample", sample, 0)
-    _check_number("--per-relation", per_relation, 1)
-    _check_number("-n", n, 1)
-    _check_seed(seed)
-    _check_threshold(threshold)
-    _check_date(at)
-    _check_number("--max-labels", max_labels, 1)
-    _check_number("--max-subject-labels", max_subject_labels, 1)
-    _check_number("--max-templates", max_templates, 1)
-    _check_number("--batch-facts", batch_facts, 1)
-    _check_number("--write-batch", write_batch, 1)
-    _check_model_options(batch_tokens, threads)
-    _model_options(device, batch_tokens, model_arg, backend, model)
     summary = run(
-        model, relation=_relations(relation, relations_alias), sample=sample or None,
+        model, relation=_relations(relation, relations_alias), sample=sample,
         per_relation=per_relation, measure=measure or ("kmin",),
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_labels=max_labels,
         max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
@@ -979,7 +723,7 @@ def probe(
         on_model_mismatch=on_model_mismatch, batch_facts=batch_facts, write_batch=write_batch,
         max_templates=max_templates, dtype=dtype, threads=threads, no_cache=no_cache,
         force=force, history_first=history_first, progress=not as_json, output_path=output_path,
-        overwrite=overwrite, shard=parse_shard(shard) if shard else None, dry_run=dry_run,
+        overwrite=overwrite, shard=shard, dry_run=dry_run,
     )
     _print_probe_summary(summary, as_json,
                          getattr(summary, "output_files", {}) if output_path is not None else None)
@@ -1051,30 +795,13 @@ def export_cmd(
     where no graph server runs (`kgprobe probe --set`; docs/probe-sets.md).
 
     Example: kgprobe export -o p36.parquet -r P36 --per-relation 50"""
-    from kgprobe.graph.client import connect
-    from kgprobe.probing.probe_set import export_set, set_config
+    from kgprobe.api import export as run
 
-    _check_pids(relation or [])
-    _check_number("--sample", sample, 0)
-    _check_number("--per-relation", per_relation, 1)
-    _check_number("-n", n, 1)
-    _check_seed(seed)
-    _check_threshold(threshold)
-    _check_date(at)
-    _check_number("--max-labels", max_labels, 1)
-    _check_number("--max-subject-labels", max_subject_labels, 1)
-    _check_number("--max-templates", max_templates, 1)
-    _check_number("--batch-facts", batch_facts, 1)
-    cfg = set_config(
-        relations=relation or (), sample=sample or None, per_relation=per_relation,
-        measures=measure or ("kmin",), strategy=strategy, n=n, seed=seed, threshold=threshold,
-        at=at, max_object_labels=max_labels, max_subject_labels=max_subject_labels, end=end,
-        label_rule=label_rule, verbalizer=verbalizer, max_templates=max_templates,
-        batch_facts=batch_facts, history_first=history_first)
-    with connect() as graph:
-        header = export_set(graph, cfg, output, progress=not as_json)
-    data = {"file": output, "facts": header["facts"], "relations": len(header["relations"]),
-            "content_hash": header["content_hash"], "schema": header["schema"]}
+    data = run(output, relation=relation, sample=sample, per_relation=per_relation, measure=measure,
+               strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_labels=max_labels,
+               max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
+               verbalizer=verbalizer, max_templates=max_templates, batch_facts=batch_facts,
+               history_first=history_first, progress=not as_json).to_dict()
     _print_summary(data, as_json)
 
 
@@ -1088,11 +815,9 @@ def import_scores_cmd(
     probe runs, as if the probes had run here (idempotent; docs/probe-sets.md).
 
     Example: kgprobe import-scores out/scores.parquet"""
-    from kgprobe.graph.client import connect
-    from kgprobe.probing.probe_set import import_scores
+    from kgprobe.api import import_scores
 
-    with connect() as graph:
-        done = import_scores(graph, files)
+    done = import_scores(*files)
     if as_json:
         _print_json(done)
         return
@@ -1234,27 +959,10 @@ def evaluate(
     Example: kgprobe evaluate -m smollm2-135m --human human.csv"""
     import json
 
-    from kgprobe.app import evaluation as app_ev
-    from kgprobe.errors import ConfigError
-    from kgprobe.graph.client import connect
-    from kgprobe.probing.measures import evaluation as ev
+    from kgprobe.api import evaluate as run
 
-    if vs_model is None and human is None:
-        raise ConfigError("give --human FILE (tau against human scores) or --vs-model (robustness)")
-    _check_number("--folds", folds, 2)
-    _check_seed(seed)
-    scores = ev.read_human_scores(human, score_column) if human is not None else None
-    g = connect()
-    try:
-        doc: dict[str, Any] = {}
-        if vs_model is not None:
-            doc["robustness"] = app_ev.robustness(g, (model, measure), (vs_model, vs_measure or measure))
-        if scores is not None and grid:
-            doc["grid"] = app_ev.grid_table(g, model, scores, k=folds, seed=seed)
-        elif scores is not None:
-            doc["human"] = app_ev.evaluate_measure(g, model, measure, scores)
-    finally:
-        g.close()
+    doc = run(model, measure=measure, human=human, score_column=score_column, vs_model=vs_model,
+              vs_measure=vs_measure, grid=grid, folds=folds, seed=seed).to_dict()
     if as_json:
         print(json.dumps(doc, ensure_ascii=False, default=str))
         return
@@ -1299,25 +1007,17 @@ def unknown(
     Example: kgprobe unknown -m smollm2-135m -r P36 --threshold 0.5"""
     from dataclasses import asdict
 
-    from kgprobe.graph.client import connect
-    from kgprobe.probing.scores import unknown_in
+    from kgprobe.api import unknown_facts
 
-    _check_threshold(threshold)
-    _check_threshold(below, "--below")
-    limit = threshold if threshold is not None else below
-    wanted = _relations(relation)
-    _check_pids(wanted)
-    with connect() as g:
-        pids: list[str | None] = list(wanted) or [None]
-        found = [unknown_in(g, model, relation=pid, below=limit, measure=measure) for pid in pids]
-    sc, facts = found[0][0], [f for _, fs in found for f in fs]
+    found = unknown_facts(model, relation=relation, threshold=threshold, below=below, measure=measure)
+    facts = found.facts
     if as_json or as_jsonl:  # each fact names its measure and threshold
         (_print_json if as_json else _print_jsonl)([asdict(f) for f in facts])
         return
     from rich.table import Table
 
     title = (f"{len(facts)} facts {model} does not know "
-             f"({sc.props.measure_key}, known >= {sc.threshold:g})")
+             f"({found.measure}, known >= {found.threshold:g})")
     table = Table("relation", "subject", "object", "score", title=title)
     for f in facts:
         table.add_row(f"{f.pid} {f.relation or ''}", f"{f.subject_label} ({f.subject})",
@@ -1341,7 +1041,6 @@ def compare(
 
     from kgprobe.api import compare as run
 
-    _check_threshold(threshold)
     res = run(a, b, measure=measure, threshold=threshold)
     if as_json:
         print(json.dumps(res.to_dict(), ensure_ascii=False))
@@ -1384,13 +1083,9 @@ def report(
     Example: kgprobe report -m smollm2-135m -r P36 --out report/"""
 
     from kgprobe.api import report as build
-    from kgprobe.errors import ConfigError
     from kgprobe.reports.console import print_report
 
-    _check_seed(seed)
-    _check_pids(_relations(relation))
-    if fmt not in REPORT_FORMATS:
-        raise ConfigError(f"unknown --format {fmt!r}; choose from: {', '.join(REPORT_FORMATS)}")
+    check_choice("--format", fmt, REPORT_FORMATS)
     rep, paths = build(model, vs=vs, out=out, measure=measure, seed=seed, by=by, type_of=type_of,
                        overwrite=overwrite, vs_measure=vs_measure, relation=_relations(relation))
     if fmt in ("md", "tex", "harness"):
@@ -1444,7 +1139,6 @@ def ladder(
     from kgprobe.api import ladder as build
     from kgprobe.reports.ladder import print_ladder
 
-    _check_seed(seed)
     lad, paths = build(models, out=out, measure=measure, threshold=threshold, seed=seed,
                         overwrite=overwrite)
     _print_with_files(lad, paths, as_json, print_ladder)

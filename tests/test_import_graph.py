@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -138,3 +139,36 @@ def test_the_reports_package_points_one_way() -> None:
     assert bad == [], f"upward imports inside kgprobe.reports: {bad}"
     assert not [b for b in g.successors("kgprobe.reports") if b.startswith("kgprobe")], \
         "the package's __init__ imports nothing (importing one module never loads the others)"
+
+
+#: A string that reads as a Cypher clause (what ``graph/`` holds, and only it).
+CYPHER = re.compile(r"\b(MATCH|MERGE|CREATE|UNWIND|DETACH DELETE|OPTIONAL MATCH)\b\s*[(\[a-z]")
+
+
+def _code_strings(tree: ast.AST) -> list[str]:
+    """The string constants of ``tree`` that are not docstrings (a command's docstring is its
+    help, whose example may show a query the user types)."""
+    docs = {id(n.body[0].value) for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    return [n.value for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_the_cli_only_parses_calls_and_renders() -> None:
+    """Issue 39 #3: ``kgprobe.cli`` reaches the graph only through the workflows of
+    ``kgprobe.app`` / ``kgprobe.api`` (no import of ``kgprobe.graph``, at module level or in a
+    function), and holds no Cypher of its own."""
+    g = import_graph()
+    assert g.has_edge("kgprobe.cli", "kgprobe.api")  # the walk sees the CLI's function-level imports
+    graph = sorted(b for b in g.successors("kgprobe.cli") if b == "kgprobe.graph" or b.startswith("kgprobe.graph."))
+    assert graph == [], f"kgprobe.cli imports {graph}"
+    tree = ast.parse((ROOT / "cli.py").read_text(encoding="utf-8"))
+    assert [s for s in _code_strings(tree) if CYPHER.search(s)] == []
+
+
+def test_the_cypher_rule_sees_a_query() -> None:
+    """The checker itself: a query string is caught, a help text's example is not."""
+    tree = ast.parse('def f():\n    """Example: kgprobe cypher \'MATCH (n) RETURN n\'"""\n'
+                     '    q = "MATCH (r:Relation) RETURN r"\n    return "match the facts"\n')
+    assert [s for s in _code_strings(tree) if CYPHER.search(s)] == ["MATCH (r:Relation) RETURN r"]

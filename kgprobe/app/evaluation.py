@@ -9,10 +9,21 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from kgprobe.app.options import check_number, check_seed
+from kgprobe.config import Settings
+from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
-from kgprobe.probing.measures.evaluation import UndefinedTau, kfold_grid_search, tau_b
+from kgprobe.graph.client import connect
+from kgprobe.probing.measures.evaluation import (
+    UndefinedTau,
+    kfold_grid_search,
+    read_human_scores,
+    tau_b,
+)
 from kgprobe.probing.scores import model_measures, probed, resolve_scores
 
 
@@ -100,3 +111,40 @@ def grid_table(graph: Any, model: str, human: Mapping[str, float], *, k: int = 3
             continue
         row.update(tau_mean=res.mean_tau, tau_sd=res.std_tau, chosen=[f.best["key"] for f in res.folds])
     return out
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """``kgprobe evaluate``: what was asked for, each part None when it was not: τ-b against the
+    human scores, between two stored score sets (robustness), or the k-fold grid search."""
+
+    human: dict[str, Any] | None = None
+    robustness: dict[str, Any] | None = None
+    grid: list[dict[str, Any]] | None = None
+    folds: int = 3
+
+    def to_dict(self) -> dict[str, Any]:
+        """The parts that were asked for (robustness first, as printed)."""
+        parts = (("robustness", self.robustness), ("grid", self.grid), ("human", self.human))
+        return {k: v for k, v in parts if v is not None}
+
+
+def evaluate(model: str, *, measure: str | None = None, human: str | Path | None = None,
+             score_column: str = "score", vs_model: str | None = None, vs_measure: str | None = None,
+             grid: bool = False, folds: int = 3, seed: int = 0,
+             settings: Settings | None = None) -> Evaluation:
+    """Kendall's τ-b of ``model``'s stored scores under ``measure`` against the human scores in
+    the file ``human`` (its ``score_column``), against a second stored score set (``vs_model``
+    under ``vs_measure``, default the same measure: robustness), or, with ``grid``, the k-fold
+    grid search over every stored configuration (``folds`` folds split with ``seed``)."""
+    if vs_model is None and human is None:
+        raise ConfigError("give --human FILE (tau against human scores) or --vs-model (robustness)")
+    check_number("--folds", folds, 2)
+    check_seed(seed)
+    scores = read_human_scores(human, score_column) if human is not None else None
+    with connect(settings) as g:
+        rob = (robustness(g, (model, measure), (vs_model, vs_measure or measure))
+               if vs_model is not None else None)
+        table = grid_table(g, model, scores, k=folds, seed=seed) if scores is not None and grid else None
+        against = evaluate_measure(g, model, measure, scores) if scores is not None and not grid else None
+    return Evaluation(human=against, robustness=rob, grid=table, folds=folds)

@@ -475,3 +475,44 @@ def _run_generator(drafts: Sequence[Draft], generator: str | None, st: PipelineS
     generate_candidates(drafts, gen, st)
     return gen.name
 
+
+
+def factor(file: str | Path | None = None, *, model: str | None = None, from_graph: bool = False,
+           relation: Sequence[str] = (), sample: int | None = 60, strategy: str = "random",
+           n: int = 3, seed: int = 0, at: str | None = None, generator: str | None = None,
+           nli: str | None = None, fluency_model: str | None = None, tau_nli: float = TAU_NLI,
+           tau_nli_coreference: float = TAU_NLI_COREFERENCE, tau_lm: float = TAU_LM,
+           prefix_facts: int = 4, out: str | Path | None = None, max_length: int | None = None,
+           limit: int | None = None, prefix_column: str = "turncated_prefixes",
+           dtype: str = "float32", threads: int = 1, progress: bool = True) -> dict[str, Any]:
+    """``kgprobe factor``: FACTOR accuracy of ``model`` on the rows of a FACTOR CSV ``file``
+    (:func:`kgprobe.app.factor.run_factor_file`) or, with ``from_graph``, on items built from
+    the graph (:func:`run_factor_pipeline`). ``sample`` 0 is every fact."""
+    from kgprobe.app.factor import run_factor_file
+    from kgprobe.app.options import check_date, check_number, check_pids, check_seed, check_threads
+
+    check_pids(relation)
+    check_number("--prefix-facts", prefix_facts, 0)
+    check_number("--tau-nli", tau_nli, 0, 1)
+    check_number("--tau-nli-coreference", tau_nli_coreference, 0, 1)
+    check_number("--tau-lm", tau_lm, 0)
+    check_date(at)
+    check_number("--sample", sample, 0)
+    check_number("-n", n, 1)
+    check_seed(seed)
+    check_number("--max-length", max_length, 2)
+    check_number("--limit", limit, 1)
+    check_threads(threads)
+    if from_graph == (file is not None):
+        raise ConfigError("give a FACTOR CSV file or --from-graph (one of them)")
+    if from_graph:
+        return run_factor_pipeline(
+            model, relations=relation, sample=sample or None, at=at,
+            settings=PipelineSettings(n=n, strategy=strategy, seed=seed, prefix_facts=prefix_facts,
+                                      tau_nli=tau_nli, tau_nli_coreference=tau_nli_coreference,
+                                      tau_lm=tau_lm),
+            generator=generator, nli_model=nli, fluency_model=fluency_model, out_csv=out,
+            dtype=dtype, threads=threads, progress=progress, max_length=max_length)
+    assert file is not None
+    return run_factor_file(str(file), model, limit=limit, prefix_column=prefix_column, dtype=dtype,
+                           threads=threads, progress=progress, max_length=max_length)

@@ -13,8 +13,19 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from kgprobe.app.options import (
+    check_date,
+    check_number,
+    check_pids,
+    check_seed,
+    check_threshold,
+    relations,
+)
+from kgprobe.config import Settings
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -110,3 +121,57 @@ def score_probe_set(
         out.output_files = {"scores": str(write_scores(output_path, scored)),
                             **{k: str(v) for k, v in paths.items()}}
     return out
+
+
+@dataclass(frozen=True)
+class Exported:
+    """``kgprobe export``: the probe set written, as its summary prints it."""
+
+    file: str
+    facts: int
+    relations: int
+    content_hash: str
+    schema: Any
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "facts": self.facts, "relations": self.relations,
+                "content_hash": self.content_hash, "schema": self.schema}
+
+
+def export(output: str | os.PathLike[str], *, relation: str | Sequence[str] | None = None,
+           sample: int | None = 60, per_relation: int | None = None,
+           measure: str | Sequence[str] | None = None, strategy: str | None = None,
+           n: int | None = None, seed: int = 0, threshold: float = 0.5, at: str | None = None,
+           max_labels: int = 3, max_subject_labels: int = 1, end: str = "auto",
+           label_rule: str = "names", verbalizer: str = "careful", max_templates: int | None = None,
+           batch_facts: int = 16, history_first: bool = False, progress: bool = True,
+           settings: Settings | None = None) -> Exported:
+    """Write a probe set of the graph's facts to ``output``: the sampled facts with everything
+    the measures need, to score them where no graph server runs (docs/probe-sets.md). The
+    options are ``probe``'s, named as the CLI's; ``sample`` 0 is every fact."""
+    from kgprobe.graph.client import connect
+    from kgprobe.probing.probe_set import export_set, set_config
+
+    wanted = relations(relation)
+    check_pids(wanted)
+    check_number("--sample", sample, 0)
+    check_number("--per-relation", per_relation, 1)
+    check_number("-n", n, 1)
+    check_seed(seed)
+    check_threshold(threshold)
+    check_date(at)
+    check_number("--max-labels", max_labels, 1)
+    check_number("--max-subject-labels", max_subject_labels, 1)
+    check_number("--max-templates", max_templates, 1)
+    check_number("--batch-facts", batch_facts, 1)
+    measures = [measure] if isinstance(measure, str) else list(measure or ())
+    cfg = set_config(
+        relations=wanted, sample=sample or None, per_relation=per_relation,
+        measures=measures or ("kmin",), strategy=strategy, n=n, seed=seed, threshold=threshold,
+        at=at, max_object_labels=max_labels, max_subject_labels=max_subject_labels, end=end,
+        label_rule=label_rule, verbalizer=verbalizer, max_templates=max_templates,
+        batch_facts=batch_facts, history_first=history_first)
+    with connect(settings) as graph:
+        header = export_set(graph, cfg, output, progress=progress)
+    return Exported(str(output), header["facts"], len(header["relations"]), header["content_hash"],
+                    header["schema"])

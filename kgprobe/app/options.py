@@ -1,0 +1,116 @@
+"""The checks of a workflow's options, in one place (issue 39 #3): the workflows of
+:mod:`kgprobe.app` call them, so ``kgprobe.api`` and the CLI refuse a bad value with the same
+one line (exit 2 for a setting, 4 for a missing input), before any graph or model is touched.
+Messages name the CLI's option (``--threshold``), which is also the keyword of the API.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from kgprobe.errors import ConfigError, InputError
+from kgprobe.records import is_pid
+
+#: Seeds are 0 <= seed < 2**32 (what every random generator kgprobe seeds accepts).
+MAX_SEED = 2**32 - 1
+#: CPU threads for torch: at least 1, at most this.
+MAX_THREADS = 1024
+
+
+def check_number(option: str, value: float | None, low: float | None = None,
+                 high: float | None = None) -> None:
+    """One line (exit 2) for a numeric option that is not finite or outside its documented
+    range (NaN compares false with every bound, so it is caught explicitly: ``--threshold nan``
+    once listed no fact and exited 0)."""
+    if value is None:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{option} must be a finite number, got {value}")
+    if low is not None and value < low:
+        raise ConfigError(f"{option} must be at least {low:g}, got {value:g}")
+    if high is not None and value > high:
+        raise ConfigError(f"{option} must be at most {high:g}, got {value:g}")
+
+
+def check_threshold(value: float | None, option: str = "--threshold") -> None:
+    """A known threshold: finite and >= 0 (every measure's score is >= 0)."""
+    check_number(option, value, 0)
+
+
+def check_seed(value: int | None, option: str = "--seed") -> None:
+    check_number(option, value, 0, MAX_SEED)
+
+
+def check_threads(value: int | None) -> None:
+    check_number("--threads", value, 1, MAX_THREADS)
+
+
+def check_model_options(batch_tokens: int | None, threads: int | None = None) -> None:
+    check_number("--batch-tokens", batch_tokens, 1)
+    check_threads(threads)
+
+
+def check_pids(values: Iterable[str], option: str = "--relation") -> None:
+    """Every ``--relation`` a Wikidata property id (``P36``; case and spaces forgiven as the
+    probe does)."""
+    for v in values:
+        if not is_pid(v.strip().upper()):
+            raise ConfigError(f"{option} {v!r} is not a Wikidata property id (P1, P2, ...)")
+
+
+def check_date(value: str | None, option: str = "--at") -> None:
+    """A reference date YYYY-MM-DD (the probe's own parser)."""
+    from kgprobe.graph.distractors import date_sort_key
+
+    if value is None:
+        return
+    try:
+        date_sort_key(value)
+    except ConfigError:
+        raise ConfigError(f"{option} {value!r} is not a date YYYY-MM-DD") from None
+
+
+def check_choice(option: str, value: str, choices: Sequence[str]) -> None:
+    """A value of a fixed set (``--format``)."""
+    if value not in choices:
+        raise ConfigError(f"unknown {option} {value!r}; choose from: {', '.join(choices)}")
+
+
+def require_file(path: str | Path, what: str = "file") -> None:
+    """One line (exit 4) when an input file or folder is missing."""
+    if not Path(path).exists():
+        raise InputError(f"no such {what}: {path}")
+
+
+def relations(*options: str | Iterable[str] | None) -> list[str]:
+    """The union of repeatable ``--relation`` options (and their old aliases), order kept; one
+    PID as a string is one relation."""
+    seen: dict[str, None] = {}
+    for values in options:
+        for v in ([values] if isinstance(values, str) else values or ()):
+            seen.setdefault(v, None)
+    return list(seen)
+
+
+def shard_of(value: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    """``--shard K/N`` as (K, N), 1 <= K <= N; a pair or None passes through."""
+    from kgprobe.graph.probe_runs import parse_shard
+
+    return parse_shard(value) if isinstance(value, str) else value
+
+
+def load_models_with(*, device: str | None = None, batch_tokens: int | None = None,
+                     model_arg: Sequence[str] | None = None, backend: str | None = None,
+                     model: object = None, threads: int | None = None) -> None:
+    """Check ``--device``/``--batch-tokens``/``--threads`` and apply them and ``--model-arg`` to
+    every model this process loads, and ``--backend`` (or a URL as ``model``) to the model it
+    scores (:func:`kgprobe.probing.engine.select_model` reads it)."""
+    from kgprobe.probing.engine import URL_BACKEND, is_url
+    from kgprobe.probing.models import configure_loading, parse_model_args
+
+    check_model_options(batch_tokens, threads)
+    if backend is None and is_url(model):
+        backend = URL_BACKEND
+    configure_loading(device, parse_model_args(list(model_arg) if model_arg else None), batch_tokens, backend)
