@@ -906,8 +906,8 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
 
 @app.command()
 def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
-    """Every extension kind (measures, scoring backends, loader formats, distractor strategies)
-    with its entries and where each came from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
+    """Every extension kind (measures, scoring backends, loader formats, distractor strategies,
+    report sections) with its entries and where each came from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
     --plugin before the command: kgprobe --plugin my_module plugins).
 
     Example: kgprobe plugins --json"""
