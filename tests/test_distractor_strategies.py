@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -165,6 +166,23 @@ def test_appropt_ranks_by_model_probability(world_graph, engine) -> None:
     lps = [d.score for d in res.distractors]
     assert lps == sorted(lps, reverse=True)
     assert {d.qid for d in res.distractors} <= oracle_omega(OBAMA, "P27", USA)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_appropt_passes_the_key_value_cache_as_transformers_asks(world_graph, tmp_path, kind) -> None:
+    """transformers (5.24 here) renamed the forward's cache keyword ``past_key_values`` to ``cache``
+    (the old name raises a FutureWarning and goes in 5.40): appropt's beam search, on a
+    fresh model (nothing cached), runs with that warning as an error."""
+    from kgprobe.probing.engine import Engine
+    from kgprobe.probing.models import load_model
+
+    graph, _ = world_graph
+    eng = Engine(load_model(str(build(kind, tmp_path / kind)), device="cpu"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        res = find_distractors(graph, OBAMA, "P27", USA, strategy="appropt", n=2, engine=eng,
+                               template="[X] is a citizen of [Y].")
+    assert [d.reason for d in res.distractors] == ["model probability"] * 2
 
 
 def test_stale_index_is_rebuilt(world_graph, tmp_path: Path) -> None:

@@ -11,7 +11,9 @@ marker that no longer applies, so a new block cannot be skipped silently.
 How a block is run (nothing else is changed; the substitutions are the table ``SUBST`` below):
 
 * **shell**: each line starting with ``kgprobe`` (``\\``-continuations joined, ``#`` comments
-  dropped) runs as ``python -m kgprobe.cli …`` in a scratch directory and must exit 0.
+  dropped) runs through ``kgprobe.cli.main`` with that argv, in this process (its environment
+  and working directory swapped in for the call; a subprocess where a block put a plug-in on
+  ``PYTHONPATH``), in a scratch directory, and must exit 0.
   Optional parts of a synopsis, ``[…]``, are left out; ``a|b|c`` takes ``a``. A command that
   loads a model and names none gets ``-m`` the tiny stand-in of the default model; ``--sample``
   above ``MAX_SAMPLE`` is cut to it, a ``probe``/``export`` with no sample size of its own gets
@@ -28,6 +30,7 @@ How a block is run (nothing else is changed; the substitutions are the table ``S
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -36,6 +39,7 @@ import subprocess
 import sys
 import tomllib
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -258,9 +262,82 @@ class World:
     names: dict[str, Any] = field(default_factory=dict)
 
 
-def _cli(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kgprobe.cli", *args], env=env, cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout)
+def _cli(args: list[str], env: dict[str, str], cwd: Path,
+         own_process: bool = False) -> subprocess.CompletedProcess[str]:
+    """One documented command: ``kgprobe.cli.main`` run in this process with the command's
+    argv, environment (``os.environ`` replaced by ``env`` for the call), working directory
+    and stdout/stderr captured, its exit code from ``SystemExit`` as the console script's
+    would be. A process per command paid Python's, torch's and transformers' imports ~80
+    times, most of this module's ten minutes. With ``own_process`` (a block that put an
+    example plug-in's directory on ``PYTHONPATH``) it runs as ``python -m kgprobe.cli`` in a
+    subprocess: only a new process reads that path, as a user's shell would."""
+    if own_process:
+        return subprocess.run([sys.executable, "-m", "kgprobe.cli", *args], env=env, cwd=cwd,
+                              capture_output=True, text=True, timeout=600)
+    import io
+    import logging
+
+    import torch
+
+    from kgprobe import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
+    log = logging.getLogger("kgprobe")
+    saved_log = (list(log.handlers), log.level)
+    saved_threads = torch.get_num_threads()  # --threads sets the process's
+    code: int | str | None = 0
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.argv = ["kgprobe", *args]
+    torch.set_num_threads(int(env.get("OMP_NUM_THREADS") or saved_threads))  # as a new process reads it
+    try:
+        with _registries_kept(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.main()
+            except SystemExit as exc:
+                code = exc.code
+            except Exception:  # what the console script would print: a traceback, exit 1
+                import traceback
+
+                traceback.print_exc(file=err)
+                code = 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        os.chdir(saved_cwd)
+        sys.argv = saved_argv
+        log.handlers[:], log.level = saved_log
+        torch.set_num_threads(saved_threads)
+    if code is None:
+        code = 0
+    elif isinstance(code, str):  # sys.exit("message"): printed on stderr, exit 1
+        print(code, file=err)
+        code = 1
+    return subprocess.CompletedProcess(["kgprobe", *args], code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _registries_kept() -> Iterator[None]:
+    """Whatever a block registers (a measure, backend, loader format, strategy or report
+    section, by a Python block or a command's ``--plugin``) is taken out of the process's
+    registries afterwards: the loader and strategy tests that run later in the session count them."""
+    import kgprobe.loaders.formats
+    import kgprobe.probing.backends
+    import kgprobe.probing.strategies
+    import kgprobe.reports.sections  # noqa: F401  (their registries join KINDS)
+    from kgprobe.plugins import KINDS
+    from kgprobe.probing.measures.catalog import load_all
+
+    load_all()
+    known = [(reg, set(reg.load())) for reg in KINDS.values()]
+    try:
+        yield
+    finally:
+        for reg, before in known:
+            for name in set(reg) - before:
+                reg.pop(name)
 
 
 @pytest.fixture(scope="module")
@@ -296,7 +373,7 @@ def world(graph_settings: Any, _session_graph: Any, tmp_path_factory: pytest.Tem
     yaml_block = next(b for b in parse(REPO / "docs" / "results.md")[0] if b.lang == "yaml")
     (work / "run.yaml").write_text(yaml_block.text.replace("smollm2-135m", models["smollm2-135m"])
                                  .replace("sample: 120", f"sample: {MAX_SAMPLE}"), encoding="utf-8")
-    r = _cli(["-q", "demo", "-m", models["smollm2-135m"]], env, work, timeout=1200)
+    r = _cli(["-q", "demo", "-m", models["smollm2-135m"]], env, work)
     assert r.returncode == 0, r.stderr
     rel = [a for pid in DEMO_RELATIONS for a in ("-r", pid)]
     for name in ("gemma3-270m", "qwen2.5-coder-1.5b"):
@@ -399,7 +476,8 @@ def run_shell(block: Block, world: World) -> None:
         args = shell_args(cmd, world)
         if args is None:
             continue
-        r = _cli(["-q", *args], world.env, world.work)
+        r = _cli(["-q", *args], world.env, world.work,
+                 own_process=world.env["PYTHONPATH"] != world.base_pythonpath)
         assert r.returncode == 0, f"{block.id}: `{cmd}` -> exit {r.returncode}\n{r.stderr[-3000:]}"
     world.env.pop("KGPROBE_PLUGINS", None)
     world.env["PYTHONPATH"] = world.base_pythonpath
@@ -420,22 +498,8 @@ def run_python(block: Block, world: World, monkeypatch: pytest.MonkeyPatch) -> N
     for tracker in TRACKERS:
         if re.search(rf"^import {tracker}$", code, re.M) and importlib.util.find_spec(tracker) is None:
             monkeypatch.setitem(sys.modules, tracker, _recording_module(tracker))
-    import kgprobe.loaders.formats
-    import kgprobe.probing.backends
-    import kgprobe.probing.strategies
-    import kgprobe.reports.sections  # noqa: F401  (their registries join KINDS)
-    from kgprobe.plugins import KINDS
-    from kgprobe.probing.measures.catalog import load_all
-
-    load_all()
-    known = [(reg, set(reg.load())) for reg in KINDS.values()]
-    try:
+    with _registries_kept():
         exec(compile(code, block.id, "exec"), names)
-    finally:  # a measure, backend, loader format, strategy or report section a block registers is not left in
-        # the process's registries (the loader and strategy tests that run later count them)
-        for reg, before in known:
-            for name in set(reg) - before:
-                reg.pop(name)
 
 
 #: tracking clients the recipes import; when not installed, a module that records every call

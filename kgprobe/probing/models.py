@@ -137,6 +137,9 @@ class ModelInfo:
     missing: tuple[str, ...]  # distributions not installed
     install: str  # the command that installs it
     bos_policy: str
+    #: its GGUF file where one is on disk (what a server such as llama-cpp-python's is started
+    #: on, README "A served model"), else None
+    gguf: str | None = None
 
 
 def missing_distributions(entry: RegistryEntry) -> tuple[str, ...]:
@@ -160,13 +163,28 @@ def check_installed(name: str) -> None:
         raise ConfigError(f"model {name!r}{default} is not installed; run: {entry.install_hint}")
 
 
+def gguf_on_disk(entry: RegistryEntry) -> Path | None:
+    """A registry model's GGUF file where it is on disk already, without assembling anything
+    (``registry_gguf`` does that): a single-file package's, or a chunked model's once
+    assembled in the model cache. None: not installed, or not assembled yet."""
+    if missing_distributions(entry):
+        return None
+    whole = [p for dist in entry.distributions for p in _dist_files(dist) if p.suffix == ".gguf"]
+    if whole:
+        return max(whole, key=lambda p: p.stat().st_size)
+    target = model_cache_dir() / "gguf" / f"{entry.name}.gguf"
+    return target if target.is_file() else None
+
+
 def model_catalog() -> list[ModelInfo]:
-    """The registry's models, the default first, each with what is installed."""
+    """The registry's models, the default first, each with what is installed and where its
+    GGUF file is (to serve it)."""
     rows = []
     for entry in REGISTRY.values():
         missing = missing_distributions(entry)
+        gguf = gguf_on_disk(entry)
         rows.append(ModelInfo(entry.name, entry.name == DEFAULT_MODEL, not missing, tuple(missing),
-                              entry.install_hint, entry.bos_policy))
+                              entry.install_hint, entry.bos_policy, str(gguf) if gguf else None))
     return sorted(rows, key=lambda r: not r.default)
 
 

@@ -114,6 +114,26 @@ def _has_flex() -> bool:
     return True
 
 
+def _cache_keyword(model: Any) -> str:
+    """The keyword under which ``model``'s forward takes its key/value cache: ``cache`` in
+    recent transformers (5.24 has it; there ``past_key_values`` raises a FutureWarning and
+    goes in 5.40), ``past_key_values`` in older ones and in remote code written for them."""
+    import inspect
+
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _returned_cache(out: Any) -> Any:
+    """The key/value cache a forward returned: ``cache`` where the output has that field,
+    else ``past_key_values`` (which warns where ``cache`` exists)."""
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
 @dataclass
 class _Slots:
     """Sequences decoded together (beam search, generation): one key/value cache whose row j
@@ -150,6 +170,14 @@ class CausalBackend(Backend):
     attention_fallback: str | None = None
     _flex_checked: bool = False
     _attn_before: str | None = None
+    _cache_kw: str | None = None
+
+    def _with_cache(self, cache: Any) -> dict[str, Any]:
+        """The forward's keyword arguments that pass ``cache`` (None: none), under the name
+        the installed transformers expects (``_cache_keyword``)."""
+        if self._cache_kw is None:
+            self._cache_kw = _cache_keyword(self.model.base_model)
+        return {self._cache_kw: cache}
 
     def _forward(self, **kwargs: Any) -> Any:
         self.stats.forward_calls += 1
@@ -166,11 +194,11 @@ class CausalBackend(Backend):
 
         ids = torch.tensor([list(ctx)], device=self.device)
         out = self._forward(input_ids=ids, use_cache=keep_cache, logits_to_keep=1,
-                            past_key_values=DynamicCache() if keep_cache else None)
+                            **self._with_cache(DynamicCache() if keep_cache else None))
         last = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
         kv = None
         if keep_cache:
-            cache = out.past_key_values
+            cache = _returned_cache(out)
             kv = [(layer.keys, layer.values) for layer in cache.layers]
         return _ContextState(len(ctx), kv, last)
 
@@ -203,8 +231,8 @@ class CausalBackend(Backend):
         self.stats.forward_calls += 1
         with torch.inference_mode():
             out = self.model.base_model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                                        past_key_values=DynamicCache() if keep_cache else None,
-                                        use_cache=keep_cache)
+                                        use_cache=keep_cache,
+                                        **self._with_cache(DynamicCache() if keep_cache else None))
             last_h = out.last_hidden_state[
                 torch.arange(b, device=self.device),
                 torch.tensor([len(c) - 1 for c in ctxs], device=self.device)]
@@ -215,7 +243,7 @@ class CausalBackend(Backend):
             if keep_cache:
                 n = len(c)
                 kv = [(layer.keys[i : i + 1, :, :n], layer.values[i : i + 1, :, :n])
-                      for layer in out.past_key_values.layers]
+                      for layer in _returned_cache(out).layers]
             states.append(_ContextState(len(c), kv, last[i]))
         return states
 
@@ -240,7 +268,7 @@ class CausalBackend(Backend):
             [(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in state.kv]
         )
         kwargs = {"input_ids": ids, "attention_mask": mask, "position_ids": pos,
-                  "past_key_values": cache, "use_cache": True}
+                  "use_cache": True, **self._with_cache(cache)}
         if hidden and self.head_splits():
             self.stats.forward_calls += 1
             with torch.inference_mode():
@@ -647,7 +675,7 @@ class CausalBackend(Backend):
         else:
             out = self._forward(**kwargs)
             logits = out.logits[rows, last].float()
-        return out.past_key_values, logits
+        return _returned_cache(out), logits
 
     def _decode_start(self, ctxs: Sequence[Sequence[int]]) -> _Slots:
         """Feed many contexts in one right-padded forward and keep their cache: the slots
@@ -658,7 +686,7 @@ class CausalBackend(Backend):
         lengths = torch.tensor([len(c) for c in ctxs], device=self.device)
         cache, logits = self._decode_logits(
             {"input_ids": ids, "attention_mask": mask, "position_ids": pos,
-             "past_key_values": DynamicCache(), "use_cache": True}, lengths - 1)
+             "use_cache": True, **self._with_cache(DynamicCache())}, lengths - 1)
         return _Slots(cache, mask, lengths, logits)
 
     def _decode_step(self, slots: _Slots, parents: Sequence[int], tokens: Sequence[int]) -> _Slots:
@@ -676,7 +704,7 @@ class CausalBackend(Backend):
         ids = torch.tensor([[t] for t in tokens], dtype=torch.long, device=self.device)
         cache, logits = self._decode_logits(
             {"input_ids": ids, "attention_mask": mask, "position_ids": pos[:, None],
-             "past_key_values": cache, "use_cache": True},
+             "use_cache": True, **self._with_cache(cache)},
             torch.zeros(n, dtype=torch.long, device=self.device))
         return _Slots(cache, mask, pos + 1, logits)
 
