@@ -38,6 +38,9 @@ if TYPE_CHECKING:  # pragma: no cover
 #: paired-table headers name the models by letter when a name is longer than this (a
 #: header's longest word sets its column's least width)
 _SHORT = 8
+#: the popularity table's model column names the models by letter when a name is longer than
+#: this (a served model's GGUF path: the column would take most of 100 columns)
+_MODEL_COLUMN = 24
 
 
 def _table(title: str | None, labels: Sequence[str], numbers: Sequence[str]) -> Table:
@@ -108,18 +111,23 @@ def print_report(rep: Report, console: Console) -> None:
     if (scales := scale_note(rep)) is not None:  # BELIEF: never two rank scales pooled
         console.print(Text(visible(f"rank scales: {scales}")), highlight=False)
     if rep.popularity_edges is not None and rep.by != "popularity":
+        # a long name (a GGUF path) in the model column made the table ~160 columns wide: the
+        # rows then say A and B, and the line under the table names them in full, once
+        la, lb = (na, nb) if max(len(na), len(nb or "")) <= _MODEL_COLUMN else ("A", "B")
         pt = _table(f"by popularity of the subject ({rep.popularity_facts} of {a.overall.facts} facts "
-                    "have one; tertile edges" + (f", the same for {nb}" if b is not None else "") + ")",
+                    "have one; tertile edges" + (f", the same for {lb}" if b is not None else "") + ")",
                     ["popularity", *(["model"] if b is not None else [])], ["n", "mean [95% CI]", "known"])
         for bname, g in a.overall.by_popularity.items():
             label = bucket_label(bname, rep.popularity_edges)
             if b is None:
                 pt.add_row(*map(safe_text, [label, str(g.facts), _ci(g), _known(g)]))
                 continue
-            pt.add_row(*map(safe_text, [label, na, str(g.facts), _ci(g), _known(g)]))
-            pt.add_row(*map(safe_text, ["", nb or "", *bucket_cells(b.overall.by_popularity.get(bname))]),
+            pt.add_row(*map(safe_text, [label, la, str(g.facts), _ci(g), _known(g)]))
+            pt.add_row(*map(safe_text, ["", lb or "", *bucket_cells(b.overall.by_popularity.get(bname))]),
                        end_section=True)
         console.print(pt)
+        if b is not None and la != na:
+            console.print(Text(visible(f"A = {na}, B = {nb}")), highlight=False)
     if rep.comparison is not None and b is not None:
         c = rep.comparison
         console.print(
