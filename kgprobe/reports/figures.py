@@ -13,7 +13,7 @@ import numpy as np
 
 from kgprobe.reports.build import as_float, bucket_of, reliability_bins
 from kgprobe.reports.data import Report
-from kgprobe.reports.text import TOO_SMALL, display_name, facts_differ
+from kgprobe.reports.text import TOO_SMALL, facts_differ
 
 if TYPE_CHECKING:  # pragma: no cover
 
@@ -60,6 +60,56 @@ def new_figure(width: float, height: float) -> Any:
     return fig
 
 
+#: a model's name in a figure is cut to this many characters (a served model's GGUF path of 78
+#: took the popularity scatter's whole width); the figure's caption gives it in full
+_LABEL = 24
+
+
+def _ellipsize(name: str, width: int = _LABEL) -> str:
+    """A long name's own file name, cut in the middle: its start and its end stay readable."""
+    if len(name) <= width:
+        return name
+    base = name.rstrip("/").rsplit("/", 1)[-1] or name
+    if len(base) <= width:
+        return base
+    head = (width - 1) // 2
+    return base[:head] + "…" + base[len(base) - (width - 1 - head):]
+
+
+def figure_names(rep: Report) -> tuple[str, str | None, str | None]:
+    """The two models' labels in figures and, when a label is not the model's full name, the
+    caption naming them in full (A and B when the cut names would read the same)."""
+    na, nb = rep.names()
+    la, lb = _ellipsize(na), (_ellipsize(nb) if nb is not None else None)
+    if la == na and lb == nb:
+        return na, nb, None
+    if la == lb:
+        la, lb = "A", "B"
+    caption = "; ".join(f"{s} = {n}" for s, n in ((la, na), (lb, nb)) if n is not None and s != n)
+    return la, lb, caption.replace("$", r"\$")
+
+
+def _label(rep: Report, m: Any) -> str:
+    """A model's label in a figure (see :func:`figure_names`)."""
+    la, lb, _ = figure_names(rep)
+    return la if m is rep.primary else (lb or m.model_key)
+
+
+def _caption(fig: Any, rep: Report) -> None:
+    """The full names under the figure, where its labels cut them."""
+    caption = figure_names(rep)[2]
+    if caption is not None:
+        fig.supxlabel(textwrap.fill(caption, 110), fontsize=7, color="#444")
+
+
+def _legend_outside(fig: Any, ax: Any, ncols: int, fontsize: float = 8) -> None:
+    """The legend under the axes and their x label, never on the data; the layout makes room."""
+    from matplotlib.transforms import offset_copy
+
+    ax.legend(fontsize=fontsize, loc="upper center", ncols=ncols, frameon=False, bbox_to_anchor=(0.5, 0.0),
+              bbox_transform=offset_copy(ax.transAxes, fig=fig, y=-38, units="points"))
+
+
 def _wrap(text: str, width: int = 34) -> str:
     """Wrapped for a tick label; ``$`` escaped so that matplotlib never reads a label from the
     data as mathtext."""
@@ -93,7 +143,7 @@ def forest_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
                 ax.plot([g.ci_low, g.ci_high], [yy, yy], color=_COLORS[si], lw=2, solid_capstyle="butt")
             ax.plot([g.mean], [yy], marker="o", color=_COLORS[si], ms=6,
                     mfc=_COLORS[si] if g.ci_low is not None else "white", mew=1.5,
-                    label=None if labelled else display_name(rep, m), ls="none")
+                    label=None if labelled else _label(rep, m), ls="none")
             labelled = True
     for y, g in zip(ys, groups, strict=True):
         if b is None:
@@ -115,12 +165,13 @@ def forest_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     ax.set_xlabel(f"mean {a.measure_label} per fact (dot); 95% bootstrap CI (bar) where n ≥ {rep.min_n_ci}; "
                   "hollow dot: n too small", fontsize=8)
     if b is not None:
-        na, nb = rep.names()
+        na, nb, _ = figure_names(rep)
         differ = facts_differ(rep)
         ax.set_title(f"n: {na} / {nb}" + ("; NOT the same facts: each model over its own" if differ else
                                            "; the same facts for both"), fontsize=8)
     if b is not None or rep.chance is not None:
-        ax.legend(fontsize=8, loc="best")
+        _legend_outside(fig, ax, 3)
+    _caption(fig, rep)
     return _svg(fig, "forest", keep)
 
 
@@ -137,7 +188,7 @@ def histogram_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
         common = {r["key"] for r in rep.primary.facts} & {r["key"] for r in rep.other.facts}
         if common:
             scores = [[float(r["score"]) for r in m.facts if r["key"] in common] for m in models]
-            left = [f"{display_name(rep, m)}'s other {len(m.facts) - len(common)}"
+            left = [f"{_label(rep, m)}'s other {len(m.facts) - len(common)}"
                     for m in models if len(m.facts) > len(common)]
             title = (f"the {len(common)} facts scored for both models"
                      + (f" ({' and '.join(left)} not shown)" if left else ""))
@@ -147,14 +198,15 @@ def histogram_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     ax = fig.add_subplot()
     bins = np.linspace(0, 1, 11)
     ax.hist(scores, bins=bins, color=list(_COLORS[: len(models)]), edgecolor="white",
-            label=[f"{display_name(rep, m)} (n={len(sc)})" for m, sc in zip(models, scores, strict=True)])
+            label=[f"{_label(rep, m)} (n={len(sc)})" for m, sc in zip(models, scores, strict=True)])
     if title:
         ax.set_title(title, fontsize=8)
     ax.set_xlabel(f"per-fact score ({rep.primary.measure_label}); bins of width 0.1, "
                   "the last includes 1.0", fontsize=8)
     ax.set_ylabel("facts", fontsize=8)
     ax.yaxis.get_major_locator().set_params(integer=True)  # a count of facts
-    ax.legend(fontsize=8)
+    _legend_outside(fig, ax, 2)
+    _caption(fig, rep)
     return _svg(fig, "histogram", keep)
 
 
@@ -178,7 +230,7 @@ def popularity_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
         if not pts:
             continue
         xs, ys = zip(*pts, strict=True)
-        who = f"{display_name(rep, m)}: " if two else ""
+        who = f"{_label(rep, m)}: " if two else ""
         ax.scatter(xs, _jitter(ys, rep.seed + si), s=12, alpha=0.6 if not two else 0.45,
                    color=_COLORS[si], label=f"{who}one fact (n={len(pts)}), score jittered ±0.02")
     for e in rep.popularity_edges:
@@ -188,7 +240,7 @@ def popularity_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
             sub = [x for x, _ in pts if bucket_of(x, rep.popularity_edges) == bname]
             if g.mean is not None and sub:
                 ax.plot([min(sub), max(sub)], [g.mean, g.mean], color=_COLORS[si] if two else "#111", lw=2)
-                who = f"{display_name(rep, m)} " if two else ""
+                who = f"{_label(rep, m)} " if two else ""
                 ax.annotate(f"{who}{bname}: {g.mean:.2f} (n={g.facts})", (float(np.median(sub)), g.mean),
                             xytext=(0, 5 if (i + si) % 2 == 0 else -11), textcoords="offset points",
                             ha="center", fontsize=7)
@@ -196,7 +248,8 @@ def popularity_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     ax.set_xlabel("subject popularity (Entity.popularity; dashed: tertile edges; line: bucket mean)",
                   fontsize=8)
     ax.set_ylabel("per-fact score", fontsize=8)
-    ax.legend(fontsize=7, loc="best" if two else "lower right")
+    _legend_outside(fig, ax, 1, fontsize=7)
+    _caption(fig, rep)
     return _svg(fig, "popularity", keep)
 
 
@@ -233,7 +286,7 @@ def staleness_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
                 ax.plot([g.stale_ci_low, g.stale_ci_high], [yy, yy], color=_COLORS[si], lw=2)
             ax.plot([g.staleness], [yy], "o", color=_COLORS[si],
                     mfc=_COLORS[si] if g.stale_ci_low is not None else "white", mew=1.5,
-                    label=None if labelled else display_name(rep, m))
+                    label=None if labelled else _label(rep, m))
             labelled = True
             ax.annotate(f"n={g.history_facts}" + ("" if g.stale_ci_low is not None else f" ({TOO_SMALL})"),
                         (1.0, yy), xycoords=("axes fraction", "data"), xytext=(6, 0),
@@ -245,14 +298,15 @@ def staleness_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     ax.set_xlabel("staleness: share of cloze sentences preferring a past value (facts with a past value only)",
                   fontsize=8)
     if two:
-        ax.legend(fontsize=8, loc="best")
+        _legend_outside(fig, ax, 2)
+        _caption(fig, rep)
     return _svg(fig, "staleness", keep)
 
 
 def vs_svgs(rep: Report, keep: dict[str, Any] | None = None) -> tuple[str, str]:
     """Model-vs-model scatter per fact (jittered) and per group."""
     a, b = rep.primary, rep.other
-    na, nb = rep.names()
+    na, nb, _ = figure_names(rep)
     if b is None:
         return "", ""
     sb = {r["key"]: float(r["score"]) for r in b.facts}
@@ -267,6 +321,7 @@ def vs_svgs(rep: Report, keep: dict[str, Any] | None = None) -> tuple[str, str]:
         ax.set_xlabel(f"{na} (jittered ±0.02)", fontsize=8)
         ax.set_ylabel(f"{nb} (jittered ±0.02)", fontsize=8)
         ax.set_title(f"per fact, n={len(both)}", fontsize=9)
+        _caption(fig, rep)
         per_fact = _svg(fig, "vs-facts", keep)
     # per relation on the same facts (the paired groups), never two means over different facts
     pairs = [(pg.key, pg.facts, ma, mb) for pg in rep.paired if pg.key != "all"
@@ -284,6 +339,7 @@ def vs_svgs(rep: Report, keep: dict[str, Any] | None = None) -> tuple[str, str]:
         ax.set_xlabel(f"{na} mean", fontsize=8)
         ax.set_ylabel(f"{nb} mean", fontsize=8)
         ax.set_title("per relation, facts scored for both\n(dot size grows with n)", fontsize=9)
+        _caption(fig, rep)
         per_group = _svg(fig, "vs-groups", keep)
     return per_fact, per_group
 
