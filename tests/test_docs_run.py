@@ -31,6 +31,7 @@ How a block is run (nothing else is changed; the substitutions are the table ``S
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import os
 import re
@@ -279,13 +280,18 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path,
 
     import torch
 
-    from kgprobe import cli
+    from kgprobe import cli, progress
+    from kgprobe.probing import models
 
     out, err = io.StringIO(), io.StringIO()
     saved_env, saved_cwd, saved_argv = dict(os.environ), os.getcwd(), sys.argv
     log = logging.getLogger("kgprobe")
     saved_log = (list(log.handlers), log.level)
     saved_threads = torch.get_num_threads()  # --threads sets the process's
+    # what the global options and the model options set for the whole process: -q/-v and
+    # --device/--batch-tokens/--model-arg/--backend (the tests after this module see the defaults)
+    saved_quiet, saved_verbose = progress.is_quiet(), cli._verbose
+    saved_loading = dataclasses.replace(models.LOAD_DEFAULTS)
     code: int | str | None = 0
     os.environ.clear()
     os.environ.update(env)
@@ -310,6 +316,10 @@ def _cli(args: list[str], env: dict[str, str], cwd: Path,
         sys.argv = saved_argv
         log.handlers[:], log.level = saved_log
         torch.set_num_threads(saved_threads)
+        progress.set_quiet(saved_quiet)
+        cli._verbose = saved_verbose
+        for f in dataclasses.fields(saved_loading):
+            setattr(models.LOAD_DEFAULTS, f.name, getattr(saved_loading, f.name))
     if code is None:
         code = 0
     elif isinstance(code, str):  # sys.exit("message"): printed on stderr, exit 1
