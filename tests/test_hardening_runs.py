@@ -189,7 +189,7 @@ def test_same_named_models_probed_at_once_get_their_own_keys(
 
 
 # --- 6. the graph wiped or the server stopped under a probe ----------------------------------
-PLACES = 1200
+PLACES = 2400
 
 
 def _big_world(graph: Any) -> None:
@@ -204,10 +204,13 @@ def _big_world(graph: Any) -> None:
         derive_style,
     )
 
-    countries = [EntityRecord(f"Q{900 + i}", f"Country {chr(65 + i)}") for i in range(12)]
+    # typed countries: every fact has its random distractors, so the model scores each one
+    # (untyped objects make every fact unscorable at once, and the probe could finish before
+    # the server is stopped under it)
+    countries = [EntityRecord(f"Q{900 + i}", f"Country {chr(65 + i)}", types=["Q6256"]) for i in range(12)]
     places = [EntityRecord(f"Q{10000 + i}", f"Town {i}") for i in range(PLACES)]
     facts = [FactRecord(f"Q{10000 + i}", "P17", f"Q{900 + i % 12}") for i in range(PLACES)]
-    ingest(graph, [RelationRecord("P17", "country"), *countries, *places, *facts])
+    ingest(graph, [RelationRecord("P17", "country"), EntityRecord("Q6256", "country"), *countries, *places, *facts])
     text = "[X] is a town in [Y]."
     import_templates(graph, [TemplateRecord("P17", text, derive_style(text), "test")])
 
@@ -257,9 +260,12 @@ def test_a_probe_reports_the_server_stopped_and_the_graph_wiped_truly(tmp_path: 
         assert "Traceback" not in err and "credentials" not in err, err
         assert "lost the graph server" in line, err
 
-        # the graph wiped under the probe: said so, never "finished, N scored"
+        # the graph wiped under the probe: said so, never "finished, N scored". A new measure
+        # (n=3), so that no fact is skipped as scored by the first run: the probe has the whole
+        # graph still to score when the wipe comes, however far the first run got
         assert kgprobe("db", "start", env=env).returncode == 0
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        again = [("3" if prev == "-n" else arg) for prev, arg in zip(["", *cmd[:-1]], cmd, strict=True)]
+        proc = subprocess.Popen(again, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         _wait_for_scores(settings, 8, proc, skip=first)
         wiped = kgprobe("db", "wipe", "--yes", env=env)
         assert wiped.returncode == 0, wiped.stderr
