@@ -50,10 +50,10 @@ def _key(graph: Any, subject: str, pid: str, obj: str) -> str:
     return str(rows[0]["k"])
 
 
-def _seed(graph: Any, model_key: str, col: int, measure: str = KMIN) -> None:
+def _seed(graph: Any, model_key: str, col: int, measure: str = KMIN, model: str = MODEL) -> None:
     sp = pr.ScoreProps(model_key, measure)
     run_id = f"run-{model_key}-{measure}"
-    pr.create_run(graph, run_id, {"model": MODEL, "model_key": model_key, "measure_keys": [measure],
+    pr.create_run(graph, run_id, {"model": model, "model_key": model_key, "measure_keys": [measure],
                                   "threshold": 0.5, "status": "finished", "started": "t1"})
     rows = [{"key": _key(graph, f[0], f[1], f[2]), "s": f[0],
              "props": {sp.score: f[col], sp.run: run_id, sp.stale: None}}

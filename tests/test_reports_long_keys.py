@@ -13,31 +13,18 @@ from typing import Any
 
 import pytest
 from probe_world import load
-from test_reports_layout import FACTS, KMIN, _key
-
-from kgprobe.graph import probe_runs as pr
+from test_reports_layout import _seed
 
 LONG = "models/smollm2/smollm2-135m-instruct-q4_1-very-long-name-of-the-gguf-file.gguf"
 KEY_A = "smollm2_135m_instruct_q4_1_very_long_name_of_the_gguf_file"
 SHORT, KEY_B = "smollm2-135m", "smollm2_135m"
 
 
-def _seed(graph: Any, model: str, model_key: str, col: int) -> None:
-    sp = pr.ScoreProps(model_key, KMIN)
-    run_id = f"run-{model_key}"
-    pr.create_run(graph, run_id, {"model": model, "model_key": model_key, "measure_keys": [KMIN],
-                                  "threshold": 0.5, "status": "finished", "started": "t1"})
-    rows = [{"key": _key(graph, f[0], f[1], f[2]), "s": f[0],
-             "props": {sp.score: f[col], sp.run: run_id, sp.stale: None}}
-            for f in FACTS if f[col] is not None]
-    pr.write_scores(graph, run_id, rows, scored=len(rows), unscorable=0, now="t1")
-
-
 @pytest.fixture()
 def long_graph(graph: Any) -> Any:
     load(graph)
-    _seed(graph, LONG, KEY_A, 3)
-    _seed(graph, SHORT, KEY_B, 4)
+    _seed(graph, KEY_A, 3, model=LONG)
+    _seed(graph, KEY_B, 4, model=SHORT)
     return graph
 
 
