@@ -10,8 +10,9 @@ logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 summary() { grep -E '^[0-9]+ (passed|failed|error|skipped|deselected)|^no tests ran' "$1" | tail -n1; }
 
+# --durations=25: the slowest tests of each half are in the log (issue 39: where the suite's time goes)
 echo "== test suite on the managed ArcadeDB server"
-"$PY" -m pytest -q -rs 2>&1 | tee "$logs/arcadedb.log"
+"$PY" -m pytest -q -rs --durations=25 2>&1 | tee "$logs/arcadedb.log"
 arcadedb_rc=${PIPESTATUS[0]}
 
 neo4j_rc=0
@@ -20,7 +21,7 @@ if why=$("$PY" tests/neo4j_server.py check); then
   # what `make test-neo4j` does, for the tests that reach the graph server (tests/conftest.py:
   # the others never talk to it and have just run in the ArcadeDB half)
   { (cd tools/neo4j-test-server && mvn -q -B package) \
-    && KGPROBE_TEST_SERVER=neo4j KGPROBE_TEST_SERVER_ONLY=1 "$PY" -m pytest -q -rs; } \
+    && KGPROBE_TEST_SERVER=neo4j KGPROBE_TEST_SERVER_ONLY=1 "$PY" -m pytest -q -rs --durations=25; } \
     2>&1 | tee "$logs/neo4j.log"
   neo4j_rc=${PIPESTATUS[0]}
   neo4j_line="neo4j: $(summary "$logs/neo4j.log")"
