@@ -47,6 +47,7 @@ leave it out. Example (the run recorded in docs/benchmarks.md)::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import time
@@ -86,6 +87,14 @@ def workload(lm: LoadedModel, data: Path, prompts: int, candidates: int, shots: 
     zero = [LogProbRequest(f"{s} was born in", c) for s in subjects for c in labels]
     few = [LogProbRequest(f"{demos}{s} was born in", c) for s in subjects for c in labels]
     return zero, few
+
+
+def quiet_collector() -> None:
+    """Before a timed run: collect, then freeze what survives (torch, transformers, the model:
+    some 400,000 objects), so a full collection over them (0.1-0.25 s, docs/benchmarks.md)
+    does not fall at random into a run of a few tenths of a second. Every system gets it."""
+    gc.collect()
+    gc.freeze()
 
 
 def matmul_peak(seconds: float = 3.0, n: int = 1024, device: str = "cpu",
@@ -212,6 +221,7 @@ def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
         fresh = type(engine.stats)()  # the timed run's counters start from zero
         for f in fields(fresh):
             setattr(engine.stats, f.name, getattr(fresh, f.name))
+    quiet_collector()
     t0, c0 = time.perf_counter(), time.process_time()
     res = engine.run(reqs)
     if cuda:
@@ -269,6 +279,7 @@ def gpu_kernel_seconds(engine: Engine, reqs: list[LogProbRequest]) -> float | No
 
 
 def run_naive(lm: LoadedModel, reqs: list[LogProbRequest]) -> tuple[float, float, list[float]]:
+    quiet_collector()
     t0, c0 = time.perf_counter(), time.process_time()
     res = Engine(lm, batch_size=1, share_prefix=False).run(reqs)
     return time.perf_counter() - t0, time.process_time() - c0, [
@@ -304,6 +315,7 @@ def run_harness(hflm: Any, reqs: list[LogProbRequest]) -> tuple[float, float, li
 
     inst = [Instance(request_type="loglikelihood", doc={}, arguments=(r.context, r.continuation),
                      idx=i) for i, r in enumerate(reqs)]
+    quiet_collector()
     t0, c0 = time.perf_counter(), time.process_time()
     out = hflm.loglikelihood(inst, disable_tqdm=True)
     return time.perf_counter() - t0, time.process_time() - c0, [float(lp) for lp, _ in out]
