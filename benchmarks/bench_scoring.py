@@ -152,9 +152,10 @@ def random_init(shape: str, device: str, dtype: str, threads: int,
                       tie_word_embeddings=shape != "8b", bos_token_id=tok.bos_token_id,
                       eos_token_id=tok.eos_token_id)
     dev = resolve_device(device)
-    # the thread setting load_model gives (its path sets it; this one did not): on a 16-core
-    # GPU host the engine's host-side copies ran on 16 OpenMP threads whose spinning counted
-    # as the engine's CPU (process CPU above the wall)
+    # the thread setting load_model gives (its path sets it; this one did not). On a 16-core
+    # H100 host the overlapped engine's process CPU came out above its wall (1.45 cpu-s in a
+    # 0.99 s run): host-side copies on 16 OpenMP threads that spin after each copy are the
+    # suspected reason (not isolated)
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     with torch.device(dev):
