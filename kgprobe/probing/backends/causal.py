@@ -727,6 +727,8 @@ class CausalBackend(Backend):
         if self._packing_ok is None:
             calls, fed, secs, head = (self.stats.forward_calls, self.stats.tokens_fed,
                                       self.stats.forward_cpu_seconds, self.stats.head_cpu_seconds)
+            timed = (self.stats.wait_cpu_seconds, self.stats.forward_gpu_seconds,
+                     self.stats.head_gpu_seconds)
             try:
                 e = self.eos_id or 0
                 ctxs = [(e, 1, 2), (e, 1, 2), (e, 1, 2), (e, 5)]
@@ -751,6 +753,8 @@ class CausalBackend(Backend):
             self.stats.forward_calls, self.stats.tokens_fed = calls, fed
             self.stats.forward_cpu_seconds = secs  # a self-check, not work done for a request
             self.stats.head_cpu_seconds = head
+            (self.stats.wait_cpu_seconds, self.stats.forward_gpu_seconds,
+             self.stats.head_gpu_seconds) = timed
         return self._packing_ok
 
     # -- continuation scoring -------------------------------------------------------------
