@@ -511,9 +511,8 @@ class CausalBackend(Backend):
             # 0 and the dtype's minimum convert exactly; the copy leaves from pinned memory
             # without waiting for the device (``_upload``)
             flat = flat.to(next(self.model.parameters()).dtype)
-            if self.device.type == "cuda":
-                flat = flat.pin_memory()
-            flat = flat.to(self.device, non_blocking=True)
+            cuda = self.device.type == "cuda"
+            flat = (flat.pin_memory() if cuda else flat).to(self.device, non_blocking=cuda)
         blocks: list[tuple[int, int, int, int]] = [tuple(b) for b in bl.tolist()]  # type: ignore[misc]
         masks = [m.view(1, 1, q, k) for m, q, k in
                  zip(torch.split(flat, sizes.tolist()), nq.tolist(), nkv.tolist(), strict=True)]
@@ -528,9 +527,8 @@ class CausalBackend(Backend):
         if self.device.type == "cpu":
             return [torch.from_numpy(a) for a in arrays]
         flat = torch.from_numpy(np.concatenate([a.astype(np.int64, copy=False) for a in arrays]))
-        if self.device.type == "cuda":
-            flat = flat.pin_memory()
-        dev = flat.to(self.device, non_blocking=True)
+        cuda = self.device.type == "cuda"  # another device copies from pageable memory: wait
+        dev = (flat.pin_memory() if cuda else flat).to(self.device, non_blocking=cuda)
         return list(torch.split(dev, [len(a) for a in arrays]))
 
     def _masks(self, row: PackedRow, path: str, end: torch.Tensor) -> tuple[Any, _RowSegments | None]:
