@@ -325,3 +325,140 @@ def test_segment_attention_matches_plain_forwards(causal: LoadedModel, budget: i
         after = torch.log_softmax(causal.model(torch.tensor([ids])).logits[0].float(), -1)
     causal.model.set_attn_implementation("sdpa")
     assert torch.allclose(after, _plain_logprobs(causal, ids), atol=TOL)
+
+
+# -- the host ahead of the device (issue 43) -----------------------------------------------
+
+
+def _mixed_requests() -> list[LogProbRequest | SpanScoreRequest | NextTokenRequest]:
+    mixed: list[LogProbRequest | SpanScoreRequest | NextTokenRequest] = list(_requests())
+    mixed += [SpanScoreRequest.marked("Berlin is the capital of Germany.", "Germany"),
+              NextTokenRequest("Answer:", top_k=None), NextTokenRequest("hello world", top_k=3)]
+    random.Random(43).shuffle(mixed)
+    return mixed
+
+
+def _row_trace(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> tuple[list[str], list[object]]:
+    """What the packed path does, in order: ``mask`` (a row's attention blocks built),
+    ``forward`` / ``end`` (the model's forward entered / left), ``head`` (LM head on a
+    row's read positions) and ``read`` (a tensor's values copied to the host: ``.cpu()``,
+    ``.numpy()``, ``.item()``, ``.tolist()`` outside a forward); and the forward hooks, for
+    the caller to remove (the model is shared by the module's tests)."""
+    backend = engine.causal
+    assert backend is not None
+    trace: list[str] = []
+    inside = [False]
+    base = backend.model.base_model
+
+    def pre(*_: object) -> None:
+        inside[0] = True
+        trace.append("forward")
+
+    def post(*_: object) -> None:
+        inside[0] = False
+        trace.append("end")
+
+    hooks = [base.register_forward_pre_hook(pre), base.register_forward_hook(post)]
+    block_masks, head = backend._block_masks, backend._head
+    monkeypatch.setattr(backend, "_block_masks",
+                        lambda row: (trace.append("mask"), block_masks(row))[1])
+    monkeypatch.setattr(backend, "_head", lambda h: (trace.append("head"), head(h))[1])
+    for name in ("cpu", "numpy", "item", "tolist"):
+        orig = getattr(torch.Tensor, name)
+
+        def reading(self: torch.Tensor, *a: object, _orig: object = orig, **k: object) -> object:
+            if not inside[0]:
+                trace.append("read")
+            return _orig(self, *a, **k)  # type: ignore[operator]
+
+        monkeypatch.setattr(torch.Tensor, name, reading)
+    return trace, hooks
+
+
+@pytest.mark.parametrize("attention", ["segments", "dense"])
+def test_overlapped_rows_score_bit_for_bit_as_rows_run_one_by_one(
+    causal: LoadedModel, attention: str
+) -> None:
+    """The overlapped loop (row r+1 prepared while row r runs, results kept on the device and
+    read back once) against the per-row one (each row prepared just before its forward,
+    ``overlap`` off): every log-prob, greedy flag, sentence and whole next-token
+    distribution equal (==), over many rows."""
+    reqs = _mixed_requests()
+    fast = Engine(causal, batch_tokens=40, attention=attention)
+    got = fast.run(reqs)
+    slow = Engine(causal, batch_tokens=40, attention=attention)
+    assert slow.causal is not None
+    slow.causal.overlap = False
+    want = slow.run(reqs)
+    assert fast.stats.forward_calls == slow.stats.forward_calls > 5
+    for g, w in zip(got, want, strict=True):
+        if isinstance(g, NextTokenResult):
+            assert isinstance(w, NextTokenResult)
+            if g.full_logprobs is not None:
+                assert w.full_logprobs is not None
+                assert np.array_equal(g.full_logprobs, w.full_logprobs)
+            assert (g.token_ids, g.logprobs, g.entropy) == (w.token_ids, w.logprobs, w.entropy)
+        else:
+            assert g == w
+
+
+def test_the_next_row_is_built_while_a_row_runs_and_nothing_is_read_back_between_rows(
+    causal: LoadedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Row r+1's attention blocks are built after row r's forward is launched and before
+    row r's head (on a GPU the host works while the device runs), and no tensor is copied
+    to the host between the first forward and the last head (no synchronisation per row);
+    with ``overlap`` off each row is built just before its forward."""
+    engine = Engine(causal, batch_tokens=40, attention="segments")
+    assert engine.causal is not None
+    engine.causal.packing_works()  # its own check forwards stay out of the trace
+    assert engine.causal.head_splits()
+    trace, hooks = _row_trace(engine, monkeypatch)
+    try:
+        _check_row_order(engine, trace)
+    finally:
+        for h in hooks:
+            h.remove()  # type: ignore[attr-defined]
+
+
+def _check_row_order(engine: Engine, trace: list[str]) -> None:
+    assert engine.causal is not None
+    engine.run(_requests())
+    rows = trace.count("forward")
+    assert rows == engine.stats.forward_calls > 5
+    first, last = trace.index("forward"), len(trace) - 1 - trace[::-1].index("head")
+    assert "read" not in trace[first:last]
+    steps = [t for t in trace if t in ("mask", "end", "head")]
+    # mask 0, then per row: its forward ends, the next row's mask, the row's head
+    squeezed = [t for i, t in enumerate(steps) if t != "head" or steps[i - 1] != "head"]
+    expect = ["mask"]
+    for r in range(rows):
+        expect += ["end"] + (["mask"] if r + 1 < rows else []) + ["head"]
+    assert squeezed == expect
+    trace.clear()
+    engine.causal.overlap = False
+    engine.run(_requests())
+    steps = [t for t in trace if t in ("mask", "end", "head")]
+    squeezed = [t for i, t in enumerate(steps) if t != "head" or steps[i - 1] != "head"]
+    assert squeezed == ["mask", "end", "head"] * rows
+
+
+def test_small_models_get_longer_rows_on_a_large_gpu(causal: LoadedModel) -> None:
+    """On CUDA a small model's rows are 32768 tokens where the device has 40 GiB (fewer,
+    longer forwards: launching is what costs); an 8B shape, a smaller device, the CPU and a
+    dense mask keep their budgets. The device is named, not used: nothing runs on it."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from kgprobe.probing.backends.causal import default_batch_tokens
+
+    with torch.device("meta"):  # Llama-3-8B's shape without its memory
+        big = LlamaForCausalLM(LlamaConfig(vocab_size=128256, hidden_size=4096,
+                                           intermediate_size=14336, num_hidden_layers=32,
+                                           num_attention_heads=32, num_key_value_heads=8))
+    gib = 1024**3
+    assert default_batch_tokens("cuda:0", causal.model, memory=80 * gib) == 32768
+    assert default_batch_tokens("cuda", causal.model, memory=40 * gib) == 32768
+    assert default_batch_tokens("cuda:0", causal.model, memory=24 * gib) == 8192
+    assert default_batch_tokens("cuda:0", big, memory=80 * gib) == 8192
+    assert default_batch_tokens("cuda:0", None, memory=80 * gib) == 8192
+    assert default_batch_tokens("cpu", causal.model) == 8192

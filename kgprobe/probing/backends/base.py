@@ -29,6 +29,14 @@ class EngineStats:
     #: process CPU seconds in the LM head + log_softmax on the read positions, with the greedy
     #: check's argmax over the vocabulary and the release of those buffers (packed path)
     head_cpu_seconds: float = 0.0
+    #: process CPU seconds a packed run waited for the device's results: its one
+    #: synchronisation, after the last row was launched (0 on the CPU, which never waits)
+    wait_cpu_seconds: float = 0.0
+    #: on CUDA, device seconds between CUDA events recorded around each packed row's forward
+    #: and around its LM head + log_softmax, read once at the end of a run: the stream's span
+    #: for that work (any gap while the stream waited for the host's launches included)
+    forward_gpu_seconds: float = 0.0
+    head_gpu_seconds: float = 0.0
     #: process CPU seconds and request counts per request kind (class name), so a run's
     #: cost can be split by what measures asked for (benchmarks/bench_probe.py --per-measure)
     kind_cpu_seconds: dict[str, float] = field(default_factory=dict)
