@@ -1,6 +1,7 @@
-"""A multi-stream .bz2 read by 1 and 2 workers, side by side: parse alone and ``ingest --bulk``.
+"""A multi-stream .bz2 (or multi-frame .zst) read by 1 and 2 workers, side by side: parse alone and ``ingest --bulk``.
 
     python benchmarks/bench_bz2_workers.py --entities 8000 --workers 1 2
+    python benchmarks/bench_bz2_workers.py --entities 8000 --workers 1 2 --codec zst
 
 The realistic dump of `benchmarks/gen_dump.py` (lines built from the real entity JSON of the
 fixtures) is written as text, then compressed as a parallel bzip2 writes it (Wikidata's
@@ -10,6 +11,10 @@ once more as a single stream, the file a plain ``bzip2`` writes, which the worke
 the wall and CPU seconds (main process, workers) of reading every record (``load_json``), and of
 ``kgprobe ingest FILE --bulk DIR`` writing the import files (no server: a Neo4j named, never
 reached). MB/s are of the uncompressed JSON. Figures go to docs/benchmarks.md.
+
+``--codec zst`` does the same with Zstandard (the ``zst`` extra): one frame per ``--stream-kb``
+of text, concatenated, as ``pzstd`` writes them, and once as the single frame a plain ``zstd``
+writes.
 """
 
 from __future__ import annotations
@@ -33,13 +38,24 @@ from benchmarks.bench_bulk_workers import run as bulk_run  # noqa: E402
 from benchmarks.gen_dump import write_realistic_dump  # noqa: E402
 
 
-def multistream(text: Path, out: Path, stream_bytes: int) -> int:
-    """``text`` compressed one stream per ``stream_bytes`` (cut anywhere, mid-line as a
-    parallel bzip2 cuts), concatenated; the number of streams."""
+def _zst(data: bytes) -> bytes:
+    """One zstd frame of ``data`` (level 3, zstd's default), for a worker process."""
+    import zstandard
+
+    return zstandard.ZstdCompressor(level=3).compress(data)
+
+
+#: per ``--codec``: the suffix and a function compressing bytes into one stream (frame)
+CODECS = {"bz2": (".bz2", bz2.compress), "zst": (".zst", _zst)}
+
+
+def multistream(text: Path, out: Path, stream_bytes: int, codec: str = "bz2") -> int:
+    """``text`` compressed one stream (frame) per ``stream_bytes`` (cut anywhere, mid-line as
+    a parallel bzip2 or pzstd cuts), concatenated; the number of streams."""
     data = text.read_bytes()
     pieces = [data[i:i + stream_bytes] for i in range(0, len(data), stream_bytes)]
     with ProcessPoolExecutor(os.cpu_count() or 1) as pool:
-        out.write_bytes(b"".join(pool.map(bz2.compress, pieces, chunksize=4)))
+        out.write_bytes(b"".join(pool.map(CODECS[codec][1], pieces, chunksize=4)))
     return len(pieces)
 
 
@@ -61,7 +77,8 @@ def main() -> None:
     ap.add_argument("--entities", type=int, default=8_000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--stream-kb", type=int, default=900, help="text per bzip2 stream")
+    ap.add_argument("--stream-kb", type=int, default=900, help="text per bzip2 stream (zstd frame)")
+    ap.add_argument("--codec", choices=sorted(CODECS), default="bz2")
     ap.add_argument("--repeat", type=int, default=1,
                     help="rounds of all the workers (a loaded machine); ratios of the best walls")
     ap.add_argument("--tmp", default=None)
@@ -71,11 +88,12 @@ def main() -> None:
         text = tmp / "dump.json"
         stats = write_realistic_dump(text, args.entities, args.seed)
         mb = text.stat().st_size / 1e6
-        multi = tmp / "multi.json.bz2"
-        streams = multistream(text, multi, args.stream_kb * 1000)
-        single = tmp / "single.json.bz2"
-        single.write_bytes(bz2.compress(text.read_bytes()))
-        print(json.dumps({"dump": stats, "json_mb": round(mb, 1), "streams": streams,
+        suffix, compress = CODECS[args.codec]
+        multi = tmp / f"multi.json{suffix}"
+        streams = multistream(text, multi, args.stream_kb * 1000, args.codec)
+        single = tmp / f"single.json{suffix}"
+        single.write_bytes(compress(text.read_bytes()))
+        print(json.dumps({"codec": args.codec, "dump": stats, "json_mb": round(mb, 1), "streams": streams,
                           "multi_mb": round(multi.stat().st_size / 1e6, 1),
                           "loadavg": os.getloadavg()}), flush=True)
         for name, path in (("multi-stream", multi), ("single-stream", single)):
