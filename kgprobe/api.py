@@ -843,6 +843,7 @@ def report(
     from kgprobe.reports.write import report as build
 
     check_seed(seed)
+    check_threshold(threshold)
     check_pids(relations(relation))
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
                  type_of=type_of, settings=settings, overwrite=overwrite, vs_measure=vs_measure,
@@ -861,6 +862,7 @@ def ladder(
     from kgprobe.reports.ladder import build_ladder, write_ladder
 
     check_seed(seed)
+    check_threshold(threshold)
     if out:
         from kgprobe.outputs import check_output_dir
 

@@ -6,10 +6,11 @@ Messages name the CLI's option (``--threshold``), which is also the keyword of t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from kgprobe.checks import check_number as check_number
+from kgprobe.checks import check_threshold as check_threshold
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.records import is_pid
 
@@ -17,26 +18,6 @@ from kgprobe.records import is_pid
 MAX_SEED = 2**32 - 1
 #: CPU threads for torch: at least 1, at most this.
 MAX_THREADS = 1024
-
-
-def check_number(option: str, value: float | None, low: float | None = None,
-                 high: float | None = None) -> None:
-    """One line (exit 2) for a numeric option that is not finite or outside its documented
-    range (NaN compares false with every bound, so it is caught explicitly: ``--threshold nan``
-    once listed no fact and exited 0)."""
-    if value is None:
-        return
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{option} must be a finite number, got {value}")
-    if low is not None and value < low:
-        raise ConfigError(f"{option} must be at least {low:g}, got {value:g}")
-    if high is not None and value > high:
-        raise ConfigError(f"{option} must be at most {high:g}, got {value:g}")
-
-
-def check_threshold(value: float | None, option: str = "--threshold") -> None:
-    """A known threshold: finite and >= 0 (every measure's score is >= 0)."""
-    check_number(option, value, 0)
 
 
 def check_seed(value: int | None, option: str = "--seed") -> None:

@@ -6,12 +6,12 @@ Shared by the run's setup (:mod:`.run`), its loop (:mod:`.loop`) and the read si
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kgprobe.checks import check_threshold
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.distractors import date_sort_key
@@ -90,8 +90,7 @@ class ProbeConfig:
         strategy_class(self.strategy)  # an unknown one: one line listing the registry's
         if self.n < 1:
             raise ConfigError("-n (distractors per fact) must be at least 1")
-        if not (math.isfinite(self.threshold) and self.threshold >= 0):
-            raise ConfigError(f"the threshold must be a finite number >= 0, not {self.threshold}")
+        check_threshold(self.threshold)
         if self.at is not None:
             date_sort_key(self.at)  # a bad --at is refused before the graph is contacted
         if self.sample is not None and self.sample < 1:
