@@ -10,6 +10,9 @@ import math
 
 from kgprobe.errors import ConfigError
 
+#: A fact is known when its score is at least this (``--threshold``'s default: probe, export).
+DEFAULT_THRESHOLD = 0.5
+
 
 def check_number(option: str, value: float | None, low: float | None = None,
                  high: float | None = None) -> None:

@@ -59,6 +59,23 @@ def check_choice(option: str, value: str, choices: Sequence[str]) -> None:
         raise ConfigError(f"unknown {option} {value!r}; choose from: {', '.join(choices)}")
 
 
+#: ``kgprobe report --format``: what the command prints.
+REPORT_FORMATS = ("text", "json", "md", "tex", "harness")
+
+
+def check_verbosity(quiet: bool, verbose: bool) -> None:
+    """``-q`` and ``-v`` of the whole program: one or the other."""
+    if quiet and verbose:
+        raise ConfigError("--quiet and --verbose exclude each other")
+
+
+def check_set_output(probe_set: str | None, output_path: str | None) -> None:
+    """``probe --set`` from the command line writes its scores to a file: it prints none (the
+    API's ``probe(set=...)`` returns them, so it needs no ``output_path``)."""
+    if probe_set is not None and output_path is None:
+        raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
+
+
 def require_file(path: str | Path, what: str = "file") -> None:
     """One line (exit 4) when an input file or folder is missing."""
     if not Path(path).exists():

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kgprobe.checks import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
 from kgprobe.checks import check_threshold
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
@@ -27,8 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_MEASURES = ("kmin",)
 DEFAULT_STRATEGY = "temp+sem"
-#: A fact counts as known when its score is at least this (overridable per run and query).
-DEFAULT_THRESHOLD = 0.5
 USABLE_STYLES = (STYLE_OBJECT_LAST, STYLE_QUESTION)
 
 
@@ -139,10 +138,14 @@ class ProbeSummary:
     #: the keys of the facts this run sampled (scored, unscorable or skipped as already scored):
     #: what ``--output-path`` reports on; not in ``to_dict``
     fact_keys: list[str] = field(default_factory=list, repr=False)
+    #: ``probe(output_path=...)``: the report and results files written there (kind -> path);
+    #: not in ``to_dict`` (the CLI's ``--json`` adds them when it wrote them)
+    output_files: dict[str, str] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("fact_keys")
+        out.pop("output_files")
         if self.status != "dry run":
             out.pop("planned_by_relation")
             out.pop("prompts")
