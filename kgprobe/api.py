@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 from kgprobe.app.contents import GraphStats as GraphStats
 from kgprobe.app.contents import stats as stats
+from kgprobe.app.contents import stats_of
 from kgprobe.app.contents import templates_import as templates_import
 from kgprobe.app.contents import templates_list as templates_list
 from kgprobe.app.db import db_home as db_home
@@ -51,10 +52,10 @@ from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
 if TYPE_CHECKING:
     from kgprobe.app.probe_sets import SetResults
     from kgprobe.probing.config import ProbeSummary
+    from kgprobe.probing.measures.registry import OnFact
     from kgprobe.probing.score import CandidateScore
+    from kgprobe.reports.data import Report
 
-#: What :func:`probe` calls with each fact it scored and the fact's values per measure key.
-OnFact = Callable[[Any, dict[str, dict[str, Any]]], None]
 
 # --- keyword names: the CLI's option names (issue 40 #7) ---------------------------------------
 
@@ -511,6 +512,30 @@ def export_demo_set(path: str | Path = DEMO_SET_FILE, *, settings: Settings | No
                              progress=progress)
 
 
+@dataclass(frozen=True)
+class DemoResult:
+    """``kgprobe demo``: what was loaded, the two probes' summaries (``probe_raw``: the raw
+    wording's, None without ``compare_raw``), the report and its files, and the seconds of the
+    load, the probes and the whole demo (``load``, ``probe``, ``total``)."""
+
+    ingested: IngestSummary
+    templates_imported: int
+    graph: GraphStats
+    probe: ProbeSummary
+    probe_raw: ProbeSummary | None
+    report: Report
+    report_files: dict[str, str]
+    seconds: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document (the report last)."""
+        return {"ingested": self.ingested.to_dict(), "templates_imported": self.templates_imported,
+                "graph": self.graph.to_dict(), "probe": self.probe.to_dict(),
+                "probe_raw": None if self.probe_raw is None else self.probe_raw.to_dict(),
+                "report_files": self.report_files, "seconds": self.seconds,
+                "report": self.report.to_dict()}
+
+
 def demo(
     *,
     model: str | Any | None = None,
@@ -523,7 +548,7 @@ def demo(
     compare_raw: bool = True,
     no_cache: bool = False,
     settings: Settings | None = None,
-) -> dict[str, Any]:
+) -> DemoResult:
     """The main job on a fresh install: start the graph, ingest the bundled demo graph and
     kgprobe's own templates, probe the default model on a seeded sample (seed 0, facts with a
     past value first) of ``per_relation`` facts of each demo relation with exactly ``kgprobe
@@ -545,7 +570,6 @@ def demo(
 
     Everything is idempotent: a second demo re-ingests nothing new and re-scores nothing.
     """
-    from kgprobe.graph.stats import graph_stats
     from kgprobe.graph.templates import demo_paths, import_own_templates
     from kgprobe.loaders.wikidata_json import load_json
     from kgprobe.probing.config import (
@@ -573,7 +597,7 @@ def demo(
     with connect(settings) as graph:
         summary = write_records(graph, load_json(graph_file), quiet=quiet)
         templates = import_own_templates(graph)
-        stats = graph_stats(graph)
+        stats = stats_of(graph)
         loaded = time.monotonic()
 
         def probe_demo(quota: dict[str, int], verbalizer: str, on_fact: Any) -> list[Any]:
@@ -611,20 +635,10 @@ def demo(
                                   measure=careful, vs_measure=raw if compare_raw else None,
                                   vs_details=raw_details.records if compare_raw else None,
                                   overwrite=overwrite, command_seconds=time.monotonic() - started)
-    return {
-        "ingested": summary.to_dict(),
-        "templates_imported": templates,
-        "graph": stats,
-        "probe": probe_summary.to_dict(),
-        "probe_raw": raw_summary.to_dict() if raw_summary is not None else None,
-        "report": rep,
-        "report_files": {k: str(v) for k, v in paths.items()},
-        "seconds": {
-            "load": round(loaded - started, 1),
-            "probe": round(probed - loaded, 1),
-            "total": round(time.monotonic() - started, 1),
-        },
-    }
+    return DemoResult(summary, templates, stats, probe_summary, raw_summary, rep,
+                      {k: str(v) for k, v in paths.items()},
+                      {"load": round(loaded - started, 1), "probe": round(probed - loaded, 1),
+                       "total": round(time.monotonic() - started, 1)})
 
 
 # --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reports ---

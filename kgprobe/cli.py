@@ -476,22 +476,20 @@ def demo(
     load_models_with(device=device, batch_tokens=batch_tokens, model_arg=model_arg, backend=backend, model=model)
     result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json,
                       overwrite=overwrite, compare_raw=compare_raw, no_cache=no_cache)
-    rep = result.pop("report")
     if as_json:
-        result["report"] = rep.to_dict()
-        print(json.dumps(result, ensure_ascii=False, default=str))
+        print(json.dumps(result.to_dict(), ensure_ascii=False, default=str))
         return
-    graph = result["graph"]
+    counts = result.graph.counts
     _heading("demo graph")
     console.print(
-        f"{graph['entities']:,} entities, {graph['facts']:,} facts ({graph['temporal_facts']:,} dated) "
-        f"over {len(graph['per_relation'])} relations; {graph['templates']} templates"
+        f"{counts['entities']:,} entities, {counts['facts']:,} facts ({counts['temporal_facts']:,} dated) "
+        f"over {len(result.graph.per_relation)} relations; {counts['templates']} templates"
     )
     _heading("knowledge gaps per relation")
-    print_report(rep, console)
-    secs = result["seconds"]
+    print_report(result.report, console)
+    secs, files = result.seconds, result.report_files
     console.print(
-        f"report: {result['report_files'].get('html')}; results: {result['report_files'].get('results')}  "
+        f"report: {files.get('html')}; results: {files.get('results')}  "
         f"(load {secs['load']} s, probe {secs['probe']} s, total {secs['total']} s)"
     )
 
