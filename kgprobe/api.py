@@ -6,14 +6,16 @@ The CLI parses arguments and calls these; these wire loaders, graph and probing 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
 
 from kgprobe.app.contents import GraphStats as GraphStats
 from kgprobe.app.contents import stats as stats
+from kgprobe.app.contents import stats_of
 from kgprobe.app.contents import templates_import as templates_import
 from kgprobe.app.contents import templates_list as templates_list
 from kgprobe.app.db import db_home as db_home
@@ -31,20 +33,29 @@ from kgprobe.app.options import (
     check_seed,
     check_threads,
     check_threshold,
-    relations,
     shard_of,
 )
+from kgprobe.app.options import relations as relations_of
 from kgprobe.app.probe_sets import export as export
 from kgprobe.app.scores import UnknownFacts as UnknownFacts
 from kgprobe.app.scores import unknown_facts as unknown_facts
+from kgprobe.checks import DEFAULT_THRESHOLD
 from kgprobe.config import Settings
 from kgprobe.errors import ConfigError, InputError
-from kgprobe.graph.client import connect
+from kgprobe.graph.client import Graph, connect
 from kgprobe.graph.ingest import IngestSummary, check_ingest_options
 from kgprobe.graph.ingest import ingest as ingest_records
 from kgprobe.outputs import check_output_dir, check_owner
 from kgprobe.progress import Progress
 from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
+
+if TYPE_CHECKING:
+    from kgprobe.app.probe_sets import SetResults
+    from kgprobe.probing.config import ProbeSummary
+    from kgprobe.probing.measures.registry import OnFact
+    from kgprobe.probing.score import CandidateScore
+    from kgprobe.reports.data import Report
+
 
 # --- keyword names: the CLI's option names (issue 40 #7) ---------------------------------------
 
@@ -501,6 +512,30 @@ def export_demo_set(path: str | Path = DEMO_SET_FILE, *, settings: Settings | No
                              progress=progress)
 
 
+@dataclass(frozen=True)
+class DemoResult:
+    """``kgprobe demo``: what was loaded, the two probes' summaries (``probe_raw``: the raw
+    wording's, None without ``compare_raw``), the report and its files, and the seconds of the
+    load, the probes and the whole demo (``load``, ``probe``, ``total``)."""
+
+    ingested: IngestSummary
+    templates_imported: int
+    graph: GraphStats
+    probe: ProbeSummary
+    probe_raw: ProbeSummary | None
+    report: Report
+    report_files: dict[str, str]
+    seconds: dict[str, float]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` document (the report last)."""
+        return {"ingested": self.ingested.to_dict(), "templates_imported": self.templates_imported,
+                "graph": self.graph.to_dict(), "probe": self.probe.to_dict(),
+                "probe_raw": None if self.probe_raw is None else self.probe_raw.to_dict(),
+                "report_files": self.report_files, "seconds": self.seconds,
+                "report": self.report.to_dict()}
+
+
 def demo(
     *,
     model: str | Any | None = None,
@@ -513,7 +548,7 @@ def demo(
     compare_raw: bool = True,
     no_cache: bool = False,
     settings: Settings | None = None,
-) -> dict[str, Any]:
+) -> DemoResult:
     """The main job on a fresh install: start the graph, ingest the bundled demo graph and
     kgprobe's own templates, probe the default model on a seeded sample (seed 0, facts with a
     past value first) of ``per_relation`` facts of each demo relation with exactly ``kgprobe
@@ -535,7 +570,6 @@ def demo(
 
     Everything is idempotent: a second demo re-ingests nothing new and re-scores nothing.
     """
-    from kgprobe.graph.stats import graph_stats
     from kgprobe.graph.templates import demo_paths, import_own_templates
     from kgprobe.loaders.wikidata_json import load_json
     from kgprobe.probing.config import (
@@ -563,7 +597,7 @@ def demo(
     with connect(settings) as graph:
         summary = write_records(graph, load_json(graph_file), quiet=quiet)
         templates = import_own_templates(graph)
-        stats = graph_stats(graph)
+        stats = stats_of(graph)
         loaded = time.monotonic()
 
         def probe_demo(quota: dict[str, int], verbalizer: str, on_fact: Any) -> list[Any]:
@@ -601,20 +635,10 @@ def demo(
                                   measure=careful, vs_measure=raw if compare_raw else None,
                                   vs_details=raw_details.records if compare_raw else None,
                                   overwrite=overwrite, command_seconds=time.monotonic() - started)
-    return {
-        "ingested": summary.to_dict(),
-        "templates_imported": templates,
-        "graph": stats,
-        "probe": probe_summary.to_dict(),
-        "probe_raw": raw_summary.to_dict() if raw_summary is not None else None,
-        "report": rep,
-        "report_files": {k: str(v) for k, v in paths.items()},
-        "seconds": {
-            "load": round(loaded - started, 1),
-            "probe": round(probed - loaded, 1),
-            "total": round(time.monotonic() - started, 1),
-        },
-    }
+    return DemoResult(summary, templates, stats, probe_summary, raw_summary, rep,
+                      {k: str(v) for k, v in paths.items()},
+                      {"load": round(loaded - started, 1), "probe": round(probed - loaded, 1),
+                       "total": round(time.monotonic() - started, 1)})
 
 
 # --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reports ---
@@ -637,99 +661,207 @@ def _owner_of(model: str | Any, dtype: str, name: str | None = None) -> dict[str
         return None
 
 
-#: A probe's options checked before the model is loaded or the graph contacted: (keyword of
-#: :func:`kgprobe.probing.run.probe`, the CLI's option, the least value allowed).
-_PROBE_BOUNDS = (("sample", "--sample", 0), ("per_relation", "--per-relation", 1), ("n", "-n", 1),
-                 ("max_object_labels", "--max-labels", 1), ("max_subject_labels", "--max-subject-labels", 1),
-                 ("max_templates", "--max-templates", 1), ("batch_facts", "--batch-facts", 1),
-                 ("write_facts", "--write-batch", 1))
+class ProbeOptions(TypedDict, total=False):
+    """:func:`probe`'s keywords besides ``model``, ``set``, ``output_path`` and ``overwrite``,
+    for its overloads (a misspelled keyword is a mypy error, and a ``TypeError`` when run);
+    ``test_api_probe_has_a_real_signature`` holds them equal to :func:`probe`'s parameters."""
+
+    relation: str | Sequence[str] | None
+    sample: int | None
+    per_relation: int | None
+    measure: str | Sequence[str] | None
+    strategy: str | None
+    n: int | None
+    seed: int
+    threshold: float
+    at: str | None
+    max_labels: int
+    max_subject_labels: int
+    max_templates: int | None
+    end: str
+    label_rule: str
+    verbalizer: str
+    on_model_mismatch: str
+    dtype: str
+    threads: int
+    batch_facts: int
+    write_batch: int
+    pipeline: int
+    force: bool
+    history_first: bool
+    shard: str | tuple[int, int] | None
+    no_cache: bool
+    dry_run: bool
+    tokenizer: Any
+    model_name: str | None
+    index_dir: str | Path | None
+    progress: bool
+    settings: Settings | None
+    graph: Graph | None
+    on_fact: OnFact | None
+    relations: Sequence[str] | None
+    measures: Sequence[str] | None
+    max_object_labels: int | None
+    write_facts: int | None
+    cache: bool | None
 
 
-def _check_probe_options(kwargs: dict[str, Any]) -> None:
-    """One line for a probe option out of its range, named as the CLI's option."""
-    check_pids(relations(kwargs.get("relations")))
-    for key, option, low in _PROBE_BOUNDS[:3]:
-        check_number(option, kwargs.get(key), low)
-    check_seed(kwargs.get("seed"))
-    check_threshold(kwargs.get("threshold"))
-    check_date(kwargs.get("at"))
-    for key, option, low in _PROBE_BOUNDS[3:]:
-        check_number(option, kwargs.get(key), low)
-    check_threads(kwargs.get("threads"))
+def _renamed(where: str, new: str, value: Any, default: Any, old: str, old_value: Any) -> Any:
+    """The value of keyword ``new``, or of its old name ``old`` (which warns); a value under
+    both names is a ``ConfigError``."""
+    if old_value is None:
+        return value
+    _deprecated(where, old, new)
+    if value != default:
+        raise ConfigError(f"kgprobe.{where}: {new}= and its old name {old}= both given")
+    return old_value
 
 
-#: What a probe set fixes (``probe(set=...)`` refuses them): (keyword, the CLI's option).
-_SET_FIXES = (("relation", "--relation"), ("relations", "--relation"), ("per_relation", "--per-relation"),
-              ("measure", "--measure"), ("strategy", "--strategy"), ("n", "-n"), ("at", "--at"))
+@overload
+def probe(model: str | Any = ..., *, output_path: str | Path | None = ..., overwrite: bool = ...,
+          set: None = None, **options: Unpack[ProbeOptions]) -> ProbeSummary: ...
 
 
-def _set_keywords(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``probe(set=...)``'s keywords for :func:`probe_set`: what the set fixes is refused when
-    given (None or empty: not given), ``no_cache`` becomes ``cache``."""
-    if kwargs.pop("dry_run", False):
-        raise ConfigError("--dry-run previews a probe of the graph; a probe set's facts and "
-                          "prompts are in its file (drop --set or --dry-run)")
-    given = list(dict.fromkeys(o for k, o in _SET_FIXES if kwargs.pop(k, None)))
-    if given:
-        raise ConfigError(f"--set: the probe set fixes what is sampled and measured; drop "
-                          f"{', '.join(given)} (or export another set)")
-    if "no_cache" in kwargs:
-        kwargs["cache"] = not kwargs.pop("no_cache")
-    return kwargs
+@overload
+def probe(model: str | Any = ..., *, output_path: str | Path | None = ..., overwrite: bool = ...,
+          set: str | Path, **options: Unpack[ProbeOptions]) -> SetResults: ...
 
 
-def probe(model: str | Any = "smollm2-135m", *, output_path: str | Path | None = None,
-          overwrite: bool = False, set: str | Path | None = None, **kwargs: Any) -> Any:
+def probe(
+    model: str | Any = "smollm2-135m",
+    *,
+    output_path: str | Path | None = None,
+    overwrite: bool = False,
+    set: str | Path | None = None,
+    relation: str | Sequence[str] | None = None,
+    sample: int | None = 60,
+    per_relation: int | None = None,
+    measure: str | Sequence[str] | None = None,
+    strategy: str | None = None,
+    n: int | None = None,
+    seed: int = 0,
+    threshold: float = DEFAULT_THRESHOLD,
+    at: str | None = None,
+    max_labels: int = 3,
+    max_subject_labels: int = 1,
+    max_templates: int | None = None,
+    end: str = "auto",
+    label_rule: str = "names",
+    verbalizer: str = "careful",
+    on_model_mismatch: str = "suffix",
+    dtype: str = "float32",
+    threads: int = 1,
+    batch_facts: int = 16,
+    write_batch: int = 256,
+    pipeline: int = 2,
+    force: bool = False,
+    history_first: bool = False,
+    shard: str | tuple[int, int] | None = None,
+    no_cache: bool = False,
+    dry_run: bool = False,
+    tokenizer: Any = None,
+    model_name: str | None = None,
+    index_dir: str | Path | None = None,
+    progress: bool = True,
+    settings: Settings | None = None,
+    graph: Graph | None = None,
+    on_fact: OnFact | None = None,
+    relations: Sequence[str] | None = None,
+    measures: Sequence[str] | None = None,
+    max_object_labels: int | None = None,
+    write_facts: int | None = None,
+    cache: bool | None = None,
+) -> ProbeSummary | SetResults:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores onto the
-    FACT edges; returns a ``kgprobe.probing.run.ProbeSummary``. ``model`` is a name or path,
-    the URL of an OpenAI-compatible server (``http://host:port/v1``), a transformers model
-    object (with ``tokenizer=``, and ``model_name=`` for its score keys) or a scoring backend
-    (docs/backends.md). Keyword arguments are named as the CLI's options
-    (relation, sample, per_relation, measure, strategy, n, seed, threshold, at, max_labels,
-    max_templates, dtype, threads, write_batch, no_cache, dry_run, ...; and tokenizer,
-    model_name, index_dir, progress, settings, graph): see :func:`kgprobe.probing.run.probe`
-    (:data:`PROBE_KEYWORDS` maps the names that differ; the old ones warn).
+    FACT edges; returns the run's ``kgprobe.probing.config.ProbeSummary``. ``model`` is a name
+    or path, the URL of an OpenAI-compatible server (``http://host:port/v1``), a transformers
+    model object (with ``tokenizer=``, and ``model_name=`` for its score keys) or a scoring
+    backend (docs/backends.md). The keywords are the CLI's options (``measure``: default kmin;
+    ``sample`` 0: every fact; ``shard``: ``"K/N"`` or (K, N)); see
+    :func:`kgprobe.probing.run.probe`. The old names ``relations``, ``measures``,
+    ``max_object_labels``, ``write_facts`` and ``cache`` still work and warn
+    (:data:`PROBE_KEYWORDS`).
 
     With ``set`` (a probe set's path, or ``"demo"``: the set shipped with kgprobe), score that
     set with no graph instead and return its scores as data: a
     ``kgprobe.app.probe_sets.SetResults`` (``.facts`` and ``.relations`` DataFrames, the
-    report's figures, the summary); see :func:`probe_set`.
+    report's figures, the summary); see :func:`probe_set`. What the set fixes (relation,
+    per_relation, measure, strategy, n, at) and ``dry_run`` are refused with it.
 
     With ``output_path``, the report and results files of THIS run's facts (its sample,
     including facts skipped as already scored) under the run's first measure are written there
     (``results.json``, ``samples.jsonl`` with the distractor scores of the facts this call
-    scored; docs/results.md); a directory holding another model's report is refused before the
-    model is loaded, unless ``overwrite``."""
+    scored; docs/results.md; their paths in the summary's ``output_files``); a directory holding
+    another model's report is refused before the model is loaded, unless ``overwrite``."""
+    from kgprobe.probing.config import DEFAULT_MEASURES
     from kgprobe.probing.engine import select_model
     from kgprobe.probing.run import probe as run
 
+    relation = _renamed("probe", "relation", relation, None, "relations", relations)
+    measure = _renamed("probe", "measure", measure, None, "measures", measures)
+    max_labels = _renamed("probe", "max_labels", max_labels, 3, "max_object_labels", max_object_labels)
+    write_batch = _renamed("probe", "write_batch", write_batch, 256, "write_facts", write_facts)
+    no_cache = _renamed("probe", "no_cache", no_cache, False, "cache", None if cache is None else not cache)
     if set is not None:
-        return probe_set(set, model, output_path, overwrite=overwrite, **_set_keywords(kwargs))
-    kwargs = _probe_keywords("probe", kwargs)
-    _check_probe_options(kwargs)
-    if kwargs.get("sample") == 0:  # --sample 0: every fact
-        kwargs["sample"] = None
-    if "shard" in kwargs:  # "K/N", as --shard, or (K, N)
-        kwargs["shard"] = shard_of(kwargs["shard"])
+        if dry_run:
+            raise ConfigError("--dry-run previews a probe of the graph; a probe set's facts and "
+                              "prompts are in its file (drop --set or --dry-run)")
+        given = [option for option, value in (("--relation", relation), ("--per-relation", per_relation),
+                                              ("--measure", measure), ("--strategy", strategy), ("-n", n),
+                                              ("--at", at)) if value]
+        if given:
+            raise ConfigError(f"--set: the probe set fixes what is sampled and measured; drop "
+                              f"{', '.join(given)} (or export another set)")
+        return probe_set(set, model, output_path, tokenizer=tokenizer, model_name=model_name,
+                         dtype=dtype, threads=threads, shard=shard, cache=not no_cache,
+                         progress=progress, overwrite=overwrite)
+    wanted = relations_of(relation)
+    check_pids(wanted)
+    for option, value, low in (("--sample", sample, 0), ("--per-relation", per_relation, 1), ("-n", n, 1)):
+        check_number(option, value, low)
+    check_seed(seed)
+    check_threshold(threshold)
+    check_date(at)
+    for option, value, low in (("--max-labels", max_labels, 1), ("--max-subject-labels", max_subject_labels, 1),
+                               ("--max-templates", max_templates, 1), ("--batch-facts", batch_facts, 1),
+                               ("--write-batch", write_batch, 1)):
+        check_number(option, value, low)
+    check_threads(threads)
     model = select_model(model)  # a served model (--backend, a URL): its backend, opened once
-    if output_path is None or kwargs.get("dry_run"):
-        return run(model, **kwargs)
+    go = functools.partial(
+        run, model, tokenizer=tokenizer, model_name=model_name, relations=wanted,
+        sample=sample or None,  # --sample 0: every fact
+        per_relation=per_relation,
+        measures=(measure,) if isinstance(measure, str) else tuple(measure or DEFAULT_MEASURES),
+        strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_object_labels=max_labels,
+        max_templates=max_templates, dtype=dtype, threads=threads, batch_facts=batch_facts,
+        write_facts=write_batch, pipeline=pipeline, force=force, history_first=history_first, end=end,
+        label_rule=label_rule, verbalizer=verbalizer, max_subject_labels=max_subject_labels,
+        on_model_mismatch=on_model_mismatch, shard=shard_of(shard), cache=not no_cache,
+        index_dir=index_dir, progress=progress, settings=settings, graph=graph, dry_run=dry_run)
+    if output_path is None or dry_run:
+        return go(on_fact=on_fact)
     # before the model is loaded or a fact scored
     check_output_dir(output_path, "--output-path")
-    check_owner(output_path, _owner_of(model, str(kwargs.get("dtype", "float32")), kwargs.get("model_name")),
-                overwrite, "--output-path")
+    check_owner(output_path, _owner_of(model, dtype, model_name), overwrite, "--output-path")
     from kgprobe.graph import probe_runs as pr
     from kgprobe.reports.results import FactDetails
     from kgprobe.reports.write import report as build
 
     started = time.monotonic()
     details = FactDetails()
-    summary = run(model, on_fact=details, **kwargs)
-    measure = pr.ScoreProps.parse(summary.score_properties[0]).measure_key
-    _, paths = build(summary.model_key, out=output_path, measure=measure, settings=kwargs.get("settings"),
-                     graph=kwargs.get("graph"), details=details.records, facts=summary.fact_keys,
-                     overwrite=overwrite, command_seconds=time.monotonic() - started)
-    summary.output_files = {k: str(v) for k, v in paths.items()}  # type: ignore[attr-defined]
+
+    def both(fact: Any, values: dict[str, dict[str, Any]]) -> None:
+        details(fact, values)
+        if on_fact is not None:
+            on_fact(fact, values)
+
+    summary = go(on_fact=both)
+    key = pr.ScoreProps.parse(summary.score_properties[0]).measure_key
+    _, paths = build(summary.model_key, out=output_path, measure=key, settings=settings, graph=graph,
+                     details=details.records, facts=summary.fact_keys, overwrite=overwrite,
+                     command_seconds=time.monotonic() - started)
+    summary.output_files = {k: str(v) for k, v in paths.items()}
     return summary
 
 
@@ -746,22 +878,23 @@ def export_set(path: str | Path, *, settings: Settings | None = None, progress: 
         return ps.export_set(graph, config, path, progress=progress)
 
 
-def probe_set(path: str | Path, model: str | Any, output_path: str | Path | None = None,
-              **kwargs: Any) -> Any:
+def probe_set(path: str | Path, model: str | Any, output_path: str | Path | None = None, *,
+              tokenizer: Any = None, model_name: str | None = None, dtype: str = "float32",
+              threads: int = 1, shard: str | tuple[int, int] | None = None, cache: bool = True,
+              progress: bool = True, overwrite: bool = False, measure: str | None = None) -> SetResults:
     """``kgprobe probe --set``: score the probe set at ``path`` (or ``"demo"``, the shipped
     set) with ``model`` (a name, path, or a transformers model object with ``tokenizer=``)
     with no graph. Returns a ``kgprobe.app.probe_sets.SetResults``: ``.facts`` (per fact) and
     ``.relations`` (per relation) as DataFrames, ``.figures()``, ``.report``, ``.document``
     (results.json), ``.summary``. With ``output_path``, ``scores.parquet`` and the usual report
-    files are written there. Keyword arguments: see
-    :func:`kgprobe.app.probe_sets.score_probe_set` (tokenizer, model_name, dtype, threads,
-    shard, cache, progress, overwrite, measure)."""
+    files are written there. ``shard``: ``"K/N"`` as ``--shard``, or (K, N); the rest: see
+    :func:`kgprobe.app.probe_sets.score_probe_set`."""
     from kgprobe.app.probe_sets import score_probe_set
 
-    check_threads(kwargs.get("threads"))
-    if "shard" in kwargs:  # "K/N", as --shard, or (K, N)
-        kwargs["shard"] = shard_of(kwargs["shard"])
-    return score_probe_set(path, model, output_path, **kwargs)
+    check_threads(threads)
+    return score_probe_set(path, model, output_path, tokenizer=tokenizer, model_name=model_name,
+                           dtype=dtype, threads=threads, shard=shard_of(shard), cache=cache,
+                           progress=progress, overwrite=overwrite, measure=measure)
 
 
 def import_scores(*paths: str | Path, settings: Settings | None = None) -> list[dict[str, Any]]:
@@ -774,23 +907,21 @@ def import_scores(*paths: str | Path, settings: Settings | None = None) -> list[
 
 
 def score(context: str, candidates: Sequence[str], *, model: str | Any = "smollm2-135m",
-          tokenizer: Any = None, no_cache: bool | None = None, **kwargs: Any) -> Any:
+          tokenizer: Any = None, dtype: str = "float32", threads: int = 1, eos: bool = False,
+          no_cache: bool | None = None, cache_path: Path | None = None,
+          add_eos: bool | None = None) -> list[CandidateScore]:
     """log P(candidate | context) for each candidate with its rank, as ``kgprobe score``;
-    ``model`` as in :func:`probe`. Keyword arguments: see
-    :func:`kgprobe.probing.score.score_candidates` (dtype, threads, cache_path; ``eos`` as
-    ``--eos``, its old name ``add_eos`` warns). ``no_cache``: as ``--no-cache`` (False: the
-    score cache the CLI uses; by default none)."""
+    ``model`` as in :func:`probe`; see :func:`kgprobe.probing.score.score_candidates`.
+    ``eos``: as ``--eos`` (its old name ``add_eos`` warns). ``no_cache``: as ``--no-cache``
+    (False: the score cache the CLI uses; by default none, or ``cache_path``)."""
     from kgprobe.probing.score import default_score_cache, score_candidates
 
-    check_threads(kwargs.get("threads"))
-    if no_cache is not None and "cache_path" not in kwargs:  # as --no-cache: the user's cache
-        kwargs["cache_path"] = None if no_cache else default_score_cache()
-    if "eos" in kwargs:
-        kwargs["add_eos"] = kwargs.pop("eos")
-    elif "add_eos" in kwargs:
-        _deprecated("score", "add_eos", "eos")
-
-    return score_candidates(context, candidates, model=model, tokenizer=tokenizer, **kwargs)
+    check_threads(threads)
+    eos = _renamed("score", "eos", eos, False, "add_eos", add_eos)
+    if no_cache is not None and cache_path is None:  # as --no-cache: the user's cache
+        cache_path = None if no_cache else default_score_cache()
+    return score_candidates(context, candidates, model=model, tokenizer=tokenizer, dtype=dtype,
+                            threads=threads, add_eos=eos, cache_path=cache_path)
 
 
 def unknown(
@@ -843,7 +974,8 @@ def report(
     from kgprobe.reports.write import report as build
 
     check_seed(seed)
-    check_pids(relations(relation))
+    check_threshold(threshold)
+    check_pids(relations_of(relation))
     return build(model, vs=vs, out=out, measure=measure, threshold=threshold, seed=seed, by=by,
                  type_of=type_of, settings=settings, overwrite=overwrite, vs_measure=vs_measure,
                  relations=relation)
@@ -861,6 +993,7 @@ def ladder(
     from kgprobe.reports.ladder import build_ladder, write_ladder
 
     check_seed(seed)
+    check_threshold(threshold)
     if out:
         from kgprobe.outputs import check_output_dir
 

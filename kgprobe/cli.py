@@ -17,8 +17,15 @@ from typing import Any
 
 import typer
 
-from kgprobe.app.options import check_choice, load_models_with
+from kgprobe.app.options import (
+    REPORT_FORMATS,
+    check_choice,
+    check_set_output,
+    check_verbosity,
+    load_models_with,
+)
 from kgprobe.app.options import relations as _relations
+from kgprobe.checks import DEFAULT_THRESHOLD
 from kgprobe.errors import KgprobeError
 from kgprobe.loaders import SUPPORTED
 from kgprobe.probing.strategies import help_text as strategy_help
@@ -153,7 +160,7 @@ _MEASURE_OPT = typer.Option(None, "--measure", help="A measure (see `kgprobe mea
 _STRATEGY_OPT = typer.Option(None, "--strategy", "-s", help=f"Distractors: {strategy_help('temp+sem')}; or kmin:strategy=...")
 _N_OPT = typer.Option(None, "-n", help="Distractors per fact (default 5; or kmin:n=...).")
 _SEED_OPT = typer.Option(0, help="Seed of the fact sample and the random strategy.")
-_THRESHOLD_OPT = typer.Option(0.5, help="A fact is known when its score is at least this.")
+_THRESHOLD_OPT = typer.Option(DEFAULT_THRESHOLD, help="A fact is known when its score is at least this.")
 _AT_OPT = typer.Option(None, "--at", help="Reference date YYYY-MM-DD (default today).")
 _MAX_LABELS_OPT = typer.Option(3, "--max-labels", help="Labels per object/distractor (label + aliases).")
 _MAX_SUBJECT_LABELS_OPT = typer.Option(1, "--max-subject-labels", help="Subject labels per template (cloze sentences).")
@@ -161,9 +168,6 @@ _END_OPT = typer.Option("auto", "--end", help="Eq. 1 end marker after a label: a
 _LABEL_RULE_OPT = typer.Option("names", "--label-rule", help="Which aliases count as labels: names (no emoji, codes, identifiers) or all.")
 _VERBALIZER_OPT = typer.Option("careful", "--verbalizer", help="How labels are written into templates: careful (articles, capitals, quoted titles) or raw (as the DFA paper).")
 _MAX_TEMPLATES_OPT = typer.Option(None, "--max-templates", help="Templates per relation (default all).")
-
-REPORT_FORMATS = ("text", "json", "md", "tex", "harness")
-
 
 _verbose = False
 
@@ -179,13 +183,11 @@ def _root(
     """Measure what language models know, fact by fact, against a knowledge graph."""
     import logging
 
-    from kgprobe.errors import ConfigError
     from kgprobe.plugins import use
     from kgprobe.progress import set_quiet
 
     global _verbose
-    if quiet and verbose:
-        raise ConfigError("--quiet and --verbose exclude each other")
+    check_verbosity(quiet, verbose)
     set_quiet(quiet)
     _verbose = verbose
     if verbose:
@@ -474,22 +476,20 @@ def demo(
     load_models_with(device=device, batch_tokens=batch_tokens, model_arg=model_arg, backend=backend, model=model)
     result = run_demo(model=model, per_relation=per_relation, dtype=dtype, out=out, quiet=as_json,
                       overwrite=overwrite, compare_raw=compare_raw, no_cache=no_cache)
-    rep = result.pop("report")
     if as_json:
-        result["report"] = rep.to_dict()
-        print(json.dumps(result, ensure_ascii=False, default=str))
+        print(json.dumps(result.to_dict(), ensure_ascii=False, default=str))
         return
-    graph = result["graph"]
+    counts = result.graph.counts
     _heading("demo graph")
     console.print(
-        f"{graph['entities']:,} entities, {graph['facts']:,} facts ({graph['temporal_facts']:,} dated) "
-        f"over {len(graph['per_relation'])} relations; {graph['templates']} templates"
+        f"{counts['entities']:,} entities, {counts['facts']:,} facts ({counts['temporal_facts']:,} dated) "
+        f"over {len(result.graph.per_relation)} relations; {counts['templates']} templates"
     )
     _heading("knowledge gaps per relation")
-    print_report(rep, console)
-    secs = result["seconds"]
+    print_report(result.report, console)
+    secs, files = result.seconds, result.report_files
     console.print(
-        f"report: {result['report_files'].get('html')}; results: {result['report_files'].get('results')}  "
+        f"report: {files.get('html')}; results: {files.get('results')}  "
         f"(load {secs['load']} s, probe {secs['probe']} s, total {secs['total']} s)"
     )
 
@@ -703,12 +703,9 @@ def probe(
 
     load_models_with(device=device, batch_tokens=batch_tokens, model_arg=model_arg, backend=backend, model=model,
                      threads=threads)
+    check_set_output(probe_set, output_path)
     if probe_set is not None:
-        if output_path is None:  # the CLI prints no scores: they go to a file
-            from kgprobe.errors import ConfigError
-
-            raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
-        done = run(model, set=probe_set, output_path=output_path, relation=relation or relations_alias,
+        done = run(model, set=probe_set, output_path=output_path, relation=_relations(relation, relations_alias),
                    per_relation=per_relation, measure=measure, strategy=strategy, n=n, at=at,
                    dry_run=dry_run, dtype=dtype, threads=threads, shard=shard, no_cache=no_cache,
                    progress=not as_json, overwrite=overwrite)
@@ -716,7 +713,7 @@ def probe(
         return
     summary = run(
         model, relation=_relations(relation, relations_alias), sample=sample,
-        per_relation=per_relation, measure=measure or ("kmin",),
+        per_relation=per_relation, measure=measure,
         strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_labels=max_labels,
         max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
         verbalizer=verbalizer,
@@ -725,8 +722,7 @@ def probe(
         force=force, history_first=history_first, progress=not as_json, output_path=output_path,
         overwrite=overwrite, shard=shard, dry_run=dry_run,
     )
-    _print_probe_summary(summary, as_json,
-                         getattr(summary, "output_files", {}) if output_path is not None else None)
+    _print_probe_summary(summary, as_json, summary.output_files if output_path is not None else None)
 
 
 def _print_probe_summary(summary: Any, as_json: bool, files: dict[str, str] | None) -> None:

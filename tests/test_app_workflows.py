@@ -72,3 +72,55 @@ def test_the_api_gives_what_the_cli_prints(graph: Any, kgprobe_env: dict[str, st
     assert sorted(t["text"] for t in listed) == ["The head of state of [X] is [Y].",
                                                  "Who is the head of state of [X]?"]
     assert api.db_status().to_dict() == cli("db", "status")
+
+
+def test_api_probe_has_a_real_signature() -> None:
+    """``api.probe`` (issue 39 #3): a misspelled keyword is a TypeError naming it, before the
+    model is opened (it went into ``**kwargs`` and a served model's server was contacted first:
+    four connection attempts, then a ServerError that did not name the keyword); its overloads'
+    keywords (``ProbeOptions``) are its parameters."""
+    import inspect
+
+    with pytest.raises(TypeError, match="'smaple'"):
+        api.probe("http://127.0.0.1:9/v1", smaple=10, dry_run=True)  # type: ignore[call-overload]
+    with pytest.raises(TypeError, match="'eos_'"):
+        api.score("a", ["b"], model="http://127.0.0.1:9/v1", eos_=True)  # type: ignore[call-arg]
+    own = set(inspect.signature(api.probe).parameters) - {"model", "set", "output_path", "overwrite"}
+    assert set(api.ProbeOptions.__annotations__) == own
+
+
+def test_mypy_sees_what_api_probe_returns(tmp_path: Path) -> None:
+    """A script's ``api.probe(...)`` is a ProbeSummary, with ``set=`` a SetResults, and a
+    misspelled keyword is a type error (it was ``**kwargs -> Any``: no error, no type)."""
+    mypy = pytest.importorskip("mypy.api")
+    script = tmp_path / "script.py"
+    script.write_text("from kgprobe import api\n"
+                      "reveal_type(api.probe('gpt2', dry_run=True))\n"
+                      "reveal_type(api.probe('gpt2', set='demo'))\n"
+                      "reveal_type(api.probe_set('demo', 'gpt2'))\n"
+                      "reveal_type(api.score('a', ['b']))\n"
+                      "api.probe('gpt2', smaple=3)\n")
+    out, _, _ = mypy.run([str(script), "--no-error-summary"])
+    revealed = [line.split("Revealed type is ")[1] for line in out.splitlines() if "Revealed type" in line]
+    assert revealed == ['"kgprobe.probing.config.ProbeSummary"', '"kgprobe.app.probe_sets.SetResults"',
+                        '"kgprobe.app.probe_sets.SetResults"',
+                        '"list[kgprobe.probing.score.CandidateScore]"']
+    assert 'No overload variant of "probe" matches' in out
+
+
+@pytest.mark.parametrize(("argv", "line"), [
+    (["probe", "--set", "demo"], "error: --set needs --output-path DIR: its scores go to DIR/scores.parquet"),
+    (["-q", "-v", "stats"], "error: --quiet and --verbose exclude each other"),
+    (["report", "-m", "gpt2", "--format", "yaml"],
+     "error: unknown --format 'yaml'; choose from: text, json, md, tex, harness"),
+    (["cypher", "RETURN 1", "--format", "xml"], "error: unknown --format 'xml'; choose from: table, json, csv"),
+])
+def test_the_cli_only_rules_live_in_the_app_floor(argv: list[str], line: str, tmp_path: Path) -> None:
+    """What only the command line refuses (kgprobe/app/options.py, not cli.py): one line, exit 2,
+    before any graph or model is touched."""
+    from test_cli_graph import fresh_home_env
+
+    env = fresh_home_env(tmp_path)  # a stopped home: any graph access would start a server
+    r = kgprobe(*argv, env=env)
+    assert (r.returncode, r.stderr.strip(), r.stdout) == (2, line, "")
+    assert not (tmp_path / "home" / "server.json").exists()

@@ -39,3 +39,10 @@ def test_demo_shows_ten_scored_facts_per_relation_and_names_the_model(
     assert "<title>kgprobe report: tiny-gpt2</title>" in page
     assert "<h1>What tiny-gpt2 knows: careful vs raw labels</h1>" in page
     assert not cache.exists()  # --no-cache: neither read nor written
+    # the text (a second demo scores nothing new): the graph's counts, the report, its files
+    again = kgprobe("demo", "-m", gpt2, "--no-cache", "--out", str(out), env=env, timeout=1500)
+    assert again.returncode == 0, again.stderr
+    counts = doc["graph"]
+    assert (f"{counts['entities']:,} entities, {counts['facts']:,} facts ({counts['temporal_facts']:,} dated) "
+            f"over {len(counts['per_relation'])} relations; {counts['templates']} templates") in again.stdout
+    assert f"report: {out / 'report.html'}; results: {out / 'results.json'}" in again.stdout

@@ -109,16 +109,14 @@ def test_python_api_takes_the_cli_option_names(graph: Any, tmp_path: Path) -> No
     import typer.main
 
     import kgprobe
-    from kgprobe.api import PROBE_KEYWORDS
     from kgprobe.cli import app
     from kgprobe.errors import ConfigError
-    from kgprobe.probing.run import probe as inner
 
     cmd = typer.main.get_command(app).commands["probe"]  # type: ignore[attr-defined]
     # (``backend``: from Python a served model is its URL or a backend object, given as model)
     cli_only = {"model", "config", "as_json", "relations_alias", "device", "batch_tokens", "model_arg",
                 "backend", "probe_set", "output_path", "overwrite"}
-    accepted = set(inspect.signature(inner).parameters) | set(PROBE_KEYWORDS) | {"no_cache"}
+    accepted = set(inspect.signature(kgprobe.probe).parameters)
     assert {p.name for p in cmd.params} - cli_only - accepted == set()
 
     load(graph)

@@ -80,6 +80,7 @@ def test_nan_and_out_of_range_thresholds_are_refused(graph: Any, kgprobe_env: di
     (["probe", "--threshold", "nan"], "--threshold must be a finite number"),
     (["probe", "--threshold", "-1"], "--threshold must be at least 0"),
     (["compare", "a", "b", "--threshold", "inf"], "--threshold must be a finite number"),
+    (["ladder", "-m", "a", "-m", "b", "-m", "c", "--threshold", "-0.5"], "--threshold must be at least 0, got -0.5"),
     (["probe", "-r", "P0"], "'P0' is not a Wikidata property id"),
     (["probe", "--at", "2024-13-45"], "--at '2024-13-45' is not a date"),
     (["probe", "--at", "2023-02-30"], "--at '2023-02-30' is not a date"),
@@ -114,6 +115,27 @@ def test_arguments_are_checked_before_the_graph_is_contacted(args: list[str], te
     finally:
         if (tmp_path / "home" / "server.json").exists():  # the old code started one: stop it
             kgprobe("db", "stop", env=env)
+
+
+@pytest.mark.parametrize(("value", "line"), [(float("nan"), "--threshold must be a finite number, got nan"),
+                                             (-1.0, "--threshold must be at least 0, got -1")])
+def test_a_bad_threshold_reads_the_same_in_every_layer(value: float, line: str) -> None:
+    """One threshold check (issue 39, kgprobe/checks.py): a probe's configuration, the reader of
+    stored scores and the API refuse a bad value with the CLI's line (the probing layer once said
+    "the threshold must be a finite number >= 0, not nan"); all before a graph is touched."""
+    from kgprobe import api
+    from kgprobe.errors import ConfigError
+    from kgprobe.probing.config import ProbeConfig
+    from kgprobe.probing.scores import resolve_scores
+
+    calls = [lambda: ProbeConfig(threshold=value).validate(),
+             lambda: resolve_scores(None, "m", threshold=value),  # type: ignore[arg-type]
+             lambda: api.ladder(["a", "b", "c"], threshold=value),
+             lambda: api.report("m", threshold=value)]
+    for call in calls:
+        with pytest.raises(ConfigError) as caught:
+            call()
+        assert str(caught.value) == line
 
 
 # --- 2. templates and contexts ---------------------------------------------------------------

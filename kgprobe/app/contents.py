@@ -13,7 +13,7 @@ from typing import Any
 from kgprobe.app.options import check_pids, relations, require_file
 from kgprobe.config import Settings
 from kgprobe.errors import ConfigError
-from kgprobe.graph.client import connect
+from kgprobe.graph.client import Graph, connect
 from kgprobe.graph.query import run_query
 from kgprobe.graph.stats import graph_stats
 from kgprobe.graph.templates import import_templates, list_templates
@@ -47,7 +47,12 @@ class GraphStats:
 def stats(*, settings: Settings | None = None) -> GraphStats:
     """What the graph holds."""
     with connect(settings) as graph:
-        data = graph_stats(graph)
+        return stats_of(graph)
+
+
+def stats_of(graph: Graph) -> GraphStats:
+    """What ``graph`` holds (``kgprobe stats``, and the demo's graph once loaded)."""
+    data = graph_stats(graph)
     per_relation = data.pop("per_relation")
     return GraphStats({k: int(v) for k, v in data.items()},
                       [RelationFacts(str(r["pid"]), r["label"], int(r["facts"])) for r in per_relation])

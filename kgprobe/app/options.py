@@ -6,10 +6,11 @@ Messages name the CLI's option (``--threshold``), which is also the keyword of t
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from kgprobe.checks import check_number as check_number
+from kgprobe.checks import check_threshold as check_threshold
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.records import is_pid
 
@@ -17,26 +18,6 @@ from kgprobe.records import is_pid
 MAX_SEED = 2**32 - 1
 #: CPU threads for torch: at least 1, at most this.
 MAX_THREADS = 1024
-
-
-def check_number(option: str, value: float | None, low: float | None = None,
-                 high: float | None = None) -> None:
-    """One line (exit 2) for a numeric option that is not finite or outside its documented
-    range (NaN compares false with every bound, so it is caught explicitly: ``--threshold nan``
-    once listed no fact and exited 0)."""
-    if value is None:
-        return
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{option} must be a finite number, got {value}")
-    if low is not None and value < low:
-        raise ConfigError(f"{option} must be at least {low:g}, got {value:g}")
-    if high is not None and value > high:
-        raise ConfigError(f"{option} must be at most {high:g}, got {value:g}")
-
-
-def check_threshold(value: float | None, option: str = "--threshold") -> None:
-    """A known threshold: finite and >= 0 (every measure's score is >= 0)."""
-    check_number(option, value, 0)
 
 
 def check_seed(value: int | None, option: str = "--seed") -> None:
@@ -76,6 +57,23 @@ def check_choice(option: str, value: str, choices: Sequence[str]) -> None:
     """A value of a fixed set (``--format``)."""
     if value not in choices:
         raise ConfigError(f"unknown {option} {value!r}; choose from: {', '.join(choices)}")
+
+
+#: ``kgprobe report --format``: what the command prints.
+REPORT_FORMATS = ("text", "json", "md", "tex", "harness")
+
+
+def check_verbosity(quiet: bool, verbose: bool) -> None:
+    """``-q`` and ``-v`` of the whole program: one or the other."""
+    if quiet and verbose:
+        raise ConfigError("--quiet and --verbose exclude each other")
+
+
+def check_set_output(probe_set: str | None, output_path: str | None) -> None:
+    """``probe --set`` from the command line writes its scores to a file: it prints none (the
+    API's ``probe(set=...)`` returns them, so it needs no ``output_path``)."""
+    if probe_set is not None and output_path is None:
+        raise ConfigError("--set needs --output-path DIR: its scores go to DIR/scores.parquet")
 
 
 def require_file(path: str | Path, what: str = "file") -> None:

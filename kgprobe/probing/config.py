@@ -6,12 +6,13 @@ Shared by the run's setup (:mod:`.run`), its loop (:mod:`.loop`) and the read si
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from kgprobe.checks import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
+from kgprobe.checks import check_threshold
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.distractors import date_sort_key
@@ -27,8 +28,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_MEASURES = ("kmin",)
 DEFAULT_STRATEGY = "temp+sem"
-#: A fact counts as known when its score is at least this (overridable per run and query).
-DEFAULT_THRESHOLD = 0.5
 USABLE_STYLES = (STYLE_OBJECT_LAST, STYLE_QUESTION)
 
 
@@ -90,8 +89,7 @@ class ProbeConfig:
         strategy_class(self.strategy)  # an unknown one: one line listing the registry's
         if self.n < 1:
             raise ConfigError("-n (distractors per fact) must be at least 1")
-        if not (math.isfinite(self.threshold) and self.threshold >= 0):
-            raise ConfigError(f"the threshold must be a finite number >= 0, not {self.threshold}")
+        check_threshold(self.threshold)
         if self.at is not None:
             date_sort_key(self.at)  # a bad --at is refused before the graph is contacted
         if self.sample is not None and self.sample < 1:
@@ -140,10 +138,14 @@ class ProbeSummary:
     #: the keys of the facts this run sampled (scored, unscorable or skipped as already scored):
     #: what ``--output-path`` reports on; not in ``to_dict``
     fact_keys: list[str] = field(default_factory=list, repr=False)
+    #: ``probe(output_path=...)``: the report and results files written there (kind -> path);
+    #: not in ``to_dict`` (the CLI's ``--json`` adds them when it wrote them)
+    output_files: dict[str, str] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("fact_keys")
+        out.pop("output_files")
         if self.status != "dry run":
             out.pop("planned_by_relation")
             out.pop("prompts")

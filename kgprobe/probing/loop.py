@@ -17,7 +17,7 @@ from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.templates import probe_templates
 from kgprobe.probing.config import ProbeConfig, Runner
 from kgprobe.probing.distractors import find_distractors, prefetch
-from kgprobe.probing.measures.registry import FactInput, Replay, checked_values, guarded
+from kgprobe.probing.measures.registry import FactInput, OnFact, Replay, checked_values, guarded
 from kgprobe.probing.pipeline import Ahead, Behind
 from kgprobe.probing.verbalize import entity_facts
 from kgprobe.progress import Progress
@@ -239,7 +239,7 @@ class LoopOutcome:
 def score_and_write(
     graph: Graph, runner: Runner, plan: LoopPlan, gather: Gatherer, todo: Sequence[dict[str, Any]],
     ctx: Any, outcome: LoopOutcome, *, progress: bool = True,
-    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+    on_fact: OnFact | None = None,
 ) -> LoopOutcome:
     """gather -> score -> write. Batches of ``plan.batch_facts`` facts are gathered ahead of the
     scoring on a thread of their own (``plan.pipeline`` at most; ApprOpt's gather runs the
@@ -275,7 +275,7 @@ def score_batches(
     runner: Runner, plan: LoopPlan, batches: Iterable[tuple[Sequence[Any], list[Planned]]],
     total: int, ctx: Any, outcome: LoopOutcome,
     write: Callable[[list[dict[str, Any]], int], None], *, progress: bool = True,
-    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+    on_fact: OnFact | None = None,
 ) -> None:
     """score -> write, for batches already gathered: from the graph (:func:`score_and_write`)
     or from a probe set's file (:mod:`kgprobe.probing.probe_set`). ``write(rows, scored)``

@@ -19,7 +19,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,7 +31,7 @@ from kgprobe.graph.results import fact_ends
 from kgprobe.probing.config import ProbeConfig, ProbeSummary, Runner, model_key, run_context
 from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, Planned, chunks, score_batches
 from kgprobe.probing.measures.common import Entity
-from kgprobe.probing.measures.registry import FactInput
+from kgprobe.probing.measures.registry import FactInput, OnFact
 from kgprobe.probing.strategies import strategy_class
 from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION, Facts
 from kgprobe.provenance import code_version, now
@@ -327,7 +327,7 @@ def score_set(
     pset: ProbeSet, runner: Runner, out_dir: str | os.PathLike[str] | None, *, model: str,
     fingerprint: str, dtype: str = "float32", model_info: dict[str, Any] | None = None,
     shard: tuple[int, int] | None = None, progress: bool = True,
-    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+    on_fact: OnFact | None = None,
 ) -> SetScores:
     """Score ``pset`` with ``runner`` (the same measures and loop as ``probe``): per fact and
     measure its FACT properties, with the ProbeRun's record; written to
@@ -434,7 +434,7 @@ def probe_with_set(
     output_path: str | os.PathLike[str] | None, *, tokenizer: Any = None,
     model_name: str | None = None, dtype: str = "float32", threads: int = 1,
     shard: tuple[int, int] | None = None, cache: bool = True, progress: bool = True,
-    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+    on_fact: OnFact | None = None,
 ) -> SetScores:
     """``kgprobe probe --set``: load ``model`` as ``probe`` does and :func:`score_set` (to
     ``output_path/scores.parquet``, or in memory when None). ``pset``: a set, its path or a

@@ -57,6 +57,7 @@ from kgprobe.records import is_pid
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.config import Settings
     from kgprobe.graph.client import Graph
+    from kgprobe.probing.measures.registry import OnFact
     from kgprobe.probing.semantic import SemanticIndex
 
 __all__ = ["ProbeConfig", "ProbeSummary", "choose_relations", "claim_model_key", "probe",
@@ -114,7 +115,7 @@ def run_probe(
     index: SemanticIndex | None = None,
     index_dir: str | Path | None = None,
     progress: bool = True,
-    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+    on_fact: OnFact | None = None,
 ) -> ProbeSummary:
     """Probe ``config.sample`` facts with ``runner`` and write their scores onto the graph.
 
@@ -263,7 +264,7 @@ def _probe_run(
     graph: Graph, runner: Runner, config: ProbeConfig, summary: ProbeSummary, plan: LoopPlan,
     todo: list[dict[str, Any]], measures: list[Any], ctx: Any, available: dict[str, list[tuple[str, str]]],
     index: SemanticIndex | None, index_dir: str | Path | None, progress: bool,
-    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None, ref: int,
+    on_fact: OnFact | None, ref: int,
 ) -> ProbeSummary:
     """The scoring half of `run_probe`, once the run is recorded: score, write, finish."""
     run_id = plan.run_id
@@ -490,7 +491,7 @@ def probe(
     progress: bool = True,
     settings: Settings | None = None,
     graph: Graph | None = None,
-    on_fact: Callable[[Any, dict[str, dict[str, Any]]], None] | None = None,
+    on_fact: OnFact | None = None,
     dry_run: bool = False,
 ) -> ProbeSummary:
     """Probe ``model`` on a stratified, seeded sample of facts and write the scores back.

@@ -5,11 +5,11 @@ fact. Cypher lives in :mod:`kgprobe.graph.probe_runs`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from kgprobe.checks import check_threshold
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.probing.config import (
@@ -108,8 +108,7 @@ def resolve_scores(
     ``measure`` (a measure key like ``kmin_temp_sem_n5``, or a measure name like ``kmin``);
     without ``measure``, the default measure (:func:`choose_measure`; ``strict``: or an error,
     never another measure). An exact measure key wins over a longer key it is a prefix of."""
-    if threshold is not None and not (math.isfinite(threshold) and threshold >= 0):
-        raise ConfigError(f"the threshold must be a finite number >= 0, not {threshold}")
+    check_threshold(threshold)
     key, runs, keys_in_order = model_measures(graph, model)
     chosen = choose_measure(key, keys_in_order, measure, strict=strict)
     used = [r for r in runs if chosen in (r.get("measure_keys") or [])]

@@ -112,6 +112,9 @@ class RunContext:
 
 
 Values = dict[str, Any]
+#: What a probe calls with each fact it scored (its plan) and the fact's values per measure key
+#: (``probe(on_fact=...)``; kgprobe.reports.results.FactDetails is one).
+OnFact = Callable[[Any, dict[str, Values]], None]
 
 
 class Measure:
