@@ -127,7 +127,7 @@ def _version_callback(value: bool) -> None:
 
 
 _DEVICE_OPT = typer.Option(None, "--device", help="cpu, cuda, cuda:N or auto (default: CUDA when present).")
-_BATCH_TOKENS_OPT = typer.Option(None, "--batch-tokens", help="Tokens per forward row of the scoring engine (default 8192; 512 for models without SDPA attention).")
+_BATCH_TOKENS_OPT = typer.Option(None, "--batch-tokens", help="Tokens per forward row of the scoring engine (default 8192; 32768 for models of at most 2.5B parameters on a CUDA device with 40 GiB or more; 512 for models without SDPA attention).")
 _MODEL_ARG_OPT = typer.Option(None, "--model-arg", help="KEY=VALUE for from_pretrained (revision, trust_remote_code, attn_implementation, device_map=auto), or with --backend the backend's arguments (base_url=..., model=...); repeatable.")
 _BACKEND_OPT = typer.Option(None, "--backend", metavar="NAME", help="What scores the model: hf (default: load the weights with transformers) or a registered backend, e.g. openai-completions for a served model, configured with --model-arg KEY=VALUE (`kgprobe models` lists backends and their arguments). A URL as --model means openai-completions.")
 _NO_CACHE_OPT = typer.Option(False, "--no-cache", help="Do not read or write the score cache (KGPROBE_SCORE_CACHE, default the user cache directory).")
