@@ -326,12 +326,15 @@ def _add(index: Any, vecs: np.ndarray) -> None:
         index.add(np.ascontiguousarray(vecs[i : i + ADD_BATCH], dtype=np.float32))
 
 
-def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: bool = True) -> Any:
+def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: bool = True,
+                     timings: dict[str, float] | None = None) -> Any:
     """Exact inner-product index for small N, seeded IVF-Flat above, IVF-PQ (compressed:
     ``pq_m`` bytes a vector) above ``compress_from``. FAISS ids are the rows of ``vecs``.
     ``direct_map``: an IVF index that can give its vectors back (an in-memory index has no
     other copy); a built index reads its disk vectors instead, and without the map FAISS can
-    remove and add ids in place (an update)."""
+    remove and add ids in place (an update). ``timings`` gets the k-means (``faiss_train``) and
+    the filling (``faiss_add``) seconds of an IVF index apart: they grow differently with N
+    (about N and N^1.5)."""
     import faiss
 
     n, d = vecs.shape
@@ -354,8 +357,12 @@ def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: b
     rng = np.random.default_rng(settings.seed)
     sample_n = min(n, max(nlist * KMEANS_PER_LIST, 10_000 if pq else 0))
     sample = vecs[np.sort(rng.choice(n, size=sample_n, replace=False))] if sample_n < n else vecs
+    t0 = time.perf_counter()
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    t1 = time.perf_counter()
     _add(index, vecs)
+    if timings is not None:
+        timings["faiss_train"], timings["faiss_add"] = t1 - t0, time.perf_counter() - t1
     if direct_map:
         index.make_direct_map()
     index.nprobe = settings.nprobe
@@ -1018,7 +1025,7 @@ def _finish(d: Path, work: Path, ids: QidTable, vecs: np.ndarray, model: Model,
     import shutil
 
     t = time.perf_counter()
-    index = make_faiss_index(vecs, settings, direct_map=False)
+    index = make_faiss_index(vecs, settings, direct_map=False, timings=stats.seconds)
     stats.seconds["faiss"] = time.perf_counter() - t
     stats.index_kind = type(index).__name__
     dim = stats.dim = int(vecs.shape[1])
