@@ -131,6 +131,8 @@ def main() -> None:
     ap.add_argument("--recall", action="store_true")
     ap.add_argument("--compress-from", type=int, default=None)
     ap.add_argument("--pq-m", type=int, default=None, help="bytes per compressed vector")
+    ap.add_argument("--exact-threshold", type=int, default=None,
+                    help="entities up to which the index is exact (IVF above; default 50,000)")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--update", type=int, default=0,
                     help="then add this many FACT edges (removed after) and time ensure_index's update")
@@ -181,6 +183,8 @@ def main() -> None:
                 kw["compress_from"] = args.compress_from
             if args.pq_m is not None:
                 kw["pq_m"] = args.pq_m
+            if args.exact_threshold is not None:
+                kw["exact_threshold"] = args.exact_threshold
             settings = sem.IndexSettings(**kw)  # type: ignore[arg-type]
             if args.profile:
                 import cProfile
