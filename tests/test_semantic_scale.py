@@ -192,8 +192,9 @@ def test_update_after_an_ingest_equals_a_build_with_the_same_model(graph: Any, t
 
 
 def test_compressed_index_reranks_on_exact_vectors() -> None:
-    """Above compress_from the index is IVF-PQ; its neighbours carry exact cosines (re-ranked
-    on the stored vectors) and, every list probed, find most of the exact top 10."""
+    """Above compress_from the index is IVF-PQ, its codebooks trained in 10 k-means iterations;
+    its neighbours carry exact cosines (re-ranked on the stored vectors) and, every list probed,
+    find most of the exact top 10."""
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(20, 16))
     vecs = (centers[rng.integers(0, 20, 3000)] + 0.3 * rng.normal(size=(3000, 16))).astype(np.float32)
@@ -202,6 +203,9 @@ def test_compressed_index_reranks_on_exact_vectors() -> None:
     s = sem.IndexSettings(dim=16, exact_threshold=100, compress_from=1000, pq_m=8, nlist=16, nprobe=16)
     idx = sem.SemanticIndex(qids, sem.make_faiss_index(vecs, s), s, vecs=vecs)
     assert type(idx.index).__name__ == "IndexIVFPQ"
+    # the codebooks' k-means runs 10 iterations, not FAISS's 25 (issue 44 step 3: 9x less
+    # training for the same recall); the recall below still holds
+    assert idx.index.pq.cp.niter == 10 and idx.index.cp.niter == 10
     hits = 0
     for row in range(0, 3000, 150):
         got = idx.neighbours(qids[row], 10)

@@ -62,7 +62,8 @@ ADD_BATCH = 65536
 #: IVF k-means: iterations and training points per list. FAISS's defaults (25 iterations, and
 #: kgprobe's 64 points a list before) cost 3.7x the CPU for the same recall: at 100k synthetic
 #: entities 14.7 -> 3.9 CPU s, raw IVF recall@10 0.839 -> 0.838 (docs/benchmarks.md, issue 44
-#: step 3). 39 a list is the least FAISS trains on without warning.
+#: step 3). 39 a list is the least FAISS trains on without warning. IVF-PQ's codebooks get the
+#: same number of iterations (25 → 10: 46 → 10 s of training at 31k points, recall below).
 KMEANS_ITER = 10
 KMEANS_PER_LIST = 39
 #: Filter sets larger than this become an IDSelectorBitmap, smaller ones an IDSelectorBatch.
@@ -352,6 +353,8 @@ def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: b
         index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
     index.cp.seed = settings.seed
     index.cp.niter = KMEANS_ITER
+    if pq:  # the codebooks' k-means too (64 of them, 256 centroids each): most of an IVF-PQ build
+        index.pq.cp.niter = KMEANS_ITER
     # k-means on a seeded sample of KMEANS_PER_LIST points a list, which bounds training time
     # (PQ's codebooks want at least 256·39 points).
     rng = np.random.default_rng(settings.seed)
