@@ -7,6 +7,9 @@
     python benchmarks/bench_semantic_build.py --recall --compress-from 0   # IVF-PQ vs exact
     python benchmarks/bench_semantic_build.py --sample 5000 --agreement   # vs the whole-graph fit
     python benchmarks/bench_semantic_build.py --sample 20000 --update 100  # an update after 100 new facts
+    # no graph, no Java: a synthetic graph of N entities generated on the fly (SyntheticFacts),
+    # one fresh process per worker count, wall / CPU (all processes) / entities/s each:
+    python benchmarks/bench_semantic_build.py --synthetic 100000 --workers 1,2,4,8,16 --json
 
 Peak memory is this process's maximum resident set (``ru_maxrss``), the graph server apart; each
 run is one fresh process. ``--baseline`` times ``ensure_index`` of a kgprobe that has no
@@ -26,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
@@ -33,17 +38,101 @@ def peak_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the pool's workers)."""
+    t = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        r = resource.getrusage(who)
+        t += r.ru_utime + r.ru_stime
+    return t
+
+
+_M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64 of each element: a counter-based hash, so an entity's facts depend on its id
+    alone (any batch, any process, any order gives the same graph)."""
+    with np.errstate(over="ignore"):
+        x = x + np.uint64(0x9E3779B97F4A7C15)
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def _unit(h: np.ndarray) -> np.ndarray:
+    return ((h >> np.uint64(11)).astype(np.float64) + 0.5) / float(1 << 53)
+
+
+class SyntheticFacts:
+    """A graph-free :class:`~kgprobe.probing.semantic.FactSource` of ``n`` entities Q1..Qn with
+    about ``facts`` (relation, object) pairs each, like the 1M-statement synthetic dump
+    (benchmarks/gen_dump.py: ~10 a subject): one P31 type from a pool of n/50 classes, then
+    relations Zipf(1.6) over 300 PIDs and objects half classes, half entities Zipf-popular,
+    spread over the ids. Every entity is indexed. Picklable: the build's workers read their
+    own batches (``in_workers``)."""
+
+    in_workers = True
+
+    def __init__(self, n: int, seed: int = 0, facts: int = 10, relations: int = 300) -> None:
+        self.n, self.seed, self.mean, self.relations = n, seed, facts, relations
+
+    def counts(self) -> dict[str, int]:
+        return {"entities": self.n, "synthetic_seed": self.seed}
+
+    def ids(self, settings: object) -> tuple[object, object]:
+        from kgprobe.probing.qidtable import QidTable
+
+        t = QidTable(np.arange(1, self.n + 1, dtype=np.int64))
+        return t, t
+
+    def facts(self, qids: list[str], batch: int) -> object:
+        for i in range(0, len(qids), batch):
+            yield from self._facts(qids[i : i + batch])
+
+    def _facts(self, qids: list[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+        n, salt = self.n, np.uint64(self.seed * 1_000_003 + 17)
+        nums = np.fromiter((int(q[1:]) for q in qids), dtype=np.uint64, count=len(qids))
+        k = 1 + (_mix(nums ^ salt) % np.uint64(2 * self.mean - 1)).astype(np.int64)
+        rows = np.repeat(np.arange(len(qids)), k)
+        j = np.arange(rows.size) - np.repeat(np.cumsum(k) - k, k)
+        h = _mix((nums[rows] << np.uint64(6)) + j.astype(np.uint64) + salt)
+        h2 = _mix(h)
+        classes = max(n // 50, 2)
+        rel = np.minimum(np.floor(np.minimum(_unit(h) ** (-1 / 0.6), 1e9)).astype(np.int64), self.relations)
+        pop = np.minimum(np.floor(np.minimum(_unit(h2) ** (-1 / 0.2), 1e15)).astype(np.int64) - 1, n - 1)
+        is_class = (h2 & np.uint64(1)).astype(bool) | (j == 0)
+        cls = np.minimum(np.floor(np.minimum(_unit(h2 ^ salt) ** (-1 / 0.4), 1e15)).astype(np.int64) - 1, classes - 1)
+        obj = 1 + np.where(is_class, cls, (pop * 7_919 + 1) % n)  # classes are Q1..Qclasses
+        pid = np.where(j == 0, 31, rel + 100)
+        out: list[tuple[str, list[tuple[str, str]]]] = []
+        ends = np.cumsum(k)
+        ps = [f"P{x}" for x in pid.tolist()]
+        os_ = [f"Q{x}" for x in obj.tolist()]
+        start = 0
+        for q, end in zip(qids, ends.tolist(), strict=True):
+            out.append((q, sorted(zip(ps[start:end], os_[start:end], strict=True))))
+            start = end
+        return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--templates", action="store_true", help="import kgprobe's templates and exit")
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--sample", type=int, default=None)
-    ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--workers", default="1",
+                    help="processes; a comma list (1,2,4) runs one fresh process per count")
+    ap.add_argument("--synthetic", type=int, default=0, metavar="N",
+                    help="no graph: N synthetic entities (SyntheticFacts), every one indexed")
+    ap.add_argument("--json", action="store_true", help="one JSON document (a sweep: a list)")
     ap.add_argument("--seed", type=int, default=0, help="the build's seed (--agreement's whole fit keeps 0)")
     ap.add_argument("--all-entities", action="store_true", help="candidates_only=False")
     ap.add_argument("--recall", action="store_true")
     ap.add_argument("--compress-from", type=int, default=None)
     ap.add_argument("--pq-m", type=int, default=None, help="bytes per compressed vector")
+    ap.add_argument("--exact-threshold", type=int, default=None,
+                    help="entities up to which the index is exact (IVF above; default 50,000)")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--update", type=int, default=0,
                     help="then add this many FACT edges (removed after) and time ensure_index's update")
@@ -52,12 +141,28 @@ def main() -> None:
     ap.add_argument("--agreement", action="store_true",
                     help="also build with the whole graph as the sample; print overlap@10 of neighbours")
     args = ap.parse_args()
+    counts = [int(w) for w in args.workers.split(",")]
+    if len(counts) > 1:
+        sweep(counts)
+        return
+    args.workers = counts[0]
 
-    from kgprobe.config import Settings
-    from kgprobe.graph.client import connect
+    import contextlib
 
-    out: dict[str, object] = {"load_average_before": round(os.getloadavg()[0], 1)}
-    with connect(Settings.load()) as graph, tempfile.TemporaryDirectory(prefix="kgprobe-idx-") as tmp:
+    out: dict[str, object] = {"load_average_before": round(os.getloadavg()[0], 1),
+                              "cpus": os.cpu_count()}
+    if args.synthetic:
+        if args.update or args.agreement or args.templates or args.baseline:
+            ap.error("--synthetic builds only (with --recall, --profile, --sample)")
+        opened: contextlib.AbstractContextManager[object] = contextlib.nullcontext(
+            SyntheticFacts(args.synthetic, args.seed))
+        out["source"] = f"synthetic {args.synthetic} entities"
+    else:
+        from kgprobe.config import Settings
+        from kgprobe.graph.client import connect
+
+        opened = connect(Settings.load())
+    with opened as graph, tempfile.TemporaryDirectory(prefix="kgprobe-idx-") as tmp:
         if args.templates:
             from kgprobe.graph.templates import import_own_templates
 
@@ -66,7 +171,7 @@ def main() -> None:
         from kgprobe.probing import semantic as sem
 
         t0 = time.perf_counter()
-        cpu0 = time.process_time()
+        cpu0 = cpu_s()
         if args.baseline or not hasattr(sem, "build_index"):
             idx = sem.ensure_index(graph, Path(tmp) / "index", sem.IndexSettings())
             out["code"] = "baseline (ensure_index, in memory)"
@@ -78,6 +183,8 @@ def main() -> None:
                 kw["compress_from"] = args.compress_from
             if args.pq_m is not None:
                 kw["pq_m"] = args.pq_m
+            if args.exact_threshold is not None:
+                kw["exact_threshold"] = args.exact_threshold
             settings = sem.IndexSettings(**kw)  # type: ignore[arg-type]
             if args.profile:
                 import cProfile
@@ -91,7 +198,9 @@ def main() -> None:
                 idx = sem.build_index(graph, Path(tmp) / "index", settings, workers=args.workers)
             out["code"] = f"build_index sample={settings.sample} workers={args.workers}"
         wall = time.perf_counter() - t0
-        out["cpu_s_this_process"] = round(time.process_time() - cpu0, 1)
+        out["workers"] = args.workers
+        out["cpu_s"] = round(cpu_s() - cpu0, 1)  # this process and its workers
+        out["entities_per_s"] = round(len(idx) / max(wall, 1e-9))
         st = idx.stats
         out["entities_indexed"] = len(idx)
         out["entities_in_graph"] = getattr(st, "n_graph", 0) or len(idx)
@@ -103,6 +212,8 @@ def main() -> None:
         out["ms_per_graph_entity"] = round(1000 * wall / max(int(out["entities_in_graph"]), 1), 3)  # type: ignore[call-overload]
         out["steps_s"] = {k: round(v, 1) for k, v in st.seconds.items()}
         out["peak_rss_mb"] = round(peak_mb())
+        out["peak_rss_mb_one_worker"] = round(
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
         if args.recall:
             import numpy as np
 
@@ -156,7 +267,44 @@ def main() -> None:
                 both += len(a & b)
             out["overlap_at_10_with_whole_fit"] = round(both / (10 * len(qs)), 4)
     out["load_average_after"] = round(os.getloadavg()[0], 1)
-    print(json.dumps(out))
+    print(json.dumps(out, indent=1 if args.json else None))
+
+
+def sweep(counts: list[int]) -> None:
+    """The same build once per worker count, each in a fresh process (its own peak RSS and CPU
+    count); the other arguments are passed on. Prints a table, or with --json a JSON list."""
+    import subprocess
+
+    argv = sys.argv[1:]
+    rest: list[str] = []
+    skip = False
+    for a in argv:  # drop --workers X / --workers=X / --json
+        if skip:
+            skip = False
+            continue
+        if a == "--workers":
+            skip = True
+            continue
+        if a.startswith("--workers=") or a == "--json":
+            continue
+        rest.append(a)
+    results = []
+    for w in counts:
+        r = subprocess.run([sys.executable, str(Path(__file__).resolve()), *rest, "--workers", str(w)],
+                           capture_output=True, text=True)
+        if r.returncode:
+            sys.stderr.write(r.stderr)
+            raise SystemExit(f"the build with {w} workers failed (exit {r.returncode})")
+        results.append(json.loads(r.stdout.strip().splitlines()[-1]))
+        if "--json" not in argv:
+            o = results[-1]
+            print(f"workers {w:>3}: wall {o['build_wall_s']:>7.1f} s  CPU {o['cpu_s']:>7.1f} s  "
+                  f"{o['entities_per_s']:>8} entities/s  steps {o['steps_s']}", flush=True)
+    if "--json" in argv:
+        base = results[0]["build_wall_s"] or 1e-9
+        for o in results:
+            o["speedup_vs_first"] = round(base / max(o["build_wall_s"], 1e-9), 2)
+        print(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -59,6 +59,13 @@ FORMAT_VERSION = 3
 BUILD_BATCH = 5000
 #: vectors added to FAISS per call (the index holds them; the caller's array may be on disk).
 ADD_BATCH = 65536
+#: IVF k-means: iterations and training points per list. FAISS's defaults (25 iterations, and
+#: kgprobe's 64 points a list before) cost 3.7x the CPU for the same recall: at 100k synthetic
+#: entities 14.7 -> 3.9 CPU s, raw IVF recall@10 0.839 -> 0.838 (docs/benchmarks.md, issue 44
+#: step 3). 39 a list is the least FAISS trains on without warning. IVF-PQ's codebooks get the
+#: same number of iterations (25 → 10: 46 → 10 s of training at 31k points, recall below).
+KMEANS_ITER = 10
+KMEANS_PER_LIST = 39
 #: Filter sets larger than this become an IDSelectorBitmap, smaller ones an IDSelectorBatch.
 BITMAP_FROM = 2048
 #: an update that would change (add, re-embed or remove) more than this share of the indexed
@@ -320,12 +327,15 @@ def _add(index: Any, vecs: np.ndarray) -> None:
         index.add(np.ascontiguousarray(vecs[i : i + ADD_BATCH], dtype=np.float32))
 
 
-def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: bool = True) -> Any:
+def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: bool = True,
+                     timings: dict[str, float] | None = None) -> Any:
     """Exact inner-product index for small N, seeded IVF-Flat above, IVF-PQ (compressed:
     ``pq_m`` bytes a vector) above ``compress_from``. FAISS ids are the rows of ``vecs``.
     ``direct_map``: an IVF index that can give its vectors back (an in-memory index has no
     other copy); a built index reads its disk vectors instead, and without the map FAISS can
-    remove and add ids in place (an update)."""
+    remove and add ids in place (an update). ``timings`` gets the k-means (``faiss_train``) and
+    the filling (``faiss_add``) seconds of an IVF index apart: they grow differently with N
+    (about N and N^1.5)."""
     import faiss
 
     n, d = vecs.shape
@@ -342,13 +352,20 @@ def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: b
     else:
         index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
     index.cp.seed = settings.seed
-    # k-means on a seeded sample: 64 points per list is plenty and bounds training time (PQ's
-    # codebooks want at least 256·39 points).
+    index.cp.niter = KMEANS_ITER
+    if pq:  # the codebooks' k-means too (64 of them, 256 centroids each): most of an IVF-PQ build
+        index.pq.cp.niter = KMEANS_ITER
+    # k-means on a seeded sample of KMEANS_PER_LIST points a list, which bounds training time
+    # (PQ's codebooks want at least 256·39 points).
     rng = np.random.default_rng(settings.seed)
-    sample_n = min(n, max(nlist * 64, 10_000 if pq else 0))
+    sample_n = min(n, max(nlist * KMEANS_PER_LIST, 10_000 if pq else 0))
     sample = vecs[np.sort(rng.choice(n, size=sample_n, replace=False))] if sample_n < n else vecs
+    t0 = time.perf_counter()
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    t1 = time.perf_counter()
     _add(index, vecs)
+    if timings is not None:
+        timings["faiss_train"], timings["faiss_add"] = t1 - t0, time.perf_counter() - t1
     if direct_map:
         index.make_direct_map()
     index.nprobe = settings.nprobe
@@ -699,6 +716,50 @@ def _compressed(index: Any) -> bool:
     return isinstance(index, faiss.IndexIVFPQ)
 
 
+@runtime_checkable
+class FactSource(Protocol):
+    """Where a build reads the entities and their (relation, object) pairs: the graph
+    (:class:`GraphFacts`), or another store of them (the build benchmark's synthetic graph,
+    which needs no server). A source whose ``in_workers`` is true is sent to the worker
+    processes, which then read their own batches (the graph's connection is not shared, so a
+    graph's facts are read in the building process and handed to the workers)."""
+
+    in_workers: bool
+
+    def counts(self) -> dict[str, int]:
+        """What ties the index to the source's state (:func:`graph_counts` for a graph)."""
+        ...
+
+    def ids(self, settings: IndexSettings) -> tuple[QidTable, QidTable]:
+        """The entities to index and every entity (:func:`index_ids`)."""
+        ...
+
+    def facts(self, qids: Sequence[str], batch: int) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+        """Each of ``qids``' sorted (relation, object) pairs, in the order given."""
+        ...
+
+
+@dataclass
+class GraphFacts:
+    """The graph as a :class:`FactSource`."""
+
+    graph: Graph
+    in_workers: bool = False
+
+    def counts(self) -> dict[str, int]:
+        return graph_counts(self.graph)
+
+    def ids(self, settings: IndexSettings) -> tuple[QidTable, QidTable]:
+        return index_ids(self.graph, settings)
+
+    def facts(self, qids: Sequence[str], batch: int) -> Iterator[tuple[str, list[tuple[str, str]]]]:
+        return entity_facts(self.graph, qids, batch)
+
+
+def _source(graph: Graph | FactSource) -> FactSource:
+    return graph if isinstance(graph, FactSource) else GraphFacts(graph)
+
+
 def index_ids(graph: Graph, settings: IndexSettings) -> tuple[QidTable, QidTable]:
     """The entities the index holds (QID order) and every entity of the graph (the fit's
     sample is drawn from these), as id arrays.
@@ -759,39 +820,65 @@ def current_state(graph: Graph, *, deep: bool = True,
     return scan_graph(graph, settings or IndexSettings()).state()
 
 
-_POOL_MODEL: Model | None = None
+_POOL: tuple[Model | None, FactSource | None] | None = None
 
 
-def _init_worker(model: Model) -> None:
-    global _POOL_MODEL
-    _POOL_MODEL = model
+def _init_worker(model: Model | None, source: FactSource | None) -> None:
+    global _POOL
+    _POOL = (model, source)
 
 
-def _transform(bags: list[list[str]]) -> np.ndarray:
-    assert _POOL_MODEL is not None
-    return _POOL_MODEL.transform(bags)
+def _embed_items(model: Model | None, items: Sequence[tuple[str, list[tuple[str, str]]]]
+                 ) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    """One batch of (qid, pairs): its qids, bag digests and (with a model) vectors. All of an
+    entity's per-entity Python (tokens, digest, vocabulary lookups) happens here, so it runs in
+    the workers when there are some."""
+    qs: list[str] = []
+    ds = np.empty(len(items), dtype=np.uint64)
+    bags: list[list[str]] = []
+    for i, (q, pairs) in enumerate(items):
+        toks = bag_tokens(q, pairs)
+        ds[i] = bag_digest(q, toks)
+        qs.append(q)
+        bags.append(toks)
+    return qs, ds, (model.transform(bags) if model is not None else None)
 
 
-def _embed_batches(batches: Iterable[tuple[list[str], list[list[str]]]], model: Model,
-                   workers: int) -> Iterator[tuple[list[str], np.ndarray]]:
-    """(qids, vectors) per batch of (qids, bags), in order; ``workers`` > 1 transforms in that
-    many processes (the graph is read in this one)."""
+#: a worker's task: the batch's ids (the worker reads their facts from its own source) or the
+#: batch's facts read by the building process
+_Task = tuple[bool, list[Any]]
+
+
+def _pool_task(task: _Task) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    assert _POOL is not None
+    model, source = _POOL
+    by_id, part = task
+    if by_id:
+        assert source is not None
+        part = list(source.facts(part, len(part)))
+    return _embed_items(model, part)
+
+
+def _embed_batches(tasks: Iterable[_Task], model: Model | None, source: FactSource,
+                   workers: int) -> Iterator[tuple[list[str], np.ndarray, np.ndarray | None]]:
+    """(qids, digests, vectors or None) per task, in order; ``workers`` > 1 runs the tasks in
+    that many processes, at most ``2·workers`` of them in flight."""
     if workers <= 1:
-        for qids, bags in batches:
-            yield qids, model.transform(bags)
+        for by_id, part in tasks:
+            yield _embed_items(model, list(source.facts(part, len(part))) if by_id else part)
         return
     import multiprocessing as mp
 
     ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(model,)) as pool:
-        pending: list[tuple[list[str], Any]] = []
-        for qids, bags in batches:
-            pending.append((qids, pool.apply_async(_transform, (bags,))))
+    shared = source if source.in_workers else None
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(model, shared)) as pool:
+        pending: deque[Any] = deque()
+        for task in tasks:
+            pending.append(pool.apply_async(_pool_task, (task,)))
             if len(pending) >= 2 * workers:
-                q, r = pending.pop(0)
-                yield q, r.get()
-        for q, r in pending:
-            yield q, r.get()
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
 
 
 def _batched(it: Iterable[tuple[str, int, list[str]]], size: int
@@ -810,7 +897,7 @@ def _batched(it: Iterable[tuple[str, int, list[str]]], size: int
         yield qs, ds, bs
 
 
-def _fit_sample(graph: Graph, every: QidTable, settings: IndexSettings, stats: BuildStats
+def _fit_sample(src: FactSource, every: QidTable, settings: IndexSettings, stats: BuildStats
                 ) -> tuple[Model, dict[str, np.ndarray] | None, list[str]]:
     """The model fitted on a seeded sample of ``settings.sample`` entities of the graph
     (``every``; all of them when there are no more); with the whole graph, its vectors too
@@ -822,7 +909,7 @@ def _fit_sample(graph: Graph, every: QidTable, settings: IndexSettings, stats: B
     else:
         rng = np.random.default_rng(settings.seed)
         ids = [every[int(i)] for i in np.sort(rng.choice(every.n_rows, size=settings.sample, replace=False))]
-    bags = [(q, bag_tokens(q, pairs)) for q, pairs in entity_facts(graph, ids, BUILD_BATCH)]
+    bags = [(q, bag_tokens(q, pairs)) for q, pairs in src.facts(ids, BUILD_BATCH)]
     qids, counts = bags_to_matrix(bags)
     vecs, idf, comp = fit(counts, settings, stats)
     vocab: dict[str, int] = {}
@@ -835,7 +922,7 @@ def _fit_sample(graph: Graph, every: QidTable, settings: IndexSettings, stats: B
 
 
 def build_index(
-    graph: Graph,
+    graph: Graph | FactSource,
     directory: str | Path,
     settings: IndexSettings | None = None,
     *,
@@ -848,15 +935,18 @@ def build_index(
     the indexed entities batch by batch to a disk array, checkpointed after every batch — a
     killed build called again with the same settings on the same graph resumes where it
     stopped. ``model``: apply this fitted model instead of fitting one (an update's reference
-    build). ``on_batch(rows done)`` is called after each checkpoint."""
+    build). ``on_batch(rows done)`` is called after each checkpoint. ``graph``: the graph, or
+    any :class:`FactSource`; ``workers`` > 1 builds the bags and vectors in that many processes
+    (and reads the facts there too when the source allows it)."""
     settings = settings or IndexSettings()
+    src = _source(graph)
     d = Path(directory)
     private_dir(d)
     work = d / WORK_DIR
     stats = BuildStats()
     t0 = time.perf_counter()
-    counts = graph_counts(graph)
-    ids, every = index_ids(graph, settings)
+    counts = src.counts()
+    ids, every = src.ids(settings)
     n = ids.n_rows
     stats.n_graph, stats.n_entities = every.n_rows, n
     plan = {"settings": asdict(settings), "counts": counts, "format": FORMAT_VERSION,
@@ -875,7 +965,7 @@ def build_index(
         shutil.rmtree(work, ignore_errors=True)
         private_dir(work)
         if model is None:
-            model, whole, sampled = _fit_sample(graph, every, settings, stats)
+            model, whole, sampled = _fit_sample(src, every, settings, stats)
             write_private_text(work / SAMPLE_FILE, json.dumps(sampled))
         model.save(work)
         write_private_text(work / "plan.json", json.dumps(plan))
@@ -894,19 +984,17 @@ def build_index(
     with Progress(label, total=n, unit="entities", enabled=progress) as bar, \
             open(hashes_path, "ab") as hfh:
         bar.advance(done)
-        todo = _table_bags(graph, ids, done)
-        digests: deque[np.ndarray] = deque()  # per batch read, until its vectors are written
+        by_id, start = workers > 1 and src.in_workers, done
 
-        def batches() -> Iterator[tuple[list[str], list[list[str]]]]:
-            for qs, ds, bs in _batched(todo, BUILD_BATCH):
-                digests.append(np.asarray(ds, dtype=np.uint64))
-                yield qs, ([] if whole is not None else bs)
+        def tasks() -> Iterator[_Task]:
+            for i in range(start, n, BUILD_BATCH):
+                part = ids.slice_ids(i, min(i + BUILD_BATCH, n))
+                yield (True, part) if by_id else (False, list(src.facts(part, BUILD_BATCH)))
 
-        for qs, out in (((q, np.stack([whole[x] for x in q])) for q, _ in batches()) if whole is not None
-                        else _embed_batches(batches(), model, workers)):
-            vecs[done : done + len(qs)] = out
+        for qs, dg, out in _embed_batches(tasks(), None if whole is not None else model, src, workers):
+            vecs[done : done + len(qs)] = np.stack([whole[x] for x in qs]) if whole is not None else out
             vecs.flush()
-            hfh.write(digests.popleft().tobytes())
+            hfh.write(dg.tobytes())
             hfh.flush()
             done += len(qs)
             write_private_text(work / "done.json", json.dumps({"rows": done}))
@@ -940,7 +1028,7 @@ def _finish(d: Path, work: Path, ids: QidTable, vecs: np.ndarray, model: Model,
     import shutil
 
     t = time.perf_counter()
-    index = make_faiss_index(vecs, settings, direct_map=False)
+    index = make_faiss_index(vecs, settings, direct_map=False, timings=stats.seconds)
     stats.seconds["faiss"] = time.perf_counter() - t
     stats.index_kind = type(index).__name__
     dim = stats.dim = int(vecs.shape[1])
