@@ -25,6 +25,7 @@ from kgprobe.app.options import (
     check_threshold,
     relations,
 )
+from kgprobe.checks import DEFAULT_THRESHOLD
 from kgprobe.config import Settings
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -141,7 +142,7 @@ class Exported:
 def export(output: str | os.PathLike[str], *, relation: str | Sequence[str] | None = None,
            sample: int | None = 60, per_relation: int | None = None,
            measure: str | Sequence[str] | None = None, strategy: str | None = None,
-           n: int | None = None, seed: int = 0, threshold: float = 0.5, at: str | None = None,
+           n: int | None = None, seed: int = 0, threshold: float = DEFAULT_THRESHOLD, at: str | None = None,
            max_labels: int = 3, max_subject_labels: int = 1, end: str = "auto",
            label_rule: str = "names", verbalizer: str = "careful", max_templates: int | None = None,
            batch_facts: int = 16, history_first: bool = False, progress: bool = True,
