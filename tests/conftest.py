@@ -10,6 +10,7 @@ emptied first. The server's agent string is printed at the end of the run (which
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,10 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    forks = sys.modules.get("_kgprobe_process")
+    if forks is not None and forks.COUNTS:  # how the `kgprobe` commands of this run were started
+        terminalreporter.write_line("kgprobe commands: " + "; ".join(
+            f"{n} {how}" for how, n in sorted(forks.COUNTS.items(), key=lambda kv: -kv[1])))
     if _SERVER_SEEN:
         terminalreporter.write_line(
             f"graph server: {_SERVER_SEEN['agent']} at {_SERVER_SEEN['uri']}"

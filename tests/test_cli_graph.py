@@ -6,17 +6,18 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from _kgprobe_process import run_kgprobe
 
 from kgprobe.graph.server import free_port
 
 
 def kgprobe(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kgprobe.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
+    """`kgprobe ARGS` in a process of its own (tests/_kgprobe_process.py: forked from a server
+    that has imported torch and transformers once)."""
+    return run_kgprobe(args, env, timeout=timeout)
 
 
 def clean_env(**extra: str) -> dict[str, str]:

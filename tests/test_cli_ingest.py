@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
+from _kgprobe_process import run_kgprobe
 from conftest import FIXTURES
 
 WD = FIXTURES / "wikidata"
 
 
 def run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kgprobe.cli", *args], env=env, capture_output=True, text=True, timeout=300
-    )
+    return run_kgprobe(args, env, timeout=300)
 
 
 def test_ingest_entity_json_and_turtle_then_stats(graph: Any, kgprobe_env: dict[str, str]) -> None:

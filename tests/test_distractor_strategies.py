@@ -4,13 +4,12 @@ the records alone), temporal order, seeds, and empty lists with a reason."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
+from _kgprobe_process import run_kgprobe
 from _scoring_models import build
 from distractor_world import (
     BACH,
@@ -203,11 +202,8 @@ def test_stale_index_is_rebuilt(world_graph, tmp_path: Path) -> None:
 
 
 def test_cli_json(world_graph, kgprobe_env, tmp_path: Path) -> None:
-    out = subprocess.run(
+    out = run_kgprobe(
         [
-            sys.executable,
-            "-m",
-            "kgprobe.cli",
             "distractors",
             "United States of America",
             "president",
@@ -223,19 +219,14 @@ def test_cli_json(world_graph, kgprobe_env, tmp_path: Path) -> None:
             "--index-dir",
             str(tmp_path / "cli-index"),
         ],
-        env=kgprobe_env,
-        capture_output=True,
-        text=True,
+        kgprobe_env,
         timeout=180,
     )
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert [d["qid"] for d in data["distractors"]] == [BIDEN, OBAMA, BUSH]
-    bad = subprocess.run(
-        [sys.executable, "-m", "kgprobe.cli", "distractors", "Nobody", "P35", "--strategy", "sem"],
-        env=kgprobe_env,
-        capture_output=True,
-        text=True,
+    bad = run_kgprobe(
+        ["distractors", "Nobody", "P35", "--strategy", "sem"], kgprobe_env,
         timeout=180,
     )
     assert bad.returncode != 0 and "Nobody" in bad.stderr and "Traceback" not in bad.stderr

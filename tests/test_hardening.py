@@ -8,12 +8,12 @@ import os
 import secrets
 import stat
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _kgprobe_process import start_kgprobe
 from test_cli_graph import clean_env, fresh_home_env, kgprobe
 
 from kgprobe.graph.server import free_port
@@ -180,8 +180,7 @@ def test_five_concurrent_commands_on_a_stopped_home_share_one_server(tmp_path: P
     env = fresh_home_env(tmp_path)
     home = tmp_path / "home"
     try:
-        procs = [subprocess.Popen([sys.executable, "-m", "kgprobe.cli", "stats", "--json"], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(5)]
+        procs = [start_kgprobe(["stats", "--json"], env) for _ in range(5)]
         results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
         for rc, out, err in results:
             assert rc == 0, err

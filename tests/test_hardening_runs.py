@@ -9,13 +9,13 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from _kgprobe_process import start_kgprobe
 from _scoring_models import build
 from probe_world import REF, load
 from test_cli_graph import clean_env, fresh_home_env, kgprobe
@@ -154,9 +154,7 @@ def test_same_named_models_probed_at_once_get_their_own_keys(
     second = _other_weights(first, tmp_path / "b" / "tiny")
     common = ["probe", "--sample", "0", "-n", "2", "--strategy", "random", "--at", REF, "--no-cache",
               "--device", "cpu", "--batch-tokens", "64", "--json"]
-    procs = {m: subprocess.Popen([sys.executable, "-m", "kgprobe.cli", *common, "--model", str(m)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=kgprobe_env)
-             for m in (first, second)}
+    procs = {m: start_kgprobe([*common, "--model", str(m)], kgprobe_env) for m in (first, second)}
     out = {}
     for m, p in procs.items():
         stdout, stderr = p.communicate(timeout=600)
@@ -215,7 +213,7 @@ def _big_world(graph: Any) -> None:
     import_templates(graph, [TemplateRecord("P17", text, derive_style(text), "test")])
 
 
-def _wait_for_scores(settings: Any, want: int, proc: subprocess.Popen[str], skip: str = "") -> str:
+def _wait_for_scores(settings: Any, want: int, proc: Any, skip: str = "") -> str:
     """Poll until the probe's run record exists (not ``skip``) and it has written ``want``
     facts: its id."""
     from kgprobe.graph.client import connect
@@ -241,7 +239,7 @@ def test_a_probe_reports_the_server_stopped_and_the_graph_wiped_truly(tmp_path: 
     settings = Settings(home=Path(env["KGPROBE_HOME"]), bolt_port=int(env["KGPROBE_BOLT_PORT"]),
                         http_port=int(env["KGPROBE_HTTP_PORT"]), heap="512m")
     model = build("gpt2", tmp_path / "tiny")
-    cmd = [sys.executable, "-m", "kgprobe.cli", "probe", "--model", str(model), "--sample", "0", "-n", "2",
+    cmd = ["probe", "--model", str(model), "--sample", "0", "-n", "2",
            "--strategy", "random", "--no-cache", "--device", "cpu", "--batch-tokens", "64",
            "--batch-facts", "4", "--write-batch", "4", "--json"]
     try:
@@ -250,7 +248,7 @@ def test_a_probe_reports_the_server_stopped_and_the_graph_wiped_truly(tmp_path: 
             _big_world(g)
 
         # the server stopped under the probe: the server went away, not the credentials
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = start_kgprobe(cmd, env)
         first = _wait_for_scores(settings, 8, proc)
         stopped = kgprobe("db", "stop", env=env)
         assert stopped.returncode == 0, stopped.stderr
@@ -265,7 +263,7 @@ def test_a_probe_reports_the_server_stopped_and_the_graph_wiped_truly(tmp_path: 
         # graph still to score when the wipe comes, however far the first run got
         assert kgprobe("db", "start", env=env).returncode == 0
         again = [("3" if prev == "-n" else arg) for prev, arg in zip(["", *cmd[:-1]], cmd, strict=True)]
-        proc = subprocess.Popen(again, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        proc = start_kgprobe(again, env)
         _wait_for_scores(settings, 8, proc, skip=first)
         wiped = kgprobe("db", "wipe", "--yes", env=env)
         assert wiped.returncode == 0, wiped.stderr

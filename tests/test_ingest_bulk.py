@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _kgprobe_process import run_kgprobe
 from conftest import FIXTURES, TEST_SERVER
 from test_demo_graph import facts as item_facts
 
@@ -42,8 +42,7 @@ FILES_ONLY = {**os.environ, "NEO4J_URI": "bolt://127.0.0.1:9", "NEO4J_PASSWORD":
 
 
 def run(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kgprobe.cli", *args], env=env or FILES_ONLY,
-                          capture_output=True, text=True, timeout=600, cwd=cwd)
+    return run_kgprobe(args, env or FILES_ONLY, cwd=cwd, timeout=600)
 
 
 def _time(year: int) -> dict[str, Any]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import zlib
 from pathlib import Path
 from typing import Any
 
+from _kgprobe_process import run_kgprobe, start_kgprobe
 from conftest import FIXTURES
 from loaders_support import gen_dump_module
 
@@ -22,9 +22,7 @@ ID_RE = re.compile(r"^[QP][1-9][0-9]*$")
 
 
 def run(*args: str, env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kgprobe.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
-    )
+    return run_kgprobe(args, env, timeout=timeout)
 
 
 def entity(qid: Any, label: str = "", claims: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
@@ -251,11 +249,8 @@ def test_two_concurrent_ingests_equal_a_sequential_run(tmp_path: Path, graph: An
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     gen.write_dump(a, 3_000, seed=11)
     gen.write_dump(b, 3_000, seed=12)  # the same QID range: overlapping entities and objects
-    cmd = [sys.executable, "-m", "kgprobe.cli", "ingest", "--json", "--batch-size", "100"]
-    procs = [
-        subprocess.Popen([*cmd, str(a), str(b)], env=kgprobe_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-        subprocess.Popen([*cmd, str(b), str(a)], env=kgprobe_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
-    ]
+    cmd = ["ingest", "--json", "--batch-size", "100"]
+    procs = [start_kgprobe([*cmd, str(a), str(b)], kgprobe_env), start_kgprobe([*cmd, str(b), str(a)], kgprobe_env)]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err[-3000:]

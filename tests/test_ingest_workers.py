@@ -12,13 +12,13 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _kgprobe_process import run_kgprobe, start_kgprobe
 from loaders_support import WD, gen_dump_module
 
 from kgprobe.loaders.common import Filters
@@ -170,8 +170,7 @@ def test_workers_below_one_is_one_line(tmp_path: Path) -> None:
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "kgprobe.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=600)
+    return run_kgprobe(args, env, timeout=600)
 
 
 def _graph_state(graph: Any) -> dict[str, Any]:
@@ -239,9 +238,8 @@ def test_a_killed_ingest_resumes_at_its_checkpoint(
     assert not checkpoint.exists()  # a complete load leaves none
     graph.write("MATCH (n) DETACH DELETE n")
 
-    proc = subprocess.Popen([sys.executable, "-m", "kgprobe.cli", "ingest", str(path), "--json",
-                             "--batch-size", "20", "--workers", "2"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = start_kgprobe(["ingest", str(path), "--json", "--batch-size", "20", "--workers", "2"], env,
+                         text=False)
     try:
         deadline = time.monotonic() + 300
         while not checkpoint.exists() and proc.poll() is None and time.monotonic() < deadline:

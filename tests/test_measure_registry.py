@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _kgprobe_process import run_kgprobe
 from _scoring_models import build
 from probe_world import REF, load
 
@@ -109,8 +109,8 @@ def test_keys_carry_every_score_changing_setting() -> None:
 
 
 def test_cli_measures_json_is_one_document() -> None:
-    out = subprocess.run([sys.executable, "-m", "kgprobe.cli", "measures", "--json"],
-                         capture_output=True, text=True, check=True)
+    out = run_kgprobe(["measures", "--json"], os.environ)
+    assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert {m["name"] for m in doc["measures"]} >= {"kmin", "belief", "factor"}
     assert {p["name"] for p in doc["shared_parameters"]} == {

@@ -4,12 +4,12 @@ joining rules of the official script; items generated from facts; the CLI."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+import os
 from pathlib import Path
 
 import pytest
 import torch
+from _kgprobe_process import run_kgprobe
 from _measures_models import build_long_gpt2
 
 from kgprobe.errors import InputError
@@ -112,18 +112,13 @@ def test_generated_items_score_on_tiny_model(gpt2: LoadedModel) -> None:
 
 
 def test_cli_json(gpt2_dir: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kgprobe.cli", "factor", str(FIX / "expert_factor_sample.csv"),
-         "--model", str(gpt2_dir), "--json"],
-        capture_output=True, text=True, timeout=300,
-    )
+    proc = run_kgprobe(["factor", str(FIX / "expert_factor_sample.csv"), "--model", str(gpt2_dir), "--json"],
+                       os.environ, timeout=300)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["items"] == 3 and 0.0 <= data["accuracy"] <= 1.0
     assert data["correct"] == sum(r["correct"] for r in data["per_item"])
-    bad = subprocess.run(
-        [sys.executable, "-m", "kgprobe.cli", "factor", str(FIX / "nope.csv"), "--model",
-         str(gpt2_dir)], capture_output=True, text=True, timeout=300)
+    bad = run_kgprobe(["factor", str(FIX / "nope.csv"), "--model", str(gpt2_dir)], os.environ, timeout=300)
     assert bad.returncode != 0 and "does not exist" in bad.stderr and "Traceback" not in bad.stderr
 
 
@@ -137,11 +132,8 @@ def test_cli_max_length_truncates_the_prefix_from_the_left(gpt2_dir: Path) -> No
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cap = 1024
-    proc = subprocess.run(
-        [sys.executable, "-m", "kgprobe.cli", "factor", str(FIX / "news_factor_sample.csv"),
-         "--model", str(gpt2_dir), "--max-length", str(cap), "--json"],
-        capture_output=True, text=True, timeout=300,
-    )
+    proc = run_kgprobe(["factor", str(FIX / "news_factor_sample.csv"), "--model", str(gpt2_dir),
+                        "--max-length", str(cap), "--json"], os.environ, timeout=300)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["max_length"] == cap and data["items"] == 3
@@ -216,8 +208,7 @@ def test_factor_accuracy_has_an_interval() -> None:
 
 
 def test_cli_text_says_when_n_is_too_small(gpt2_dir: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "kgprobe.cli", "factor", str(FIX / "expert_factor_sample.csv"),
-         "--model", str(gpt2_dir)], capture_output=True, text=True, timeout=300)
+    proc = run_kgprobe(["factor", str(FIX / "expert_factor_sample.csv"), "--model", str(gpt2_dir)],
+                       os.environ, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "(n too small for an interval) (" in proc.stdout and "95% percentile bootstrap" in proc.stdout

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import csv
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _kgprobe_process import run_kgprobe
 from probe_world import load
 from scipy.stats import binomtest
 from test_reports_paired import A_SCORES, B_SCORES, KMIN, PAIRS, _seed
@@ -140,14 +139,13 @@ def test_ladder_files_and_cli(ladder_graph: Any, tmp_path: Path) -> None:
 
 def test_ladder_cli(kgprobe_env: dict[str, str], ladder_graph: Any, tmp_path: Path) -> None:
     env = kgprobe_env
-    base = [sys.executable, "-m", "kgprobe.cli", "ladder", "-m", "hand", "-m", "other", "-m", "third"]
-    r = subprocess.run([*base, "--json"], capture_output=True, text=True, env=env, timeout=300, check=False)
+    base = ["ladder", "-m", "hand", "-m", "other", "-m", "third"]
+    r = run_kgprobe([*base, "--json"], env, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["steps"][1]["overall"]["c"] == 2 and doc["facts"] == 11
-    r = subprocess.run([*base, "--out", str(tmp_path / "o")], capture_output=True, text=True, env=env,
-                       timeout=300, check=False)
+    r = run_kgprobe([*base, "--out", str(tmp_path / "o")], env, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "model ladder" in r.stdout and "other → third" in r.stdout and (tmp_path / "o" / "ladder.svg").is_file()
-    r = subprocess.run(base[:-2], capture_output=True, text=True, env=env, timeout=300, check=False)
+    r = run_kgprobe(base[:-2], env, timeout=300)
     assert r.returncode == 2 and "at least three" in r.stderr and "Traceback" not in r.stderr

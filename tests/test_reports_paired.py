@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _kgprobe_process import run_kgprobe
 from distractor_world import BACH, BIDEN, BUSH, CLINTON, CURIE, FRANCE, GERMANY, OBAMA, TRUMP, USA
 from probe_world import load
 from scipy.stats import binomtest
@@ -248,8 +249,6 @@ def test_one_model_against_itself_under_another_measure_key(graph: Any, kgprobe_
                                                            tmp_path: Path) -> None:
     """report --vs-measure (the demo's careful-vs-raw section): the same model's two measure
     keys paired on the same facts give the numbers worked out by hand for hand vs other."""
-    import subprocess
-    import sys
     from dataclasses import replace
 
     from kgprobe.reports.build import build_report
@@ -278,9 +277,8 @@ def test_one_model_against_itself_under_another_measure_key(graph: Any, kgprobe_
         build_report(graph, "hand", vs="hand", vs_measure=KMIN + "_vraw")
     with pytest.raises(ConfigError, match="is the report's own measure key"):
         build_report(graph, "hand", measure=KMIN, vs_measure=KMIN)
-    r = subprocess.run([sys.executable, "-m", "kgprobe.cli", "report", "-m", "hand", "--measure", KMIN,
-                        "--vs-measure", KMIN + "_vraw", "--json"], capture_output=True, text=True,
-                       env=kgprobe_env, timeout=300, check=False)
+    r = run_kgprobe(["report", "-m", "hand", "--measure", KMIN, "--vs-measure", KMIN + "_vraw", "--json"],
+                    kgprobe_env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert json.loads(r.stdout)["paired"][-1]["c"] == 5
 

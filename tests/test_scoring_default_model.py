@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _kgprobe_process import run_kgprobe
 from _scoring_models import build
 
 from kgprobe.probing.engine import Engine
@@ -33,8 +33,7 @@ def _cli(*args: str, env_cache: Path) -> subprocess.CompletedProcess[str]:
     import os
 
     env = dict(os.environ, KGPROBE_SCORE_CACHE=str(env_cache))
-    return subprocess.run([sys.executable, "-m", "kgprobe.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=300)
+    return run_kgprobe(args, env, timeout=300)
 
 
 def test_score_command_prints_ranked_json(tmp_path: Path) -> None:

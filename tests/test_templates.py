@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _kgprobe_process import run_kgprobe
 
 from kgprobe.errors import InputError
 from kgprobe.loaders.templates import FORMATS, read_templates
@@ -208,8 +208,7 @@ def test_import_twice_adds_nothing_and_lists_by_relation(graph) -> None:  # type
 
 def test_templates_cli_import_and_list(graph, kgprobe_env) -> None:  # type: ignore[no-untyped-def]
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "kgprobe.cli", "templates", *args], env=kgprobe_env,
-                              capture_output=True, text=True, timeout=180)
+        return run_kgprobe(["templates", *args], kgprobe_env, timeout=180)
 
     done = run("import", str(T / "pararel"), "--format", "pararel", "--relation", "P36")
     assert done.returncode == 0, done.stderr
