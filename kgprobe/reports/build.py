@@ -273,14 +273,12 @@ def run_info(graph: Graph, run_ids: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def run_fields(run: dict[str, Any]) -> dict[str, Any]:
-    """A ProbeRun's properties as a report shows them (JSON properties decoded)."""
-    info = {k: run.get(k) for k in _RUN_FIELDS}
-    for k in _RUN_JSON:
-        try:
-            info[k] = json.loads(run[k]) if isinstance(run.get(k), str) else run.get(k)
-        except ValueError:
-            info[k] = run.get(k)
-    return info
+    """A ProbeRun's properties as a report shows them (read by ``provenance.read_run``: JSON
+    properties decoded)."""
+    from kgprobe.provenance import read_run
+
+    record = read_run(run)
+    return {k: getattr(record, k) for k in (*_RUN_FIELDS, *_RUN_JSON)}
 
 
 def _type_keys(graph: Graph, rows: list[dict[str, Any]], side: str) -> Callable[[dict[str, Any]], list[tuple[str, str | None]]]:
@@ -445,7 +443,7 @@ def set_report(
     make the figures and the others are apart, as from the graph."""
     from kgprobe.errors import ConfigError
     from kgprobe.probing.measures.catalog import chance_of, load_all, measure_aggregates
-    from kgprobe.provenance import code_version
+    from kgprobe.provenance import code_version, read_run
 
     run = {**scores_header["run"], **scores_header["final"], "id": scores_header["run_id"]}
     model_key = str(scores_header["model_key"])
@@ -453,7 +451,7 @@ def set_report(
     mkey = measure or (keys[0] if keys else "")
     if mkey not in keys:
         raise ConfigError(f"measure key {mkey!r} was not scored in this run; choose from: {', '.join(keys)}")
-    specs = {sp["key"]: sp for sp in json.loads(run.get("measure_specs") or "[]")}
+    specs: dict[str, Any] = {sp["key"]: sp for sp in read_run(run).measure_specs or []}
     facts = {r["key"]: r for r in set_rows}
     props = {r["key"]: json.loads(r["props"]) for r in score_rows if r["measure"] == mkey}
     values: dict[str, dict[str, Any]] = {}  # key -> measure key -> score

@@ -8,7 +8,6 @@ classes and this module imports them, with no import going back (docs/design.md 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -25,6 +24,7 @@ from kgprobe.probing.measures.registry import (
     Param,
     parse_measure,
 )
+from kgprobe.provenance import read_run
 from kgprobe.stats import group_seed
 
 
@@ -172,10 +172,10 @@ def _probed_specs(
     extra value names), and key -> parameters."""
     seen: dict[str, tuple[str, list[str]]] = {}
     params: dict[str, dict[str, Any]] = {}
-    for r in pr.list_runs(graph):
-        if r.get("model_key") != model_key or not r.get("measure_specs"):
+    for r in map(read_run, pr.list_runs(graph)):
+        if r.model_key != model_key or not isinstance(r.measure_specs, list):
             continue
-        for spec in json.loads(r["measure_specs"]):
+        for spec in r.measure_specs:
             seen[spec["key"]] = (spec["name"], spec.get("extras") or [])
             params[spec["key"]] = spec.get("params") or {}
     return seen, params
