@@ -129,8 +129,9 @@ def run_probe(
     ``fingerprint`` identifies the model's weights and scoring settings (``Engine.fingerprint``);
     it is part of the configuration hash, so a different model never passes for the same one.
     ``on_fact(plan, values)`` sees every fact of the run: its plan (graph row, ``FactInput``,
-    reason it could not be planned) and each measure's values by measure name, including the
-    private ``_details`` some measures attach (per-fact records, kgprobe.results).
+    reason it could not be planned) and each measure's values by measure name, a
+    ``MeasureValue`` each (read as a dict too), with the ``details`` some measures attach
+    (per-fact records, kgprobe.reports.results).
     """
     config.validate()
     model_name = str((model_info or {}).get("name") or config.model)
