@@ -2,7 +2,7 @@
 hash of a configuration and the time, recorded on every ProbeRun node and results file; and
 the ProbeRun's record itself (:class:`RunProvenance`, :func:`read_run`).
 
-At the bottom of the house: it imports nothing of kgprobe but its version.
+At the bottom of the house: it imports nothing of kgprobe but its version and vocabulary.
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import datetime as dt
 import hashlib
 import json
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypedDict
 
 from kgprobe._version import __version__
+from kgprobe.types import PID, ConfigHash, MeasureKey, MeasureName, ModelKey, RunId
 
 
 def code_version() -> dict[str, str | None]:
@@ -63,16 +64,24 @@ class MeasureSpec(TypedDict):
     """One measure of a run as its ProbeRun records it: the name it is registered under, the
     property key it writes, its parameters, extra value names and report section."""
 
-    name: str
-    key: str
+    name: MeasureName
+    key: MeasureKey
     params: dict[str, Any]
     extras: list[str]
     section: str
 
 
+class EndMarkerRecord(TypedDict):
+    """The end marker a run asked for (``choice``) and what it stood for (``kind``, ``text``)."""
+
+    choice: str
+    kind: str
+    text: str | None
+
+
 #: RunProvenance fields stored as JSON text on the ProbeRun (a graph property holds no map),
 #: with the ``default`` their encoder used (``str``: settings may hold a Path or a date)
-_JSON_FIELDS: dict[str, Any] = {
+_JSON_FIELDS: dict[str, Callable[[Any], str] | None] = {
     "measure_specs": str, "measure_params": str, "end_marker": None, "templates": None,
     "relation_config_hashes": None, "graph_snapshot": None, "library_versions": None,
     "environment": str, "unscorable_reasons": None,
@@ -89,18 +98,18 @@ class RunProvenance:
     status: str | None = None
     started: str | None = None
     model: str | None = None
-    model_key: str | None = None
+    model_key: ModelKey | None = None
     model_fingerprint: str | None = None
     model_kind: str | None = None
     model_base_url: str | None = None
     dtype: str | None = None
     device: str | None = None
-    measures: list[str] | None = None
-    measure_keys: list[str] | None = None
+    measures: list[MeasureName] | None = None
+    measure_keys: list[MeasureKey] | None = None
     measure_specs: list[MeasureSpec] | None = None
     score_properties: list[str] | None = None
     measure_params: dict[str, Any] | None = None
-    end_marker: dict[str, Any] | None = None
+    end_marker: EndMarkerRecord | None = None
     label_rule: str | None = None
     verbalizer: str | None = None
     strategy: str | None = None
@@ -108,14 +117,14 @@ class RunProvenance:
     seed: int | None = None
     threshold: float | None = None
     sample: int | None = None
-    relations: list[str] | None = None
+    relations: list[PID] | None = None
     per_relation: int | None = None
     history_first: bool | None = None
     shard: str | None = None  # "K/N"
     reference_date: int | None = None
-    templates: dict[str, list[str]] | None = None  # PID -> template ids
-    config_hash: str | None = None
-    relation_config_hashes: dict[str, dict[str, str]] | None = None  # measure -> PID -> hash
+    templates: dict[PID, list[str]] | None = None  # template ids
+    config_hash: ConfigHash | None = None
+    relation_config_hashes: dict[MeasureName, dict[PID, ConfigHash]] | None = None
     graph_snapshot: dict[str, int] | None = None
     facts_hash: str | None = None
     code_version: str | None = None
@@ -131,7 +140,7 @@ class RunProvenance:
     #: the content hash of the probe set a ``probe --set`` run scored
     probe_set: str | None = None
     # --- set by the graph or as the run ends ---
-    id: str | None = None
+    id: RunId | None = None
     finished: str | None = None
     seconds: float | None = None
     unscorable_reasons: dict[str, int] | None = None

@@ -60,6 +60,7 @@ from kgprobe.provenance import (
     now,
 )
 from kgprobe.records import is_pid
+from kgprobe.types import PID, ConfigHash, MeasureKey, MeasureName
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.config import Settings
@@ -185,12 +186,12 @@ class RunSetup:
     the graph's templates by a direct probe, from a probe set's by ``probe --set``: one
     function, so both write the same keys and hashes."""
 
-    mkeys: dict[str, str]
-    props: dict[str, pr.ScoreProps]
+    mkeys: dict[MeasureName, MeasureKey]
+    props: dict[MeasureName, pr.ScoreProps]
     settings: dict[str, Any]
     m_cfg: dict[str, dict[str, Any]]
-    cfg_by: dict[str, dict[str, str]]
-    run_cfg: str
+    cfg_by: dict[MeasureName, dict[PID, ConfigHash]]
+    run_cfg: ConfigHash
 
 
 def run_setup(config: ProbeConfig, ctx: Any, measures: list[Any], mkey: str, fingerprint: str,

@@ -443,7 +443,7 @@ def set_report(
     make the figures and the others are apart, as from the graph."""
     from kgprobe.errors import ConfigError
     from kgprobe.probing.measures.catalog import chance_of, load_all, measure_aggregates
-    from kgprobe.provenance import code_version, read_run
+    from kgprobe.provenance import MeasureSpec, code_version, read_run
 
     run = {**scores_header["run"], **scores_header["final"], "id": scores_header["run_id"]}
     model_key = str(scores_header["model_key"])
@@ -451,7 +451,7 @@ def set_report(
     mkey = measure or (keys[0] if keys else "")
     if mkey not in keys:
         raise ConfigError(f"measure key {mkey!r} was not scored in this run; choose from: {', '.join(keys)}")
-    specs: dict[str, Any] = {sp["key"]: sp for sp in read_run(run).measure_specs or []}
+    specs: dict[str, MeasureSpec] = {sp["key"]: sp for sp in read_run(run).measure_specs or []}
     facts = {r["key"]: r for r in set_rows}
     props = {r["key"]: json.loads(r["props"]) for r in score_rows if r["measure"] == mkey}
     values: dict[str, dict[str, Any]] = {}  # key -> measure key -> score
@@ -467,7 +467,8 @@ def set_report(
                      "popularity": f.get("popularity"), "object_popularity": f.get("object_popularity"),
                      "score": values[key][mkey], "stale": p.get(sp.stale), "run": p.get(sp.run),
                      "others": {k: values[key].get(k) for k in keys if k != mkey}})
-    spec = specs.get(mkey, {"name": mkey.split("_", 1)[0], "params": {}, "extras": []})
+    spec = specs.get(mkey) or MeasureSpec(name=mkey.split("_", 1)[0], key=mkey, params={}, extras=[],
+                                          section="")
     cls = load_all().get(spec["name"])
     scale: str | None = None
     apart_rows: list[dict[str, Any]] = []

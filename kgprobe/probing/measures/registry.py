@@ -38,6 +38,7 @@ from kgprobe.plugins import MEASURES, Registry
 from kgprobe.probing.measures.common import EndMarker, Entity, LabelRule, Runner
 from kgprobe.probing.requests import Request, Result
 from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION
+from kgprobe.types import MeasureName
 
 #: What a measure can ask the loop to fetch for each fact.
 NEEDS: dict[str, str] = {
@@ -171,7 +172,7 @@ class MeasureValue(Mapping[str, Any]):
 
 #: What a probe calls with each fact it scored (its plan) and the fact's values per measure name
 #: (``probe(on_fact=...)``; kgprobe.reports.results.FactDetails is one).
-OnFact = Callable[[Any, dict[str, MeasureValue]], None]
+OnFact = Callable[[Any, dict[MeasureName, MeasureValue]], None]
 
 
 class Measure:
