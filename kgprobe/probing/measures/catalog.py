@@ -8,7 +8,6 @@ classes and this module imports them, with no import going back (docs/design.md 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -26,6 +25,7 @@ from kgprobe.probing.measures.registry import (
 )
 from kgprobe.provenance import read_run
 from kgprobe.stats import group_seed
+from kgprobe.types import MeasureKeyParts
 
 
 def load_all() -> Registry[type[Measure]]:
@@ -152,8 +152,8 @@ def chance_level(graph: Any, model_key: str, measure_key: str) -> tuple[float, s
     """The chance level the measure of ``measure_key`` declares (:meth:`Measure.chance`), with
     n read from the key's ``_n<N>`` part; None for an unknown measure or one without a level."""
     seen, _ = _probed_specs(graph, model_key)
-    return chance_of(seen[measure_key][0] if measure_key in seen else measure_key.split("_", 1)[0],
-                     measure_key)
+    return chance_of(seen[measure_key][0] if measure_key in seen
+                     else MeasureKeyParts.parse(measure_key).name, measure_key)
 
 
 def chance_of(name: str, measure_key: str) -> tuple[float, str] | None:
@@ -161,8 +161,11 @@ def chance_of(name: str, measure_key: str) -> tuple[float, str] | None:
     cls = load_all().get(name)
     if cls is None:
         return None
-    m = re.search(r"_n(\d+)(?:_|$)", measure_key)
-    return cls.chance(int(m.group(1)) if m else None)
+    try:
+        n = MeasureKeyParts.parse(measure_key, pr.key_part(name)).n
+    except ConfigError:  # not a key of this measure: no count to read
+        n = None
+    return cls.chance(n)
 
 
 def _probed_specs(

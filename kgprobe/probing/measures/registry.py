@@ -38,7 +38,7 @@ from kgprobe.plugins import MEASURES, Registry
 from kgprobe.probing.measures.common import EndMarker, Entity, LabelRule, Runner
 from kgprobe.probing.requests import Request, Result
 from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION
-from kgprobe.types import MeasureName
+from kgprobe.types import MeasureKeyParts, MeasureName
 
 #: What a measure can ask the loop to fetch for each fact.
 NEEDS: dict[str, str] = {
@@ -216,20 +216,21 @@ class Measure:
     def key(self, ctx: RunContext) -> str:
         """The measure part of property names: name, strategy and n for distractor measures,
         then ``<code><value>`` for every parameter (own and shared) that is not its default."""
-        from kgprobe.graph.probe_runs import check_part, key_part
+        from kgprobe.graph.probe_runs import key_part
 
-        parts = [key_part(self.name)]
-        if self.uses_distractors:
-            parts += [key_part(ctx.strategy), f"n{int(ctx.n)}"]
+        rest = []
         for p in self.params:
             v = self.settings[p.name]
             if p.stored and v != p.default:
-                parts.append(key_part(f"{p.code}{v}"))
+                rest.append(key_part(f"{p.code}{v}"))
         if self.uses_labels:
             for sname, v in shared_values(ctx).items():
                 if v != SHARED[sname].default:
-                    parts.append(key_part(f"{SHARED[sname].code}{v}"))
-        return check_part("_".join(parts))
+                    rest.append(key_part(f"{SHARED[sname].code}{v}"))
+        if self.uses_distractors:
+            return MeasureKeyParts(key_part(self.name), key_part(ctx.strategy), int(ctx.n),
+                                   "_".join(rest)).compose()
+        return MeasureKeyParts(key_part(self.name), rest="_".join(rest)).compose()
 
     def config(self, ctx: RunContext) -> dict[str, Any]:
         """Everything that changes this measure's values (goes into the configuration hash)."""
