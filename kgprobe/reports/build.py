@@ -466,7 +466,7 @@ def set_report(
                      "popularity": f.get("popularity"), "object_popularity": f.get("object_popularity"),
                      "score": values[key][mkey], "stale": p.get(sp.stale), "run": p.get(sp.run),
                      "others": {k: values[key].get(k) for k in keys if k != mkey}})
-    spec = specs.get(mkey) or MeasureSpec(name=mkey.split("_", 1)[0], key=mkey, params={}, extras=[],
+    spec = specs.get(mkey) or MeasureSpec(name=MeasureKeyParts.parse(mkey).name, key=mkey, params={}, extras=[],
                                           section="")
     cls = load_all().get(spec["name"])
     scale: str | None = None
