@@ -52,7 +52,7 @@ from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
 if TYPE_CHECKING:
     from kgprobe.app.probe_sets import SetResults
     from kgprobe.probing.config import ProbeSummary
-    from kgprobe.probing.measures.registry import OnFact
+    from kgprobe.probing.measures.registry import MeasureValue, OnFact
     from kgprobe.probing.score import CandidateScore
     from kgprobe.reports.data import Report
 
@@ -851,7 +851,7 @@ def probe(
     started = time.monotonic()
     details = FactDetails()
 
-    def both(fact: Any, values: dict[str, dict[str, Any]]) -> None:
+    def both(fact: Any, values: dict[str, MeasureValue]) -> None:
         details(fact, values)
         if on_fact is not None:
             on_fact(fact, values)

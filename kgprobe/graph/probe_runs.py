@@ -40,9 +40,9 @@ from kgprobe.graph.distractors import TYPE_EDGES, entity_terms
 from kgprobe.graph.server import process_start_time
 from kgprobe.provenance import now as provenance_now
 from kgprobe.records import is_pid, is_qid
-
-_PART = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*\Z")
-MAX_PART = 64
+from kgprobe.types import MAX_PART as MAX_PART  # re-exported: the guard lives in kgprobe.types
+from kgprobe.types import ScoreProperty
+from kgprobe.types import check_part as check_part
 
 # --- queries ------------------------------------------------------------------------------------
 
@@ -317,13 +317,6 @@ def key_part(text: str) -> str:
     return part
 
 
-def check_part(part: str) -> str:
-    """Refuse anything that is not already a clean key part (the guard before string building)."""
-    if not isinstance(part, str) or len(part) > MAX_PART or not _PART.fullmatch(part):
-        raise ConfigError(f"not a valid score key part (want [a-z0-9_], no '__'): {part!r}")
-    return part
-
-
 @dataclass(frozen=True)
 class ScoreProps:
     """The FACT property names of one (model, measure) pair."""
@@ -336,7 +329,7 @@ class ScoreProps:
         check_part(self.measure_key)
 
     def _name(self, kind: str) -> str:
-        return f"{kind}__{self.model_key}__{self.measure_key}"
+        return ScoreProperty(kind, self.model_key, self.measure_key).compose()
 
     @property
     def score(self) -> str:
@@ -360,15 +353,15 @@ class ScoreProps:
 
     def extra(self, value: str) -> str:
         """A measure's further per-fact value, e.g. BELIEF's ``..._rank``."""
-        return f"{self.score}_{check_part(value)}"
+        return ScoreProperty("score", self.model_key, self.measure_key, value).compose()
 
     @classmethod
     def parse(cls, name: str) -> ScoreProps:
         """The pair behind a ``score__m__k`` property name."""
-        parts = name.split("__")
-        if len(parts) != 3 or parts[0] != "score":
+        prop = ScoreProperty.parse(name)
+        if prop.kind != "score":
             raise ConfigError(f"not a score property: {name!r}")
-        return cls(parts[1], parts[2])
+        return cls(prop.model_key, prop.measure_key)
 
 
 # --- choosing facts -----------------------------------------------------------------------------
@@ -690,12 +683,10 @@ def write_scores(
         if not is_qid(str(row.get("s"))):
             raise ConfigError(f"a score row needs its fact's subject QID, got {row.get('s')!r}")
         for name in row["props"]:
-            kind, _, rest = name.partition("__")
-            if kind not in ("score", "known", "stale", "run", "cfg") or "__" not in rest:
-                raise ConfigError(f"refusing to write FACT property {name!r}")
-            m, _, k = rest.partition("__")
-            check_part(m)
-            check_part(k)
+            try:
+                ScoreProperty.parse(name)
+            except ConfigError as e:
+                raise ConfigError(f"refusing to write FACT property: {e}") from None
 
     def check(results: list[list[dict[str, Any]]]) -> None:
         written, runs = results[0][0]["n"], results[1][0]["n"]

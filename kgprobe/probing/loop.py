@@ -17,7 +17,14 @@ from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.templates import probe_templates
 from kgprobe.probing.config import ProbeConfig, Runner
 from kgprobe.probing.distractors import find_distractors, prefetch
-from kgprobe.probing.measures.registry import FactInput, OnFact, Replay, checked_values, guarded
+from kgprobe.probing.measures.registry import (
+    FactInput,
+    MeasureValue,
+    OnFact,
+    Replay,
+    checked_values,
+    guarded,
+)
 from kgprobe.probing.pipeline import Ahead, Behind
 from kgprobe.probing.verbalize import entity_facts
 from kgprobe.progress import Progress
@@ -175,7 +182,7 @@ class Gatherer:
 
 def score_batch(
     runner: Runner, measures: Sequence[Any], planned: list[Planned], ctx: Any,
-) -> list[list[dict[str, Any]]]:
+) -> list[list[MeasureValue]]:
     """Per measure, per fact: its values. Every measure's first-round requests go to the
     engine in ONE run (deduplicated); each measure then reads its values off the results. What
     a measure returns is checked against the contract here (:func:`checked_values`), before
@@ -303,22 +310,21 @@ def score_batches(
                 for m, values in zip(active, per_measure, strict=True):
                     if m.name not in wanted[p.row["key"]]:
                         continue
-                    v = values[i] if p.reason is None else {"score": None, "_reason": p.reason}
+                    v = values[i] if p.reason is None else MeasureValue.unscored(p.reason)
                     fact_props.update(_fact_props(plan.props[m.name], m, v, plan.run_id,
                                                   plan.cfg_by[m.name][p.row["pid"]], plan.threshold))
-                    if v.get("score") is not None:
+                    if v.score is not None:
                         got_any = True
                     elif why is None:
-                        why = f"{m.name}: {v.get('_reason') or 'no value'}"
+                        why = f"{m.name}: {v.reason or 'no value'}"
                 first = plan.measures[0] if plan.measures else None
                 if first is not None and first.name in wanted[p.row["key"]] and first in active:
-                    v = (per_measure[active.index(first)][i] if p.reason is None else {})
-                    score = v.get("score")
+                    score = per_measure[active.index(first)][i].score if p.reason is None else None
                     outcome.first_scores.setdefault(p.row["pid"], []).append(
                         None if score is None else float(score))
                 if on_fact is not None:
                     on_fact(p, {m.name: (values[i] if p.reason is None
-                                         else {"score": None, "_reason": p.reason})
+                                         else MeasureValue.unscored(p.reason))
                                 for m, values in zip(active, per_measure, strict=True)})
                 if got_any:
                     pending_ok += 1
@@ -332,23 +338,23 @@ def score_batches(
             write_pending()
 
 
-def _fact_props(sp: pr.ScoreProps, m: Any, v: dict[str, Any], run_id: str, cfg_hash: str,
+def _fact_props(sp: pr.ScoreProps, m: Any, v: MeasureValue, run_id: str, cfg_hash: str,
                 threshold: float) -> dict[str, Any]:
     """The FACT properties of one measure's values. A fact the measure could not score keeps
     no configuration hash, so the next run tries it again (the graph may have gained what it
     lacked)."""
-    score = v.get("score")
-    known = v.get("known")
+    score = v.score
+    known = v.stored.get("known")
     if known is None and score is not None and m.has_known:
         known = score >= threshold
     out: dict[str, Any] = {
         sp.score: score, sp.known: None if score is None else known, sp.run: run_id,
         sp.cfg: None if score is None else cfg_hash,
     }
-    if "stale" in v or m.uses_distractors:
-        out[sp.stale] = v.get("stale")
+    if "stale" in v.stored or m.uses_distractors:
+        out[sp.stale] = v.stored.get("stale")
     for e in m.extras:
-        out[sp.extra(e)] = v.get(e)
+        out[sp.extra(e)] = v.stored.get(e)
     return out
 
 

@@ -20,7 +20,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -360,9 +360,9 @@ def score_set(
                            relations, planned=len(rows))
     summary.fact_keys = [r["key"] for r in rows]
     summary.summary_measure = setup.props[measures[0].name].measure_key
-    run_props = run_record(config, ctx, measures, setup, summary, rows, runner, model_info, templates,  # type: ignore[arg-type]
-                           int(pset.header["reference_date"]), pset.header["graph_snapshot"])
-    run_props["probe_set"] = pset.content_hash
+    record = replace(run_record(config, ctx, measures, setup, summary, rows, runner, model_info,
+                                templates, int(pset.header["reference_date"]),  # type: ignore[arg-type]
+                                pset.header["graph_snapshot"]), probe_set=pset.content_hash)
 
     def planned() -> Iterator[tuple[Sequence[Any], list[Planned]]]:
         for batch in chunks(rows, config.batch_facts):
@@ -408,7 +408,7 @@ def score_set(
     header: dict[str, Any] = {
         "schema": SCORES_SCHEMA, "probe_set": pset.content_hash,
         "graph_snapshot": pset.header["graph_snapshot"], "run_id": plan.run_id,
-        "model_key": mkey, "fingerprint": fingerprint, "run": run_props, "final": final,
+        "model_key": mkey, "fingerprint": fingerprint, "run": record.props(), "final": final,
     }
     header["content_hash"] = content_hash(header, out_rows)
     scored = SetScores(summary, header, out_rows)

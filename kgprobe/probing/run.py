@@ -51,8 +51,16 @@ from kgprobe.probing.models import LOAD_DEFAULTS, load_model
 from kgprobe.probing.score import default_score_cache
 from kgprobe.probing.semantic import ensure_index
 from kgprobe.probing.strategies import strategy_class
-from kgprobe.provenance import code_version, config_hash, library_versions, now
+from kgprobe.provenance import (
+    MeasureSpec,
+    RunProvenance,
+    code_version,
+    config_hash,
+    library_versions,
+    now,
+)
 from kgprobe.records import is_pid
+from kgprobe.types import PID, ConfigHash, MeasureKey, MeasureName
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.config import Settings
@@ -122,8 +130,9 @@ def run_probe(
     ``fingerprint`` identifies the model's weights and scoring settings (``Engine.fingerprint``);
     it is part of the configuration hash, so a different model never passes for the same one.
     ``on_fact(plan, values)`` sees every fact of the run: its plan (graph row, ``FactInput``,
-    reason it could not be planned) and each measure's values by measure name, including the
-    private ``_details`` some measures attach (per-fact records, kgprobe.results).
+    reason it could not be planned) and each measure's values by measure name, a
+    ``MeasureValue`` each (read as a dict too), with the ``details`` some measures attach
+    (per-fact records, kgprobe.reports.results).
     """
     config.validate()
     model_name = str((model_info or {}).get("name") or config.model)
@@ -160,9 +169,9 @@ def run_probe(
     )
     summary.fact_keys = [str(d["key"]) for d in details]
     summary.summary_measure = setup.props[measures[0].name].measure_key
-    run_props = run_record(config, ctx, measures, setup, summary, details, runner, model_info, available,
-                           ref, pr.graph_counts(graph))
-    summary.interrupted_runs = pr.create_run(graph, run_id, run_props)
+    record = run_record(config, ctx, measures, setup, summary, details, runner, model_info, available,
+                        ref, pr.graph_counts(graph))
+    summary.interrupted_runs = pr.create_run(graph, run_id, record.props())
     try:
         return _probe_run(graph, runner, config, summary, plan, todo, measures, ctx, available,
                           index, index_dir, progress, on_fact, ref)
@@ -177,12 +186,12 @@ class RunSetup:
     the graph's templates by a direct probe, from a probe set's by ``probe --set``: one
     function, so both write the same keys and hashes."""
 
-    mkeys: dict[str, str]
-    props: dict[str, pr.ScoreProps]
+    mkeys: dict[MeasureName, MeasureKey]
+    props: dict[MeasureName, pr.ScoreProps]
     settings: dict[str, Any]
     m_cfg: dict[str, dict[str, Any]]
-    cfg_by: dict[str, dict[str, str]]
-    run_cfg: str
+    cfg_by: dict[MeasureName, dict[PID, ConfigHash]]
+    run_cfg: ConfigHash
 
 
 def run_setup(config: ProbeConfig, ctx: Any, measures: list[Any], mkey: str, fingerprint: str,
@@ -217,47 +226,48 @@ def run_setup(config: ProbeConfig, ctx: Any, measures: list[Any], mkey: str, fin
 def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSetup, summary: ProbeSummary,
                details: Sequence[dict[str, Any]], runner: Runner, model_info: dict[str, Any] | None,
                available: dict[str, list[tuple[str, str]]], ref: int,
-               snapshot: dict[str, int]) -> dict[str, Any]:
-    """The ProbeRun's properties as the run starts (its provenance: results.json reads them).
-    ``snapshot``: the graph's counts where the facts were sampled."""
+               snapshot: dict[str, int]) -> RunProvenance:
+    """The ProbeRun's record as the run starts (its provenance: results.json reads it), written
+    by ``RunProvenance.props``. ``snapshot``: the graph's counts where the facts were sampled."""
     mkeys, relations = setup.mkeys, summary.relations
     facts_hash = config_hash(sorted(f"{d['key']}|{d['s']}|{d['pid']}|{d['o']}" for d in details))
     info = model_info or {}
-    specs = [{"name": m.name, "key": mkeys[m.name], "params": m.settings, "extras": list(m.extras),
-              "section": m.section} for m in measures]
-    return {
-        "status": "running", "started": now(), "model": config.model, "model_key": summary.model_key,
-        "model_fingerprint": setup.settings["fingerprint"], "model_kind": info.get("kind"),
+    specs: list[MeasureSpec] = [
+        {"name": m.name, "key": mkeys[m.name], "params": m.settings, "extras": list(m.extras),
+         "section": m.section} for m in measures]
+    version = code_version()
+    return RunProvenance(
+        status="running", started=now(), model=config.model, model_key=summary.model_key,
+        model_fingerprint=setup.settings["fingerprint"], model_kind=info.get("kind"),
         # a served model's address (no user info, no query): which server answered
-        "model_base_url": info.get("base_url"),
-        "dtype": config.dtype,
-        "device": info.get("device"), "measures": [m.name for m in measures],
-        "measure_keys": [mkeys[m.name] for m in measures],
-        "measure_specs": json.dumps(specs, default=str),
-        "score_properties": summary.score_properties,
-        "measure_params": json.dumps({**setup.settings, "threshold": config.threshold,
-                                      "measures": setup.m_cfg}, default=str),
-        "end_marker": json.dumps({"choice": config.end, "kind": ctx.end.kind, "text": ctx.end.text}),
-        "label_rule": config.label_rule, "verbalizer": config.verbalizer,
-        "strategy": config.strategy, "n": config.n, "seed": config.seed,
-        "threshold": config.threshold, "sample": config.sample, "relations": relations,
-        "per_relation": config.per_relation,
-        "history_first": config.history_first,
-        "shard": f"{config.shard[0]}/{config.shard[1]}" if config.shard else None,
-        "reference_date": ref,
-        "templates": json.dumps({p: [i for i, _ in available[p]] for p in relations}),
-        "config_hash": setup.run_cfg, "relation_config_hashes": json.dumps(setup.cfg_by),
-        "graph_snapshot": json.dumps(snapshot), "facts_hash": facts_hash,
-        "code_version": code_version()["kgprobe"], "git_hash": code_version()["git"],
-        "library_versions": json.dumps(library_versions()),
-        "facts_planned": summary.planned, "facts_skipped": summary.skipped,
-        "facts_scored": 0, "facts_unscorable": 0,
+        model_base_url=info.get("base_url"),
+        dtype=config.dtype,
+        device=info.get("device"), measures=[m.name for m in measures],
+        measure_keys=[mkeys[m.name] for m in measures],
+        measure_specs=specs,
+        score_properties=summary.score_properties,
+        measure_params={**setup.settings, "threshold": config.threshold, "measures": setup.m_cfg},
+        end_marker={"choice": config.end, "kind": ctx.end.kind, "text": ctx.end.text},
+        label_rule=config.label_rule, verbalizer=config.verbalizer,
+        strategy=config.strategy, n=config.n, seed=config.seed,
+        threshold=config.threshold, sample=config.sample, relations=relations,
+        per_relation=config.per_relation,
+        history_first=config.history_first,
+        shard=f"{config.shard[0]}/{config.shard[1]}" if config.shard else None,
+        reference_date=ref,
+        templates={p: [i for i, _ in available[p]] for p in relations},
+        config_hash=setup.run_cfg, relation_config_hashes=setup.cfg_by,
+        graph_snapshot=snapshot, facts_hash=facts_hash,
+        code_version=version["kgprobe"], git_hash=version["git"],
+        library_versions=library_versions(),
+        facts_planned=summary.planned, facts_skipped=summary.skipped,
+        facts_scored=0, facts_unscorable=0,
         # every setting outside the measure's configuration that can move a number or a timing
-        "batch_facts": config.batch_facts, "max_templates": config.max_templates,
-        "environment": json.dumps(run_environment(
+        batch_facts=config.batch_facts, max_templates=config.max_templates,
+        environment=run_environment(
             runner, device=info.get("device"), model_args=LOAD_DEFAULTS.model_args,
-            device_requested=LOAD_DEFAULTS.device), default=str),
-    }
+            device_requested=LOAD_DEFAULTS.device),
+    )
 
 
 def _probe_run(

@@ -21,6 +21,7 @@ from kgprobe.probing.config import (
     model_key,
 )
 from kgprobe.records import is_pid
+from kgprobe.types import MeasureKeyParts
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
@@ -73,6 +74,15 @@ def model_measures(graph: Graph, model: str) -> tuple[str, list[dict[str, Any]],
     return key, runs, keys_in_order
 
 
+def _of_measure(key: str, name: str) -> bool:
+    """Whether ``key`` is a key of the measure whose name part is ``name``."""
+    try:
+        MeasureKeyParts.parse(key, name)
+    except ConfigError:
+        return False
+    return True
+
+
 def choose_measure(model_key: str, keys: Sequence[str], measure: str | None, *,
                    strict: bool = True) -> str:
     """The measure key ``measure`` names among a model's ``keys`` (latest run's first): an exact
@@ -86,7 +96,7 @@ def choose_measure(model_key: str, keys: Sequence[str], measure: str | None, *,
     name = DEFAULT_MEASURES[0] if measure is None else measure
     if name in keys:
         return name
-    matches = [k for k in keys if k.startswith(pr.key_part(name) + "_")]
+    matches = [k for k in keys if _of_measure(k, pr.key_part(name))]
     if not matches and default and not strict:
         return keys[0]
     if not matches:
@@ -133,7 +143,7 @@ def shared_scores(
     def wanted(keys: list[str]) -> list[str]:
         if measure is None or measure in keys:
             return keys if measure is None else [measure]
-        return [k for k in keys if k.startswith(pr.key_part(measure) + "_")]
+        return [k for k in keys if _of_measure(k, pr.key_part(measure))]
 
     common = [k for k in wanted(found[0][2]) if all(k in wanted(f[2]) for f in found[1:])]
     if not common:

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import re
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph import results as gres
 from kgprobe.reports.data import Chance, Group, ModelReport, PairedGroup, Report
@@ -48,6 +48,7 @@ from kgprobe.stats import (
     mcnemar,
     paired_bootstrap_ci,
 )
+from kgprobe.types import MeasureKeyParts
 
 if TYPE_CHECKING:  # pragma: no cover
 
@@ -55,7 +56,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 _MEASURE_NAMES = {"kmin": "Min@{n}", "kavg": "Avg@{n}"}
-_KEY = re.compile(r"^(?P<m>[a-z0-9]+)_(?P<s>[a-z0-9_]+?)_n(?P<n>\d+)(?P<rest>_[a-z0-9_]+)?$")
 _STRATEGIES = {"temp_sem": "temp+sem", "random": "random", "sem": "sem", "appropt": "appropt"}
 
 BUCKETS = ("low", "mid", "high")
@@ -66,12 +66,15 @@ BY = ("relation", "type", "popularity")
 
 def measure_label(key: str) -> str:
     """A human name for a measure key: ``kmin_temp_sem_n5`` -> "Min@5, temp+sem distractors"."""
-    m = _KEY.fullmatch(key)
-    if not m or m["m"] not in _MEASURE_NAMES:
+    try:
+        k = MeasureKeyParts.parse(key)
+    except ConfigError:
         return key
-    name = _MEASURE_NAMES[m["m"]].format(n=m["n"])
-    strategy = _STRATEGIES.get(m["s"], m["s"].replace("_", "+"))
-    extra = f" ({m['rest'][1:].replace('_', ' ')})" if m["rest"] else ""
+    if k.name not in _MEASURE_NAMES or k.strategy is None:
+        return key
+    name = _MEASURE_NAMES[k.name].format(n=k.n)
+    strategy = _STRATEGIES.get(k.strategy, k.strategy.replace("_", "+"))
+    extra = f" ({k.rest.replace('_', ' ')})" if k.rest else ""
     return f"{name}, {strategy} distractors{extra}"
 
 
@@ -273,14 +276,12 @@ def run_info(graph: Graph, run_ids: Sequence[str]) -> list[dict[str, Any]]:
 
 
 def run_fields(run: dict[str, Any]) -> dict[str, Any]:
-    """A ProbeRun's properties as a report shows them (JSON properties decoded)."""
-    info = {k: run.get(k) for k in _RUN_FIELDS}
-    for k in _RUN_JSON:
-        try:
-            info[k] = json.loads(run[k]) if isinstance(run.get(k), str) else run.get(k)
-        except ValueError:
-            info[k] = run.get(k)
-    return info
+    """A ProbeRun's properties as a report shows them (read by ``provenance.read_run``: JSON
+    properties decoded)."""
+    from kgprobe.provenance import read_run
+
+    record = read_run(run)
+    return {k: getattr(record, k) for k in (*_RUN_FIELDS, *_RUN_JSON)}
 
 
 def _type_keys(graph: Graph, rows: list[dict[str, Any]], side: str) -> Callable[[dict[str, Any]], list[tuple[str, str | None]]]:
@@ -300,8 +301,6 @@ def _type_keys(graph: Graph, rows: list[dict[str, Any]], side: str) -> Callable[
 
 def check_grouping(by: str, type_of: str) -> None:
     """Refuse an unknown grouping before anything else happens."""
-    from kgprobe.errors import ConfigError
-
     if by not in BY:
         raise ConfigError(f"unknown --by {by!r}; choose from: {', '.join(BY)}")
     if type_of not in ("subject", "object"):
@@ -321,7 +320,6 @@ def build_report(
     same measure with raw labels, ``kmin_temp_sem_n5_vraw``), paired on the same facts and at
     the primary's threshold. ``relations`` (PIDs): only their facts, in every table, figure
     and count of the report (a relation the model has no score in is one line)."""
-    from kgprobe.errors import ConfigError
     from kgprobe.probing.measures.catalog import rank_scales
     from kgprobe.probing.scores import compare_in, paired_scores, resolve_scores
     from kgprobe.provenance import code_version
@@ -443,9 +441,8 @@ def set_report(
     properties and the ProbeRun's record). ``measure``: the measure key (default: the run's
     first). By relation only; with a rank-scale measure (BELIEF) the primary scale's facts
     make the figures and the others are apart, as from the graph."""
-    from kgprobe.errors import ConfigError
     from kgprobe.probing.measures.catalog import chance_of, load_all, measure_aggregates
-    from kgprobe.provenance import code_version
+    from kgprobe.provenance import MeasureSpec, code_version, read_run
 
     run = {**scores_header["run"], **scores_header["final"], "id": scores_header["run_id"]}
     model_key = str(scores_header["model_key"])
@@ -453,7 +450,7 @@ def set_report(
     mkey = measure or (keys[0] if keys else "")
     if mkey not in keys:
         raise ConfigError(f"measure key {mkey!r} was not scored in this run; choose from: {', '.join(keys)}")
-    specs = {sp["key"]: sp for sp in json.loads(run.get("measure_specs") or "[]")}
+    specs: dict[str, MeasureSpec] = {sp["key"]: sp for sp in read_run(run).measure_specs or []}
     facts = {r["key"]: r for r in set_rows}
     props = {r["key"]: json.loads(r["props"]) for r in score_rows if r["measure"] == mkey}
     values: dict[str, dict[str, Any]] = {}  # key -> measure key -> score
@@ -469,7 +466,8 @@ def set_report(
                      "popularity": f.get("popularity"), "object_popularity": f.get("object_popularity"),
                      "score": values[key][mkey], "stale": p.get(sp.stale), "run": p.get(sp.run),
                      "others": {k: values[key].get(k) for k in keys if k != mkey}})
-    spec = specs.get(mkey, {"name": mkey.split("_", 1)[0], "params": {}, "extras": []})
+    spec = specs.get(mkey) or MeasureSpec(name=MeasureKeyParts.parse(mkey).name, key=mkey, params={}, extras=[],
+                                          section="")
     cls = load_all().get(spec["name"])
     scale: str | None = None
     apart_rows: list[dict[str, Any]] = []

@@ -20,12 +20,13 @@ import io
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kgprobe.errors import ConfigError, InputError
+from kgprobe.probing.measures.registry import MeasureValue
 from kgprobe.reports.sections import added_sections, chance_section
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,12 +52,12 @@ class FactDetails:
     def __init__(self) -> None:
         self.records: dict[str, dict[str, Any]] = {}
 
-    def __call__(self, plan: Any, values: dict[str, dict[str, Any]]) -> None:
+    def __call__(self, plan: Any, values: Mapping[str, Mapping[str, Any]]) -> None:
         key = str(plan.row["key"])
-        shown = next((v["_details"] for v in values.values() if v.get("_details")), None)
+        outcomes = [MeasureValue.of(v) for v in values.values()]  # a caller's plain dicts too
+        shown = next((v.details for v in outcomes if v.details), None)
         if shown is None:
-            reason = plan.reason or next(
-                (str(v["_reason"]) for v in values.values() if v.get("_reason")), None)
+            reason = plan.reason or next((v.reason for v in outcomes if v.reason), None)
             self.records[key] = {"unscorable": reason, "templates": None, "clozes": None,
                                  "distractors": None}
             return

@@ -16,9 +16,9 @@ from kgprobe.probing.measures.common import Entity, Fact, Runner
 from kgprobe.probing.measures.registry import (
     FactInput,
     Measure,
+    MeasureValue,
     Param,
     RunContext,
-    Values,
     _is_num,
     register,
     verbalizer_config,
@@ -45,8 +45,13 @@ def _mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _none(reason: str) -> Values:
-    return {"score": None, "_reason": reason}
+def _none(reason: str, **stored: Any) -> MeasureValue:
+    """Not scored, and why (``stored``: values kept even so)."""
+    return MeasureValue(None, reason=reason, stored=stored)
+
+
+def _values(score: float | None, **stored: Any) -> MeasureValue:
+    return MeasureValue(score, stored=stored)
 
 
 # --- distractor paper §3.2: Min@n / Avg@n ---------------------------------------------------------
@@ -59,7 +64,7 @@ class _DistractorK(Measure):
     uses_distractors = True
     extras = ()
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.distractors import (
             DistractorItem,
             distractor_measure,
@@ -75,7 +80,7 @@ class _DistractorK(Measure):
             max_object_labels=ctx.max_object_labels,
         ) if items else []
         by_key = {fp.fact.key: fp for fp in scored}
-        out: list[Values] = []
+        out: list[MeasureValue] = []
         for f in facts:
             fp = by_key.get(f.key)
             if fp is None:
@@ -96,8 +101,8 @@ class _DistractorK(Measure):
                 flags = [1.0 if max(c.log_pl_distractors[i] for i in past_pos) > c.log_pl_true
                          else 0.0 for c in fp.clozes]
                 stale = sum(flags) / len(flags)
-            out.append({"score": _mean(got), "stale": stale,
-                        "_details": _distractor_details(fp, n_ds, f.past, f.object, ctx.end)})
+            out.append(MeasureValue(_mean(got), stored={"stale": stale},
+                                    details=_distractor_details(fp, n_ds, f.past, f.object, ctx.end)))
         return out
 
 
@@ -173,12 +178,12 @@ class Probability(Measure):
     summary = "mean over cloze sentences of Σ_λ Pr(λ | c), the bare label (no end marker)"
     has_known = False
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.baselines import ProbeItem, probability
 
         items = [ProbeItem(_fact(f, ctx), f.templates) for f in facts]
         res = probability(runner, items, max_subject_labels=ctx.max_subject_labels)
-        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+        return [_values(r.score) if r.score is not None else _none("no usable cloze sentence")
                 for r in res]
 
 
@@ -195,14 +200,14 @@ class PrecisionAtN(Measure):
                     ("yes", "no"), str))
     has_known = False
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.baselines import ProbeItem, precision_at_n
 
         k = max(1, int(self.settings["k"]))
         items = [ProbeItem(_fact(f, ctx), f.templates) for f in facts]
         res = precision_at_n(runner, items, [k], max_subject_labels=ctx.max_subject_labels,
                              strip=self.settings["strip"] == "yes")[k]
-        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+        return [_values(r.score) if r.score is not None else _none("no usable cloze sentence")
                 for r in res]
 
 
@@ -230,11 +235,11 @@ class RougeL(_BeamMeasure):
                     "or over raw characters (the distractor paper's code)", "u",
                     ("word", "char"), str))
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.baselines import rouge_measure
 
         items, beams = self._beams(runner, facts, ctx)
-        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+        return [_values(r.score) if r.score is not None else _none("no usable cloze sentence")
                 for r in rouge_measure(items, beams, unit="char" if self.settings["unit"] == "char"
                                        else "word")]
 
@@ -246,11 +251,11 @@ class BertScore(_BeamMeasure):
     summary = ("mean over cloze sentences of the best BERTScore F1 between a label and a beam "
                "output (packaged MiniLM encoder, last layer, no idf, no rescaling)")
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.baselines import embedding_measure
 
         items, beams = self._beams(runner, facts, ctx)
-        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+        return [_values(r.score) if r.score is not None else _none("no usable cloze sentence")
                 for r in embedding_measure(items, beams)]
 
 
@@ -278,11 +283,11 @@ class Judge(_BeamMeasure):
         return {**super().config(ctx), "judge_url": os.environ.get(ENV_URL, ""),
                 "judge_model": os.environ.get(ENV_MODEL, "")}
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.baselines import judge_measure
 
         items, beams = self._beams(runner, facts, ctx)
-        return [{"score": r.score} if r.score is not None else _none("no usable cloze sentence")
+        return [_values(r.score) if r.score is not None else _none("no usable cloze sentence")
                 for r in judge_measure(items, beams)]
 
 
@@ -315,7 +320,7 @@ class Karr(Measure):
         return {**super().config(ctx), "seed": ctx.seed, "label_rule": ctx.label_rule.name,
                 **verbalizer_config(ctx)}
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.baselines import KarrItem, karr
 
         items = [KarrItem(Fact(f.subject, f.pid, f.object, f.key), f.templates,
@@ -325,15 +330,14 @@ class Karr(Measure):
                    threshold=float(self.settings["threshold"]), seed=ctx.seed,
                    sampling="first" if self.settings["sampling"] == "first" else "random",
                    include_own=self.settings["own"] == "yes")
-        out: list[Values] = []
+        out: list[MeasureValue] = []
         for r in res:
             if r.karr is None:
-                out.append({**_none("KaRR needs an object-last template and a scorable "
-                                    "denominator"),
-                            "karr_s": r.karr_subject, "karr_r": r.karr_relation})
+                out.append(_none("KaRR needs an object-last template and a scorable denominator",
+                                 karr_s=r.karr_subject, karr_r=r.karr_relation))
             else:
-                out.append({"score": r.karr, "karr_s": r.karr_subject, "karr_r": r.karr_relation,
-                            "known": bool(r.knows)})
+                out.append(_values(r.karr, karr_s=r.karr_subject, karr_r=r.karr_relation,
+                                   known=bool(r.knows)))
         return out
 
 
@@ -400,7 +404,7 @@ class Belief(Measure):
             out["answer_match"] = "any_correct_object"
         return out
 
-    def _icl(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def _icl(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         """BELIEF-ICL (the paper's §ICL): the library's prompts, demonstrations and matching;
         rank 1 for a correct greedy answer, else 2 (only K = 1 is meaningful)."""
         from kgprobe.probing.measures.belief import (
@@ -424,24 +428,24 @@ class Belief(Measure):
         by_pair: dict[str, list[Any]] = {}
         for o in outcomes:
             by_pair.setdefault(o.pair, []).append(o)
-        out: list[Values] = []
+        out: list[MeasureValue] = []
         for f in facts:
             os_ = by_pair.get(f"{f.subject.key}|{f.pid}", [])
             if not os_:
                 out.append(_none(f"no {self.settings['style']} template for BELIEF-ICL"))
                 continue
             ranks = [o.rank for o in os_]
-            out.append({
-                "score": sum(1 for r in ranks if r == 1) / len(ranks),
-                "rank": statistics.fmean(ranks), "hit_k": None, "rr": None,
-                "consistency": consist_at_1(os_, same_answer),
-                "confidence": statistics.fmean(o.confidence for o in os_),
-                "ranks": ranks, "confidences": [o.confidence for o in os_],
-                "scale": "generation", "templates": _template_ids(f, os_),
-            })
+            out.append(_values(
+                sum(1 for r in ranks if r == 1) / len(ranks),
+                rank=statistics.fmean(ranks), hit_k=None, rr=None,
+                consistency=consist_at_1(os_, same_answer),
+                confidence=statistics.fmean(o.confidence for o in os_),
+                ranks=ranks, confidences=[o.confidence for o in os_],
+                scale="generation", templates=_template_ids(f, os_),
+            ))
         return out
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.belief import BeliefPair, consist_at_1, rank_prompts
 
         if self.settings["icl"] != "none":
@@ -455,7 +459,7 @@ class Belief(Measure):
         by_pair: dict[str, list[Any]] = {}
         for o in outcomes:
             by_pair.setdefault(o.pair, []).append(o)
-        out: list[Values] = []
+        out: list[MeasureValue] = []
         for f, pair in zip(facts, pairs, strict=True):
             os_ = by_pair.get(pair.key, [])
             # one scale per fact, never two pooled: the vocabulary's (the paper's single-token
@@ -465,17 +469,17 @@ class Belief(Measure):
                 out.append(_none("no usable prompt"))
                 continue
             ranks = [o.rank for o in os_]
-            out.append({
-                "score": sum(1 for r in ranks if r == 1) / len(ranks),
-                "rank": statistics.fmean(ranks),
-                "hit_k": sum(1 for r in ranks if r <= k) / len(ranks),
-                "rr": statistics.fmean(1.0 / r for r in ranks),
-                "consistency": consist_at_1(os_),
-                "confidence": statistics.fmean(o.confidence for o in os_),
-                "ranks": ranks,
-                "confidences": [o.confidence for o in os_],
-                "scale": os_[0].scale, "templates": _template_ids(f, os_),
-            })
+            out.append(_values(
+                sum(1 for r in ranks if r == 1) / len(ranks),
+                rank=statistics.fmean(ranks),
+                hit_k=sum(1 for r in ranks if r <= k) / len(ranks),
+                rr=statistics.fmean(1.0 / r for r in ranks),
+                consistency=consist_at_1(os_),
+                confidence=statistics.fmean(o.confidence for o in os_),
+                ranks=ranks,
+                confidences=[o.confidence for o in os_],
+                scale=os_[0].scale, templates=_template_ids(f, os_),
+            ))
         return out
 
     def primary_scale(self) -> str:
@@ -612,7 +616,7 @@ class InfoKL(Measure):
                 res[j] = r
         return res
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.common import cloze_sentences
         from kgprobe.probing.measures.information import (
             explicit_instillation,
@@ -638,19 +642,19 @@ class InfoKL(Measure):
         per: dict[int, list[Any]] = {}
         for i, r in zip(owners, res, strict=True):
             per.setdefault(i, []).append(r)
-        out: list[Values] = []
+        out: list[MeasureValue] = []
         for i in range(len(facts)):
             rs = per.get(i)
             if not rs:
                 out.append(_none("no usable cloze sentence"))
                 continue
             kls = [r.kl for r in rs]
-            out.append({
-                "score": statistics.fmean(kls) if all(math.isfinite(x) for x in kls) else None,
-                "entropy": statistics.fmean(r.entropy_before for r in rs),
-                "entropy_after": statistics.fmean(r.entropy_after for r in rs),
-                "entropy_diff": statistics.fmean(r.entropy_difference for r in rs),
-            })
+            out.append(_values(
+                statistics.fmean(kls) if all(math.isfinite(x) for x in kls) else None,
+                entropy=statistics.fmean(r.entropy_before for r in rs),
+                entropy_after=statistics.fmean(r.entropy_after for r in rs),
+                entropy_diff=statistics.fmean(r.entropy_difference for r in rs),
+            ))
         return out
 
 
@@ -668,7 +672,7 @@ class Factor(Measure):
     uses_distractors = True
     has_known = False
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.errors import InputError
         from kgprobe.probing.measures.factor import factor_items_from_fact, factor_scores
         from kgprobe.probing.verbalize import OBJECT
@@ -690,11 +694,11 @@ class Factor(Measure):
         per: dict[int, list[bool]] = {}
         for i, r in zip(owners, res, strict=True):
             per.setdefault(i, []).append(r.correct)
-        out: list[Values] = []
+        out: list[MeasureValue] = []
         for i, f in enumerate(facts):
             got = per.get(i)
             if not got:
                 out.append(_none(f.distractor_reason or "no distractor or no object-last template"))
             else:
-                out.append({"score": sum(got) / len(got)})
+                out.append(_values(sum(got) / len(got)))
         return out

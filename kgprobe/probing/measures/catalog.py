@@ -8,8 +8,6 @@ classes and this module imports them, with no import going back (docs/design.md 
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -25,7 +23,9 @@ from kgprobe.probing.measures.registry import (
     Param,
     parse_measure,
 )
+from kgprobe.provenance import read_run
 from kgprobe.stats import group_seed
+from kgprobe.types import MeasureKeyParts
 
 
 def load_all() -> Registry[type[Measure]]:
@@ -152,8 +152,8 @@ def chance_level(graph: Any, model_key: str, measure_key: str) -> tuple[float, s
     """The chance level the measure of ``measure_key`` declares (:meth:`Measure.chance`), with
     n read from the key's ``_n<N>`` part; None for an unknown measure or one without a level."""
     seen, _ = _probed_specs(graph, model_key)
-    return chance_of(seen[measure_key][0] if measure_key in seen else measure_key.split("_", 1)[0],
-                     measure_key)
+    return chance_of(seen[measure_key][0] if measure_key in seen
+                     else MeasureKeyParts.parse(measure_key).name, measure_key)
 
 
 def chance_of(name: str, measure_key: str) -> tuple[float, str] | None:
@@ -161,8 +161,11 @@ def chance_of(name: str, measure_key: str) -> tuple[float, str] | None:
     cls = load_all().get(name)
     if cls is None:
         return None
-    m = re.search(r"_n(\d+)(?:_|$)", measure_key)
-    return cls.chance(int(m.group(1)) if m else None)
+    try:
+        n = MeasureKeyParts.parse(measure_key, pr.key_part(name)).n
+    except ConfigError:  # not a key of this measure: no count to read
+        n = None
+    return cls.chance(n)
 
 
 def _probed_specs(
@@ -172,10 +175,10 @@ def _probed_specs(
     extra value names), and key -> parameters."""
     seen: dict[str, tuple[str, list[str]]] = {}
     params: dict[str, dict[str, Any]] = {}
-    for r in pr.list_runs(graph):
-        if r.get("model_key") != model_key or not r.get("measure_specs"):
+    for r in map(read_run, pr.list_runs(graph)):
+        if r.model_key != model_key or not isinstance(r.measure_specs, list):
             continue
-        for spec in json.loads(r["measure_specs"]):
+        for spec in r.measure_specs:
             seen[spec["key"]] = (spec["name"], spec.get("extras") or [])
             params[spec["key"]] = spec.get("params") or {}
     return seen, params

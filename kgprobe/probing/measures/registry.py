@@ -29,8 +29,8 @@ import contextlib
 import math
 import numbers
 import statistics
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, TypeVar
 
 from kgprobe.errors import ConfigError, KgprobeError, PluginError
@@ -38,6 +38,7 @@ from kgprobe.plugins import MEASURES, Registry
 from kgprobe.probing.measures.common import EndMarker, Entity, LabelRule, Runner
 from kgprobe.probing.requests import Request, Result
 from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION
+from kgprobe.types import MeasureKeyParts, MeasureName
 
 #: What a measure can ask the loop to fetch for each fact.
 NEEDS: dict[str, str] = {
@@ -111,10 +112,67 @@ class RunContext:
     end_choice: str = "auto"  # as asked: auto (the model's documented marker), eos, tail, none
 
 
+#: A measure's values for one fact as a plug-in may return them: a plain dict (``"score"``,
+#: ``"known"``, ``"stale"``, the extras; ``"_reason"``/``"_details"`` as :class:`MeasureValue`'s
+#: ``reason``/``details``). The loop turns it into a :class:`MeasureValue` (:func:`checked_values`).
 Values = dict[str, Any]
-#: What a probe calls with each fact it scored (its plan) and the fact's values per measure key
+
+#: the keys a plain dict of values used for :class:`MeasureValue`'s ``reason`` and ``details``
+_REASON, _DETAILS = "_reason", "_details"
+
+
+@dataclass(frozen=True, eq=False)
+class MeasureValue(Mapping[str, Any]):
+    """One measure's outcome on one fact: its ``score`` (None: not scored, ``reason`` says
+    why), the ``stored`` values beside it (``known``, ``stale``, the measure's extras: FACT
+    properties) and ``details``, a per-fact record for results files that is never stored.
+
+    It reads as the plain dict a plug-in returns (``v["score"]``, ``v.get("known")``, with
+    ``"_reason"``/``"_details"`` where set), so an ``on_fact`` callback written for dicts keeps
+    working; kgprobe itself reads the fields."""
+
+    score: float | None
+    reason: str | None = None
+    details: Mapping[str, Any] | None = None
+    stored: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def unscored(cls, reason: str) -> MeasureValue:
+        """A fact the measure cannot score, and why."""
+        return cls(None, reason=reason)
+
+    @classmethod
+    def of(cls, values: Mapping[str, Any]) -> MeasureValue:
+        """``values`` as a MeasureValue: itself, or a plain dict's ``score``, its
+        ``"_reason"``/``"_details"`` keys and every other key as a stored value."""
+        if isinstance(values, MeasureValue):
+            return values
+        reason = values.get(_REASON)
+        return cls(values.get("score"), reason=str(reason) if reason else None,
+                   details=values.get(_DETAILS) or None,
+                   stored={k: v for k, v in values.items() if k not in ("score", _REASON, _DETAILS)})
+
+    def _view(self) -> dict[str, Any]:
+        out = {"score": self.score, **self.stored}
+        if self.reason is not None:
+            out[_REASON] = self.reason
+        if self.details is not None:
+            out[_DETAILS] = self.details
+        return out
+
+    def __getitem__(self, key: str) -> Any:
+        return self._view()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._view())
+
+    def __len__(self) -> int:
+        return len(self._view())
+
+
+#: What a probe calls with each fact it scored (its plan) and the fact's values per measure name
 #: (``probe(on_fact=...)``; kgprobe.reports.results.FactDetails is one).
-OnFact = Callable[[Any, dict[str, Values]], None]
+OnFact = Callable[[Any, dict[MeasureName, MeasureValue]], None]
 
 
 class Measure:
@@ -158,20 +216,21 @@ class Measure:
     def key(self, ctx: RunContext) -> str:
         """The measure part of property names: name, strategy and n for distractor measures,
         then ``<code><value>`` for every parameter (own and shared) that is not its default."""
-        from kgprobe.graph.probe_runs import check_part, key_part
+        from kgprobe.graph.probe_runs import key_part
 
-        parts = [key_part(self.name)]
-        if self.uses_distractors:
-            parts += [key_part(ctx.strategy), f"n{int(ctx.n)}"]
+        rest = []
         for p in self.params:
             v = self.settings[p.name]
             if p.stored and v != p.default:
-                parts.append(key_part(f"{p.code}{v}"))
+                rest.append(key_part(f"{p.code}{v}"))
         if self.uses_labels:
             for sname, v in shared_values(ctx).items():
                 if v != SHARED[sname].default:
-                    parts.append(key_part(f"{SHARED[sname].code}{v}"))
-        return check_part("_".join(parts))
+                    rest.append(key_part(f"{SHARED[sname].code}{v}"))
+        if self.uses_distractors:
+            return MeasureKeyParts(key_part(self.name), key_part(ctx.strategy), int(ctx.n),
+                                   "_".join(rest)).compose()
+        return MeasureKeyParts(key_part(self.name), rest="_".join(rest)).compose()
 
     def config(self, ctx: RunContext) -> dict[str, Any]:
         """Everything that changes this measure's values (goes into the configuration hash)."""
@@ -194,7 +253,8 @@ class Measure:
 
     # --- the two phases the loop calls ---------------------------------------------------------
 
-    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+    def score(self, runner: Runner, facts: Sequence[FactInput],
+              ctx: RunContext) -> Sequence[MeasureValue | Mapping[str, Any]]:
         raise NotImplementedError
 
     def requests(self, facts: Sequence[FactInput], ctx: RunContext) -> list[Request]:
@@ -203,7 +263,8 @@ class Measure:
             self.score(rec, facts, ctx)
         return rec.requests
 
-    def values(self, facts: Sequence[FactInput], ctx: RunContext, results: Replay) -> list[Values]:
+    def values(self, facts: Sequence[FactInput], ctx: RunContext,
+               results: Replay) -> Sequence[MeasureValue | Mapping[str, Any]]:
         return self.score(results, facts, ctx)
 
     # --- per relation --------------------------------------------------------------------------
@@ -247,11 +308,13 @@ def guarded(m: Measure, facts: Sequence[FactInput], phase: Callable[[], _T]) -> 
                           f"{type(exc).__name__}{': ' + text if text else ''}") from exc
 
 
-def checked_values(m: Measure, facts: Sequence[FactInput], values: Any) -> list[Values]:
+def checked_values(m: Measure, facts: Sequence[FactInput], values: Any) -> list[MeasureValue]:
     """``values`` as the contract says a measure returns them (docs/measures.md, "The
-    contract"): a list with one dict per fact, in the facts' order; each ``score`` None (with
-    ``_reason``: not scored) or a finite real number; ``known`` None or a bool; every number
-    among the values that are stored (``score`` and the ``extras``, inside lists too) finite.
+    contract"), as :class:`MeasureValue` (the one place a plug-in's plain dicts become one): a
+    list with one dict (or MeasureValue) per fact, in the facts' order; each ``score`` None
+    (with a reason, ``_reason`` in a dict: not scored) or a finite real number; ``known`` None
+    or a bool; every number among the values that are stored (``score`` and the ``extras``,
+    inside lists too) finite.
     Anything else is one line naming the measure (and its plug-in) and the first fact at fault,
     raised before any value of the batch is stored: :class:`PluginError` for a plug-in,
     :class:`KgprobeError` (a bug) for a built-in. numpy numbers become Python floats."""
@@ -266,12 +329,12 @@ def checked_values(m: Measure, facts: Sequence[FactInput], values: Any) -> list[
     if len(values) != len(facts):
         raise bad(f"returned {len(values)} values for {len(facts)} facts ({_facts_text(facts)}); "
                   "one dict per fact, in order")
-    out: list[Values] = []
-    for f, v in zip(facts, values, strict=True):
-        if not isinstance(v, Mapping):
-            raise bad(f"returned {_kind(v)} for fact {f.key}, not a dict such as {{'score': 0.5}}")
-        v = dict(v)
-        score = v.get("score")
+    out: list[MeasureValue] = []
+    for f, given in zip(facts, values, strict=True):
+        if not isinstance(given, Mapping):
+            raise bad(f"returned {_kind(given)} for fact {f.key}, not a dict such as {{'score': 0.5}}")
+        v = MeasureValue.of(given)
+        score = v.score
         if score is not None:
             if not _is_real(score):
                 raise bad(f"returned score {_kind(score)} for fact {f.key}, not a number "
@@ -279,11 +342,13 @@ def checked_values(m: Measure, facts: Sequence[FactInput], values: Any) -> list[
             if not math.isfinite(score):
                 raise bad(f"returned score {float(score)!r} for fact {f.key}, not a finite number "
                           "(None with a '_reason' marks a fact it cannot score)")
-            v["score"] = score if isinstance(score, int | float) else float(score)
-        if v.get("known") is not None and not isinstance(v["known"], bool):
-            raise bad(f"returned known {_kind(v['known'])} for fact {f.key}, not True, False or None")
+            if not isinstance(score, int | float):
+                v = replace(v, score=float(score))
+        known = v.stored.get("known")
+        if known is not None and not isinstance(known, bool):
+            raise bad(f"returned known {_kind(known)} for fact {f.key}, not True, False or None")
         for name in m.extras:
-            found = _non_finite(v.get(name))
+            found = _non_finite(v.stored.get(name))
             if found is not None:
                 raise bad(f"returned {name} {found!r} for fact {f.key}, not a finite number")
         out.append(v)
