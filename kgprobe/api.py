@@ -51,6 +51,7 @@ from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
 
 if TYPE_CHECKING:
     from kgprobe.app.probe_sets import SetResults
+    from kgprobe.graph.server import ManagedServer
     from kgprobe.probing.config import ProbeSummary
     from kgprobe.probing.measures.registry import OnFact
     from kgprobe.probing.score import CandidateScore
@@ -431,7 +432,7 @@ def ingest(
     return Ingested(ingest_sources(sources, resume=resume, **options))
 
 
-def _bulk_arcadedb(settings: Settings) -> Any:
+def _bulk_arcadedb(settings: Settings) -> ManagedServer:
     """The managed server a bulk load imports into: ArcadeDB (its GraphImporter is ArcadeDB's
     own offline tool), or one line saying that the configured managed server is not it."""
     from kgprobe.graph.server import ManagedServer

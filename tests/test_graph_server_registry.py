@@ -112,3 +112,50 @@ def test_an_installed_server_is_listed_and_is_the_one_started(site: Path, tmp_pa
     finally:
         stopped = _run(env, "db", "stop", "--json")
     assert stopped.returncode == 0 and json.loads(stopped.stdout) == {"stopped": True}, stopped
+
+
+def test_the_readme_example_is_the_package() -> None:
+    """The README's worked example shows the example package's module and pyproject.toml as
+    they are."""
+    repo = Path(__file__).resolve().parent.parent
+    part = (repo / "README.md").read_text(encoding="utf-8").split(
+        "### A managed graph server of your own", 1)[1].split("\n### ", 1)[0]
+    example = repo / "examples" / "kgprobe-ownarcade"
+    for path in (example / "kgprobe_ownarcade" / "__init__.py", example / "pyproject.toml"):
+        assert path.read_text(encoding="utf-8") in part, path
+
+
+#: a graph server that is not ArcadeDB, from a module named by --plugin (it never starts)
+ELSEWHERE = '''
+from kgprobe.graph.servers import GRAPH_SERVERS, GraphServer
+
+
+@GRAPH_SERVERS.register
+class Elsewhere(GraphServer):
+    """A server that is not ArcadeDB."""
+
+    name = "elsewhere"
+    summary = "a graph server that is not ArcadeDB"
+
+    def start(self, timeout=90.0):
+        raise AssertionError("started")
+
+    stop = info = wipe = credentials = credentials_kept = start
+'''
+
+
+def test_bulk_into_a_server_that_is_not_arcadedb_is_one_line(tmp_path: Path) -> None:
+    """`ingest --bulk` loads the managed ArcadeDB by its own GraphImporter: with KGPROBE_SERVER
+    naming another server (here from a `--plugin` module) it is refused in one line, exit 2,
+    before any file is read or written and before any server is started."""
+    (tmp_path / "plug").mkdir()
+    (tmp_path / "plug" / "kgprobe_elsewhere.py").write_text(ELSEWHERE, encoding="utf-8")
+    repo = Path(__file__).resolve().parent.parent
+    env = with_path(_env(tmp_path / "home", KGPROBE_SERVER="elsewhere"), tmp_path / "plug")
+    source = repo / "tests" / "fixtures" / "wikidata" / "entity-json" / "Q8413.json"
+    r = _run(env, "--plugin", "kgprobe_elsewhere", "ingest", str(source), "--bulk", str(tmp_path / "bulk"))
+    assert (r.returncode, r.stdout) == (2, ""), r
+    assert r.stderr == ("error: --bulk loads the managed ArcadeDB only; the managed graph server is "
+                        "'elsewhere' (set by environment variable KGPROBE_SERVER): unset it, or "
+                        "ingest without --bulk\n"), r.stderr
+    assert not (tmp_path / "bulk").exists() and not (tmp_path / "home").exists()
