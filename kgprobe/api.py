@@ -51,6 +51,7 @@ from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
 
 if TYPE_CHECKING:
     from kgprobe.app.probe_sets import SetResults
+    from kgprobe.graph.server import ManagedServer
     from kgprobe.probing.config import ProbeSummary
     from kgprobe.probing.measures.registry import MeasureValue, OnFact
     from kgprobe.probing.score import CandidateScore
@@ -361,6 +362,7 @@ def bulk_ingest(
         from kgprobe.graph.bulk_arcadedb import refuse_non_empty
 
         check_bulk_dir(Path(directory))  # before the server is started
+        _bulk_arcadedb(settings)
         with connect(settings) as graph:  # refused before any file is read
             refuse_non_empty(graph, str(settings.home))
     records = _records_for(
@@ -430,6 +432,20 @@ def ingest(
     return Ingested(ingest_sources(sources, resume=resume, **options))
 
 
+def _bulk_arcadedb(settings: Settings) -> ManagedServer:
+    """The managed server a bulk load imports into: ArcadeDB (its GraphImporter is ArcadeDB's
+    own offline tool), or one line saying that the configured managed server is not it."""
+    from kgprobe.graph.server import ManagedServer
+    from kgprobe.graph.servers import graph_server
+
+    server = graph_server(settings)
+    if not isinstance(server, ManagedServer):
+        raise ConfigError(f"--bulk loads the managed ArcadeDB only; the managed graph server is "
+                          f"{settings.server!r} (set by {settings.server_from}): unset it, or "
+                          "ingest without --bulk")
+    return server
+
+
 def _arcadedb_import(files: Any, settings: Any, batch_size: int) -> str:
     """Import ``files`` into the managed ArcadeDB (stopped for it), then the schema and what
     the importer cannot write (graph/bulk_arcadedb.py); returns the importer's closing line."""
@@ -438,10 +454,8 @@ def _arcadedb_import(files: Any, settings: Any, batch_size: int) -> str:
         write_after_import,
         write_arcadedb_files,
     )
-    from kgprobe.graph.server import ManagedServer
-
+    server = _bulk_arcadedb(settings)
     arcade = write_arcadedb_files(files)
-    server = ManagedServer(settings)
     closing = server.while_stopped(
         lambda java, classpath, database: run_graph_importer(arcade, java, classpath, database, settings.heap))
     with connect(settings) as graph:  # the first connection creates the constraints and indexes

@@ -213,7 +213,7 @@ def version(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -
 
 # --- commands are added below this line, one function each; keep them thin -----------------
 
-db_app = typer.Typer(help="Manage the local graph server (ArcadeDB over Bolt, 127.0.0.1 only).", no_args_is_help=True)
+db_app = typer.Typer(help="Manage the local graph server (KGPROBE_SERVER: ArcadeDB by default, or a plug-in's; over Bolt, 127.0.0.1 only).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 
@@ -903,7 +903,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
 @app.command()
 def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
     """Every extension kind (measures, scoring backends, loader formats, distractor strategies,
-    report sections) with its entries and where each came from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
+    report sections, managed graph servers) with its entries and where each came from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
     --plugin before the command: kgprobe --plugin my_module plugins).
 
     Example: kgprobe plugins --json"""
@@ -913,6 +913,7 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
     from rich.table import Table
 
     from kgprobe import loaders  # noqa: F401  (the loader registry and its built-ins)
+    from kgprobe.app import db  # noqa: F401  (the graph server registry, through its workflows)
     from kgprobe.plugins import GROUPS, KINDS
     from kgprobe.probing import (
         backends,  # noqa: F401  (the backend registry and its built-ins)

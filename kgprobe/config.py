@@ -28,8 +28,13 @@ ENV_HOME = "KGPROBE_HOME"
 ENV_CONFIG = "KGPROBE_CONFIG"
 ENV_BOLT_PORT = "KGPROBE_BOLT_PORT"
 ENV_HTTP_PORT = "KGPROBE_HTTP_PORT"
+ENV_SERVER = "KGPROBE_SERVER"
+#: the managed graph server used when ``KGPROBE_SERVER`` / key ``server`` names none
+#: (kgprobe.graph.servers.GRAPH_SERVERS)
+DEFAULT_SERVER = "arcadedb"
 
-CONFIG_KEYS = ("uri", "user", "password", "database", "home", "bolt_port", "http_port", "heap", "lockout_wait")
+CONFIG_KEYS = ("uri", "user", "password", "database", "home", "bolt_port", "http_port", "heap", "lockout_wait",
+               "server")
 ENV_LOCKOUT_WAIT = "KGPROBE_LOCKOUT_WAIT"
 DEFAULT_LOCKOUT_WAIT = 120.0  # seconds; ArcadeDB locks a user for 30 s, Neo4j 5 for 5 s
 BOLT_SCHEMES = ("bolt", "bolt+s", "bolt+ssc", "neo4j", "neo4j+s", "neo4j+ssc")
@@ -150,7 +155,8 @@ def tighten_tree(root: Path) -> None:
 
 @dataclass
 class Settings:
-    """How to reach the graph. ``uri`` None means: use (and start) the managed ArcadeDB server."""
+    """How to reach the graph. ``uri`` None means: use (and start) the managed graph server that
+    ``server`` names (the built-in ArcadeDB by default)."""
 
     uri: str | None = None
     user: str = "neo4j"
@@ -168,6 +174,10 @@ class Settings:
     # for is used or refused in one line, never silently swapped for a free one.
     bolt_port_from: str | None = None
     http_port_from: str | None = None
+    #: which managed graph server runs when ``uri`` is None (a name of
+    #: kgprobe.graph.servers.GRAPH_SERVERS), and where that name came from (None: the default)
+    server: str = DEFAULT_SERVER
+    server_from: str | None = None
 
     @property
     def managed(self) -> bool:
@@ -218,6 +228,9 @@ class Settings:
             origin = (f"environment variable {env}" if os.environ.get(env)
                       else f"key {key!r} of {path}" if raw not in (None, "") else None)
             ports[key] = (_port(raw, origin), origin) if origin else (default, None)
+        server = pick(ENV_SERVER, "server")
+        server_from = (f"environment variable {ENV_SERVER}" if os.environ.get(ENV_SERVER)
+                       else f"key 'server' of {path}" if server not in (None, "") else None)
         lockout_wait = _seconds(pick(ENV_LOCKOUT_WAIT, "lockout_wait"), ENV_LOCKOUT_WAIT, DEFAULT_LOCKOUT_WAIT)
         return cls(
             uri=str(uri) if uri else None,
@@ -232,6 +245,8 @@ class Settings:
             heap=str(pick("KGPROBE_DB_HEAP", "heap") or "2g"),
             lockout_wait=lockout_wait,
             password_from=password_from,
+            server=str(server).strip() if server_from else DEFAULT_SERVER,
+            server_from=server_from,
         )
 
 

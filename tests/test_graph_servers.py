@@ -78,7 +78,7 @@ def test_two_writers_merging_one_new_entity_end_with_one_node_on_either_server(g
     `write_retrying` treats that refusal as retryable, so a re-run batch completes."""
     from neo4j.exceptions import ConstraintError, Neo4jError
 
-    from kgprobe.graph.ingest import _transient  # the classifier write_retrying uses
+    # graph.transient: the connected server's rule (GraphServer.transient), which write_retrying asks
 
     merge = "MERGE (e:Entity {qid: 'Q42'}) ON CREATE SET e.label = $who"
     driver = graph._driver
@@ -117,7 +117,7 @@ def test_two_writers_merging_one_new_entity_end_with_one_node_on_either_server(g
         refused = [v for v in outcome.values() if v != "committed"]
         assert not blocked and len(refused) == 1, outcome
         assert isinstance(refused[0], ConstraintError) or "Duplicated key" in str(refused[0]), outcome
-        assert _transient(refused[0])
+        assert graph.transient(refused[0])
 
 
 def test_reading_an_absent_property_logs_no_server_notification(graph: Any, caplog: Any) -> None:

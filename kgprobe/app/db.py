@@ -8,19 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from kgprobe.config import Settings, config_path, redact
-from kgprobe.errors import ConfigError, KgprobeError
+from kgprobe.errors import KgprobeError
 from kgprobe.graph.client import connect
-from kgprobe.graph.server import ManagedServer, ServerInfo
+from kgprobe.graph.servers import GraphServer, ServerInfo, graph_server
 
 
-def managed_server(settings: Settings | None = None, *, secrets: bool = True) -> ManagedServer:
-    """The managed server; ``secrets=False`` for a workflow that uses no password from the
-    config file (``db stop``), so it works whatever that file's mode. Refused when
-    ``NEO4J_URI`` names a server kgprobe does not manage."""
-    settings = settings or Settings.load(secrets=secrets)
-    if settings.uri:
-        raise ConfigError(f"NEO4J_URI is set ({settings.uri}): that server is not managed by kgprobe")
-    return ManagedServer(settings)
+def managed_server(settings: Settings | None = None, *, secrets: bool = True) -> GraphServer:
+    """The managed server that the setting ``server`` names (``KGPROBE_SERVER``; the built-in
+    ArcadeDB by default), looked up in ``GRAPH_SERVERS``; ``secrets=False`` for a workflow that
+    uses no password from the config file (``db stop``), so it works whatever that file's mode.
+    Refused when ``NEO4J_URI`` names a server kgprobe does not manage."""
+    return graph_server(settings or Settings.load(secrets=secrets))
 
 
 @dataclass(frozen=True)
@@ -95,12 +93,10 @@ def db_status(*, settings: Settings | None = None) -> DbStatus:
             config=str(config_path()), server=server_agent(settings, running=True))
     server = managed_server(settings)
     info = server.info()
+    user, password = server.credentials_kept()  # where they are kept, never them
     return DbStatus(
         managed=True, running=info.running, pid=info.pid, uri=info.uri,
-        # The Bolt user's name is a secret like its password: knowing it is what it takes
-        # to lock it out (docs/guarantees.md).
-        user=f'key "user" of {server.state_file} (mode 0600)', database=info.database,
-        password=f'key "user_password" of {server.state_file} (mode 0600)',
+        user=user, database=info.database, password=password,
         http_port=info.http_port, home=str(info.home), config=str(config_path()),
         server=server_agent(settings, running=info.running))
 

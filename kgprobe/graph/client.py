@@ -26,6 +26,7 @@ from neo4j.exceptions import (
 
 from kgprobe.config import Settings, redact
 from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut, lockout_waits
+from kgprobe.graph.servers import graph_server, transient_error
 
 # Neo4j 5 answers a read of a property no node has yet ("pit_precision", a qualifier this
 # graph lacks) with a warning notification, which the driver logs to stderr on every call:
@@ -57,11 +58,15 @@ class Graph:
     def __init__(
         self, uri: str, user: str, password: str, database: str | None, *,
         lockout_wait: float = 0.0, locked_out: Callable[[], bool] | None = None, shown_user: str | None = None,
+        transient: Callable[[BaseException], bool] = transient_error,
     ) -> None:
         self.uri = redact(uri)  # for messages; Settings already strips user info, be sure
         self.database = database
         # ``shown_user``: how messages name the user, when its name is a secret itself
         self._user, self._lockout_wait, self._locked_out = shown_user or user, lockout_wait, locked_out
+        #: the server's rule: which refusals of a write a retry of the whole batch can cure
+        #: (``GraphServer.transient``; ingest's ``write_retrying`` asks it)
+        self.transient = transient
         try:
             self._driver = GraphDatabase.driver(
                 uri, auth=(user, password), connection_timeout=10, max_transaction_retry_time=15
@@ -273,7 +278,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def connect(settings: Settings | None = None, *, ensure_schema: bool = True, autostart: bool = True) -> Graph:
-    """Connect to the configured graph; start the managed server when none is configured."""
+    """Connect to the configured graph; start the managed server (``settings.server``,
+    :func:`~kgprobe.graph.servers.graph_server`) when none is configured."""
     settings = settings or Settings.load()
     if settings.uri:
         if settings.password is None:
@@ -284,16 +290,15 @@ def connect(settings: Settings | None = None, *, ensure_schema: bool = True, aut
         graph = Graph(settings.uri, settings.user, settings.password, settings.database,
                       lockout_wait=settings.lockout_wait)
     else:
-        from kgprobe.graph.server import ManagedServer
-
-        server = ManagedServer(settings)
+        server = graph_server(settings)
         info = server.start() if autostart else server.info()
         if not info.running:
             raise GraphUnavailable("the managed graph server is not running; run `kgprobe db start`")
         user, password = server.credentials()
+        kept = server.credentials_kept()[0].removesuffix(" (mode 0600)")
         graph = Graph(info.uri, user, password, info.database, lockout_wait=settings.lockout_wait,
                       locked_out=lambda: server.locked_out(user, password),
-                      shown_user=f'kgprobe\'s own (key "user" of {server.state_file})')
+                      shown_user=f"kgprobe's own ({kept})", transient=server.transient)
     if ensure_schema:
         from kgprobe.graph.schema import ensure_schema as _ensure
 

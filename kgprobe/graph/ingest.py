@@ -26,7 +26,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from neo4j.exceptions import ConstraintError, DriverError, Neo4jError, TransientError
+from neo4j.exceptions import DriverError, Neo4jError
 
 from kgprobe.errors import ConfigError, GraphUnavailable, InputError
 from kgprobe.graph.client import Graph
@@ -262,16 +262,6 @@ def _first_line(exc: BaseException) -> str:
     return line if len(line) <= 300 else line[:300] + "…"
 
 
-def _transient(exc: BaseException) -> bool:
-    """A refusal that retrying can cure: ArcadeDB raises a duplicate-key ConstraintError where
-    two writers MERGE the same new node at once (Neo4j would lock), or a concurrent-modification
-    error; MERGE is idempotent, so the whole batch can simply run again."""
-    if isinstance(exc, (TransientError, ConstraintError)):
-        return True
-    text = str(exc)
-    return "oncurrent" in text or "Duplicated key" in text
-
-
 Statements = list[tuple[str, dict[str, Any]]]
 
 
@@ -290,7 +280,7 @@ def write_retrying(
         except GraphUnavailable:
             raise
         except (Neo4jError, DriverError, OverflowError, TypeError, ValueError) as exc:
-            if attempt < RETRIES and _transient(exc):
+            if attempt < RETRIES and graph.transient(exc):
                 wait = min(RETRY_MAX_S, RETRY_FIRST_S * 2**attempt)
                 time.sleep(wait * (0.5 + random.random()))  # noqa: S311 - jitter, not data
                 continue

@@ -38,7 +38,6 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -51,8 +50,9 @@ from kgprobe.config import (
     write_private_text,
 )
 from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut, lockout_waits
+from kgprobe.graph.servers import DATABASE, GraphServer, ServerInfo
 
-DATABASE = "kgprobe"
+__all__ = ["DATABASE", "ManagedServer", "ServerInfo", "free_port", "port_open", "process_start_time"]
 ADMIN = "root"  # ArcadeDB's administrator: HTTP set-up only, never Bolt (see the module docstring)
 SERVER_CLASS = "com.arcadedb.server.ArcadeDBServer"
 # What ArcadeDB answers, before it checks the password, while a user name is locked.
@@ -130,23 +130,15 @@ def process_start_time(pid: int) -> str | None:
         return None
 
 
-@dataclass
-class ServerInfo:
-    running: bool
-    pid: int | None
-    uri: str
-    http_port: int
-    bolt_port: int
-    home: Path
-    database: str = DATABASE
+class ManagedServer(GraphServer):
+    """One ArcadeDB server per data directory: the built-in entry ``arcadedb`` of
+    :data:`~kgprobe.graph.servers.GRAPH_SERVERS` (the default of ``KGPROBE_SERVER``)."""
 
-
-class ManagedServer:
-    """One ArcadeDB server per data directory."""
+    name = "arcadedb"
+    summary = "ArcadeDB from the arcadedb-embedded wheel, over Bolt on 127.0.0.1"
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.home = settings.home.absolute()  # the JVM runs in another cwd; identity checks compare argv
+        super().__init__(settings)  # home absolute: the JVM runs in another cwd; identity checks compare argv
         self.state_file = self.home / "server.json"
         self.pid_file = self.home / "server.pid"
         self.log_file = self.home / "server.log"
@@ -218,6 +210,12 @@ class ManagedServer:
                 f"the graph server of {self.home} has no kgprobe user yet; run `kgprobe db start`"
             )
         return str(state["user"]), str(state["user_password"])
+
+    def credentials_kept(self) -> tuple[str, str]:
+        """The user's name is a secret like its password: knowing it is what it takes to lock
+        it out (docs/guarantees.md); both are keys of server.json, 0600."""
+        return (f'key "user" of {self.state_file} (mode 0600)',
+                f'key "user_password" of {self.state_file} (mode 0600)')
 
     def _user_ready(self, state: dict[str, object] | None = None) -> bool:
         """True when server.json names a Bolt user and ArcadeDB's users file holds it."""
