@@ -142,3 +142,11 @@ def test_a_broken_template_format_plugin_is_one_line(tmp_path: Path) -> None:
     assert r.stderr.startswith("error: plugin module lama_again: TypeError: template format name 'lama' of "
                                "lama_again.Mine is taken by the built-in template format"), r.stderr
     assert len(r.stderr.splitlines()) == 1
+
+
+def test_the_docs_example_is_the_package() -> None:
+    """docs/templates.md shows the example package's module and pyproject.toml as they are."""
+    doc = (REPO / "docs" / "templates.md").read_text(encoding="utf-8")
+    part = doc.split("### Worked example: adding a template format", 1)[1].split("\n## ", 1)[0]
+    for path in (EXAMPLE / "kgprobe_pidcsv" / "__init__.py", EXAMPLE / "pyproject.toml"):
+        assert path.read_text(encoding="utf-8") in part, path
