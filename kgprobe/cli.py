@@ -28,6 +28,7 @@ from kgprobe.app.options import relations as _relations
 from kgprobe.checks import DEFAULT_THRESHOLD
 from kgprobe.errors import KgprobeError
 from kgprobe.loaders import SUPPORTED
+from kgprobe.loaders.templates import folder_formats as template_folder_formats
 from kgprobe.loaders.templates import formats_help as template_formats_help
 from kgprobe.probing.strategies import help_text as strategy_help
 from kgprobe.progress import console as safe_console
@@ -406,7 +407,7 @@ app.add_typer(templates_app, name="templates")
 
 @templates_app.command("import")
 def templates_import(
-    file: str = typer.Argument(..., help="Template file (or a folder of P*.jsonl / P*.txt for pararel, lpaqa)."),
+    file: str = typer.Argument(..., help=f"Template file (or a folder of P* files for {', '.join(template_folder_formats(plugins=False))})."),
     fmt: str = typer.Option(..., "--format", "-f", help=f"{template_formats_help(plugins=False)}, or a plug-in's (kgprobe plugins)."),
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable. One names the relation of a single file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),

@@ -41,11 +41,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_built_in_formats_are_the_registry() -> None:
     """The eight formats are the registry's entries, the names tuple and the help are read
     from it, and each entry reads its own kind of file (a folder for pararel and lpaqa)."""
-    from kgprobe.loaders.templates import FORMATS, TEMPLATE_FORMATS, formats_help
+    from kgprobe.loaders.templates import FORMATS, TEMPLATE_FORMATS, folder_formats, formats_help
 
     assert list(TEMPLATE_FORMATS) == BUILT_IN and tuple(BUILT_IN) == FORMATS
     assert formats_help(plugins=False) == "lama, pararel, lpaqa, wikifactdiff, bear, kamel, templama or kgprobe"
-    assert [n for n, c in TEMPLATE_FORMATS.items() if c.folder] == ["pararel", "lpaqa"]
+    assert folder_formats(plugins=False) == ("pararel", "lpaqa")
 
 
 def test_a_bad_template_format_is_refused() -> None:

@@ -358,6 +358,12 @@ def format_names(*, plugins: bool = True) -> tuple[str, ...]:
     return tuple(TEMPLATE_FORMATS.load() if plugins else TEMPLATE_FORMATS)
 
 
+def folder_formats(*, plugins: bool = True) -> tuple[str, ...]:
+    """The formats that read a folder of ``P*`` files (``plugins``: load them first)."""
+    formats = TEMPLATE_FORMATS.load() if plugins else TEMPLATE_FORMATS
+    return tuple(name for name, cls in formats.items() if cls.folder)
+
+
 def formats_help(*, plugins: bool = True) -> str:
     """The names as a help text reads them: ``lama, pararel, ... or kgprobe``."""
     names = format_names(plugins=plugins)
@@ -396,6 +402,7 @@ __all__ = [
     "TEMPLATE_FORMATS",
     "TemplateFormat",
     "derive_style",
+    "folder_formats",
     "format_names",
     "formats_help",
     "make_record",
