@@ -28,6 +28,8 @@ from kgprobe.app.options import relations as _relations
 from kgprobe.checks import DEFAULT_THRESHOLD
 from kgprobe.errors import KgprobeError
 from kgprobe.loaders import SUPPORTED
+from kgprobe.loaders.templates import folder_formats as template_folder_formats
+from kgprobe.loaders.templates import formats_help as template_formats_help
 from kgprobe.probing.strategies import help_text as strategy_help
 from kgprobe.progress import console as safe_console
 from kgprobe.progress import output_width, visible
@@ -176,7 +178,7 @@ _verbose = False
 def _root(
     _version: bool = typer.Option(False, "--version", callback=_version_callback, is_eager=True,
                                   help="Print kgprobe's version and exit."),
-    plugin: list[str] = typer.Option(None, "--plugin", metavar="MODULE", help="Import this module's plug-ins (measures, backends, loader formats, distractor strategies); repeatable. Also KGPROBE_PLUGINS=mod1,mod2."),
+    plugin: list[str] = typer.Option(None, "--plugin", metavar="MODULE", help="Import this module's plug-ins (measures, backends, loader formats, distractor strategies, template formats, ...); repeatable. Also KGPROBE_PLUGINS=mod1,mod2."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display (results and errors still print)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what is loaded (plug-ins) to stderr, and show the cause of an error."),
 ) -> None:
@@ -405,8 +407,8 @@ app.add_typer(templates_app, name="templates")
 
 @templates_app.command("import")
 def templates_import(
-    file: str = typer.Argument(..., help="Template file (or a folder of P*.jsonl / P*.txt for pararel, lpaqa)."),
-    fmt: str = typer.Option(..., "--format", "-f", help="lama, pararel, lpaqa, wikifactdiff, bear, kamel, templama or kgprobe."),
+    file: str = typer.Argument(..., help=f"Template file (or a folder of P* files for {', '.join(template_folder_formats(plugins=False))})."),
+    fmt: str = typer.Option(..., "--format", "-f", help=f"{template_formats_help(plugins=False)}, or a plug-in's (kgprobe plugins)."),
     relation: list[str] = typer.Option(None, "--relation", "-r", help="Only these relations (PIDs); repeatable. One names the relation of a single file."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
@@ -903,7 +905,7 @@ def models(as_json: bool = typer.Option(False, "--json", help="Print one JSON do
 @app.command()
 def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON document.")) -> None:
     """Every extension kind (measures, scoring backends, loader formats, distractor strategies,
-    report sections, managed graph servers) with its entries and where each came from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
+    report sections, managed graph servers, template formats) with its entries and where each came from: built-in, an installed package's entry point, --plugin or KGPROBE_PLUGINS (give
     --plugin before the command: kgprobe --plugin my_module plugins).
 
     Example: kgprobe plugins --json"""
@@ -914,6 +916,7 @@ def plugins(as_json: bool = typer.Option(False, "--json", help="Print one JSON d
 
     from kgprobe import loaders  # noqa: F401  (the loader registry and its built-ins)
     from kgprobe.app import db  # noqa: F401  (the graph server registry, through its workflows)
+    from kgprobe.loaders import templates  # noqa: F401  (the template format registry)
     from kgprobe.plugins import GROUPS, KINDS
     from kgprobe.probing import (
         backends,  # noqa: F401  (the backend registry and its built-ins)

@@ -6,8 +6,9 @@ Every extension kind is one contract (a base class) and one :class:`Registry` of
 (:data:`kgprobe.probing.backends.base.BACKENDS`), loader formats
 (:data:`kgprobe.loaders.formats.LOADERS`), distractor strategies
 (:data:`kgprobe.probing.strategies.STRATEGIES`), report sections
-(:data:`kgprobe.reports.sections.SECTIONS`) and managed graph servers
-(:data:`kgprobe.graph.servers.GRAPH_SERVERS`). A registry takes entries by decorator, finds
+(:data:`kgprobe.reports.sections.SECTIONS`), managed graph servers
+(:data:`kgprobe.graph.servers.GRAPH_SERVERS`) and template formats
+(:data:`kgprobe.loaders.templates.TEMPLATE_FORMATS`). A registry takes entries by decorator, finds
 them by name, loads its entry-point group once, knows where each entry came from (for one-line
 errors) and lists them (``kgprobe plugins``, ``kgprobe models``).
 
@@ -16,7 +17,8 @@ A plug-in is a module that registers entries of any kind when it is imported. Tw
 - an installed distribution declares an entry point in the group of its kind: :data:`MEASURES`
   (``kgprobe.measures``), :data:`BACKENDS` (``kgprobe.backends``), :data:`LOADERS`
   (``kgprobe.loaders``), :data:`STRATEGIES` (``kgprobe.strategies``), :data:`REPORT_SECTIONS`
-  (``kgprobe.report_sections``) or :data:`GRAPH_SERVERS` (``kgprobe.graph_servers``); its value
+  (``kgprobe.report_sections``), :data:`GRAPH_SERVERS` (``kgprobe.graph_servers``) or
+  :data:`TEMPLATE_FORMATS` (``kgprobe.template_formats``); its value
   names a module
   (imported) or an object in one (``pkg.mod:Top1``, loaded and handed to the caller);
 - a module named on the command line (``kgprobe --plugin MODULE``, repeatable) or in
@@ -48,7 +50,8 @@ LOADERS = "kgprobe.loaders"
 STRATEGIES = "kgprobe.strategies"
 REPORT_SECTIONS = "kgprobe.report_sections"
 GRAPH_SERVERS = "kgprobe.graph_servers"
-GROUPS = (MEASURES, BACKENDS, LOADERS, STRATEGIES, REPORT_SECTIONS, GRAPH_SERVERS)
+TEMPLATE_FORMATS = "kgprobe.template_formats"
+GROUPS = (MEASURES, BACKENDS, LOADERS, STRATEGIES, REPORT_SECTIONS, GRAPH_SERVERS, TEMPLATE_FORMATS)
 ENV_PLUGINS = "KGPROBE_PLUGINS"
 
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")

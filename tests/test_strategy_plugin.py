@@ -62,7 +62,7 @@ def test_installed_strategy_through_distractors_and_probe(graph: Any, kgprobe_en
     listed = json.loads(kgprobe("plugins", "--json", env=env).stdout)["plugins"]
     assert list(dict.fromkeys(p["kind"] for p in listed)) == ["measure", "backend", "loader",
                                                               "distractor strategy", "report section",
-                                                              "graph server"]
+                                                              "graph server", "template format"]
     assert [(p["name"], p["origin"]) for p in listed if p["kind"] == "distractor strategy"] == [
         ("random", "built-in"), ("sem", "built-in"), ("temp+sem", "built-in"), ("appropt", "built-in"),
         ("shortest", "entry point shortest = kgprobe_shortest of kgprobe-shortest 0.1.0 (kgprobe.strategies)")]

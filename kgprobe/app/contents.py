@@ -17,8 +17,7 @@ from kgprobe.graph.client import Graph, connect
 from kgprobe.graph.query import run_query
 from kgprobe.graph.stats import graph_stats
 from kgprobe.graph.templates import import_templates, list_templates
-from kgprobe.loaders.templates import FORMATS as TEMPLATE_FORMATS
-from kgprobe.loaders.templates import read_templates
+from kgprobe.loaders.templates import format_names, read_templates
 from kgprobe.records import TemplateRecord
 
 
@@ -63,8 +62,9 @@ def templates_import(file: str | Path, *, format: str, relation: str | Iterable[
     """Import the relation templates of ``file`` (a folder for pararel, lpaqa) written in
     ``format`` into the graph; returns how many were new (re-importing adds nothing). One
     ``relation`` names the relation of a single file; several keep only theirs."""
-    if format not in TEMPLATE_FORMATS:  # checked before the graph is contacted
-        raise ConfigError(f"unknown template format {format!r}; one of {', '.join(TEMPLATE_FORMATS)}")
+    names = format_names()  # the registry's, plug-ins loaded; checked before the graph is contacted
+    if format not in names:
+        raise ConfigError(f"unknown template format {format!r}; one of {', '.join(names)}")
     require_file(file, "file or folder")
     wanted = relations(relation)
     check_pids(wanted)

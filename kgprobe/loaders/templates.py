@@ -9,6 +9,12 @@ shape), ParaRel ``patterns/P*.jsonl``, LPAQA prompt files (``P*.txt`` one per li
 with ``template``), WikiFactDiff ``best_templates.json`` (``XXXX`` / ``____``), BEAR
 ``metadata_relations.json``, KAMEL ``question-templates.csv`` (``[S]``), TempLAMA
 ``templates.csv`` (``<subject>`` / ``<object>``) and kgprobe's own JSONL.
+
+Each format is one :class:`TemplateFormat` (name, description, whether it takes a folder,
+``read``) in the registry :data:`TEMPLATE_FORMATS` (entry-point group
+``kgprobe.template_formats``, docs/design.md §8): the list of names, the reader chosen by
+``--format`` and the CLI's help are read from it, so a new format is one class in one module
+(or one installed package).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from kgprobe.errors import InputError
 from kgprobe.loaders.common import (
@@ -28,6 +34,8 @@ from kgprobe.loaders.common import (
     max_json_chars,
     read_text_file,
 )
+from kgprobe.plugins import TEMPLATE_FORMATS as TEMPLATE_FORMAT_GROUP
+from kgprobe.plugins import Registry
 from kgprobe.records import (
     STYLE_OBJECT_INSIDE,
     STYLE_OBJECT_LAST,
@@ -41,8 +49,6 @@ from kgprobe.records import (
 
 SUBJECT = "[X]"
 OBJECT = "[Y]"
-
-FORMATS = ("lama", "pararel", "lpaqa", "wikifactdiff", "bear", "kamel", "templama", "kgprobe")
 
 _SPACES_RE = re.compile(r"[ \t]+")
 _PID_IN_NAME_RE = re.compile(r"(P[1-9][0-9]*)")
@@ -242,6 +248,128 @@ def read_kgprobe(path: Path) -> Iterator[TemplateRecord]:
         yield rec
 
 
+class TemplateFormat:
+    """One relation-template format of ``kgprobe templates import --format NAME``.
+
+    A plug-in subclasses it, sets ``name`` and ``description`` (and ``folder`` when it reads a
+    folder of ``P*`` files) and writes :meth:`read`; ``@TEMPLATE_FORMATS.register`` (or an entry
+    point of the group ``kgprobe.template_formats``) makes ``--format NAME`` read its files."""
+
+    #: the format's name (``--format NAME``, ``kgprobe plugins``)
+    name: ClassVar[str] = ""
+    #: one line for the help text and ``kgprobe plugins``
+    description: ClassVar[str] = ""
+    #: ``path`` may be a folder of ``P*`` files (one relation each)
+    folder: ClassVar[bool] = False
+
+    def read(self, path: Path, relation: str | None) -> Iterator[TemplateRecord]:
+        """The templates of ``path`` (an existing file, or a folder when :attr:`folder`), built
+        with :func:`make_record`; ``relation`` names the relation of a file whose name carries
+        none (records of other relations are dropped by the caller). A bad file is one
+        :class:`~kgprobe.errors.InputError` line."""
+        raise NotImplementedError
+
+
+def _check_format(cls: type[TemplateFormat]) -> None:
+    """What every template format must declare before it is registered."""
+    if not cls.description:
+        raise TypeError(f"template format {cls.__name__} has no description")
+    if cls.read is TemplateFormat.read:
+        raise TypeError(f"template format {cls.__name__} has no read()")
+
+
+#: every template format by name: the built-ins below, then the plug-ins of
+#: ``kgprobe.template_formats``
+TEMPLATE_FORMATS: Registry[type[TemplateFormat]] = Registry(
+    "template format", TEMPLATE_FORMAT_GROUP, TemplateFormat, check=_check_format,
+    describe=lambda cls: cls.description)
+
+
+@TEMPLATE_FORMATS.register
+class Lama(TemplateFormat):
+    name, description = "lama", "LAMA relations.jsonl (relation, template)"
+
+    def read(self, path: Path, relation: str | None) -> Iterator[TemplateRecord]:
+        return read_lama(path)
+
+
+@TEMPLATE_FORMATS.register
+class Pararel(TemplateFormat):
+    name, description, folder = "pararel", "ParaRel patterns/P*.jsonl (pattern)", True
+
+    def read(self, path: Path, relation: str | None) -> Iterator[TemplateRecord]:
+        return read_pararel(path, relation)
+
+
+@TEMPLATE_FORMATS.register
+class Lpaqa(TemplateFormat):
+    name, description, folder = "lpaqa", "LPAQA prompts P*.txt or P*.jsonl (template)", True
+
+    def read(self, path: Path, relation: str | None) -> Iterator[TemplateRecord]:
+        return read_lpaqa(path, relation)
+
+
+@TEMPLATE_FORMATS.register
+class WikiFactDiff(TemplateFormat):
+    name, description = "wikifactdiff", "WikiFactDiff best_templates.json (XXXX / ____)"
+
+    def read(self, path: Path, relation: str | None) -> Iterator[TemplateRecord]:
+        return read_wikifactdiff(path)
+
+
+@TEMPLATE_FORMATS.register
+class Bear(TemplateFormat):
+    name, description = "bear", "BEAR metadata_relations.json (templates)"
+
+    def read(self, path: Path, relation: str | None) -> Iterator[TemplateRecord]:
+        return read_bear(path)
+
+
+@TEMPLATE_FORMATS.register
+class Kamel(TemplateFormat):
+    name, description = "kamel", "KAMEL question-templates.csv (PID, question with [S])"
+
+    def read(self, path: Path, relation: str | None) -> Iterator[TemplateRecord]:
+        return read_kamel(path)
+
+
+@TEMPLATE_FORMATS.register
+class TempLama(TemplateFormat):
+    name, description = "templama", "TempLAMA templates.csv (<subject> / <object>)"
+
+    def read(self, path: Path, relation: str | None) -> Iterator[TemplateRecord]:
+        return read_templama(path)
+
+
+@TEMPLATE_FORMATS.register
+class KgprobeJsonl(TemplateFormat):
+    name, description = "kgprobe", "kgprobe's own JSONL (pid, text, source, language, style)"
+
+    def read(self, path: Path, relation: str | None) -> Iterator[TemplateRecord]:
+        return read_kgprobe(path)
+
+
+#: the built-in formats' names (:func:`format_names` adds the plug-ins')
+FORMATS = tuple(TEMPLATE_FORMATS)
+
+
+def format_names(*, plugins: bool = True) -> tuple[str, ...]:
+    """Every template format's name, built-ins first (``plugins``: load them first)."""
+    return tuple(TEMPLATE_FORMATS.load() if plugins else TEMPLATE_FORMATS)
+
+
+def folder_formats(*, plugins: bool = True) -> tuple[str, ...]:
+    """The formats that read a folder of ``P*`` files (``plugins``: load them first)."""
+    formats = TEMPLATE_FORMATS.load() if plugins else TEMPLATE_FORMATS
+    return tuple(name for name, cls in formats.items() if cls.folder)
+
+
+def formats_help(*, plugins: bool = True) -> str:
+    """The names as a help text reads them: ``lama, pararel, ... or kgprobe``."""
+    names = format_names(plugins=plugins)
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else "".join(names)
+
+
 def read_templates(
     path: str | Path, fmt: str, relation: str | None = None
 ) -> Iterator[TemplateRecord]:
@@ -255,25 +383,10 @@ def read_templates(
         raise InputError(f"not a Wikidata property id: {relation!r}")
     if not p.exists():
         raise InputError(f"no such file: {p}")
-    records: Iterable[TemplateRecord]
-    if fmt == "lama":
-        records = read_lama(p)
-    elif fmt == "pararel":
-        records = read_pararel(p, relation)
-    elif fmt == "lpaqa":
-        records = read_lpaqa(p, relation)
-    elif fmt == "wikifactdiff":
-        records = read_wikifactdiff(p)
-    elif fmt == "bear":
-        records = read_bear(p)
-    elif fmt == "kamel":
-        records = read_kamel(p)
-    elif fmt == "templama":
-        records = read_templama(p)
-    elif fmt == "kgprobe":
-        records = read_kgprobe(p)
-    else:
-        raise InputError(f"unknown template format {fmt!r} (one of {', '.join(FORMATS)})")
+    names = format_names()
+    if fmt not in names:
+        raise InputError(f"unknown template format {fmt!r} (one of {', '.join(names)})")
+    records: Iterable[TemplateRecord] = TEMPLATE_FORMATS[fmt]().read(p, relation)
     for rec in records:
         if relation is None or rec.pid == relation:
             yield rec
@@ -286,7 +399,12 @@ __all__ = [
     "STYLE_OBJECT_LAST",
     "STYLE_QUESTION",
     "SUBJECT",
+    "TEMPLATE_FORMATS",
+    "TemplateFormat",
     "derive_style",
+    "folder_formats",
+    "format_names",
+    "formats_help",
     "make_record",
     "normalize_text",
     "read_templates",
