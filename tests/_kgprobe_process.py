@@ -40,9 +40,12 @@ PRELOAD = ("numpy", "scipy", "torch", "transformers", "transformers.models.gpt2.
            "transformers.models.llama.modeling_llama", "tokenizers", "safetensors", "neo4j", "rich",
            "typer", "yaml", "jinja2", "pyarrow", "pyarrow.parquet", "sklearn", "faiss", "matplotlib")
 #: environment read when the interpreter or a preloaded library starts: a command must match
-STARTUP_PREFIXES = ("PYTHON", "LANG", "LC_", "HF_", "HUGGINGFACE", "TRANSFORMERS", "TORCH", "TOKENIZERS",
-                    "CUDA", "OMP_", "MKL_", "OPENBLAS", "KMP_", "NUMEXPR", "HOME", "XDG_", "MPLBACKEND",
+STARTUP_PREFIXES = ("PYTHON", "LANG", "LC_", "HF_", "HUGGINGFACE", "TRANSFORMERS", "TORCH", "PYTORCH", "TOKENIZERS",
+                    "CUDA", "OMP_", "MKL_", "OPENBLAS", "NUMEXPR", "HOME", "XDG_", "MPLBACKEND",
                     "MPLCONFIGDIR", "TMPDIR", "KGPROBE_TEST_FORK")
+#: ... except what a library sets in the test process for its own later use (torch.compile's cache
+#: and workers, Intel OpenMP, which torch's GNU OpenMP build never reads), read when used
+RUNTIME_PREFIXES = ("TORCHINDUCTOR_", "TORCHDYNAMO_", "KMP_")
 
 
 #: the test process's environment when this module was imported (collection time, before any
@@ -57,7 +60,7 @@ def _count(how: str) -> None:
 
 
 def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES)}
+    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and not k.startswith(RUNTIME_PREFIXES)}
 
 
 # --- the server side (runs in the fork server's own process) ---------------------------------
