@@ -60,12 +60,29 @@ def _count(how: str) -> None:
 
 
 def _startup_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: v for k, v in env.items() if k.startswith(STARTUP_PREFIXES) and not k.startswith(RUNTIME_PREFIXES)}
+    return {k: v for k, v in env.items()
+            if k.startswith(STARTUP_PREFIXES) and not k.startswith(RUNTIME_PREFIXES) and k != "PYTHONPATH"}
+
+
+def _path_entries(env: Mapping[str, str], cwd: str) -> list[str]:
+    """``PYTHONPATH``'s entries as a new process puts them on ``sys.path``: absolute, from its
+    working directory."""
+    return [os.path.abspath(os.path.join(cwd, p)) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def _top_level_names(entry: str) -> set[str]:
+    """The names a ``sys.path`` entry can be imported under (packages, modules, extensions)."""
+    try:
+        names = os.listdir(entry)
+    except OSError:
+        return set()
+    return {n.split(".", 1)[0] for n in names if "." not in n or n.endswith((".py", ".pyc", ".so", ".pyd"))}
 
 
 # --- the server side (runs in the fork server's own process) ---------------------------------
 
 _OPEN: list[socket.socket] = []  # the server's sockets, closed in each child
+_REST: list[str] = []  # sys.path after the working directory and PYTHONPATH
 
 
 def _serve(sock_path: str, parent: int) -> None:
@@ -95,12 +112,21 @@ def _serve(sock_path: str, parent: int) -> None:
     if printed.strip() or noise.getvalue():
         print(json.dumps({"ready": False, "why": (printed + noise.getvalue())[:2000]}), flush=True)
         return
+    # sys.path is [tests/ (to import this module), "" (-c), PYTHONPATH..., the rest]: each child
+    # puts its own working directory and PYTHONPATH before the rest
+    own = _path_entries(os.environ, os.getcwd())
+    rest = sys.path[2:]
+    while own and rest and rest[0] == own[0]:
+        own.pop(0)
+        rest.pop(0)
+    _REST[:] = rest
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(sock_path)
     listener.listen(16)
     _OPEN.append(listener)
     parent_fd = os.pidfd_open(parent)
-    print(json.dumps({"ready": True}), flush=True)
+    roots = sorted({name.split(".", 1)[0] for name in sys.modules})
+    print(json.dumps({"ready": True, "modules": roots}), flush=True)
     import select
 
     waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
@@ -155,6 +181,7 @@ def _fork_one(conn: socket.socket) -> int | None:
 
 
 def _run_child(request: dict[str, object]) -> None:
+    import importlib
     import random
     import runpy
     import traceback
@@ -167,7 +194,9 @@ def _run_child(request: dict[str, object]) -> None:
     os.environ.update(request["env"])  # type: ignore[arg-type]
     cwd = str(request["cwd"])
     os.chdir(cwd)
-    sys.path[0] = cwd  # `python -m` puts the working directory first
+    seen: set[str] = set()  # `python -m`: the working directory, PYTHONPATH, the rest, no duplicates
+    sys.path[:] = [p for p in [cwd, *_path_entries(os.environ, cwd), *_REST] if not (p in seen or seen.add(p))]
+    importlib.invalidate_caches()
     sys.argv = ["-m", *request["args"]]  # type: ignore[misc]  # runpy sets argv[0] to the module's file
     random.seed()  # a new process's generators start from fresh entropy, not the server's state
     if "numpy" in sys.modules:
@@ -210,8 +239,9 @@ class _ForkServer:
         self.sock_path = ""
         self.env: dict[str, str] = {}
         self.why_not: str | None = None
+        self.modules: set[str] = set()  # top-level names of what the server has imported
 
-    def usable_for(self, env: Mapping[str, str]) -> bool:
+    def usable_for(self, env: Mapping[str, str], cwd: str) -> bool:
         if os.environ.get("KGPROBE_TEST_FORK_SERVER", "1").strip() in ("0", "no", "false"):
             _count("new process: KGPROBE_TEST_FORK_SERVER=0")
             return False
@@ -225,6 +255,11 @@ class _ForkServer:
             if mine != theirs:
                 keys = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
                 _count(f"new process: start-up environment differs ({', '.join(keys)})")
+                return False
+            extra = set(_path_entries(env, cwd)) - set(_path_entries(self.env, cwd))
+            shadowed = sorted(n for e in extra for n in _top_level_names(e) & self.modules)
+            if shadowed:  # a module the server has imported would be another file in a new process
+                _count(f"new process: PYTHONPATH shadows {', '.join(shadowed[:3])}")
                 return False
             _count("forked")
             return True
@@ -243,6 +278,7 @@ class _ForkServer:
             said = json.loads(line)
         except ValueError:
             said = {"ready": False, "why": f"no answer ({line!r})"}
+        self.modules = set(said.get("modules") or ())
         if not said.get("ready"):
             self.why_not = str(said.get("why"))
             self.proc.kill()
@@ -363,7 +399,7 @@ def start_kgprobe(args: Sequence[str], env: Mapping[str, str], *, cwd: str | Pat
     stderr=PIPE, text=text)``, through the fork server when it can."""
     argv = [str(a) for a in args]
     workdir = str(cwd) if cwd is not None else os.getcwd()
-    if not _SERVER.usable_for(env):
+    if not _SERVER.usable_for(env, workdir):
         return subprocess.Popen([sys.executable, "-m", "kgprobe.cli", *argv], env=dict(env), cwd=workdir,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text)
     return KgprobeProcess(argv, env, workdir, None, text)
@@ -375,7 +411,7 @@ def run_kgprobe(args: Sequence[str], env: Mapping[str, str], *, cwd: str | Path 
     capture_output=True, text=True, timeout=timeout)``, through the fork server when it can."""
     argv = [str(a) for a in args]
     workdir = str(cwd) if cwd is not None else os.getcwd()
-    if not _SERVER.usable_for(env):
+    if not _SERVER.usable_for(env, workdir):
         return subprocess.run([sys.executable, "-m", "kgprobe.cli", *argv], env=dict(env), cwd=workdir,
                               input=input, capture_output=True, text=True, timeout=timeout)
     proc = KgprobeProcess(argv, env, workdir, input, True)

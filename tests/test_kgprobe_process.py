@@ -64,3 +64,30 @@ def test_a_killed_command_reports_the_signal_as_popen_does(tmp_path: Path) -> No
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_a_plugin_on_pythonpath_is_found_by_a_forked_command(tmp_path: Path) -> None:
+    """``PYTHONPATH`` is the command's: a ``--plugin`` module found only there is imported (a
+    new process's sys.path order: working directory, PYTHONPATH, the rest); a folder that would
+    shadow a library the fork server has imported makes the command a new process."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "only_on_this_path.py").write_text("ANSWER = 42\n", encoding="utf-8")
+    env = {**fresh_home_env(tmp_path), "PYTHONPATH": str(site)}
+    before = kp.COUNTS.get("forked", 0)
+    args = ["--plugin", "only_on_this_path", "measures", "--json"]
+    forked = kp.run_kgprobe(args, env, cwd=tmp_path)
+    fresh = real(args, env, tmp_path)
+    assert forked.returncode == 0, forked.stderr
+    assert (forked.returncode, forked.stdout, forked.stderr) == (fresh.returncode, fresh.stdout, fresh.stderr)
+    assert kp.COUNTS.get("forked", 0) - before == 1
+    without = kp.run_kgprobe(args, fresh_home_env(tmp_path), cwd=tmp_path)
+    assert without.returncode == 2 and "only_on_this_path" in without.stderr  # the path did it
+
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "faiss.py").write_text("", encoding="utf-8")  # the fork server has imported faiss
+    key = "new process: PYTHONPATH shadows faiss"
+    had = kp.COUNTS.get(key, 0)
+    assert kp.run_kgprobe(["--version"], {**env, "PYTHONPATH": str(shadow)}).returncode == 0
+    assert kp.COUNTS.get(key, 0) == had + 1
