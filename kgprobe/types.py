@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 from kgprobe.errors import ConfigError
 
@@ -33,6 +33,22 @@ RunId: TypeAlias = str
 #: 16 hex digits of a canonical JSON's SHA-256 (``kgprobe.provenance.config_hash``)
 ConfigHash: TypeAlias = str
 
+
+# --- genuinely free-form maps (issue 39, item 4) ---------------------------------------------
+# Everything with known keys has a record type (a dataclass or a TypedDict next to its writer).
+# These four aliases are the maps whose keys are open by nature; each use says which one it is.
+
+#: one JSON document as parsed (a user's file, an HTTP body, a Wikidata entity line): its reader
+#: checks the keys it needs, and any others are kept or ignored as the format allows
+JSONObject: TypeAlias = dict[str, Any]
+#: the parameter map of one Cypher query (the driver's ``parameters``): keys are the query's
+#: ``$names``, values any Bolt value
+CypherParams: TypeAlias = dict[str, Any]
+#: one row as the driver returns it for a query whose columns the caller chose (``Graph.read``)
+GraphRow: TypeAlias = dict[str, Any]
+#: a node's or edge's property map: open by design (score properties are named per model and
+#: measure, loaders keep the qualifiers they find)
+Properties: TypeAlias = dict[str, Any]
 
 # --- composite identities: one writer and one reader each ------------------------------------
 
