@@ -490,10 +490,13 @@ def demo(
     _heading("knowledge gaps per relation")
     print_report(result.report, console)
     secs, files = result.seconds, result.report_files
-    console.print(
+    # the paths are the user's (--out) and are copied from here: text, never markup, one line
+    from rich.text import Text
+
+    console.print(Text(visible(
         f"report: {files.get('html')}; results: {files.get('results')}  "
         f"(load {secs['load']} s, probe {secs['probe']} s, total {secs['total']} s)"
-    )
+    )), highlight=False, soft_wrap=True)
 
 
 @app.command()

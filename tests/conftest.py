@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,13 +139,42 @@ def pytest_report_header(config: pytest.Config) -> str:
     return "graph server: managed ArcadeDB (KGPROBE_TEST_SERVER=neo4j runs the suite on Neo4j 5)"
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
+#: what the pytest-xdist workers reported (``make test`` runs each half on several workers):
+#: their commands' counts and the graph servers they saw, for the controller's summary
+_WORKERS_COMMANDS: Counter[str] = Counter()
+_WORKERS_SERVERS: dict[str, str] = {}
+
+
+def _commands_counts() -> Counter[str]:
     forks = sys.modules.get("_kgprobe_process")
-    if forks is not None and forks.COUNTS:  # how the `kgprobe` commands of this run were started
+    return Counter(forks.COUNTS) if forks is not None else Counter()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """In an xdist worker: hand this worker's summary lines to the controller."""
+    out = getattr(session.config, "workeroutput", None)
+    if out is not None:
+        out["kgprobe_commands"] = dict(_commands_counts())
+        out["kgprobe_server"] = f"{_SERVER_SEEN['agent']} at {_SERVER_SEEN['uri']}" if _SERVER_SEEN else ""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """In the xdist controller: collect what each worker handed over (above)."""
+    out = getattr(node, "workeroutput", None) or {}
+    _WORKERS_COMMANDS.update(out.get("kgprobe_commands", {}))
+    if out.get("kgprobe_server"):
+        _WORKERS_SERVERS[str(out.get("workerid", len(_WORKERS_SERVERS)))] = out["kgprobe_server"]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    counts = _commands_counts() + _WORKERS_COMMANDS
+    if counts:  # how the `kgprobe` commands of this run were started
         terminalreporter.write_line("kgprobe commands: " + "; ".join(
-            f"{n} {how}" for how, n in sorted(forks.COUNTS.items(), key=lambda kv: -kv[1])))
+            f"{n} {how}" for how, n in sorted(counts.items(), key=lambda kv: -kv[1])))
+    servers = dict(_WORKERS_SERVERS)
     if _SERVER_SEEN:
-        terminalreporter.write_line(
-            f"graph server: {_SERVER_SEEN['agent']} at {_SERVER_SEEN['uri']}"
-            + (" (KGPROBE_TEST_SERVER=neo4j)" if TEST_SERVER == "neo4j" and not os.environ.get("NEO4J_URI") else "")
-        )
+        servers["main"] = f"{_SERVER_SEEN['agent']} at {_SERVER_SEEN['uri']}"
+    note = " (KGPROBE_TEST_SERVER=neo4j)" if TEST_SERVER == "neo4j" and not os.environ.get("NEO4J_URI") else ""
+    for worker, seen in sorted(servers.items()):
+        terminalreporter.write_line(f"graph server: {seen}{note}" + (f" [{worker}]" if worker != "main" else ""))

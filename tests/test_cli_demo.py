@@ -23,7 +23,8 @@ def test_demo_shows_ten_scored_facts_per_relation_and_names_the_model(
     gpt2 = str(build("gpt2", tmp_path / "tiny-gpt2", positions=256))
     cache = tmp_path / "scores.sqlite"
     env = {**kgprobe_env, "KGPROBE_SCORE_CACHE": str(cache)}
-    out = tmp_path / "report"
+    # the user's folder: its name is text, never Rich markup, and its line is never wrapped
+    out = tmp_path / ("a folder whose name is long enough to wrap an 80-column line " * 2 + "[bold]report[/bold]")
     r = kgprobe("demo", "-m", gpt2, "--no-cache", "--json", "--out", str(out), env=env, timeout=1500)
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -40,7 +41,10 @@ def test_demo_shows_ten_scored_facts_per_relation_and_names_the_model(
     assert "<h1>What tiny-gpt2 knows: careful vs raw labels</h1>" in page
     assert not cache.exists()  # --no-cache: neither read nor written
     # the text (a second demo scores nothing new): the graph's counts, the report, its files
-    again = kgprobe("demo", "-m", gpt2, "--no-cache", "--out", str(out), env=env, timeout=1500)
+    # COLUMNS=80, as on a terminal of 80 columns (and as pytest-xdist's workers have it): Rich
+    # must not break the paths' line (a user copies it)
+    again = kgprobe("demo", "-m", gpt2, "--no-cache", "--out", str(out), env={**env, "COLUMNS": "80"},
+                    timeout=1500)
     assert again.returncode == 0, again.stderr
     counts = doc["graph"]
     assert (f"{counts['entities']:,} entities, {counts['facts']:,} facts ({counts['temporal_facts']:,} dated) "
