@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from kgprobe.graph.client import Graph
 from kgprobe.graph.ingest import (
@@ -37,6 +37,7 @@ from kgprobe.graph.ingest import (
     SET_SAMPLE_MARKER,
     TYPE_SLOT_NEXT,
     SlotCounters,
+    SlotNext,
 )
 
 INDEX_VERSION = SAMPLE_INDEX_VERSION
@@ -139,7 +140,8 @@ def ensure_sample_index(graph: Graph, on_progress: Progress | None = None, *,
         have = {r["key"] for r in graph.read(KNOWN_FACT_SLOTS, keys=[r["key"] for r in chunk])}
         rows = [{"space": r["pid"], "key": r["key"], "s": r["s"]} for r in chunk if r["key"] not in have]
         if rows:
-            fact_counters.update(graph.write(MERGE_FACT_SLOTS, rows=fact_counters.number(graph, rows, "")))
+            written = graph.write(MERGE_FACT_SLOTS, rows=fact_counters.number(graph, rows, ""))
+            fact_counters.update(cast(list[SlotNext], written))
         done += len(chunk)
         if on_progress:
             on_progress("facts", done, total)
@@ -150,7 +152,8 @@ def ensure_sample_index(graph: Graph, on_progress: Progress | None = None, *,
         rows = [{"space": r["t"], "member": m, "s": r["c"]}
                 for r, m in zip(chunk, members, strict=True) if m not in have]
         if rows:
-            type_counters.update(graph.write(MERGE_TYPE_SLOTS, rows=type_counters.number(graph, rows, "")))
+            written = graph.write(MERGE_TYPE_SLOTS, rows=type_counters.number(graph, rows, ""))
+            type_counters.update(cast(list[SlotNext], written))
         done += len(chunk)
         if on_progress:
             on_progress("types", done, total)
