@@ -36,12 +36,12 @@ from neo4j.exceptions import ConstraintError
 from kgprobe.errors import ConfigError, GraphWiped
 from kgprobe.graph import sample_index as si
 from kgprobe.graph.client import Graph
-from kgprobe.graph.distractors import TYPE_EDGES, entity_terms
+from kgprobe.graph.distractors import TYPE_EDGES, EntityTermsRow, entity_terms
 from kgprobe.graph.server import process_start_time
 from kgprobe.provenance import now as provenance_now
 from kgprobe.records import is_pid, is_qid
 from kgprobe.types import MAX_PART as MAX_PART  # re-exported: the guard lives in kgprobe.types
-from kgprobe.types import ScoreProperty
+from kgprobe.types import QID, ScoreProperty
 from kgprobe.types import check_part as check_part
 
 # --- queries ------------------------------------------------------------------------------------
@@ -576,7 +576,7 @@ def fact_details(
     return [by_key[k] for k in keys if k in by_key]
 
 
-def entity_labels(graph: Graph, qids: Iterable[str]) -> dict[str, dict[str, Any]]:
+def entity_labels(graph: Graph, qids: Iterable[str]) -> dict[QID, EntityTermsRow]:
     wanted = sorted(set(qids))
     if not wanted:
         return {}
