@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import TypedDict, cast
 
 from kgprobe.graph.client import Graph
 from kgprobe.graph.ingest import (
@@ -39,6 +39,7 @@ from kgprobe.graph.ingest import (
     SlotCounters,
     SlotNext,
 )
+from kgprobe.types import PID
 
 INDEX_VERSION = SAMPLE_INDEX_VERSION
 MARKER = SAMPLE_INDEX_MARKER
@@ -169,8 +170,17 @@ def indexed_fact_count(graph: Graph) -> int | None:
     return _count(graph, COUNT_FACT_SLOTS)
 
 
-def relations_with_slots(graph: Graph) -> list[dict[str, Any]]:
-    return graph.read(RELATIONS_WITH_SLOTS)
+class RelationCount(TypedDict):
+    """A relation with facts, its label and how many (:data:`RELATIONS_WITH_SLOTS`, and the
+    scans ``probe_runs.RELATIONS_WITH_FACTS`` and ``stats._PER_RELATION``)."""
+
+    pid: PID
+    label: str | None
+    facts: int
+
+
+def relations_with_slots(graph: Graph) -> list[RelationCount]:
+    return cast(list[RelationCount], graph.read(RELATIONS_WITH_SLOTS))
 
 
 def relation_ranges(graph: Graph, pids: list[str]) -> dict[str, tuple[int, int]]:
