@@ -12,7 +12,7 @@ line; `--relation/-r` is repeatable; `-s` is always `--strategy`; the known thre
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import typer
@@ -319,7 +319,7 @@ def ingest(
         err_console.print(done.note, highlight=False, soft_wrap=True)
 
 
-def _print_summary(data: dict[str, Any], as_json: bool) -> None:
+def _print_summary(data: Mapping[str, Any], as_json: bool) -> None:
     if as_json:
         _print_json(data)
         return

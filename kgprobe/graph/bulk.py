@@ -48,7 +48,7 @@ import os
 import shutil
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NamedTuple, cast
@@ -60,6 +60,7 @@ from kgprobe.graph.ingest import (
     BatchRows,
     IngestSummary,
     RecordBatcher,
+    RelationProps,
     _Written,
     batch_rows,
 )
@@ -272,7 +273,7 @@ class BatchText:
     the worker that parsed the batch's chunk (`build_chunk`), so that formatting, the bulk of
     the CSV work, runs on every core."""
 
-    relations: dict[str, dict[str, Any]]
+    relations: dict[str, RelationProps]
     #: (qid, its file's signature, its row), in input order
     entities: list[tuple[str, Signature, str]]
     #: every id referred to (sorted, deduplicated within the batch) as ``"Q1"`` lines
@@ -295,7 +296,7 @@ def _refusal(qid: str, why: str) -> ErrorRecord:
         f"entity {qid}: {why}; load it with the online ingest (without --bulk)"))
 
 
-def signature(props: dict[str, Any]) -> Signature:
+def signature(props: Mapping[str, object]) -> Signature:
     return tuple(sorted((k, _csv_type(v)) for k, v in props.items() if k not in _ENTITY_FIXED))
 
 
@@ -497,7 +498,7 @@ class BulkWriter(RecordBatcher[BatchText]):
         self._entity_multiline: list[tuple[str, Signature, str]] = []
         # owned by the writer thread
         self._entities = QidSet()
-        self._relations: dict[str, dict[str, Any]] = {}
+        self._relations: dict[str, RelationProps] = {}
         self._redirects: dict[str, str] = {}
         self._fact_next: dict[str, int] = {}
         self._type_next: dict[str, int] = {}
@@ -556,7 +557,7 @@ class BulkWriter(RecordBatcher[BatchText]):
         for sig, lines in by_file.items():
             self._entity_file(sig).add(Lines("".join(lines), len(lines), []))
         for pid, props in t.relations.items():
-            self._relations.setdefault(pid, {}).update(props)
+            self._relations.setdefault(pid, RelationProps()).update(props)
         self._referred.add(t.referred)
         self._instance_of.add(t.instance_of.without(refused) if refused else t.instance_of)
         self._subclass_of.add(t.subclass_of.without(refused) if refused else t.subclass_of)

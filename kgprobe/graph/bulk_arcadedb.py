@@ -33,10 +33,11 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NotRequired, TypedDict
 
 from kgprobe.errors import ConfigError, KgprobeError
 from kgprobe.graph.bulk import ARRAY_DELIMITER, ImportFiles
+from kgprobe.types import Properties
 
 #: The importer's class; its ``main`` takes (config file, database path, data directory).
 IMPORTER_CLASS = "com.arcadedb.integration.importer.graph.GraphImporter"
@@ -47,13 +48,28 @@ SUBDIR = "arcadedb"
 _ID_COLUMNS = {":ID": "qid", ":START_ID": "s", ":END_ID": "o"}
 
 
+class _VertexSource(TypedDict):
+    """One of GraphImporter's ``vertices``: a label's JSON-lines file and its property specs
+    (``id``: the key column, Entity's only)."""
+
+    type: str
+    file: str
+    properties: dict[str, str]
+    id: NotRequired[str]
+
+
+#: One of GraphImporter's ``edgeSources`` (``from`` is a keyword: the functional form)
+_EdgeSource = TypedDict("_EdgeSource", {"edge": str, "file": str, "from": str, "to": str,
+                                        "properties": dict[str, str]})
+
+
 @dataclass
 class ArcadeFiles:
     """What GraphImporter reads (``config``, files beside it) and what goes over Bolt after."""
 
     config: Path
     #: per label created over Bolt, its rows
-    created: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    created: dict[str, list[Properties]] = field(default_factory=dict)
     #: JSON lines of ``{"qid": ..., "props": {...}}``: Entity numeric properties
     patch: Path | None = None
     patched: int = 0
@@ -88,7 +104,7 @@ def _value(text: str, kind: str) -> Any:
     raise KgprobeError(f"bulk load into ArcadeDB: no mapping for a column of type {kind!r}")
 
 
-def _rows(path: Path) -> Iterator[dict[str, Any]]:
+def _rows(path: Path) -> Iterator[Properties]:
     """An import file's rows as typed properties; an empty field is no property."""
     with path.open(encoding="utf-8", newline="") as fh:
         reader = csv.reader(fh)
@@ -122,7 +138,7 @@ def write_arcadedb_files(files: ImportFiles) -> ArcadeFiles:
     edge_files: dict[str, list[str]] = {}
     for flag, label, name in _groups(files.args):
         (vertex_files if flag == "nodes" else edge_files).setdefault(label, []).append(name)
-    vertices: list[dict[str, Any]] = []
+    vertices: list[_VertexSource] = []
     handles: dict[str, IO[str]] = {}
     patch = out / "entity-numbers.jsonl"
     try:
@@ -149,11 +165,11 @@ def write_arcadedb_files(files: ImportFiles) -> ArcadeFiles:
                             handles["p"].write(json.dumps({"qid": row["qid"], "props": numbers}) + "\n")
                             result.patched += 1
                         fh.write(json.dumps(row, ensure_ascii=False) + "\n")
-            source: dict[str, Any] = {"type": label, "file": target.name, "properties": props}
+            source = _VertexSource(type=label, file=target.name, properties=props)
             if label == "Entity":
                 source["id"] = "qid"
             vertices.append(source)
-        edges: list[dict[str, Any]] = []
+        edges: list[_EdgeSource] = []
         for etype, names in edge_files.items():
             # one file per set of numeric columns present: an absent number stays absent
             kinds: dict[str, str] = {}

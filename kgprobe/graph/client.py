@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import Any, TypeVar
 
@@ -27,6 +27,7 @@ from neo4j.exceptions import (
 from kgprobe.config import Settings, redact
 from kgprobe.errors import ConfigError, GraphUnavailable, LockedOut, lockout_waits
 from kgprobe.graph.servers import graph_server, transient_error
+from kgprobe.types import CypherParams, GraphRow
 
 # Neo4j 5 answers a read of a property no node has yet ("pit_precision", a qualifier this
 # graph lacks) with a warning notification, which the driver logs to stderr on every call:
@@ -190,59 +191,59 @@ class Graph:
         except Exception:  # noqa: BLE001 - any failure means it does not answer
             return False
 
-    def read(self, cypher: str, **params: Any) -> list[dict[str, Any]]:
+    def read(self, cypher: str, **params: Any) -> list[GraphRow]:
         """Run a read query; records as plain dicts."""
 
-        def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
+        def work(tx: neo4j.ManagedTransaction) -> list[GraphRow]:
             return tx.run(cypher, params).data()
 
-        def go() -> list[dict[str, Any]]:
+        def go() -> list[GraphRow]:
             with self._session() as session:
                 return session.execute_read(work)
 
         return self._call(go)
 
-    def read_plain(self, cypher: str, **params: Any) -> list[dict[str, Any]]:
+    def read_plain(self, cypher: str, **params: Any) -> list[GraphRow]:
         """:meth:`read` for a query that returns only plain values (strings, numbers, lists of
         them; no nodes, relationships or paths): the records as they arrive, without the
         driver's ``data()``, which visits every element of every list to convert graph types
         (15 s of a 150 s semantic-index build at 100k entities went there)."""
 
-        def work(tx: neo4j.ManagedTransaction) -> list[dict[str, Any]]:
+        def work(tx: neo4j.ManagedTransaction) -> list[GraphRow]:
             return [dict(zip(r.keys(), r.values(), strict=True)) for r in tx.run(cypher, params)]
 
-        def go() -> list[dict[str, Any]]:
+        def go() -> list[GraphRow]:
             with self._session() as session:
                 return session.execute_read(work)
 
         return self._call(go)
 
-    def write(self, cypher: str, **params: Any) -> list[dict[str, Any]]:
+    def write(self, cypher: str, **params: Any) -> list[GraphRow]:
         """Run a write query in one transaction."""
         return self.write_many([(cypher, params)])[-1]
 
     def write_many(
-        self, statements: list[tuple[str, dict[str, Any]]],
-        check: Callable[[list[list[dict[str, Any]]]], None] | None = None,
-    ) -> list[list[dict[str, Any]]]:
+        self, statements: list[tuple[str, CypherParams]],
+        check: Callable[[list[list[GraphRow]]], None] | None = None,
+    ) -> list[list[GraphRow]]:
         """Run several statements in ONE transaction: all of them are written or none.
 
         ``check(results)`` runs before the commit; an exception from it rolls the whole
         transaction back (a write that found less than it must, e.g. its run record gone)."""
 
-        def work(tx: neo4j.ManagedTransaction) -> list[list[dict[str, Any]]]:
+        def work(tx: neo4j.ManagedTransaction) -> list[list[GraphRow]]:
             results = [tx.run(cypher, params).data() for cypher, params in statements]
             if check is not None:
                 check(results)
             return results
 
-        def go() -> list[list[dict[str, Any]]]:
+        def go() -> list[list[GraphRow]]:
             with self._session() as session:
                 return session.execute_write(work)
 
         return self._call(go)
 
-    def write_batches(self, cypher: str, rows: Iterable[dict[str, Any]], batch_size: int = 1000) -> int:
+    def write_batches(self, cypher: str, rows: Iterable[Mapping[str, object]], batch_size: int = 1000) -> int:
         """Run ``cypher`` (which reads ``UNWIND $rows AS row``) once per batch, one transaction each."""
         n = 0
         for batch in chunks(rows, batch_size):

@@ -24,11 +24,12 @@ import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import sample_index as si
 from kgprobe.records import is_pid, is_qid
+from kgprobe.types import QID, CypherParams
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
@@ -287,6 +288,106 @@ def label_set(label: str | None, aliases: Iterable[str] | None) -> set[str]:
     return {normalize_label(n) for n in names}
 
 
+# --- the rows of those queries ------------------------------------------------------------------
+
+
+class _Terms(TypedDict):
+    """What a candidate is named by: its QID, label and aliases."""
+
+    qid: QID
+    label: str | None
+    aliases: list[str] | None
+
+
+class EntityTermsRow(_Terms):
+    """One entity of :data:`ENTITY_TERMS` (what Ω(f) membership is decided on)."""
+
+    types: list[QID]
+
+
+class TrueObject(TypedDict):
+    """A row of :data:`TRUE_OBJECTS`: an object of (s, r) and its statement's dates."""
+
+    qid: QID
+    label: str | None
+    rank: str | None
+    start_sort: int | None
+    end_sort: int | None
+    pit_sort: int | None
+    end_precision: int | None
+    pit_precision: int | None
+    start_time: str | None
+    end_time: str | None
+    pit_time: str | None
+
+
+class _ContextRow(TypedDict):
+    """A row of :data:`FACT_CONTEXT`."""
+
+    label: str | None
+    aliases: list[str] | None
+    types: list[QID]
+    subject_label: str | None
+    trues: list[QID]
+
+
+class _ContextsRow(_ContextRow):
+    """A row of :data:`FACT_CONTEXTS` (``i``: which fact)."""
+
+    i: int
+
+
+class _Parallel(TypedDict):
+    """The one record of :data:`TYPED_CANDIDATES`: parallel lists, one (entity, type) pair each."""
+
+    qids: list[QID] | None
+    labels: list[str | None] | None
+    aliases: list[list[str]] | None
+    types: list[QID] | None
+
+
+class _ParallelBatch(_Parallel):
+    """A record of :data:`TYPED_CANDIDATES_BATCH` (``i``: which fact)."""
+
+    i: int
+
+
+class _TypedRow(_Terms):
+    """One entity of a :data:`TYPED_CANDIDATES` record, its types merged."""
+
+    shared_types: set[QID]
+
+
+class TemporalRow(_Terms):
+    """A row of :data:`TEMPORAL_CANDIDATES`: a past object, when it was last valid, and its
+    statements (``{start, end, pit, state}`` each)."""
+
+    last_sort: int | None
+    statements: list[dict[str, str | None]] | None
+
+
+class _TemporalBatchRow(TemporalRow):
+    """A row of :data:`TEMPORAL_CANDIDATES_BATCH` (``i``: which fact)."""
+
+    i: int
+
+
+class _DrawnMember(_Terms):
+    """A row of :data:`DRAWN_MEMBERS_BATCH`: a drawn slot's member and its types."""
+
+    i: int
+    id: str
+    types: list[QID]
+
+
+class CandidateDetail(TypedDict, total=False):
+    """What a temporal candidate was found through (none for the other strategies): when it
+    was last valid, and its past statements without their null dates."""
+
+    last_sort: int | None
+    statements: list[dict[str, str]]
+
+
 # --- fact context -------------------------------------------------------------------------------
 
 
@@ -298,7 +399,7 @@ class Candidate:
     label: str | None
     aliases: tuple[str, ...] = ()
     shared_types: tuple[str, ...] = ()
-    detail: dict[str, Any] = field(default_factory=dict)
+    detail: CandidateDetail = field(default_factory=lambda: CandidateDetail())
 
 
 @dataclass
@@ -324,19 +425,19 @@ def check_ids(*, qids: Sequence[str] = (), pids: Sequence[str] = ()) -> None:
         raise ConfigError(f"not a Wikidata id: {', '.join(bad)}")
 
 
-def entity_terms(graph: Graph, qids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def entity_terms(graph: Graph, qids: Sequence[str]) -> dict[QID, EntityTermsRow]:
     """qid -> {qid, label, aliases, types} of those ``qids`` that are in the graph (one round
     trip, one record)."""
     if not qids:
         return {}
     result = graph.read(ENTITY_TERMS, qids=list(qids))
-    return {q: {"qid": q, "label": label, "aliases": aliases, "types": types}
+    return {q: EntityTermsRow(qid=q, label=label, aliases=aliases, types=types)
             for q, label, aliases, types in ((result[0]["rows"] or []) if result else [])}
 
 
-def true_objects(graph: Graph, subject: str, pid: str) -> list[dict[str, Any]]:
+def true_objects(graph: Graph, subject: str, pid: str) -> list[TrueObject]:
     check_ids(qids=[subject], pids=[pid])
-    return graph.read(TRUE_OBJECTS, s=subject, pid=pid)
+    return cast(list[TrueObject], graph.read(TRUE_OBJECTS, s=subject, pid=pid))
 
 
 def fact_context(graph: Graph, subject: str, pid: str, obj: str) -> FactContext:
@@ -345,7 +446,7 @@ def fact_context(graph: Graph, subject: str, pid: str, obj: str) -> FactContext:
     rows = graph.read(FACT_CONTEXT, s=subject, pid=pid, o=obj)
     if not rows:
         raise ConfigError(f"object {obj} is not in the graph")
-    return _context(subject, pid, obj, rows[0])
+    return _context(subject, pid, obj, cast(_ContextRow, rows[0]))
 
 
 def fact_contexts(
@@ -360,13 +461,13 @@ def fact_contexts(
     if not rows:
         return {}
     out = {}
-    for r in graph.read(FACT_CONTEXTS, rows=rows):
+    for r in cast(list[_ContextsRow], graph.read(FACT_CONTEXTS, rows=rows)):
         s, p, o = wanted[r["i"]]
         out[(s, p, o)] = _context(s, p, o, r)
     return out
 
 
-def _context(subject: str, pid: str, obj: str, o: dict[str, Any]) -> FactContext:
+def _context(subject: str, pid: str, obj: str, o: _ContextRow) -> FactContext:
     return FactContext(
         subject=subject,
         pid=pid,
@@ -379,27 +480,28 @@ def _context(subject: str, pid: str, obj: str, o: dict[str, Any]) -> FactContext
     )
 
 
-def _candidate(row: dict[str, Any], **detail: Any) -> Candidate:
+def _candidate(row: _Terms, shared_types: Iterable[QID] = (),
+               detail: CandidateDetail | None = None) -> Candidate:
     return Candidate(
         qid=row["qid"],
         label=row.get("label"),
         aliases=tuple(row.get("aliases") or ()),
-        shared_types=tuple(sorted(row.get("shared_types") or ())),
-        detail=detail,
+        shared_types=tuple(sorted(shared_types)),
+        detail=detail if detail is not None else CandidateDetail(),
     )
 
 
-def _rows(result: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _rows(result: Sequence[_Parallel]) -> list[_TypedRow]:
     """One record of parallel lists → one dict per entity, its types merged, QID order."""
     if not result:
         return []
     r = result[0]
-    by_qid: dict[str, dict[str, Any]] = {}
+    by_qid: dict[str, _TypedRow] = {}
     for q, label, aliases, t in zip(
         r["qids"] or [], r["labels"] or [], r["aliases"] or [], r["types"] or [], strict=True
     ):
         row = by_qid.setdefault(
-            q, {"qid": q, "label": label, "aliases": aliases, "shared_types": set()}
+            q, _TypedRow(qid=q, label=label, aliases=aliases, shared_types=set())
         )
         row["shared_types"].add(t)
     return [by_qid[q] for q in sorted(by_qid, key=qid_order)]
@@ -409,7 +511,7 @@ def typed_candidates(graph: Graph, ctx: FactContext, limit: int | None = None) -
     """Ω(f) in QID order (up to ``limit`` (entity, type) pairs read, before the label check)."""
     if not ctx.object_types:
         return []
-    params: dict[str, Any] = {
+    params: CypherParams = {
         "types": ctx.object_types,
         "o": ctx.object,
         "exclude": ctx.true_objects,
@@ -419,8 +521,8 @@ def typed_candidates(graph: Graph, ctx: FactContext, limit: int | None = None) -
     else:
         result = graph.read(TYPED_CANDIDATES_LIMITED, limit=limit, **params)
     return [
-        _candidate(r)
-        for r in _rows(result)
+        _candidate(r, r["shared_types"])
+        for r in _rows(cast(list[_Parallel], result))
         if not ctx.label_clash(r.get("label"), r.get("aliases"))
     ]
 
@@ -432,9 +534,11 @@ def typed_candidates_many(
     batch's semantic plan B), in the order given."""
     rows = [{"i": i, "o": c.object, "types": c.object_types, "exclude": c.true_objects}
             for i, c in enumerate(contexts) if c.object_types]
-    by_fact = {r["i"]: r for r in graph.read(TYPED_CANDIDATES_BATCH, rows=rows, limit=limit)} if rows else {}
+    by_fact = {r["i"]: r for r in cast(list[_ParallelBatch], graph.read(TYPED_CANDIDATES_BATCH, rows=rows,
+                                                                         limit=limit))} if rows else {}
     return [
-        [_candidate(r) for r in _rows([by_fact[i]]) if not c.label_clash(r.get("label"), r.get("aliases"))]
+        [_candidate(r, r["shared_types"]) for r in _rows([by_fact[i]])
+         if not c.label_clash(r.get("label"), r.get("aliases"))]
         if i in by_fact else []
         for i, c in enumerate(contexts)
     ]
@@ -451,11 +555,11 @@ class EntityTerms:
 
     def __init__(self, graph: Graph, max_entries: int = 500_000) -> None:
         self.graph, self.max_entries = graph, max_entries
-        self._rows: dict[str, dict[str, Any] | None] = {}
+        self._rows: dict[QID, EntityTermsRow | None] = {}
         self._lock = threading.Lock()
         self.read = 0  # entities asked of the graph (the rest were kept)
 
-    def get(self, qids: Iterable[str]) -> dict[str, dict[str, Any]]:
+    def get(self, qids: Iterable[str]) -> dict[QID, EntityTermsRow]:
         """The rows of those entities that are in the graph, in the order asked."""
         wanted = list(dict.fromkeys(qids))
         with self._lock:
@@ -473,7 +577,7 @@ class EntityTerms:
 
 
 def omega_members(ctx: FactContext, candidates: Sequence[str],
-                  terms: Mapping[str, dict[str, Any]]) -> list[Candidate]:
+                  terms: Mapping[str, EntityTermsRow]) -> list[Candidate]:
     """The members of Ω(f) among ``candidates`` (in the order given, once each), decided on
     their :data:`ENTITY_TERMS` rows: a label, a type shared with o (the shared ones are
     reported), not o nor a true object of (s, r), no label or alias in common with o."""
@@ -547,7 +651,7 @@ def _widen(sort: int | None, precision: int | None, day: int) -> int | None:
     return sort + (99 if precision == 10 else 9999)
 
 
-def statement_state(row: dict[str, Any], ref: int) -> str:
+def statement_state(row: TrueObject, ref: int) -> str:
     """'always', 'now', 'past' or 'future' of one statement at ``ref`` — the rule of
     :data:`TEMPORAL_CANDIDATES`, for rows of :data:`TRUE_OBJECTS`."""
     start, end, pit = row.get("start_sort"), row.get("end_sort"), row.get("pit_sort")
@@ -573,7 +677,7 @@ def temporal_candidates(
     rows = graph.read(
         TEMPORAL_CANDIDATES, s=ctx.subject, pid=ctx.pid, o=ctx.object, ref=date_sort_key(at)
     )
-    return _temporal(ctx, rows)
+    return _temporal(ctx, cast(list[TemporalRow], rows))
 
 
 def temporal_candidates_many(
@@ -583,13 +687,14 @@ def temporal_candidates_many(
     if not contexts:
         return []
     facts = [{"i": i, "s": c.subject, "pid": c.pid, "o": c.object} for i, c in enumerate(contexts)]
-    by_fact: dict[int, list[dict[str, Any]]] = {}
-    for r in graph.read(TEMPORAL_CANDIDATES_BATCH, rows=facts, ref=date_sort_key(at)):
+    by_fact: dict[int, list[_TemporalBatchRow]] = {}
+    rows = graph.read(TEMPORAL_CANDIDATES_BATCH, rows=facts, ref=date_sort_key(at))
+    for r in cast(list[_TemporalBatchRow], rows):
         by_fact.setdefault(r["i"], []).append(r)
     return [_temporal(c, by_fact.get(i, [])) for i, c in enumerate(contexts)]
 
 
-def _temporal(ctx: FactContext, rows: list[dict[str, Any]]) -> list[Candidate]:
+def _temporal(ctx: FactContext, rows: Sequence[TemporalRow]) -> list[Candidate]:
     out = []
     for r in rows:
         if ctx.label_clash(r.get("label"), r.get("aliases")) or not r.get("label"):
@@ -599,7 +704,7 @@ def _temporal(ctx: FactContext, rows: list[dict[str, Any]]) -> list[Candidate]:
             for s in (r.get("statements") or [])
             if s.get("state") == "past"
         ]
-        out.append(_candidate(r, last_sort=r.get("last_sort"), statements=stmts))
+        out.append(_candidate(r, detail=CandidateDetail(last_sort=r.get("last_sort"), statements=stmts)))
     return out
 
 
@@ -627,10 +732,10 @@ def random_same_type_many(graph: Graph, contexts: Sequence[FactContext], n: int,
         ranges = si.type_ranges(graph, types)
     draws = [_Draw(ctx, ranges, n, seed) for ctx, seed in zip(contexts, seeds, strict=True)]
     while asks := [(i, ids) for i, d in enumerate(draws) if (ids := d.next_ids())]:
-        got: dict[int, dict[str, dict[str, Any]]] = {}
+        got: dict[int, dict[str, _DrawnMember]] = {}
         rows = [{"i": i, "ids": ids, "types": contexts[i].object_types, "o": contexts[i].object,
                  "exclude": contexts[i].true_objects} for i, ids in asks]
-        for r in graph.read(DRAWN_MEMBERS_BATCH, rows=rows):
+        for r in cast(list[_DrawnMember], graph.read(DRAWN_MEMBERS_BATCH, rows=rows)):
             got.setdefault(r["i"], {})[r["id"]] = r
         for i, ids in asks:
             draws[i].take(ids, got.get(i, {}))
@@ -668,14 +773,14 @@ class _Draw:
         self.done = not ids
         return ids
 
-    def take(self, ids: list[str], got: dict[str, dict[str, Any]]) -> None:
+    def take(self, ids: list[str], got: dict[str, _DrawnMember]) -> None:
         for slot in ids:
             r = got.get(slot)
             if r is None or r["qid"] in self.out or self.ctx.label_clash(r["label"], r["aliases"]):
                 continue
             shared = sorted(set(r["types"]))
             if self.rng.random() * len(shared) < 1:
-                self.out[r["qid"]] = _candidate({**r, "shared_types": shared})
+                self.out[r["qid"]] = _candidate(r, shared)
                 if len(self.out) >= self.n:
                     break
         self.step *= 2

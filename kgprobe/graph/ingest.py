@@ -24,7 +24,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, cast
 
 from neo4j.exceptions import DriverError, Neo4jError
 
@@ -42,6 +42,7 @@ from kgprobe.records import (
     TimeValue,
     is_pid,
 )
+from kgprobe.types import PID, QID, CypherParams, FactKey, GraphRow, Properties
 
 _PROP_KEY = re.compile(r"^[a-z_][a-z0-9_]*\Z")
 _RESERVED = frozenset({"qid", "label", "aliases", "description"})
@@ -184,6 +185,23 @@ DETACH DELETE old
 """
 
 
+class IngestSummaryDict(TypedDict):
+    """:meth:`IngestSummary.to_dict`: the summary as ``kgprobe ingest --json`` prints it."""
+
+    records: int
+    entities: int
+    relations: int
+    facts: int
+    qualifiers: int
+    temporal_facts: int
+    type_edges: int
+    redirects: int
+    redirects_resolved: int
+    skipped: dict[str, int]
+    errors: int
+    first_errors: list[str]
+
+
 @dataclass
 class IngestSummary:
     """What an ingest wrote and what it left out, with reasons."""
@@ -201,7 +219,7 @@ class IngestSummary:
     error_count: int = 0
     errors: list[ErrorRecord] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> IngestSummaryDict:
         return {
             "records": self.records,
             "entities": self.entities,
@@ -218,7 +236,12 @@ class IngestSummary:
         }
 
 
-def _time_props(prefix: str, value: TimeValue) -> dict[str, Any]:
+#: a FACT edge's property map (:func:`fact_properties`): strings and integers, its keys those of
+#: docs/data-model.md (the time ones per qualifier present)
+FactProps = dict[str, str | int]
+
+
+def _time_props(prefix: str, value: TimeValue) -> FactProps:
     return {
         f"{prefix}_time": value.time,
         f"{prefix}_precision": value.precision,
@@ -228,9 +251,9 @@ def _time_props(prefix: str, value: TimeValue) -> dict[str, Any]:
     }
 
 
-def fact_properties(fact: FactRecord) -> dict[str, Any]:
+def fact_properties(fact: FactRecord) -> FactProps:
     """The FACT edge's properties (documented in docs/data-model.md); None values left out."""
-    props: dict[str, Any] = {"pid": fact.pid, "rank": fact.rank}
+    props: FactProps = {"pid": fact.pid, "rank": fact.rank}
     if fact.statement_id:
         props["statement_id"] = fact.statement_id
     if fact.source:
@@ -262,12 +285,12 @@ def _first_line(exc: BaseException) -> str:
     return line if len(line) <= 300 else line[:300] + "…"
 
 
-Statements = list[tuple[str, dict[str, Any]]]
+Statements = list[tuple[str, CypherParams]]
 
 
 def write_retrying(
     graph: Graph, statements: Statements | Callable[[int], Statements]
-) -> list[list[dict[str, Any]]]:
+) -> list[list[GraphRow]]:
     """``graph.write_many`` with bounded retries on transient refusals; `_Rejected` otherwise.
 
     ``statements`` may be a function of the attempt number (0 first), so that a retry can
@@ -288,6 +311,19 @@ def write_retrying(
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
+#: a sampling-index slot before it is numbered: ``{space, key, s}`` (a fact's: space is its
+#: relation) or ``{member, space, s}`` (a type member's: space is the type)
+SlotRow = dict[str, str]
+
+
+class SlotNext(TypedDict):
+    """A row of the slot-counter queries (``FACT_SLOT_NEXT``, ``MERGE_FACT_SLOTS`` …): a
+    sampling space and its next free ordinal."""
+
+    space: str
+    next: int
+
+
 class SlotCounters:
     """The next free ordinal of each sampling space (a relation's facts, a type's members), read
     from the graph once per space and then kept here; `forget` drops spaces whose counters a
@@ -301,15 +337,16 @@ class SlotCounters:
         for sp in spaces:
             self.next.pop(sp, None)
 
-    def number(self, graph: Graph, rows: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
+    def number(self, graph: Graph, rows: list[SlotRow], prefix: str) -> list[dict[str, str | int]]:
         """``rows`` ({space, ...}) with consecutive ordinals per space from its counter."""
         missing = sorted({r["space"] for r in rows} - self.next.keys())
         if missing:
-            got = {r["space"]: int(r["next"]) for r in graph.read(self.query, spaces=missing)}
+            read = cast(list[SlotNext], graph.read(self.query, spaces=missing))
+            got = {r["space"]: int(r["next"]) for r in read}
             for sp in missing:
                 self.next[sp] = got.get(sp, 0)
         taken: Counter[str] = Counter()
-        out = []
+        out: list[dict[str, str | int]] = []
         for r in rows:
             sp = r["space"]
             ordinal = self.next[sp] + taken[sp]
@@ -317,7 +354,7 @@ class SlotCounters:
             out.append({**r, "ord": ordinal, "id": f"{prefix}{sp}:{ordinal}"})
         return out
 
-    def update(self, result: list[dict[str, Any]]) -> None:
+    def update(self, result: Iterable[SlotNext]) -> None:
         for r in result:
             self.next[r["space"]] = int(r["next"])
 
@@ -349,8 +386,32 @@ class _Written:
         self.errors += other.errors
 
 
-_Built = tuple[Statements, list[str], list[str], Counter[str], dict[str, list[dict[str, Any]]]]
+class _Slots(TypedDict):
+    """A batch's sampling-index rows, numbered at write time."""
+
+    facts: list[SlotRow]
+    types: list[SlotRow]
+
+
+_Built = tuple[Statements, list[str], list[str], Counter[str], _Slots]
 _BuiltT = TypeVar("_BuiltT")
+
+
+class RelationProps(TypedDict, total=False):
+    """A Relation node's properties, those its records gave."""
+
+    label: str
+    description: str
+    aliases: list[str]
+
+
+class FactRow(TypedDict):
+    """A FACT edge to write: its ends, its key and its properties (:func:`fact_properties`)."""
+
+    s: QID
+    o: QID
+    key: FactKey
+    props: FactProps
 
 
 @dataclass
@@ -359,14 +420,15 @@ class BatchRows:
     ingest MERGEs them, the bulk load (graph/bulk.py) writes them to the import tool's files.
     The one place that says which nodes, edges and properties a record becomes."""
 
-    relations: dict[str, dict[str, Any]]
-    entities: dict[str, dict[str, Any]]
+    relations: dict[PID, RelationProps]
+    #: an entity's property map: label, aliases, description and the loader's extras
+    entities: dict[QID, Properties]
     stubs: set[str]
     instance_of: list[dict[str, str]]
     subclass_of: list[dict[str, str]]
     inferred: list[dict[str, str]]
-    facts: list[dict[str, Any]]
-    fact_slots: list[dict[str, Any]]
+    facts: list[FactRow]
+    fact_slots: list[SlotRow]
     redirects: list[dict[str, str]]
     members: dict[str, dict[str, str]]
     counts: Counter[str]
@@ -374,14 +436,14 @@ class BatchRows:
 
 def batch_rows(batch: list[Record]) -> BatchRows:
     """The rows ``batch`` writes, and what it counts."""
-    relations: dict[str, dict[str, Any]] = {}
-    entities: dict[str, dict[str, Any]] = {}
+    relations: dict[PID, RelationProps] = {}
+    entities: dict[QID, Properties] = {}
     stubs: set[str] = set()
     instance_of: list[dict[str, str]] = []
     subclass_of: list[dict[str, str]] = []
     inferred: list[dict[str, str]] = []
-    facts: list[dict[str, Any]] = []
-    fact_slots: list[dict[str, Any]] = []
+    facts: list[FactRow] = []
+    fact_slots: list[SlotRow] = []
     redirects: list[dict[str, str]] = []
     members: dict[str, dict[str, str]] = {}
     n: Counter[str] = Counter()
@@ -391,8 +453,8 @@ def batch_rows(batch: list[Record]) -> BatchRows:
             subject, key = rec.subject, rec.key
             stubs.add(subject)
             stubs.add(rec.object)
-            relations.setdefault(rec.pid, {})
-            facts.append({"s": subject, "o": rec.object, "key": key, "props": fact_properties(rec)})
+            relations.setdefault(rec.pid, RelationProps())
+            facts.append(FactRow(s=subject, o=rec.object, key=key, props=fact_properties(rec)))
             fact_slots.append({"space": rec.pid, "key": key, "s": subject})
             if rec.qualifiers:
                 n_qualifiers += sum(map(len, rec.qualifiers.values()))
@@ -401,7 +463,7 @@ def batch_rows(batch: list[Record]) -> BatchRows:
                 n_qualifiers += ((rec.start is not None) + (rec.end is not None)
                                  + (rec.point_in_time is not None))
         elif isinstance(rec, EntityRecord):
-            props: dict[str, Any] = {}
+            props: Properties = {}
             if rec.label:
                 props["label"] = rec.label
             if rec.aliases:
@@ -424,12 +486,14 @@ def batch_rows(batch: list[Record]) -> BatchRows:
             n["entities"] += 1
             n["type_edges"] += len(rec.types) + len(rec.superclasses) + len(rec.inferred_types)
         elif isinstance(rec, RelationRecord):
-            rprops: dict[str, Any] = {
-                k: v for k, v in (("label", rec.label), ("description", rec.description)) if v
-            }
+            rprops = RelationProps()
+            if rec.label:
+                rprops["label"] = rec.label
+            if rec.description:
+                rprops["description"] = rec.description
             if rec.aliases:
                 rprops["aliases"] = list(rec.aliases)
-            relations.setdefault(rec.pid, {}).update(rprops)
+            relations.setdefault(rec.pid, RelationProps()).update(rprops)
             n["relations"] += 1
         elif isinstance(rec, RedirectRecord):
             redirects.append({"source": rec.source, "target": rec.target})
@@ -662,7 +726,7 @@ class Ingestor(RecordBatcher[_Built]):
         rows of the sampling index (numbered at write time, see `_slot_statements`)."""
         b = batch_rows(batch)
         relations, entities = b.relations, b.entities
-        stmts: list[tuple[str, dict[str, Any]]] = []
+        stmts: Statements = []
         known = self._known
         # a relation met again with nothing to set needs no MERGE (known: an earlier batch did)
         rel_rows = [{"pid": p, "props": props} for p, props in relations.items()
@@ -685,13 +749,10 @@ class Ingestor(RecordBatcher[_Built]):
         for cypher, rows in edge_batches:
             if rows:
                 stmts.append((cypher, {"rows": rows}))
-        slots = {
-            "facts": b.fact_slots,
-            "types": [{"member": m, **row} for m, row in b.members.items()],
-        }
+        slots = _Slots(facts=b.fact_slots, types=[{"member": m, **row} for m, row in b.members.items()])
         return stmts, [*entities, *relations], stub_list, b.counts, slots
 
-    def _slot_statements(self, slots: dict[str, list[dict[str, Any]]], attempt: int) -> Statements:
+    def _slot_statements(self, slots: _Slots, attempt: int) -> Statements:
         """The sampling index's statements for one batch, numbered from the counters (read
         afresh on a retry: a concurrent writer may have taken the same ordinals)."""
         out: Statements = []
@@ -746,7 +807,7 @@ class Ingestor(RecordBatcher[_Built]):
         # only after the transaction committed: a failed batch leaves no node behind
         self._marker_checked = True
         for result in results[len(results) - n_slot:]:
-            for r in result:
+            for r in cast(list[SlotNext], result):
                 (self._fact_slots if is_pid(r["space"]) else self._type_slots).update([r])
         return _Written(nodes=nodes + stubs, counts=counts)
 

@@ -29,19 +29,19 @@ import re
 import socket
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from neo4j.exceptions import ConstraintError
 
 from kgprobe.errors import ConfigError, GraphWiped
 from kgprobe.graph import sample_index as si
 from kgprobe.graph.client import Graph
-from kgprobe.graph.distractors import TYPE_EDGES, entity_terms
+from kgprobe.graph.distractors import TYPE_EDGES, EntityTermsRow, entity_terms
 from kgprobe.graph.server import process_start_time
 from kgprobe.provenance import now as provenance_now
 from kgprobe.records import is_pid, is_qid
 from kgprobe.types import MAX_PART as MAX_PART  # re-exported: the guard lives in kgprobe.types
-from kgprobe.types import ScoreProperty
+from kgprobe.types import PID, QID, FactKey, GraphRow, Properties, RunId, ScoreProperty
 from kgprobe.types import check_part as check_part
 
 # --- queries ------------------------------------------------------------------------------------
@@ -306,6 +306,108 @@ MATCH (r:Relation {pid: p})
 RETURN r.pid AS pid, r.label AS label
 """
 
+# --- the rows of those queries --------------------------------------------------------------------
+
+
+class RelationFact(TypedDict):
+    """A row of :data:`RELATION_FACTS`: a fact with its labelled ends."""
+
+    key: FactKey
+    pid: PID
+    s: QID
+    s_label: str | None
+    s_aliases: list[str] | None
+    o: QID
+    o_label: str | None
+    o_aliases: list[str] | None
+
+
+class FactDetail(RelationFact):
+    """A row of :data:`FACT_DETAILS`: what a probe needs of a fact, and the configuration
+    hashes stored on it (one per asked ``cfg__`` property, in that order; None: none stored).
+    :func:`fact_details` still returns plain dicts: kgprobe/probing carries them on as
+    plain dict rows (``Planned.row``) until it takes this record."""
+
+    cfgs: list[str | None]
+    s_types: list[QID]
+    o_types: list[QID]
+
+
+class _FactEnds(TypedDict):
+    """The columns :data:`UNKNOWN_ALL` and :data:`COMPARE` share: a fact and its named ends."""
+
+    key: FactKey
+    pid: PID
+    relation: str | None
+    subject: QID
+    subject_label: str | None
+    object: QID
+    object_label: str | None
+
+
+class UnknownFact(_FactEnds):
+    """A row of :data:`UNKNOWN_ALL` / :data:`UNKNOWN_ONE`."""
+
+    score: float
+    run: RunId | None
+
+
+class ComparedRow(_FactEnds):
+    """A row of :data:`COMPARE`: both score properties' values."""
+
+    score_a: float
+    score_b: float
+
+
+class ReportRow(TypedDict):
+    """A row of :data:`REPORT_ROWS` (:func:`report_rows` returns plain dicts until
+    kgprobe/reports, which passes them on as plain dicts, takes this record)."""
+
+    key: FactKey
+    pid: PID
+    score: float
+    stale: float | None
+    popularity: float | None
+
+
+class RelationAggregate(TypedDict):
+    """A row of :data:`RELATION_AGGREGATES`."""
+
+    pid: PID
+    facts: int
+    mean: float
+    known: int
+
+
+class ScoredEnds(TypedDict):
+    """A row of :data:`SCORES_WITH_ENDS`."""
+
+    key: FactKey
+    s: QID
+    pid: PID
+    o: QID
+    score: float
+
+
+class ScoreRow(TypedDict):
+    """One fact's values for :func:`write_scores`: its key, its subject's QID, and the FACT
+    properties to set (score property names; a None value removes the property).
+    :func:`write_scores` checks any mapping of these keys itself: kgprobe/probing builds them
+    as plain dicts."""
+
+    key: FactKey
+    s: QID
+    props: Properties
+
+
+class RunOwner(TypedDict):
+    """The owner properties of a ProbeRun (:func:`run_owner`)."""
+
+    owner_host: str
+    owner_pid: int
+    owner_start: str | None
+
+
 # --- property names ------------------------------------------------------------------------------
 
 
@@ -367,11 +469,11 @@ class ScoreProps:
 # --- choosing facts -----------------------------------------------------------------------------
 
 
-def relations_with_facts(graph: Graph) -> list[dict[str, Any]]:
+def relations_with_facts(graph: Graph) -> list[si.RelationCount]:
     """Relations with facts, their labels and fact counts: from the sampling index's counters
     when it covers the graph (no FACT scan), else by a scan."""
     rows = si.relations_with_slots(graph) if si.index_state(graph) is None else []
-    return rows or graph.read(RELATIONS_WITH_FACTS)
+    return rows or cast(list[si.RelationCount], graph.read(RELATIONS_WITH_FACTS))
 
 
 def candidate_keys(graph: Graph, pid: str, ref: int) -> dict[str, str]:
@@ -389,7 +491,7 @@ def history_keys(graph: Graph, pid: str, ref: int) -> dict[str, str]:
     return _by_key(graph.read(HISTORY_KEYS, pid=pid, ref=ref))
 
 
-def _by_key(rows: Iterable[dict[str, Any]]) -> dict[str, str]:
+def _by_key(rows: Iterable[Mapping[str, str]]) -> dict[FactKey, QID]:
     return {r["key"]: r["s"] for r in sorted(rows, key=lambda r: r["key"])}
 
 
@@ -464,7 +566,8 @@ class _Stream:
             return 0
         return max(0, k - (len(self.hist) if self.history else self.found))
 
-    def draw(self, n: int) -> list[dict[str, Any]]:
+    def draw(self, n: int) -> list[dict[str, str]]:
+        """The next ``n`` drawn slots as ``{id, pid}`` rows of :data:`DRAWN_FACTS`."""
         ids = []
         for j in self.order:
             ids.append({"id": f"{self.pid}:{j}", "pid": self.pid})
@@ -513,7 +616,7 @@ def sample_facts(
         share = ({p: per_relation for p in pids} if per_relation is not None
                  else allocate(avail, total, seed))
         while True:
-            rows: list[dict[str, Any]] = []
+            rows: list[dict[str, str]] = []
             for p, st in streams.items():
                 want = st.short_of(share[p])
                 if want:
@@ -568,15 +671,16 @@ def shard_keys(keys: Sequence[str], shard: tuple[int, int] | None) -> list[str]:
 def fact_details(
     graph: Graph, keys: Sequence[str], subjects: Mapping[str, str], cfg_props: Sequence[str]
 ) -> list[dict[str, Any]]:
-    """Subject, object, labels and the stored configuration hashes of each key, in key order;
-    ``subjects`` maps each key to its subject's QID (from ``candidate_keys``)."""
+    """:class:`FactDetail` rows: subject, object, labels and the stored configuration hashes of
+    each key, in key order; ``subjects`` maps each key to its subject's QID (from
+    ``candidate_keys``)."""
     facts = [{"key": k, "s": subjects[k]} for k in keys]
     rows = graph.read(FACT_DETAILS, facts=facts, cfgs=list(cfg_props))
     by_key = {r["key"]: r for r in rows}
     return [by_key[k] for k in keys if k in by_key]
 
 
-def entity_labels(graph: Graph, qids: Iterable[str]) -> dict[str, dict[str, Any]]:
+def entity_labels(graph: Graph, qids: Iterable[str]) -> dict[QID, EntityTermsRow]:
     wanted = sorted(set(qids))
     if not wanted:
         return {}
@@ -594,7 +698,7 @@ def graph_counts(graph: Graph) -> dict[str, int]:
 # --- runs and write-back -------------------------------------------------------------------------
 
 
-def run_owner() -> dict[str, Any]:
+def run_owner() -> RunOwner:
     """This process as a ProbeRun's owner: host name, pid and the pid's start time (a pid
     reused by another process after a reboot or wrap-around has another start time)."""
     return {"owner_host": socket.gethostname(), "owner_pid": os.getpid(),
@@ -630,7 +734,7 @@ def release_run(run_id: str) -> None:
     _ACTIVE.discard(run_id)
 
 
-def create_run(graph: Graph, run_id: str, props: dict[str, Any]) -> list[str]:
+def create_run(graph: Graph, run_id: str, props: Mapping[str, object]) -> list[str]:
     """Record a new ProbeRun, owned by this process (``run_owner``). Earlier runs of the same
     configuration still marked running whose owner is gone are marked ``interrupted`` (returns
     their ids); one whose process is alive (a concurrent probe) is left alone."""
@@ -641,7 +745,7 @@ def create_run(graph: Graph, run_id: str, props: dict[str, Any]) -> list[str]:
     return [r["id"] for r in graph.write(MARK_INTERRUPTED, ids=dead)] if dead else []
 
 
-def update_run(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
+def update_run(graph: Graph, run_id: str, props: Mapping[str, object]) -> None:
     """Set properties of a run; its record gone (the graph wiped under the run) is `GraphWiped`."""
     if not graph.write(UPDATE_RUN, id=run_id, props=props)[0]["n"]:
         raise GraphWiped(gone(run_id))
@@ -671,9 +775,9 @@ def claim_model_key(graph: Graph, key: str, fingerprint: str) -> str:
 
 
 def write_scores(
-    graph: Graph, run_id: str, rows: list[dict[str, Any]], *, scored: int, unscorable: int, now: str
+    graph: Graph, run_id: str, rows: Sequence[Mapping[str, Any]], *, scored: int, unscorable: int, now: str
 ) -> None:
-    """One batch of ``{key, s, props}`` rows (``s``: the subject's QID) and the run's counters,
+    """One batch of :class:`ScoreRow` rows (``s``: the subject's QID) and the run's counters,
     in ONE transaction: a batch is either written with its count or not at all.
 
     The transaction commits only if the run's record and every fact of the batch were found:
@@ -688,7 +792,7 @@ def write_scores(
             except ConfigError as e:
                 raise ConfigError(f"refusing to write FACT property: {e}") from None
 
-    def check(results: list[list[dict[str, Any]]]) -> None:
+    def check(results: list[list[GraphRow]]) -> None:
         written, runs = results[0][0]["n"], results[1][0]["n"]
         if not runs:
             raise GraphWiped(gone(run_id))
@@ -703,11 +807,12 @@ def write_scores(
     ], check=check)
 
 
-def list_runs(graph: Graph) -> list[dict[str, Any]]:
+def list_runs(graph: Graph) -> list[Properties]:
+    """Every ProbeRun's properties (an open map: ``provenance.read_run`` reads them)."""
     return [r["run"] for r in graph.read(LIST_RUNS)]
 
 
-def get_run(graph: Graph, run_id: str) -> dict[str, Any] | None:
+def get_run(graph: Graph, run_id: str) -> Properties | None:
     rows = graph.read(GET_RUN, id=run_id)
     return rows[0]["run"] if rows else None
 
@@ -717,30 +822,34 @@ def get_run(graph: Graph, run_id: str) -> dict[str, Any] | None:
 
 def unknown_facts(
     graph: Graph, props: ScoreProps, below: float, pid: str | None = None
-) -> list[dict[str, Any]]:
+) -> list[UnknownFact]:
     """Facts whose score is below ``below``, lowest first."""
     if pid is None:
-        return graph.read(UNKNOWN_ALL, score=props.score, run=props.run, below=below)
-    if not is_pid(pid):
+        rows = graph.read(UNKNOWN_ALL, score=props.score, run=props.run, below=below)
+    elif not is_pid(pid):
         raise ConfigError(f"not a Wikidata property id: {pid!r}")
-    return graph.read(UNKNOWN_ONE, score=props.score, run=props.run, below=below, pid=pid)
+    else:
+        rows = graph.read(UNKNOWN_ONE, score=props.score, run=props.run, below=below, pid=pid)
+    return cast(list[UnknownFact], rows)
 
 
 def compare_facts(
     graph: Graph, a: ScoreProps, b: ScoreProps, threshold: float
-) -> tuple[list[dict[str, Any]], dict[str, int]]:
+) -> tuple[list[ComparedRow], dict[str, int]]:
     """Facts one model knows and the other does not, and the overall counts."""
-    rows = graph.read(COMPARE, a=a.score, b=b.score, threshold=threshold)
+    rows = cast(list[ComparedRow], graph.read(COMPARE, a=a.score, b=b.score, threshold=threshold))
     counts = graph.read(COMPARE_COUNTS, a=a.score, b=b.score, threshold=threshold)[0]
     return rows, {k: int(v or 0) for k, v in counts.items()}
 
 
 def report_rows(graph: Graph, props: ScoreProps) -> list[dict[str, Any]]:
+    """:class:`ReportRow` rows."""
     return graph.read(REPORT_ROWS, score=props.score, stale=props.stale)
 
 
-def relation_aggregates(graph: Graph, props: ScoreProps, threshold: float) -> list[dict[str, Any]]:
-    return graph.read(RELATION_AGGREGATES, score=props.score, threshold=threshold)
+def relation_aggregates(graph: Graph, props: ScoreProps, threshold: float) -> list[RelationAggregate]:
+    return cast(list[RelationAggregate],
+                graph.read(RELATION_AGGREGATES, score=props.score, threshold=threshold))
 
 
 def key_fingerprints(graph: Graph, model_key: str) -> set[str]:
@@ -756,12 +865,12 @@ def relation_subjects(graph: Graph, pid: str, seed: int, limit: int = 50) -> lis
     return qids if len(qids) <= limit else sorted(random.Random(f"{seed}|{pid}|subjects").sample(qids, limit))
 
 
-def relation_facts(graph: Graph, pid: str, seed: int, limit: int = 20) -> list[dict[str, Any]]:
+def relation_facts(graph: Graph, pid: str, seed: int, limit: int = 20) -> list[RelationFact]:
     """Up to ``limit`` facts of ``pid`` (key, ends, labels), a seeded sample of the key-sorted
     list: BELIEF-ICL's demonstration pool, independent of which facts a batch holds."""
     if not is_pid(pid):
         raise ConfigError(f"not a Wikidata property id: {pid!r}")
-    rows = sorted(graph.read(RELATION_FACTS, pid=pid), key=lambda r: r["key"])
+    rows = sorted(cast(list[RelationFact], graph.read(RELATION_FACTS, pid=pid)), key=lambda r: r["key"])
     if len(rows) > limit:
         picked = set(random.Random(f"{seed}|{pid}|facts").sample(range(len(rows)), limit))
         rows = [r for i, r in enumerate(rows) if i in picked]
@@ -783,16 +892,17 @@ def object_relations_many(graph: Graph, qids: Iterable[str]) -> dict[str, list[s
     return out
 
 
-def measure_rows(graph: Graph, names: dict[str, str]) -> list[dict[str, Any]]:
-    """{key, pid, <value name>: value} per fact that has ``names['score']``."""
+def measure_rows(graph: Graph, names: dict[str, str]) -> list[GraphRow]:
+    """{key, pid, <value name>: value} per fact that has ``names['score']`` (a GraphRow: the
+    caller names the value columns)."""
     order = list(names)
     rows = graph.read(MEASURE_ROWS, score=names["score"], names=[names[n] for n in order])
     return [{"key": r["key"], "pid": r["pid"], **dict(zip(order, r["vals"], strict=True))} for r in rows]
 
 
-def scores_with_ends(graph: Graph, props: ScoreProps) -> list[dict[str, Any]]:
+def scores_with_ends(graph: Graph, props: ScoreProps) -> list[ScoredEnds]:
     """{key, s, pid, o, score} of every fact scored under ``props``."""
-    return graph.read(SCORES_WITH_ENDS, score=props.score)
+    return cast(list[ScoredEnds], graph.read(SCORES_WITH_ENDS, score=props.score))
 
 
 def relation_labels(graph: Graph, pids: Iterable[str]) -> dict[str, str | None]:

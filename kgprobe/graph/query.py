@@ -9,12 +9,13 @@ is refused before it is sent. Values reach the query as parameters only.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
 
 from neo4j.exceptions import Neo4jError
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph.client import Graph
+from kgprobe.types import GraphRow
 
 #: Clauses that change the graph (Cypher 5), anywhere but as a property, label, parameter or
 #: map key (``f.start``, ``{set: 1}`` read); administration commands, which start a statement.
@@ -46,8 +47,8 @@ def writing_clause(query: str) -> str | None:
     return None
 
 
-def run_query(graph: Graph, query: str, params: dict[str, Any] | None = None, *,
-              write: bool = False) -> list[dict[str, Any]]:
+def run_query(graph: Graph, query: str, params: Mapping[str, object] | None = None, *,
+              write: bool = False) -> list[GraphRow]:
     """Rows of ``query`` as plain values (nodes and relationships as their property maps).
     A writing query without ``write`` and a query the server refuses are one line each."""
     if not query.strip():

@@ -7,11 +7,12 @@ and reach Cypher as parameters (``f[$score]``), never spliced into the text.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypedDict, cast
 
 from kgprobe.graph.client import Graph
 from kgprobe.graph.probe_runs import ScoreProps
+from kgprobe.types import PID, QID, FactKey, MeasureKey, RunId
 
 #: Per-fact rows of one (model, measure): ends with labels, the subject's popularity, the score,
 #: staleness, the run that wrote it, and the values of the model's other measures ($others, in
@@ -50,8 +51,46 @@ RETURN a.qid AS sub, a.label AS sub_label, b.qid AS super, b.label AS super_labe
 """
 
 
+class FactEnds(TypedDict):
+    """What a report shows of a fact's ends (:data:`FACT_ENDS` without its key)."""
+
+    subject_label: str | None
+    object_label: str | None
+    popularity: float | None
+    object_popularity: float | None
+
+
+class FactScoreRow(FactEnds):
+    """A row of :data:`FACT_ROWS`; ``others``: measure key -> that measure's value of the fact
+    (None: it did not score it). :func:`fact_rows` returns plain dicts: kgprobe/reports adds
+    its own columns to them (``scale``) and passes them on as plain dicts."""
+
+    key: FactKey
+    pid: PID
+    subject: QID
+    object: QID
+    score: float
+    stale: float | None
+    run: RunId | None
+    others: dict[MeasureKey, float | None]
+
+
+#: A row of :data:`ENTITY_CLASSES` (``class`` is a keyword: the functional form)
+EntityClass = TypedDict("EntityClass", {"qid": QID, "class": QID, "label": str | None})
+
+
+class SubclassEdge(TypedDict):
+    """A row of :data:`SUBCLASS_EDGES`."""
+
+    sub: QID
+    sub_label: str | None
+    super: QID
+    super_label: str | None
+
+
 def fact_rows(graph: Graph, props: ScoreProps, others: Sequence[ScoreProps] = ()) -> list[dict[str, Any]]:
-    """Every fact scored under ``props``, with ``others``' values of the same facts."""
+    """Every fact scored under ``props`` (:class:`FactScoreRow`), with ``others``' values of the
+    same facts."""
     rows = graph.read(FACT_ROWS, score=props.score, stale=props.stale, run=props.run,
                       others=[o.score for o in others])
     for r in rows:
@@ -59,17 +98,19 @@ def fact_rows(graph: Graph, props: ScoreProps, others: Sequence[ScoreProps] = ()
     return rows
 
 
-def fact_ends(graph: Graph, facts: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def fact_ends(graph: Graph, facts: Sequence[Mapping[str, object]]) -> dict[FactKey, FactEnds]:
     """key -> {subject_label, object_label, popularity, object_popularity} of ``facts``
     (rows with ``key`` and ``s``, the subject's QID)."""
     rows = graph.read(FACT_ENDS, facts=[{"key": f["key"], "s": f["s"]} for f in facts]) if facts else []
-    return {r["key"]: {k: v for k, v in r.items() if k != "key"} for r in rows}
+    return {r["key"]: FactEnds(subject_label=r["subject_label"], object_label=r["object_label"],
+                               popularity=r["popularity"], object_popularity=r["object_popularity"])
+            for r in rows}
 
 
-def entity_classes(graph: Graph, qids: Iterable[str]) -> list[dict[str, Any]]:
+def entity_classes(graph: Graph, qids: Iterable[str]) -> list[EntityClass]:
     wanted = sorted(set(qids))
-    return graph.read(ENTITY_CLASSES, qids=wanted) if wanted else []
+    return cast(list[EntityClass], graph.read(ENTITY_CLASSES, qids=wanted)) if wanted else []
 
 
-def subclass_edges(graph: Graph) -> list[dict[str, Any]]:
-    return graph.read(SUBCLASS_EDGES)
+def subclass_edges(graph: Graph) -> list[SubclassEdge]:
+    return cast(list[SubclassEdge], graph.read(SUBCLASS_EDGES))

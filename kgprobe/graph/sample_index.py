@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TypedDict, cast
 
 from kgprobe.graph.client import Graph
 from kgprobe.graph.ingest import (
@@ -37,7 +37,9 @@ from kgprobe.graph.ingest import (
     SET_SAMPLE_MARKER,
     TYPE_SLOT_NEXT,
     SlotCounters,
+    SlotNext,
 )
+from kgprobe.types import PID
 
 INDEX_VERSION = SAMPLE_INDEX_VERSION
 MARKER = SAMPLE_INDEX_MARKER
@@ -139,7 +141,8 @@ def ensure_sample_index(graph: Graph, on_progress: Progress | None = None, *,
         have = {r["key"] for r in graph.read(KNOWN_FACT_SLOTS, keys=[r["key"] for r in chunk])}
         rows = [{"space": r["pid"], "key": r["key"], "s": r["s"]} for r in chunk if r["key"] not in have]
         if rows:
-            fact_counters.update(graph.write(MERGE_FACT_SLOTS, rows=fact_counters.number(graph, rows, "")))
+            written = graph.write(MERGE_FACT_SLOTS, rows=fact_counters.number(graph, rows, ""))
+            fact_counters.update(cast(list[SlotNext], written))
         done += len(chunk)
         if on_progress:
             on_progress("facts", done, total)
@@ -150,7 +153,8 @@ def ensure_sample_index(graph: Graph, on_progress: Progress | None = None, *,
         rows = [{"space": r["t"], "member": m, "s": r["c"]}
                 for r, m in zip(chunk, members, strict=True) if m not in have]
         if rows:
-            type_counters.update(graph.write(MERGE_TYPE_SLOTS, rows=type_counters.number(graph, rows, "")))
+            written = graph.write(MERGE_TYPE_SLOTS, rows=type_counters.number(graph, rows, ""))
+            type_counters.update(cast(list[SlotNext], written))
         done += len(chunk)
         if on_progress:
             on_progress("types", done, total)
@@ -166,8 +170,17 @@ def indexed_fact_count(graph: Graph) -> int | None:
     return _count(graph, COUNT_FACT_SLOTS)
 
 
-def relations_with_slots(graph: Graph) -> list[dict[str, Any]]:
-    return graph.read(RELATIONS_WITH_SLOTS)
+class RelationCount(TypedDict):
+    """A relation with facts, its label and how many (:data:`RELATIONS_WITH_SLOTS`, and the
+    scans ``probe_runs.RELATIONS_WITH_FACTS`` and ``stats._PER_RELATION``)."""
+
+    pid: PID
+    label: str | None
+    facts: int
+
+
+def relations_with_slots(graph: Graph) -> list[RelationCount]:
+    return cast(list[RelationCount], graph.read(RELATIONS_WITH_SLOTS))
 
 
 def relation_ranges(graph: Graph, pids: list[str]) -> dict[str, tuple[int, int]]:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TypedDict, cast
 
 from kgprobe.errors import InputError
 from kgprobe.graph.client import Graph
@@ -50,10 +50,21 @@ RETURN r.pid AS pid, t.id AS id, t.text AS text, t.style AS style, t.source AS s
 """
 
 
-def _row(rec: TemplateRecord) -> dict[str, Any]:
+class _TemplateRow(TypedDict):
+    """A template as :data:`_MERGE_TEMPLATES` writes it: a :class:`TemplateRecord`'s fields."""
+
+    pid: str
+    text: str
+    style: str
+    source: str
+    language: str
+    id: str | None
+
+
+def _row(rec: TemplateRecord) -> _TemplateRow:
     if not is_pid(rec.pid):
         raise InputError(f"not a Wikidata property id: {rec.pid!r}")
-    return asdict(rec)
+    return cast(_TemplateRow, asdict(rec))
 
 
 def import_templates(graph: Graph, records: Iterable[TemplateRecord], batch_size: int = 1000) -> int:
@@ -61,7 +72,7 @@ def import_templates(graph: Graph, records: Iterable[TemplateRecord], batch_size
 
     Duplicates within the input (same id) are written once.
     """
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str | None, _TemplateRow] = {}
     for rec in records:
         too_long = template_too_long(rec.text)
         if too_long:  # records built in code bypass the file readers' check

@@ -14,7 +14,7 @@ the model calls in the scoring engine (ApprOpt sends it one constrained beam sea
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -391,7 +391,7 @@ def appropt_distractors(
             if name:
                 forms.setdefault(gd.normalize_label(name), set()).add(c.qid)
                 strings.append(constrained(name))
-    o_terms = gd.entity_terms(graph, [ctx.object]).get(ctx.object, {})
+    o_terms: Mapping[str, Any] = gd.entity_terms(graph, [ctx.object]).get(ctx.object, {})
     for name in dict.fromkeys([o_terms.get("label") or "", *(o_terms.get("aliases") or [])]):
         if name:
             strings.append(constrained(name))
@@ -534,7 +534,7 @@ def pick_object(graph: Graph, subject: str, pid: str, at: dt.date | str | int | 
         raise ConfigError(f"no fact ({subject}, {pid}, ?) in the graph; give --object")
     ref = gd.date_sort_key(at)
 
-    def valid_now(r: dict[str, Any]) -> bool:
+    def valid_now(r: gd.TrueObject) -> bool:
         return gd.statement_state(r, ref) in ("now", "always")
 
     rows.sort(

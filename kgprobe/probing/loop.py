@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +71,7 @@ class Gatherer:
         #: the run's entity terms: Ω(f) checks and labels of entities met before cost nothing
         self.terms = gd.EntityTerms(graph)
 
-    def _ent(self, row: dict[str, Any] | None, qid: str, pid: str | None = None) -> Any:
+    def _ent(self, row: Mapping[str, Any] | None, qid: str, pid: str | None = None) -> Any:
         row = row or {}
         facts = (None if self.cfg.verbalizer == "raw" else  # pid: the relation it is subject of
                  _entity_facts(row.get("label") or "", tuple(row.get("aliases") or ()),

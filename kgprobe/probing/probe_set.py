@@ -19,7 +19,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,7 +174,7 @@ def _read(path: str | os.PathLike[str], meta_key: bytes, schema: str,
     return header, rows
 
 
-def _ends_row(e: dict[str, Any]) -> dict[str, Any]:
+def _ends_row(e: Mapping[str, Any]) -> dict[str, Any]:
     """A fact's ends as set columns: one type per column (a popularity stored as an integer
     would come back from Parquet as a float, and no longer match the content hash)."""
     def num(v: Any) -> float | None:
@@ -249,7 +249,7 @@ def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], 
     for batch in chunks(details, config.batch_facts):
         ends = fact_ends(graph, batch)  # what the report shows of each fact, beside its items
         for p in gather.batch(batch):
-            e = ends.get(str(p.row["key"]), {})
+            e: Mapping[str, Any] = ends.get(str(p.row["key"]), {})
             rows.append({"key": str(p.row["key"]), "s": p.row["s"], "pid": p.row["pid"],
                          "o": p.row["o"], "reason": p.reason, "fact": _canon(fact_json(p.fact)),
                          **_ends_row(e)})

@@ -214,7 +214,7 @@ def grouped(
 
 
 def type_closure(
-    direct: dict[str, list[tuple[str, str | None]]], subclass_edges: list[dict[str, Any]]
+    direct: dict[str, list[tuple[str, str | None]]], subclass_edges: Sequence[gres.SubclassEdge]
 ) -> dict[str, dict[str, str | None]]:
     """Each entity's classes closed over P279: its direct classes and all their superclasses
     (networkx descendants of the SUBCLASS_OF digraph, edges sub -> super)."""
