@@ -671,7 +671,7 @@ def claim_model_key(graph: Graph, key: str, fingerprint: str) -> str:
 
 
 def write_scores(
-    graph: Graph, run_id: str, rows: list[dict[str, Any]], *, scored: int, unscorable: int, now: str
+    graph: Graph, run_id: str, rows: Sequence[Mapping[str, Any]], *, scored: int, unscorable: int, now: str
 ) -> None:
     """One batch of ``{key, s, props}`` rows (``s``: the subject's QID) and the run's counters,
     in ONE transaction: a batch is either written with its count or not at all.

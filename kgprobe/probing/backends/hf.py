@@ -17,6 +17,7 @@ from kgprobe.errors import ConfigError
 from kgprobe.probing.backends.base import (
     EngineStats,
     Handler,
+    ModelInfo,
     ScoredTokens,
     ScoringBackend,
     TrieNode,
@@ -97,7 +98,7 @@ class HFBackend(ScoringBackend):
     def label(self) -> str:
         return self.lm.name
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ModelInfo:
         return {"name": self.lm.name, "kind": self.lm.kind, "device": self.lm.device}
 
     def _lp_result(self, s: ScoredTokens, ids: Sequence[int], merged: bool) -> LogProbResult:

@@ -26,7 +26,13 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kgprobe.errors import ConfigError
-from kgprobe.probing.backends.base import EngineStats, Handler, ScoringBackend, register_backend
+from kgprobe.probing.backends.base import (
+    EngineStats,
+    Handler,
+    ModelInfo,
+    ScoringBackend,
+    register_backend,
+)
 from kgprobe.probing.http_client import MAX_BYTES, JsonClient
 from kgprobe.probing.requests import LogProbRequest, LogProbResult
 from kgprobe.probing.tokenization import split_trailing_whitespace
@@ -112,7 +118,7 @@ class OpenAICompletions(ScoringBackend):
     def label(self) -> str:
         return self.model
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ModelInfo:
         """What a run records: the server's model id and its address (``base_url`` without
         user info, query or fragment), so runs against two servers are told apart."""
         return {"name": self.model, "kind": self.name, "device": "served",
