@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from kgprobe.errors import ConfigError, GraphUnavailable, GraphWiped
 from kgprobe.graph import probe_runs as pr
@@ -69,7 +69,7 @@ from kgprobe.provenance import (
     now,
 )
 from kgprobe.records import is_pid
-from kgprobe.types import PID, ConfigHash, MeasureKey, MeasureName
+from kgprobe.types import PID, ConfigHash, MeasureKey, MeasureName, Properties
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.config import Settings
@@ -185,6 +185,27 @@ def run_probe(
         pr.release_run(run_id)
 
 
+class EndMarkerSetting(TypedDict):
+    kind: str
+    text: str | None
+
+
+class RunSettings(TypedDict):
+    """The run-wide settings every measure's configuration hash covers (:func:`run_setup`)."""
+
+    fingerprint: str
+    strategy: str
+    n: int
+    seed: int
+    max_subject_labels: int
+    max_object_labels: int
+    max_past_values: int
+    end_marker: EndMarkerSetting
+    label_rule: str
+    measure_version: int
+    at: NotRequired[str]  # the reference date, where one was given
+
+
 @dataclass(frozen=True)
 class RunSetup:
     """What a run's configuration, model and templates decide before any fact is scored: the
@@ -194,8 +215,8 @@ class RunSetup:
 
     mkeys: dict[MeasureName, MeasureKey]
     props: dict[MeasureName, pr.ScoreProps]
-    settings: dict[str, Any]
-    m_cfg: dict[str, dict[str, Any]]
+    settings: RunSettings
+    m_cfg: dict[MeasureName, dict[str, object]]
     cfg_by: dict[MeasureName, dict[PID, ConfigHash]]
     run_cfg: ConfigHash
 
@@ -207,13 +228,15 @@ def run_setup(config: ProbeConfig, ctx: Any, measures: list[Any], mkey: str, fin
     if len(set(mkeys.values())) != len(mkeys):
         raise ConfigError("two measures give the same property key")
     props = {m.name: pr.ScoreProps(mkey, k) for m, k in zip(measures, mkeys.values(), strict=True)}
-    settings = {
+    settings: RunSettings = {
         "fingerprint": fingerprint, "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "max_subject_labels": config.max_subject_labels,
         "max_object_labels": config.max_object_labels, "max_past_values": config.max_past_values,
         "end_marker": {"kind": ctx.end.kind, "text": ctx.end.text}, "label_rule": config.label_rule,
-        "measure_version": 2, **({"at": config.at} if config.at else {}),
+        "measure_version": 2,
     }
+    if config.at:
+        settings["at"] = config.at
     # one configuration hash per measure and relation: a measure's hash covers every
     # parameter that changes its values, so adding a measure never rescores another
     m_cfg = {m.name: m.config(ctx) for m in measures}
@@ -391,7 +414,7 @@ def _run_gone(graph: Graph, run_id: str) -> bool:
             time.sleep(1.0)
 
 
-def _try_update(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
+def _try_update(graph: Graph, run_id: str, props: Properties) -> None:
     """Best effort: record an interruption if the graph is still there."""
     with contextlib.suppress(GraphUnavailable):
         pr.update_run(graph, run_id, props)
