@@ -293,9 +293,9 @@ def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSet
         facts_scored=0, facts_unscorable=0,
         # every setting outside the measure's configuration that can move a number or a timing
         batch_facts=config.batch_facts, max_templates=config.max_templates,
-        environment=run_environment(
+        environment=dict(run_environment(
             runner, device=info.get("device") if info else None, model_args=LOAD_DEFAULTS.model_args,
-            device_requested=LOAD_DEFAULTS.device),
+            device_requested=LOAD_DEFAULTS.device)),
     )
 
 

@@ -36,6 +36,7 @@ from kgprobe.probing.backends.base import (
 from kgprobe.probing.http_client import MAX_BYTES, JsonClient
 from kgprobe.probing.requests import LogProbRequest, LogProbResult
 from kgprobe.probing.tokenization import split_trailing_whitespace
+from kgprobe.types import JSONObject
 
 ENV_API_KEYS = ("KGPROBE_API_KEY", "OPENAI_API_KEY")
 #: the bump of this backend's part of the fingerprint (how prompts are cut and read back)
@@ -134,7 +135,7 @@ class OpenAICompletions(ScoringBackend):
                           max_bytes=self.max_bytes, retries=self.retries, backoff=self.backoff,
                           error=ServerError)
 
-    def _call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(self, path: str, body: Mapping[str, object] | None = None) -> JSONObject:
         """One JSON call (kgprobe.probing.http_client: retries on timeouts, refused connections
         and 408/409/429/5xx; any other HTTP error fails at once with a redacted excerpt)."""
         client = self._client()
@@ -157,7 +158,7 @@ class OpenAICompletions(ScoringBackend):
             raise ServerError(f"{self.name}: {self.base_url}/models lists no model")
         return ids[0]
 
-    def _choices(self, answer: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    def _choices(self, answer: JSONObject, n: int) -> list[JSONObject]:
         """The answer's ``choices``: ``n`` objects in prompt order (by ``index`` when given)."""
         choices = answer.get("choices")
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):
