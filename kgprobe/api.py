@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from kgprobe.graph.server import ManagedServer
     from kgprobe.probing.config import ProbeSummary
     from kgprobe.probing.measures.registry import MeasureValue, OnFact
+    from kgprobe.probing.probe_set import Imported, SetHeader
     from kgprobe.probing.score import CandidateScore
     from kgprobe.reports.data import Report
 
@@ -509,7 +510,7 @@ def demo_set_options() -> dict[str, Any]:
 
 
 def export_demo_set(path: str | Path = DEMO_SET_FILE, *, settings: Settings | None = None,
-                    progress: bool = False) -> dict[str, Any]:
+                    progress: bool = False) -> SetHeader:
     """Load the bundled demo graph and kgprobe's templates into the graph of ``settings`` and
     export the demo probe set to ``path`` (scripts/build_demo_set.py runs it on a fresh
     managed server); returns the set's header."""
@@ -880,7 +881,7 @@ def probe(
 
 
 def export_set(path: str | Path, *, settings: Settings | None = None, progress: bool = True,
-               **options: Any) -> dict[str, Any]:
+               **options: Any) -> SetHeader:
     """``kgprobe export``: write a probe set of the graph's facts to ``path``; returns its
     header (content hash, facts, snapshot). ``options``: ``probe``'s sampling and measure
     options, named as the CLI's (relation, sample, per_relation, measure, strategy, n, seed,
@@ -911,7 +912,7 @@ def probe_set(path: str | Path, model: str | Any, output_path: str | Path | None
                            progress=progress, overwrite=overwrite, measure=measure)
 
 
-def import_scores(*paths: str | Path, settings: Settings | None = None) -> list[dict[str, Any]]:
+def import_scores(*paths: str | Path, settings: Settings | None = None) -> list[Imported]:
     """``kgprobe import-scores``: write scores files of probe sets onto the FACT edges and
     record their probe runs; one dict per file (its run id and status)."""
     from kgprobe.probing import probe_set as ps

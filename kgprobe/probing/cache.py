@@ -33,6 +33,7 @@ from kgprobe.probing.requests import (
     TokenScoresRequest,
     TokenScoresResult,
 )
+from kgprobe.types import JSONObject
 
 _RESULT_OF: dict[type, type] = {
     LogProbRequest: LogProbResult,
@@ -53,8 +54,8 @@ def cacheable(req: Request) -> bool:
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _shallow(obj: Any) -> dict[str, Any]:
-    """Field name -> value, without ``dataclasses.asdict``'s deep copy: for fields that
+def _shallow(obj: Any) -> dict[str, object]:
+    """Field name -> value (any dataclass: only dumped as JSON), without ``dataclasses.asdict``'s deep copy: for fields that
     are strings, numbers, None or tuples of those, ``json.dumps`` writes the same text."""
     names = _FIELDS.get(type(obj))
     if names is None:
@@ -78,7 +79,7 @@ def _dump(result: Result) -> str:
 
 
 def _load(req: Request, text: str) -> Result:
-    d: dict[str, Any] = json.loads(text)
+    d: JSONObject = json.loads(text)  # the result's fields, checked by its class
     cls = _RESULT_OF[type(req)]
     if cls is BeamSearchResult:
         return BeamSearchResult(tuple(

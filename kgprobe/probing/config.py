@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from kgprobe.checks import DEFAULT_THRESHOLD as DEFAULT_THRESHOLD
 from kgprobe.checks import check_threshold
@@ -22,6 +22,7 @@ from kgprobe.probing.measures.registry import SHARED, RunContext, parse_measure
 from kgprobe.probing.models import REGISTRY, check_installed
 from kgprobe.probing.strategies import strategy_class
 from kgprobe.records import STYLE_OBJECT_LAST, STYLE_QUESTION
+from kgprobe.types import PID
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.probing.requests import Request, Result
@@ -108,6 +109,16 @@ class ProbeConfig:
             raise ConfigError("the past-value limit must not be negative")
 
 
+class RelationSummary(TypedDict):
+    """What ``probe`` ends with per relation: facts its first measure scored in the run (``n``),
+    their mean score, and facts it could not score."""
+
+    relation: PID
+    n: int
+    mean: float | None
+    unscorable: int
+
+
 @dataclass
 class ProbeSummary:
     """What a probe run did (also stored on its ProbeRun node)."""
@@ -130,7 +141,7 @@ class ProbeSummary:
     #: the measure key of the run's first measure, and per relation what it scored in THIS
     #: run (relation, n, mean, unscorable): the summary ``probe`` ends with
     summary_measure: str = ""
-    by_relation: list[dict[str, Any]] = field(default_factory=list)
+    by_relation: list[RelationSummary] = field(default_factory=list)
     #: a dry run (``probe --dry-run``): facts sampled per relation, and a few rendered prompts
     #: per measure key
     planned_by_relation: dict[str, int] = field(default_factory=dict)

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.backends import BACKENDS, CausalBackend, EngineStats, ScoringBackend
+from kgprobe.probing.backends.base import ModelInfo
 from kgprobe.probing.backends.hf import HFBackend, HFCausal, hf_backend
 from kgprobe.probing.cache import ScoreCache
 from kgprobe.probing.models import DEFAULT_MODEL, HF_LOADER, LOAD_DEFAULTS, LoadedModel, from_model
@@ -86,7 +87,7 @@ class Engine:
     def fingerprint(self) -> str:
         return self.backend.fingerprint
 
-    def model_info(self) -> dict[str, Any]:
+    def model_info(self) -> ModelInfo:
         """What a probe run records about the model (name, kind, device)."""
         return self.backend.info()
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
 
 #: Environment variables that change how many threads the numeric libraries use.
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM")
@@ -31,11 +32,34 @@ def _batch_tokens(runner: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _torch(device: str | None) -> dict[str, Any]:
+class TorchInfo(TypedDict):
+    """torch's threads and CUDA version, and the accelerator's name (None: none, or no torch)."""
+
+    torch_threads: int | None
+    cuda: str | None
+    accelerator: str | None
+
+
+class RunEnvironment(TorchInfo):
+    """A run's environment (the ProbeRun's ``environment``; :func:`run_environment`)."""
+
+    python: str
+    python_implementation: str
+    platform: str
+    machine: str
+    cpu_count: int | None
+    thread_variables: dict[str, str]
+    device: str | None
+    device_requested: str | None
+    batch_tokens: int | None
+    model_args: dict[str, object]  # the --model-arg values, secrets left out
+
+
+def _torch(device: str | None) -> TorchInfo:
     torch = sys.modules.get("torch")
     if torch is None:
         return {"torch_threads": None, "cuda": None, "accelerator": None}
-    out: dict[str, Any] = {"torch_threads": int(torch.get_num_threads()),
+    out: TorchInfo = {"torch_threads": int(torch.get_num_threads()),
                            "cuda": getattr(torch.version, "cuda", None), "accelerator": None}
     dev = str(device or "")
     if dev.startswith("cuda") and torch.cuda.is_available():
@@ -47,9 +71,9 @@ def _torch(device: str | None) -> dict[str, Any]:
 
 
 def run_environment(
-    runner: Any = None, *, device: str | None = None, model_args: dict[str, Any] | None = None,
+    runner: Any = None, *, device: str | None = None, model_args: Mapping[str, object] | None = None,
     device_requested: str | None = None,
-) -> dict[str, Any]:
+) -> RunEnvironment:
     """The environment of a run: interpreter, platform, CPU count, thread settings, torch's
     threads and CUDA version, the accelerator's name (``torch.cuda.get_device_name``) when the
     model runs on one, the engine's ``batch_tokens`` and the model arguments (secrets left out).

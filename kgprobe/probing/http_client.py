@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from kgprobe.errors import ConfigError
+from kgprobe.types import JSONObject
 
 #: HTTP statuses worth retrying: timeouts, conflicts, rate limits and server-side failures
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
@@ -112,7 +113,7 @@ def _shown(url: str) -> str:
     return redact(url)
 
 
-def decode_object(data: bytes) -> dict[str, Any]:
+def decode_object(data: bytes) -> JSONObject:
     """A JSON object from ``data``, strictly: UTF-8, no NaN/Infinity, finite numbers, an object
     at the top. Raises ValueError with a message that quotes nothing of ``data``."""
     try:
@@ -175,13 +176,13 @@ class JsonClient:
             raise ConfigError(f"{self.what}: need timeouts and a deadline > 0, max_bytes >= 1, "
                               "retries >= 0")
 
-    def get(self, url: str) -> dict[str, Any]:
+    def get(self, url: str) -> JSONObject:
         return self.request("GET", url)
 
-    def post(self, url: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    def post(self, url: str, body: Mapping[str, Any]) -> JSONObject:
         return self.request("POST", url, body)
 
-    def request(self, method: str, url: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def request(self, method: str, url: str, body: Mapping[str, Any] | None = None) -> JSONObject:
         """One JSON call with retries; the decoded object, or ``error`` with one line."""
         check_http_url(url, self.what)
         payload = None if body is None else json.dumps(body).encode()

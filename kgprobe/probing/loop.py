@@ -9,13 +9,13 @@ import functools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import distractors as gd
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.templates import probe_templates
-from kgprobe.probing.config import ProbeConfig, Runner
+from kgprobe.probing.config import ProbeConfig, RelationSummary, Runner
 from kgprobe.probing.distractors import find_distractors, prefetch
 from kgprobe.probing.measures.registry import (
     FactInput,
@@ -29,6 +29,7 @@ from kgprobe.probing.pipeline import Ahead, Behind
 from kgprobe.probing.verbalize import entity_facts
 from kgprobe.progress import Progress
 from kgprobe.provenance import now
+from kgprobe.types import PID, QID, FactKey, Properties
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
@@ -44,9 +45,56 @@ _entity_facts = functools.lru_cache(maxsize=1 << 16)(entity_facts)
 GATHER_THREADS = 1
 
 
+class FactRef(TypedDict):
+    """A fact: its key (the statement id), subject, relation and object."""
+
+    key: FactKey
+    s: QID
+    pid: PID
+    o: QID
+
+
+class PlannedFact(FactRef):
+    """A fact as the loop plans it, with, per measure of the run, the configuration hash
+    stored on it (None: not scored under that measure yet)."""
+
+    cfgs: list[str | None]
+
+
+class FactDetail(PlannedFact):
+    """A row of ``probe_runs.FACT_DETAILS``: a planned fact with its ends' labels, aliases and
+    classes, which the gather reads (:func:`fact_details`)."""
+
+    s_label: str | None
+    s_aliases: list[str] | None
+    s_types: NotRequired[list[str] | None]
+    o_label: str | None
+    o_aliases: list[str] | None
+    o_types: NotRequired[list[str] | None]
+
+
+class FactScores(TypedDict):
+    """One fact's values as the loop writes them (``probe_runs.write_scores``): its key, its
+    subject's QID (the write's anchor) and the FACT properties it sets."""
+
+    key: FactKey
+    s: QID
+    props: Properties  # score property names are per model and measure
+
+
+def fact_details(graph: Graph, subjects: Mapping[FactKey, QID],
+                 cfg_props: Sequence[str]) -> list[FactDetail]:
+    """The :class:`FactDetail` of every fact of ``subjects`` (key -> subject), in its order,
+    read 500 keys per round trip."""
+    out: list[FactDetail] = []
+    for batch in chunks(list(subjects), 500):
+        out.extend(cast(list[FactDetail], pr.fact_details(graph, batch, subjects, cfg_props)))
+    return out
+
+
 @dataclass
 class Planned:
-    row: dict[str, Any]
+    row: PlannedFact
     fact: Any  # FactInput
     reason: str | None = None
 
@@ -72,13 +120,15 @@ class Gatherer:
         self.terms = gd.EntityTerms(graph)
 
     def _ent(self, row: Mapping[str, Any] | None, qid: str, pid: str | None = None) -> Any:
+        """The Entity of ``qid`` from its ``label``, ``aliases`` and ``types`` (an entity
+        terms row as the graph returns it; None or missing keys: nothing known)."""
         row = row or {}
         facts = (None if self.cfg.verbalizer == "raw" else  # pid: the relation it is subject of
                  _entity_facts(row.get("label") or "", tuple(row.get("aliases") or ()),
                                tuple(row.get("types") or ()), pid))
         return self.rule.entity(row.get("label"), row.get("aliases"), qid, facts)
 
-    def batch(self, rows: Sequence[dict[str, Any]]) -> list[Planned]:
+    def batch(self, rows: Sequence[FactDetail]) -> list[Planned]:
         facts = [(row["s"], row["pid"], row["o"]) for row in rows]
         wants_ctx = bool(self.needs & {"distractors", "past", "other_objects"})
         contexts = gd.fact_contexts(self.graph, facts) if wants_ctx else {}
@@ -213,7 +263,7 @@ class LoopPlan:
     write_facts: int = 256  # facts per write transaction
     pipeline: int = 2  # batches gathered ahead, writes waiting behind; 0: all on one thread
 
-    def stale(self, d: dict[str, Any]) -> list[Any]:
+    def stale(self, d: PlannedFact) -> list[Any]:
         """The measures a fact still needs: those whose stored configuration hash differs
         (all of them with ``force``)."""
         return [m for m, c in zip(self.measures, d["cfgs"], strict=True)
@@ -231,10 +281,10 @@ class LoopOutcome:
     #: scoring order: what ``probe`` prints at its end (:meth:`by_relation`)
     first_scores: dict[str, list[float | None]] = field(default_factory=dict)
 
-    def by_relation(self) -> list[dict[str, Any]]:
+    def by_relation(self) -> list[RelationSummary]:
         """Per relation (numeric PID order): facts the first measure scored, their mean score,
         and facts it could not score."""
-        out = []
+        out: list[RelationSummary] = []
         for pid in sorted(self.first_scores, key=lambda p: int(p[1:]) if p[1:].isdigit() else 0):
             got = [s for s in self.first_scores[pid] if s is not None]
             out.append({"relation": pid, "n": len(got),
@@ -244,7 +294,7 @@ class LoopOutcome:
 
 
 def score_and_write(
-    graph: Graph, runner: Runner, plan: LoopPlan, gather: Gatherer, todo: Sequence[dict[str, Any]],
+    graph: Graph, runner: Runner, plan: LoopPlan, gather: Gatherer, todo: Sequence[FactDetail],
     ctx: Any, outcome: LoopOutcome, *, progress: bool = True,
     on_fact: OnFact | None = None,
 ) -> LoopOutcome:
@@ -257,7 +307,7 @@ def score_and_write(
                   0 if gather.engine is not None else plan.pipeline, GATHER_THREADS)
     behind = Behind(plan.pipeline)
 
-    def write(rows: list[dict[str, Any]], ok: int) -> None:
+    def write(rows: list[FactScores], ok: int) -> None:
         def job() -> None:
             pr.write_scores(graph, plan.run_id, rows, scored=ok, unscorable=len(rows) - ok, now=now())
             outcome.scored += ok
@@ -281,14 +331,14 @@ def score_and_write(
 def score_batches(
     runner: Runner, plan: LoopPlan, batches: Iterable[tuple[Sequence[Any], list[Planned]]],
     total: int, ctx: Any, outcome: LoopOutcome,
-    write: Callable[[list[dict[str, Any]], int], None], *, progress: bool = True,
+    write: Callable[[list[FactScores], int], None], *, progress: bool = True,
     on_fact: OnFact | None = None,
 ) -> None:
     """score -> write, for batches already gathered: from the graph (:func:`score_and_write`)
     or from a probe set's file (:mod:`kgprobe.probing.probe_set`). ``write(rows, scored)``
     takes ``plan.write_facts`` facts' ``{key, s, props}`` rows at a time and the number of them
     that got a value; the reasons of the others are counted in ``outcome``."""
-    pending: list[dict[str, Any]] = []
+    pending: list[FactScores] = []
     pending_ok = 0
 
     def write_pending() -> None:
@@ -304,7 +354,7 @@ def score_batches(
             active = [m for m in plan.measures if any(m.name in w for w in wanted.values())]
             per_measure = score_batch(runner, active, planned, ctx)
             for i, p in enumerate(planned):
-                fact_props: dict[str, Any] = {}
+                fact_props: Properties = {}
                 got_any = False
                 why = p.reason
                 for m, values in zip(active, per_measure, strict=True):
@@ -339,7 +389,7 @@ def score_batches(
 
 
 def _fact_props(sp: pr.ScoreProps, m: Any, v: MeasureValue, run_id: str, cfg_hash: str,
-                threshold: float) -> dict[str, Any]:
+                threshold: float) -> Properties:
     """The FACT properties of one measure's values. A fact the measure could not score keeps
     no configuration hash, so the next run tries it again (the graph may have gained what it
     lacked)."""
@@ -347,7 +397,7 @@ def _fact_props(sp: pr.ScoreProps, m: Any, v: MeasureValue, run_id: str, cfg_has
     known = v.stored.get("known")
     if known is None and score is not None and m.has_known:
         known = score >= threshold
-    out: dict[str, Any] = {
+    out: Properties = {
         sp.score: score, sp.known: None if score is None else known, sp.run: run_id,
         sp.cfg: None if score is None else cfg_hash,
     }

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -232,6 +233,10 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+#: one ``--model-arg KEY=VALUE`` value as :func:`parse_model_args` converts it
+ArgValue = bool | int | float | str | None
+
+
 @dataclass
 class LoadDefaults:
     """Process-wide defaults for ``load_model`` set once by the CLI (``--device``,
@@ -239,13 +244,13 @@ class LoadDefaults:
     without threading them through each measure's call chain. An explicit argument wins."""
 
     device: str | None = None
-    model_args: dict[str, Any] | None = None
+    model_args: dict[str, ArgValue] | None = None
     batch_tokens: int | None = None
     #: ``--backend``: a registered scoring backend that serves the scored model (None: the
     #: transformers loader); its ``--model-arg`` values are ``backend_args``, never
     #: ``from_pretrained``'s (kgprobe.probing.engine.select_model)
     backend: str | None = None
-    backend_args: dict[str, Any] | None = None
+    backend_args: dict[str, ArgValue] | None = None
 
 
 LOAD_DEFAULTS = LoadDefaults()
@@ -256,7 +261,7 @@ HF_LOADER = "hf"
 
 def configure_loading(
     device: str | None = None,
-    model_args: dict[str, Any] | None = None,
+    model_args: Mapping[str, ArgValue] | None = None,
     batch_tokens: int | None = None,
     backend: str | None = None,
 ) -> None:
@@ -274,17 +279,17 @@ def configure_loading(
     LOAD_DEFAULTS.backend_args = dict(model_args or {}) if served else None
 
 
-def parse_model_args(items: list[str] | None) -> dict[str, Any]:
+def parse_model_args(items: list[str] | None) -> dict[str, ArgValue]:
     """``KEY=VALUE`` strings for ``from_pretrained``; true/false/none and numbers are
     converted (``trust_remote_code=true``, ``revision=main``, ``device_map=auto``)."""
-    out: dict[str, Any] = {}
+    out: dict[str, ArgValue] = {}
     for item in items or []:
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():
             raise ConfigError(f"--model-arg wants KEY=VALUE, got {item!r}")
         low = raw.strip().lower()
-        value: Any = raw.strip()
+        value: ArgValue = raw.strip()
         if low in ("true", "false"):
             value = low == "true"
         elif low in ("none", "null"):
@@ -413,7 +418,7 @@ def load_model(
     threads: int = 1,
     device: str | None = None,
     bos_policy: BosPolicy | None = None,
-    model_args: dict[str, Any] | None = None,
+    model_args: Mapping[str, ArgValue] | None = None,
     batch_tokens: int | None = None,
 ) -> LoadedModel:
     """Load a model by registry name, GGUF path, local HF directory or hub id.

@@ -22,19 +22,31 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 from kgprobe.errors import ConfigError, InputError, OutputError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.distractors import date_sort_key
 from kgprobe.graph.results import fact_ends
+from kgprobe.probing.backends.base import ModelInfo
 from kgprobe.probing.config import ProbeConfig, ProbeSummary, Runner, model_key, run_context
-from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, Planned, chunks, score_batches
+from kgprobe.probing.loop import (
+    FactRef,
+    FactScores,
+    Gatherer,
+    LoopOutcome,
+    LoopPlan,
+    Planned,
+    chunks,
+    fact_details,
+    score_batches,
+)
 from kgprobe.probing.measures.common import Entity
 from kgprobe.probing.measures.registry import FactInput, OnFact
 from kgprobe.probing.strategies import strategy_class
 from kgprobe.probing.verbalize import CAREFUL_RULES_VERSION, Facts
 from kgprobe.provenance import code_version, now
+from kgprobe.types import PID, QID, FactKey, JSONObject, MeasureKey, ModelKey, Properties, RunId
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
@@ -71,7 +83,7 @@ def _canon(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
-def content_hash(header: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
+def content_hash(header: Mapping[str, object], rows: Sequence[Mapping[str, object]]) -> str:
     """sha256 over the canonical JSON of the header (without its hash) and every row, in order."""
     h = hashlib.sha256(_canon({k: v for k, v in header.items() if k != "content_hash"}).encode())
     for row in rows:
@@ -83,7 +95,43 @@ def content_hash(header: dict[str, Any], rows: Sequence[dict[str, Any]]) -> str:
 # --- FactInput <-> JSON ---------------------------------------------------------------------------
 
 
-def _entity_json(e: Entity) -> dict[str, Any]:
+class FactsJSON(TypedDict):
+    """An entity's verbalizer :class:`Facts` in a set's ``fact`` column."""
+
+    types: list[str]
+    the_forms: list[str]
+    main_takes_the: bool
+    work: bool
+    main: str
+
+
+class EntityJSON(TypedDict):
+    """One :class:`Entity` in a set's ``fact`` column."""
+
+    label: str
+    aliases: list[str]
+    qid: QID | None
+    facts: FactsJSON | None
+
+
+class FactJSON(TypedDict):
+    """One :class:`FactInput` as a set's ``fact`` column holds it (:func:`fact_json`)."""
+
+    key: FactKey
+    pid: PID
+    subject: EntityJSON
+    object: EntityJSON
+    templates: list[str]
+    distractors: list[EntityJSON]
+    past: list[EntityJSON]
+    other_objects: list[EntityJSON]
+    other_subjects: list[EntityJSON]
+    object_relation_templates: list[list[str]]
+    demonstrations: list[FactJSON]
+    distractor_reason: str | None
+
+
+def _entity_json(e: Entity) -> EntityJSON:
     f = e.facts
     return {"label": str(e.label), "aliases": [str(a) for a in e.aliases], "qid": e.qid,
             "facts": None if f is None else {
@@ -91,14 +139,14 @@ def _entity_json(e: Entity) -> dict[str, Any]:
                 "main_takes_the": f.main_takes_the, "work": f.work, "main": f.main}}
 
 
-def _entity(d: dict[str, Any]) -> Entity:
+def _entity(d: EntityJSON) -> Entity:
     f = d.get("facts")
     facts = None if f is None else Facts(frozenset(f["types"]), frozenset(f["the_forms"]),
                                          bool(f["main_takes_the"]), bool(f["work"]), str(f["main"]))
     return Entity(str(d["label"]), tuple(d["aliases"]), d.get("qid"), facts)
 
 
-def fact_json(f: FactInput) -> dict[str, Any]:
+def fact_json(f: FactInput) -> FactJSON:
     """Everything the measures read of one fact, as JSON (:func:`fact_input` reads it back)."""
     return {
         "key": f.key, "pid": f.pid, "subject": _entity_json(f.subject),
@@ -113,7 +161,7 @@ def fact_json(f: FactInput) -> dict[str, Any]:
     }
 
 
-def fact_input(d: dict[str, Any]) -> FactInput:
+def fact_input(d: FactJSON) -> FactInput:
     """The :class:`FactInput` of :func:`fact_json`'s output, equal to the one gathered."""
     return FactInput(
         key=d["key"], pid=d["pid"], subject=_entity(d["subject"]), object=_entity(d["object"]),
@@ -131,7 +179,101 @@ def fact_input(d: dict[str, Any]) -> FactInput:
 # --- files ---------------------------------------------------------------------------------------
 
 
-def _write(path: Path, columns: dict[str, list[Any]], meta_key: bytes, header: dict[str, Any]) -> None:
+class Ends(TypedDict):
+    """What a report shows beside a fact's score (:data:`_ENDS`), one type per column."""
+
+    subject_label: str | None
+    object_label: str | None
+    popularity: float | None
+    object_popularity: float | None
+
+
+class SetRow(FactRef, Ends):
+    """One row of a probe set: the fact, why it could not be planned (None: it could), its
+    :class:`FactJSON` as canonical JSON text, and its :class:`Ends`."""
+
+    reason: str | None
+    fact: str
+
+
+class ScoringVersions(TypedDict):
+    """:func:`measure_versions`: each measure's version and the careful verbalizer's rules."""
+
+    measures: dict[str, int]
+    verbalizer_rules: int
+
+
+class SetHeader(TypedDict):
+    """A probe set's header (its Parquet metadata; docs/probe-sets.md)."""
+
+    schema: str
+    created: str
+    kgprobe: str | None  # its version (code_version)
+    #: the ProbeConfig fields the set fixes (:data:`_SET_FIELDS`), as JSON: read back by
+    #: ``ProbeConfig(**config)``, which checks them
+    config: JSONObject
+    relations: list[PID]
+    templates: dict[PID, Sequence[Sequence[str]]]  # (template id, text) pairs
+    reference_date: int
+    relation_labels: dict[PID, str | None]
+    graph_snapshot: dict[str, int]
+    facts: int
+    scoring: ScoringVersions
+    content_hash: NotRequired[str]  # set last: the hash covers the rest
+
+
+class ScoreRow(TypedDict):
+    """One row of a scores file: a fact and measure key, its score, and ``props``, the FACT
+    properties it sets, as canonical JSON text."""
+
+    key: FactKey
+    s: QID
+    pid: PID
+    o: QID
+    measure: MeasureKey
+    score: float | None
+    props: str
+
+
+class RunFinal(TypedDict):
+    """What a scored set's ProbeRun is updated with as it ends."""
+
+    status: str
+    finished: str
+    seconds: float
+    unscorable_reasons: str  # JSON text: a graph property holds no map
+    contexts_cut: int
+
+
+class ScoresHeader(TypedDict):
+    """A scores file's header: the set and graph it belongs to, the run and its record."""
+
+    schema: str
+    probe_set: str
+    graph_snapshot: dict[str, int]
+    run_id: RunId
+    model_key: ModelKey
+    fingerprint: str
+    run: Properties  # the ProbeRun's properties (RunProvenance.props)
+    final: RunFinal
+    content_hash: NotRequired[str]
+
+
+class Imported(TypedDict):
+    """What :func:`import_scores` did with one scores file."""
+
+    file: str
+    run_id: RunId
+    status: str  # "imported" or "already imported"
+    facts: int
+
+
+def _columns(rows: Sequence[Mapping[str, object]], names: Sequence[str]) -> dict[str, list[object]]:
+    """``rows`` as the Parquet columns ``names``, in row order."""
+    return {k: [r[k] for r in rows] for k in names}
+
+
+def _write(path: Path, columns: dict[str, list[object]], meta_key: bytes, header: Mapping[str, object]) -> None:
     """One Parquet file, written whole or not at all (a temporary file renamed into place)."""
     pa, pq = _pyarrow()
     table = pa.table(columns).replace_schema_metadata({meta_key: _canon(header).encode()})
@@ -146,8 +288,9 @@ def _write(path: Path, columns: dict[str, list[Any]], meta_key: bytes, header: d
 
 
 def _read(path: str | os.PathLike[str], meta_key: bytes, schema: str,
-          what: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Header and rows of a file :func:`_write` wrote, its schema and content hash checked."""
+          what: str) -> tuple[JSONObject, list[JSONObject]]:
+    """Header and rows of a file :func:`_write` wrote, its schema and content hash checked
+    (what the rest hold is the caller's layout: :class:`SetHeader`, :class:`ScoresHeader`)."""
     _, pq = _pyarrow()
     p = Path(path)
     if not p.is_file():
@@ -174,7 +317,7 @@ def _read(path: str | os.PathLike[str], meta_key: bytes, schema: str,
     return header, rows
 
 
-def _ends_row(e: Mapping[str, Any]) -> dict[str, Any]:
+def _ends_row(e: Mapping[str, object]) -> Ends:
     """A fact's ends as set columns: one type per column (a popularity stored as an integer
     would come back from Parquet as a float, and no longer match the content hash)."""
     def num(v: Any) -> float | None:
@@ -188,7 +331,7 @@ def _ends_row(e: Mapping[str, Any]) -> dict[str, Any]:
             "popularity": num(e.get("popularity")), "object_popularity": num(e.get("object_popularity"))}
 
 
-def measure_versions(config: ProbeConfig) -> dict[str, Any]:
+def measure_versions(config: ProbeConfig) -> ScoringVersions:
     """What of the scoring code a set's values depend on beyond its data: each measure's
     version and the careful verbalizer's rules. A set is scored only where these are equal."""
     return {"measures": {m.name: m.version for m in config.measure_objects()},
@@ -214,7 +357,7 @@ def set_config(*, relations: Sequence[str] = (), sample: int | None = 60,
 
 def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], *,
                index: SemanticIndex | None = None, index_dir: str | Path | None = None,
-               progress: bool = True) -> dict[str, Any]:
+               progress: bool = True) -> SetHeader:
     """Sample facts as ``probe`` does and write what the measures need of them to ``path``.
     Returns the set's header (its content hash, counts, snapshot)."""
     from kgprobe.probing.distractors import default_index_dir
@@ -238,14 +381,12 @@ def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], 
     subjects = pr.sample_facts(graph, relations, total=config.sample, per_relation=config.per_relation,
                                seed=config.seed, ref=ref, history_first=config.history_first,
                                on_progress=_index_progress() if progress else None)
-    details = []
-    for batch in chunks(list(subjects), 500):
-        details.extend(pr.fact_details(graph, batch, subjects, []))
+    details = fact_details(graph, subjects, [])
     needs = frozenset().union(*(m.needs for m in measures))
     if "distractors" in needs and strategy_class(config.strategy).needs_index and details and index is None:
         index = ensure_index(graph, index_dir or default_index_dir())
     gather = Gatherer(graph, config, needs, ref, available, index, None, ctx.label_rule, ctx.end)
-    rows = []
+    rows: list[SetRow] = []
     for batch in chunks(details, config.batch_facts):
         ends = fact_ends(graph, batch)  # what the report shows of each fact, beside its items
         for p in gather.batch(batch):
@@ -253,7 +394,7 @@ def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], 
             rows.append({"key": str(p.row["key"]), "s": p.row["s"], "pid": p.row["pid"],
                          "o": p.row["o"], "reason": p.reason, "fact": _canon(fact_json(p.fact)),
                          **_ends_row(e)})
-    header: dict[str, Any] = {
+    header: SetHeader = {
         "schema": SET_SCHEMA, "created": now(), "kgprobe": code_version()["kgprobe"],
         "config": {k: getattr(config, k) for k in _SET_FIELDS}, "relations": relations,
         "templates": {p: available[p] for p in relations}, "reference_date": ref,
@@ -262,8 +403,7 @@ def export_set(graph: Graph, config: ProbeConfig, path: str | os.PathLike[str], 
         "scoring": measure_versions(config),
     }
     header["content_hash"] = content_hash(header, rows)
-    _write(Path(path), {k: [r[k] for r in rows] for k in ("key", "s", "pid", "o", "reason", "fact", *_ENDS)},
-           _SET_META, header)
+    _write(Path(path), _columns(rows, ("key", "s", "pid", "o", "reason", "fact", *_ENDS)), _SET_META, header)
     return header
 
 
@@ -275,8 +415,8 @@ class ProbeSet:
     """A probe set as read back: its header and rows (content hash checked)."""
 
     path: Path
-    header: dict[str, Any]
-    rows: list[dict[str, Any]]
+    header: SetHeader
+    rows: list[SetRow]
 
     @property
     def content_hash(self) -> str:
@@ -306,7 +446,7 @@ def read_set(path: str | os.PathLike[str]) -> ProbeSet:
     in one line if its layout is not this kgprobe's or its rows do not match its content hash."""
     p = set_path(path)
     header, rows = _read(p, _SET_META, SET_SCHEMA, "probe set")
-    return ProbeSet(p, header, rows)
+    return ProbeSet(p, cast(SetHeader, header), cast(list[SetRow], rows))
 
 
 @dataclass
@@ -316,8 +456,8 @@ class SetScores:
     key, s, pid, o, measure key, score, and ``props``, the FACT properties as JSON)."""
 
     summary: ProbeSummary
-    header: dict[str, Any]
-    rows: list[dict[str, Any]]
+    header: ScoresHeader
+    rows: list[ScoreRow]
 
 
 _SCORE_COLUMNS = ("key", "s", "pid", "o", "measure", "score", "props")
@@ -325,7 +465,7 @@ _SCORE_COLUMNS = ("key", "s", "pid", "o", "measure", "score", "props")
 
 def score_set(
     pset: ProbeSet, runner: Runner, out_dir: str | os.PathLike[str] | None, *, model: str,
-    fingerprint: str, dtype: str = "float32", model_info: dict[str, Any] | None = None,
+    fingerprint: str, dtype: str = "float32", model_info: ModelInfo | None = None,
     shard: tuple[int, int] | None = None, progress: bool = True,
     on_fact: OnFact | None = None,
 ) -> SetScores:
@@ -347,7 +487,7 @@ def score_set(
         why = m.available()
         if why:
             raise ConfigError(why)
-    ctx = run_context(config, str((model_info or {}).get("name") or model))
+    ctx = run_context(config, str((model_info.get("name") if model_info else None) or model))
     mkey = model_key(model, dtype)
     templates = {p: [tuple(t) for t in ts] for p, ts in pset.header["templates"].items()}
     relations = list(pset.header["relations"])
@@ -370,10 +510,10 @@ def score_set(
                                    "cfgs": [None] * len(measures)},
                                   fact_input(json.loads(r["fact"])), r["reason"]) for r in batch]
 
-    written: list[dict[str, Any]] = []
+    written: list[FactScores] = []
     outcome = LoopOutcome()
 
-    def write(batch_rows: list[dict[str, Any]], ok: int) -> None:
+    def write(batch_rows: list[FactScores], ok: int) -> None:
         written.extend(batch_rows)
         outcome.scored += ok
         outcome.unscorable += len(batch_rows) - ok
@@ -389,12 +529,12 @@ def score_set(
     summary.status = "finished"
     summary.unscorable_reasons = dict(outcome.reasons.most_common())
     summary.contexts_cut = int(getattr(tok, "cut_count", 0)) - cuts_before
-    final = {"status": "finished", "finished": now(), "seconds": summary.seconds,
+    final: RunFinal = {"status": "finished", "finished": now(), "seconds": summary.seconds,
              "unscorable_reasons": json.dumps(summary.unscorable_reasons),
              "contexts_cut": summary.contexts_cut}
 
     facts = {r["key"]: r for r in rows}
-    out_rows = []
+    out_rows: list[ScoreRow] = []
     for w in written:
         f = facts[w["key"]]
         for m in measures:
@@ -405,7 +545,7 @@ def score_set(
                              "measure": setup.mkeys[m.name],
                              "score": None if mine.get(sp.score) is None else float(mine[sp.score]),
                              "props": _canon(mine)})
-    header: dict[str, Any] = {
+    header: ScoresHeader = {
         "schema": SCORES_SCHEMA, "probe_set": pset.content_hash,
         "graph_snapshot": pset.header["graph_snapshot"], "run_id": plan.run_id,
         "model_key": mkey, "fingerprint": fingerprint, "run": record.props(), "final": final,
@@ -420,13 +560,14 @@ def score_set(
 def write_scores(out_dir: str | os.PathLike[str], scored: SetScores) -> Path:
     """``out_dir/scores.parquet``, written whole or not at all."""
     path = Path(out_dir) / "scores.parquet"
-    _write(path, {k: [r[k] for r in scored.rows] for k in _SCORE_COLUMNS}, _SCORES_META, scored.header)
+    _write(path, _columns(scored.rows, _SCORE_COLUMNS), _SCORES_META, scored.header)
     return path
 
 
-def read_scores(path: str | os.PathLike[str]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def read_scores(path: str | os.PathLike[str]) -> tuple[ScoresHeader, list[ScoreRow]]:
     """Header and rows of a scores file (schema and content hash checked)."""
-    return _read(path, _SCORES_META, SCORES_SCHEMA, "scores file")
+    header, rows = _read(path, _SCORES_META, SCORES_SCHEMA, "scores file")
+    return cast(ScoresHeader, header), cast(list[ScoreRow], rows)
 
 
 def probe_with_set(
@@ -472,7 +613,7 @@ def probe_with_set(
 
 
 def import_scores(graph: Graph, paths: Sequence[str | os.PathLike[str]],
-                  write_facts: int = 256) -> list[dict[str, Any]]:
+                  write_facts: int = 256) -> list[Imported]:
     """Write each scores file's FACT properties onto the graph and record its ProbeRun, as if
     the probe had run here. Every file is checked before anything is written: its content
     hash, its probe set's graph snapshot against this graph's, each fact's subject, relation
@@ -497,18 +638,20 @@ def import_scores(graph: Graph, paths: Sequence[str | os.PathLike[str]],
                 raise ConfigError(f"scores file {p}: fact {r['key']} is not in this graph as "
                                   f"({r['s']}, {r['pid']}, {r['o']}); refusing the file")
         claim_model_key(graph, header["model_key"], header["fingerprint"], "refuse")
-    out = []
+    out: list[Imported] = []
     for p, header, rows in files:
         run_id = header["run_id"]
         before = pr.get_run(graph, run_id)
         if before is not None and before.get("status") == "finished":
             out.append({"file": str(p), "run_id": run_id, "status": "already imported", "facts": 0})
             continue
-        by_key: dict[str, dict[str, Any]] = {}
+        by_key: dict[FactKey, FactScores] = {}
+        ok_keys: set[FactKey] = set()  # facts with a score under some measure
         for r in rows:
-            fact = by_key.setdefault(r["key"], {"key": r["key"], "s": r["s"], "props": {}, "ok": False})
+            fact = by_key.setdefault(r["key"], {"key": r["key"], "s": r["s"], "props": {}})
             fact["props"].update(json.loads(r["props"]))
-            fact["ok"] = fact["ok"] or r["score"] is not None
+            if r["score"] is not None:
+                ok_keys.add(r["key"])
         if before is None:
             pr.create_run(graph, run_id, header["run"])
         else:  # an import stopped half-way: written again whole, counted from zero
@@ -516,10 +659,9 @@ def import_scores(graph: Graph, paths: Sequence[str | os.PathLike[str]],
         try:
             facts = list(by_key.values())
             for batch in chunks(facts, write_facts):
-                ok = sum(1 for f in batch if f["ok"])
-                pr.write_scores(graph, run_id, [{k: f[k] for k in ("key", "s", "props")} for f in batch],
-                                scored=ok, unscorable=len(batch) - ok, now=now())
-            pr.update_run(graph, run_id, header["final"])
+                ok = sum(1 for f in batch if f["key"] in ok_keys)
+                pr.write_scores(graph, run_id, list(batch), scored=ok, unscorable=len(batch) - ok, now=now())
+            pr.update_run(graph, run_id, dict(header["final"]))
         finally:
             pr.release_run(run_id)
         out.append({"file": str(p), "run_id": run_id, "status": "imported", "facts": len(by_key)})

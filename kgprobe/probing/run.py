@@ -22,13 +22,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from kgprobe.errors import ConfigError, GraphUnavailable, GraphWiped
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph.client import connect
 from kgprobe.graph.distractors import date_sort_key
 from kgprobe.graph.templates import probe_templates
+from kgprobe.probing.backends.base import ModelInfo
 from kgprobe.probing.cache import ScoreCache
 from kgprobe.probing.config import (
     DEFAULT_MEASURES,
@@ -45,7 +46,15 @@ from kgprobe.probing.config import (
 from kgprobe.probing.distractors import DEFAULT_N, default_index_dir
 from kgprobe.probing.engine import Engine, resolve_model, select_model
 from kgprobe.probing.environment import run_environment
-from kgprobe.probing.loop import Gatherer, LoopOutcome, LoopPlan, chunks, score_and_write
+from kgprobe.probing.loop import (
+    FactDetail,
+    FactRef,
+    Gatherer,
+    LoopOutcome,
+    LoopPlan,
+    fact_details,
+    score_and_write,
+)
 from kgprobe.probing.measures.catalog import run_wide_settings
 from kgprobe.probing.models import LOAD_DEFAULTS, load_model
 from kgprobe.probing.score import default_score_cache
@@ -60,7 +69,7 @@ from kgprobe.provenance import (
     now,
 )
 from kgprobe.records import is_pid
-from kgprobe.types import PID, ConfigHash, MeasureKey, MeasureName
+from kgprobe.types import PID, ConfigHash, MeasureKey, MeasureName, Properties
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.config import Settings
@@ -119,7 +128,7 @@ def run_probe(
     config: ProbeConfig,
     *,
     fingerprint: str,
-    model_info: dict[str, Any] | None = None,
+    model_info: ModelInfo | None = None,
     index: SemanticIndex | None = None,
     index_dir: str | Path | None = None,
     progress: bool = True,
@@ -135,7 +144,7 @@ def run_probe(
     (per-fact records, kgprobe.reports.results).
     """
     config.validate()
-    model_name = str((model_info or {}).get("name") or config.model)
+    model_name = str((model_info.get("name") if model_info else None) or config.model)
     ctx = run_context(config, model_name)
     measures = config.measure_objects()
     for m in measures:
@@ -152,11 +161,8 @@ def run_probe(
     subjects = pr.sample_facts(graph, relations, total=config.sample, per_relation=config.per_relation,
                                seed=config.seed, ref=ref, history_first=config.history_first,
                                shard=config.shard, on_progress=_index_progress() if progress else None)
-    chosen = list(subjects)
     cfg_props = [setup.props[m.name].cfg for m in measures]
-    details = []
-    for batch in chunks(chosen, 500):
-        details.extend(pr.fact_details(graph, batch, subjects, cfg_props))
+    details = fact_details(graph, subjects, cfg_props)
 
     plan = LoopPlan(uuid.uuid4().hex, measures, setup.props, setup.cfg_by, config.threshold,
                     config.force, config.batch_facts, config.write_facts, config.pipeline)
@@ -179,6 +185,27 @@ def run_probe(
         pr.release_run(run_id)
 
 
+class EndMarkerSetting(TypedDict):
+    kind: str
+    text: str | None
+
+
+class RunSettings(TypedDict):
+    """The run-wide settings every measure's configuration hash covers (:func:`run_setup`)."""
+
+    fingerprint: str
+    strategy: str
+    n: int
+    seed: int
+    max_subject_labels: int
+    max_object_labels: int
+    max_past_values: int
+    end_marker: EndMarkerSetting
+    label_rule: str
+    measure_version: int
+    at: NotRequired[str]  # the reference date, where one was given
+
+
 @dataclass(frozen=True)
 class RunSetup:
     """What a run's configuration, model and templates decide before any fact is scored: the
@@ -188,8 +215,8 @@ class RunSetup:
 
     mkeys: dict[MeasureName, MeasureKey]
     props: dict[MeasureName, pr.ScoreProps]
-    settings: dict[str, Any]
-    m_cfg: dict[str, dict[str, Any]]
+    settings: RunSettings
+    m_cfg: dict[MeasureName, dict[str, object]]
     cfg_by: dict[MeasureName, dict[PID, ConfigHash]]
     run_cfg: ConfigHash
 
@@ -201,13 +228,15 @@ def run_setup(config: ProbeConfig, ctx: Any, measures: list[Any], mkey: str, fin
     if len(set(mkeys.values())) != len(mkeys):
         raise ConfigError("two measures give the same property key")
     props = {m.name: pr.ScoreProps(mkey, k) for m, k in zip(measures, mkeys.values(), strict=True)}
-    settings = {
+    settings: RunSettings = {
         "fingerprint": fingerprint, "strategy": config.strategy, "n": config.n, "seed": config.seed,
         "max_subject_labels": config.max_subject_labels,
         "max_object_labels": config.max_object_labels, "max_past_values": config.max_past_values,
         "end_marker": {"kind": ctx.end.kind, "text": ctx.end.text}, "label_rule": config.label_rule,
-        "measure_version": 2, **({"at": config.at} if config.at else {}),
+        "measure_version": 2,
     }
+    if config.at:
+        settings["at"] = config.at
     # one configuration hash per measure and relation: a measure's hash covers every
     # parameter that changes its values, so adding a measure never rescores another
     m_cfg = {m.name: m.config(ctx) for m in measures}
@@ -224,25 +253,25 @@ def run_setup(config: ProbeConfig, ctx: Any, measures: list[Any], mkey: str, fin
 
 
 def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSetup, summary: ProbeSummary,
-               details: Sequence[dict[str, Any]], runner: Runner, model_info: dict[str, Any] | None,
+               details: Sequence[FactRef], runner: Runner, model_info: ModelInfo | None,
                available: dict[str, list[tuple[str, str]]], ref: int,
                snapshot: dict[str, int]) -> RunProvenance:
     """The ProbeRun's record as the run starts (its provenance: results.json reads it), written
     by ``RunProvenance.props``. ``snapshot``: the graph's counts where the facts were sampled."""
     mkeys, relations = setup.mkeys, summary.relations
     facts_hash = config_hash(sorted(f"{d['key']}|{d['s']}|{d['pid']}|{d['o']}" for d in details))
-    info = model_info or {}
+    info: ModelInfo | None = model_info
     specs: list[MeasureSpec] = [
         {"name": m.name, "key": mkeys[m.name], "params": m.settings, "extras": list(m.extras),
          "section": m.section} for m in measures]
     version = code_version()
     return RunProvenance(
         status="running", started=now(), model=config.model, model_key=summary.model_key,
-        model_fingerprint=setup.settings["fingerprint"], model_kind=info.get("kind"),
+        model_fingerprint=setup.settings["fingerprint"], model_kind=info.get("kind") if info else None,
         # a served model's address (no user info, no query): which server answered
-        model_base_url=info.get("base_url"),
+        model_base_url=info.get("base_url") if info else None,
         dtype=config.dtype,
-        device=info.get("device"), measures=[m.name for m in measures],
+        device=info.get("device") if info else None, measures=[m.name for m in measures],
         measure_keys=[mkeys[m.name] for m in measures],
         measure_specs=specs,
         score_properties=summary.score_properties,
@@ -264,15 +293,15 @@ def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSet
         facts_scored=0, facts_unscorable=0,
         # every setting outside the measure's configuration that can move a number or a timing
         batch_facts=config.batch_facts, max_templates=config.max_templates,
-        environment=run_environment(
-            runner, device=info.get("device"), model_args=LOAD_DEFAULTS.model_args,
-            device_requested=LOAD_DEFAULTS.device),
+        environment=dict(run_environment(
+            runner, device=info.get("device") if info else None, model_args=LOAD_DEFAULTS.model_args,
+            device_requested=LOAD_DEFAULTS.device)),
     )
 
 
 def _probe_run(
     graph: Graph, runner: Runner, config: ProbeConfig, summary: ProbeSummary, plan: LoopPlan,
-    todo: list[dict[str, Any]], measures: list[Any], ctx: Any, available: dict[str, list[tuple[str, str]]],
+    todo: list[FactDetail], measures: list[Any], ctx: Any, available: dict[str, list[tuple[str, str]]],
     index: SemanticIndex | None, index_dir: str | Path | None, progress: bool,
     on_fact: OnFact | None, ref: int,
 ) -> ProbeSummary:
@@ -385,7 +414,7 @@ def _run_gone(graph: Graph, run_id: str) -> bool:
             time.sleep(1.0)
 
 
-def _try_update(graph: Graph, run_id: str, props: dict[str, Any]) -> None:
+def _try_update(graph: Graph, run_id: str, props: Properties) -> None:
     """Best effort: record an interruption if the graph is still there."""
     with contextlib.suppress(GraphUnavailable):
         pr.update_run(graph, run_id, props)
@@ -430,11 +459,9 @@ def plan_run(graph: Graph, config: ProbeConfig, model_name: str, *, index_dir: s
     subjects = pr.sample_facts(graph, relations, total=config.sample, per_relation=config.per_relation,
                                seed=config.seed, ref=ref, history_first=config.history_first,
                                shard=config.shard)
-    details: list[dict[str, Any]] = []
-    for batch in chunks(list(subjects), 500):
-        details.extend(pr.fact_details(graph, batch, subjects, []))
+    details = fact_details(graph, subjects, [])
     counts = Counter(str(d["pid"]) for d in details)
-    firsts: dict[str, dict[str, Any]] = {}
+    firsts: dict[PID, FactDetail] = {}
     for d in details:  # the first fact of each relation, in sample order
         firsts.setdefault(str(d["pid"]), d)
     shown_facts = list(firsts.values())[:preview]

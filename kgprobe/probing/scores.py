@@ -21,7 +21,7 @@ from kgprobe.probing.config import (
     model_key,
 )
 from kgprobe.records import is_pid
-from kgprobe.types import MeasureKeyParts
+from kgprobe.types import MeasureKey, MeasureKeyParts, ModelKey, Properties
 
 if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.graph.client import Graph
@@ -38,16 +38,16 @@ class Scores:
     runs: tuple[str, ...]
 
 
-def probed(graph: Graph) -> dict[str, list[dict[str, Any]]]:
-    """Finished or partial probe runs, by model key, oldest first."""
-    out: dict[str, list[dict[str, Any]]] = {}
+def probed(graph: Graph) -> dict[ModelKey, list[Properties]]:
+    """Finished or partial probe runs (their ProbeRun's properties), by model key, oldest first."""
+    out: dict[ModelKey, list[Properties]] = {}
     for run in pr.list_runs(graph):
         if run.get("model_key"):
             out.setdefault(str(run["model_key"]), []).append(run)
     return out
 
 
-def model_measures(graph: Graph, model: str) -> tuple[str, list[dict[str, Any]], list[str]]:
+def model_measures(graph: Graph, model: str) -> tuple[ModelKey, list[Properties], list[MeasureKey]]:
     """The model key ``model`` names (a key, or the name it was probed under), its runs (oldest
     first) and its measure keys, latest run's first."""
     runs_by_model = probed(graph)

@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from kgprobe.errors import ConfigError, KgprobeError
 from kgprobe.graph.distractors import all_entity_ids, candidate_ids, entity_facts, graph_counts
 from kgprobe.probing.qidtable import QidTable
 from kgprobe.progress import Progress
+from kgprobe.types import JSONObject
 
 if TYPE_CHECKING:  # pragma: no cover
     import scipy.sparse as sp
@@ -372,6 +373,21 @@ def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: b
     return index
 
 
+class IndexManifest(TypedDict):
+    """What a saved index records of itself (``manifest.json``, written last by ``save``)."""
+
+    format_version: int
+    created_at: str
+    n_entities: int
+    n_rows: int
+    dim: int
+    index_kind: str
+    graph_state: dict[str, object] | None  # asdict(GraphState)
+    settings: dict[str, object]  # asdict(IndexSettings)
+    versions: dict[str, str]
+    build: dict[str, object]  # asdict(BuildStats)
+
+
 def _versions() -> dict[str, str]:
     import faiss
     import sklearn
@@ -612,7 +628,7 @@ class SemanticIndex:
 
     # persistence -------------------------------------------------------------------------------
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> IndexManifest:
         return {
             "format_version": FORMAT_VERSION,
             "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -669,19 +685,20 @@ class SemanticIndex:
                    _open_vectors(d, qids.n_rows, int(manifest["dim"])))
 
 
-def read_manifest(directory: str | Path) -> dict[str, Any]:
+def read_manifest(directory: str | Path) -> JSONObject:
+    """The manifest as stored (by any kgprobe version: :func:`staleness` checks it)."""
     p = Path(directory) / MANIFEST
     if not p.exists():
         raise StaleIndexError(f"no semantic index in {directory} (missing {MANIFEST})")
     try:
-        data: dict[str, Any] = json.loads(p.read_text())
+        data: JSONObject = json.loads(p.read_text())
     except json.JSONDecodeError as exc:
         raise StaleIndexError(f"unreadable manifest {p}: {exc}") from exc
     return data
 
 
 def staleness(
-    manifest: dict[str, Any],
+    manifest: JSONObject,
     expect_state: GraphState | None = None,
     expect_settings: IndexSettings | None = None,
 ) -> list[str]:

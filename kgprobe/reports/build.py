@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -431,8 +431,8 @@ def build_report(
 
 
 def set_report(
-    set_header: dict[str, Any], set_rows: Sequence[dict[str, Any]], scores_header: dict[str, Any],
-    score_rows: Sequence[dict[str, Any]], *, measure: str | None = None, seed: int = 0,
+    set_header: Mapping[str, Any], set_rows: Sequence[Mapping[str, Any]], scores_header: Mapping[str, Any],
+    score_rows: Sequence[Mapping[str, Any]], *, measure: str | None = None, seed: int = 0,
     n_boot: int = BOOTSTRAP,
 ) -> Report:
     """The report of one scored probe set (``kgprobe probe --set``), with no graph: the same

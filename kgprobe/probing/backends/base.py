@@ -7,7 +7,7 @@ import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, NotRequired, TypedDict, TypeVar
 
 from kgprobe.errors import ConfigError
 from kgprobe.plugins import BACKENDS as BACKEND_GROUP
@@ -116,6 +116,17 @@ class UnsupportedRequest(ConfigError):
     """A request kind the chosen backend does not serve."""
 
 
+class ModelInfo(TypedDict):
+    """What a run records about its model (``ScoringBackend.info``; results.json's
+    ``models``): its name, kind (the backend or model family) and device; a served model
+    adds its address."""
+
+    name: str
+    kind: str
+    device: str | None
+    base_url: NotRequired[str]
+
+
 class ScoringBackend(ABC):
     """The contract between the engine and a model: a backend declares which request kinds it
     serves (``handlers``: request class -> function over a batch of that class) and the
@@ -135,7 +146,7 @@ class ScoringBackend(ABC):
         """The model's name as a run records it (score keys are made from it)."""
         return self.name
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ModelInfo:
         """What a run records about the model: name, kind (the backend) and device."""
         return {"name": self.label, "kind": self.name, "device": None}
 
@@ -223,7 +234,17 @@ def register_backend(name: str) -> Callable[[_B], _B]:
     return BACKENDS.register(name)
 
 
-def backend_catalog() -> list[dict[str, Any]]:
+class BackendEntry(TypedDict):
+    """One backend as ``kgprobe models`` lists it (:func:`backend_catalog`)."""
+
+    name: str
+    origin: str
+    description: str
+    built_from: str
+    arguments: list[str]
+
+
+def backend_catalog() -> list[BackendEntry]:
     """Every registered backend (plug-ins loaded): name, where it came from, one line on what
     it scores, what builds it from the command line and its ``--model-arg`` keys (what
     ``kgprobe models`` lists)."""

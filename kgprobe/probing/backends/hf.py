@@ -8,7 +8,7 @@ and runs them through its model-call class (:class:`CausalBackend`, :class:`Mask
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import torch
@@ -17,6 +17,7 @@ from kgprobe.errors import ConfigError
 from kgprobe.probing.backends.base import (
     EngineStats,
     Handler,
+    ModelInfo,
     ScoredTokens,
     ScoringBackend,
     TrieNode,
@@ -45,6 +46,15 @@ from kgprobe.probing.requests import (
 from kgprobe.probing.tokenization import SpanEncoding, split_trailing_whitespace
 
 ATTENTION_PATHS = ("auto", "flex", "segments", "dense")
+
+
+class LayerSettings(TypedDict):
+    """What every model-call layer (causal, masked, seq2seq) is built with."""
+
+    batch_size: int
+    padding_side: Literal["left", "right"]
+    batch_tokens: int | None
+    stats: EngineStats
 
 
 class HFBackend(ScoringBackend):
@@ -89,7 +99,7 @@ class HFBackend(ScoringBackend):
         self.stats = stats
         self.share_prefix = share_prefix
         self.attention = attention
-        self.settings: dict[str, Any] = {
+        self.settings: LayerSettings = {
             "batch_size": batch_size, "padding_side": padding_side,
             "batch_tokens": batch_tokens, "stats": stats}
 
@@ -97,7 +107,7 @@ class HFBackend(ScoringBackend):
     def label(self) -> str:
         return self.lm.name
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ModelInfo:
         return {"name": self.lm.name, "kind": self.lm.kind, "device": self.lm.device}
 
     def _lp_result(self, s: ScoredTokens, ids: Sequence[int], merged: bool) -> LogProbResult:

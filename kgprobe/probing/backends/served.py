@@ -26,10 +26,17 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from kgprobe.errors import ConfigError
-from kgprobe.probing.backends.base import EngineStats, Handler, ScoringBackend, register_backend
+from kgprobe.probing.backends.base import (
+    EngineStats,
+    Handler,
+    ModelInfo,
+    ScoringBackend,
+    register_backend,
+)
 from kgprobe.probing.http_client import MAX_BYTES, JsonClient
 from kgprobe.probing.requests import LogProbRequest, LogProbResult
 from kgprobe.probing.tokenization import split_trailing_whitespace
+from kgprobe.types import JSONObject
 
 ENV_API_KEYS = ("KGPROBE_API_KEY", "OPENAI_API_KEY")
 #: the bump of this backend's part of the fingerprint (how prompts are cut and read back)
@@ -112,7 +119,7 @@ class OpenAICompletions(ScoringBackend):
     def label(self) -> str:
         return self.model
 
-    def info(self) -> dict[str, Any]:
+    def info(self) -> ModelInfo:
         """What a run records: the server's model id and its address (``base_url`` without
         user info, query or fragment), so runs against two servers are told apart."""
         return {"name": self.model, "kind": self.name, "device": "served",
@@ -128,7 +135,7 @@ class OpenAICompletions(ScoringBackend):
                           max_bytes=self.max_bytes, retries=self.retries, backoff=self.backoff,
                           error=ServerError)
 
-    def _call(self, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _call(self, path: str, body: Mapping[str, object] | None = None) -> JSONObject:
         """One JSON call (kgprobe.probing.http_client: retries on timeouts, refused connections
         and 408/409/429/5xx; any other HTTP error fails at once with a redacted excerpt)."""
         client = self._client()
@@ -151,7 +158,7 @@ class OpenAICompletions(ScoringBackend):
             raise ServerError(f"{self.name}: {self.base_url}/models lists no model")
         return ids[0]
 
-    def _choices(self, answer: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    def _choices(self, answer: JSONObject, n: int) -> list[JSONObject]:
         """The answer's ``choices``: ``n`` objects in prompt order (by ``index`` when given)."""
         choices = answer.get("choices")
         if not isinstance(choices, list) or not all(isinstance(c, dict) for c in choices):

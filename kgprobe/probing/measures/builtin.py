@@ -10,10 +10,11 @@ import math
 import os
 import statistics
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict
 
 from kgprobe.probing.measures.common import Entity, Fact, Runner
 from kgprobe.probing.measures.registry import (
+    Aggregate,
     FactInput,
     Measure,
     MeasureValue,
@@ -106,8 +107,38 @@ class _DistractorK(Measure):
         return out
 
 
+class ClozeDetail(TypedDict):
+    """One cloze sentence of a fact as scored (:func:`_distractor_details`)."""
+
+    template: str
+    subject_label: str
+    context: str
+    sentence: str
+    scored: str
+    log_pl_object: float
+
+
+class CandidateDetail(TypedDict):
+    """One distractor (or past value) of a fact: its log-plausibility and text per cloze."""
+
+    qid: str | None
+    label: str
+    role: str  # "distractor" or "past value"
+    also_past_value: bool
+    log_pl: list[float]
+    scored: list[str]
+
+
+class DistractorDetails(TypedDict):
+    """A distractor measure's per-fact record (``MeasureValue.details``; results files)."""
+
+    templates: list[str]
+    clozes: list[ClozeDetail]
+    distractors: list[CandidateDetail]
+
+
 def _distractor_details(fp: Any, n_ds: int, past: Sequence[Entity], obj: Entity,
-                        end: Any) -> dict[str, Any]:
+                        end: Any) -> DistractorDetails:
     """What the per-fact records (kgprobe.reports.results) show of one scored fact: its cloze
     sentences (with the true object, as the run's verbalizer writes it), the label's text as
     scored (context + continuation with the end marker: what the careful-vs-raw section
@@ -277,7 +308,7 @@ class Judge(_BeamMeasure):
                     f"(and {ENV_MODEL}); leave --measure judge out otherwise")
         return None
 
-    def config(self, ctx: RunContext) -> dict[str, Any]:
+    def config(self, ctx: RunContext) -> dict[str, object]:
         from kgprobe.probing.judge import ENV_MODEL, ENV_URL
 
         return {**super().config(ctx), "judge_url": os.environ.get(ENV_URL, ""),
@@ -316,7 +347,7 @@ class Karr(Measure):
     has_known = False
     uses_labels = False  # KaRR has its own alias cap and its own probability (no end marker)
 
-    def config(self, ctx: RunContext) -> dict[str, Any]:
+    def config(self, ctx: RunContext) -> dict[str, object]:
         return {**super().config(ctx), "seed": ctx.seed, "label_rule": ctx.label_rule.name,
                 **verbalizer_config(ctx)}
 
@@ -396,7 +427,7 @@ class Belief(Measure):
             self.needs = frozenset(
                 {"templates", "other_objects"} | ({"demonstrations"} if icl != "zero" else set()))
 
-    def config(self, ctx: RunContext) -> dict[str, Any]:
+    def config(self, ctx: RunContext) -> dict[str, object]:
         out = super().config(ctx)
         if self.settings["icl"] != "none":
             # answers are matched against every correct object of (s, r) since this version:
@@ -488,7 +519,7 @@ class Belief(Measure):
             return "generation"
         return "candidates" if self.settings["mode"] == "candidates" else "vocab"
 
-    def aggregate(self, rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
+    def aggregate(self, rows: Sequence[Mapping[str, Any]], seed: int = 0) -> Aggregate:
         """The paper's metrics over the facts ranked on the primary scale (the vocabulary, the
         paper's single-token objects, unless mode=candidates or BELIEF-ICL); the facts of any
         other scale as a separate population, every key prefixed with its scale (e.g.
@@ -507,7 +538,7 @@ class Belief(Measure):
                 out[f"{scale} {name}"] = v
         return out
 
-    def _population(self, rows: Sequence[Mapping[str, Any]], seed: int) -> dict[str, Any]:
+    def _population(self, rows: Sequence[Mapping[str, Any]], seed: int) -> Aggregate:
         """Acc@1, Acc@K and MRR over N trials of one prompt per fact with one template per
         relation (mean, range, sd), Consist@1 (mean over facts with two or more prompts),
         Overconf@K with its bins — of facts ranked on one scale."""
@@ -587,7 +618,7 @@ class InfoKL(Measure):
             raise ConfigError("measure info: instill=implicit compares full distributions; "
                               "leave top_k at 0")
 
-    def config(self, ctx: RunContext) -> dict[str, Any]:
+    def config(self, ctx: RunContext) -> dict[str, object]:
         # implicit: the fine-tuning is seeded with the run's seed (explicit needs no seed, so
         # its configuration hash stays what it was)
         out = super().config(ctx)

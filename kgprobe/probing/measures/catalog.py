@@ -9,7 +9,7 @@ classes and this module imports them, with no import going back (docs/design.md 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
@@ -19,13 +19,14 @@ from kgprobe.probing.measures.registry import (
     REGISTRY,
     RUN_WIDE,
     SHARED,
+    Aggregate,
     Measure,
     Param,
     parse_measure,
 )
 from kgprobe.provenance import read_run
 from kgprobe.stats import group_seed
-from kgprobe.types import MeasureKeyParts
+from kgprobe.types import PID, MeasureKey, MeasureKeyParts
 
 
 def load_all() -> Registry[type[Measure]]:
@@ -79,12 +80,41 @@ def run_wide_settings(
             given["strategy"][1] if "strategy" in given else None)
 
 
-def describe() -> list[dict[str, Any]]:
+class ParamEntry(TypedDict):
+    """One parameter of a measure as ``kgprobe measures`` lists it."""
+
+    name: str
+    default: object
+    help: str
+    key_code: str
+    choices: NotRequired[list[object]]
+
+
+class MeasureEntry(TypedDict):
+    """One registered measure as ``kgprobe measures [--json]`` lists it (:func:`describe`)."""
+
+    name: str
+    section: str
+    summary: str
+    parameters: list[ParamEntry]
+    shared_parameters: list[str]
+    needs: list[str]
+    values: list[str]
+    property: str
+
+
+def _param_entry(p: Param) -> ParamEntry:
+    entry: ParamEntry = {"name": p.name, "default": p.default, "help": p.help, "key_code": p.code}
+    if p.choices:
+        entry["choices"] = list(p.choices)
+    return entry
+
+
+def describe() -> list[MeasureEntry]:
     """Every registered measure with its parameters (what ``kgprobe measures`` prints)."""
-    out = []
+    out: list[MeasureEntry] = []
     for name, cls in load_all().items():
-        params = [{"name": p.name, "default": p.default, "help": p.help, "key_code": p.code,
-                   **({"choices": list(p.choices)} if p.choices else {})} for p in cls.params]
+        params = [_param_entry(p) for p in cls.params]
         if cls.uses_distractors:
             params = [{"name": "strategy", "default": "temp+sem", "help": "distractor strategy (--strategy)",
                        "key_code": "(always)"},
@@ -106,9 +136,9 @@ def describe() -> list[dict[str, Any]]:
 
 def relation_aggregates(
     graph: Any, model_key: str, *, seed: int = 0,
-    read: Callable[..., list[dict[str, Any]]] | None = None,
+    read: Callable[..., object] | None = None,
     facts: Collection[str] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Aggregate]:
     """Per relation and per measure key probed for ``model_key``: each measure's
     :meth:`Measure.aggregate` over the values stored on the FACT edges (what
     ``kgprobe report --json`` shows under ``measures``); with ``facts``, over those fact keys
@@ -128,18 +158,18 @@ def relation_aggregates(
     return out
 
 
-def measure_aggregates(name: str, measure_key: str, params: dict[str, Any] | None,
-                       rows: list[dict[str, Any]], *, seed: int = 0) -> list[dict[str, Any]]:
+def measure_aggregates(name: str, measure_key: str, params: Mapping[str, object] | None,
+                       rows: Sequence[Mapping[str, Any]], *, seed: int = 0) -> list[Aggregate]:
     """Per relation, measure ``name``'s :meth:`Measure.aggregate` over ``rows`` ({key, pid,
     score, <extra>: value}), wherever they were read from (the graph, a scored probe set)."""
     cls = load_all().get(name)
     if cls is None:
         return []
-    by_pid: dict[str, list[dict[str, Any]]] = {}
+    by_pid: dict[PID, list[Mapping[str, Any]]] = {}
     for row in rows:
         by_pid.setdefault(row["pid"], []).append(row)
     measure = cls(params)
-    out = []
+    out: list[Aggregate] = []
     for pid in sorted(by_pid, key=lambda p: int(p[1:])):
         # the report's seed rule: the same values get the same interval as its table
         agg = measure.aggregate(by_pid[pid], group_seed(seed, pid))
@@ -170,11 +200,11 @@ def chance_of(name: str, measure_key: str) -> tuple[float, str] | None:
 
 def _probed_specs(
     graph: Any, model_key: str,
-) -> tuple[dict[str, tuple[str, list[str]]], dict[str, dict[str, Any]]]:
+) -> tuple[dict[MeasureKey, tuple[str, list[str]]], dict[MeasureKey, Mapping[str, object]]]:
     """Every measure key the probe runs of ``model_key`` recorded: key -> (measure name,
     extra value names), and key -> parameters."""
     seen: dict[str, tuple[str, list[str]]] = {}
-    params: dict[str, dict[str, Any]] = {}
+    params: dict[MeasureKey, Mapping[str, object]] = {}
     for r in map(read_run, pr.list_runs(graph)):
         if r.model_key != model_key or not isinstance(r.measure_specs, list):
             continue

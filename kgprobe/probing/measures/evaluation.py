@@ -16,7 +16,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar
 
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.loaders.common import (
@@ -25,6 +25,7 @@ from kgprobe.loaders.common import (
     max_json_chars,
     read_text_file,
 )
+from kgprobe.types import JSONObject
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
@@ -103,17 +104,21 @@ class UndefinedTau(ConfigError):
     all tied): that measure's grid has no answer, which says nothing about other measures'."""
 
 
+#: the type of a hyperparameter's values (a grid's configurations map each name to one)
+_V = TypeVar("_V")
+
+
 @dataclass
-class FoldResult:
+class FoldResult(Generic[_V]):
     fold: int
-    best: dict[str, Any]
+    best: dict[str, _V]  # the configuration chosen on the other folds
     train_tau: float
     test_tau: float
 
 
 @dataclass
-class GridSearchResult:
-    folds: list[FoldResult]
+class GridSearchResult(Generic[_V]):
+    folds: list[FoldResult[_V]]
 
     def _defined(self) -> list[float]:
         """Test τ of the folds where τ is defined: a fold whose scores (or human scores) are
@@ -131,7 +136,7 @@ class GridSearchResult:
         return statistics.pstdev(got) if got else math.nan
 
 
-def grid(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
+def grid(space: Mapping[str, Sequence[_V]]) -> list[dict[str, _V]]:
     """Every combination of the hyperparameter values (in key order)."""
     keys = list(space)
     return [dict(zip(keys, vals, strict=True)) for vals in itertools.product(*(space[k] for k in keys))]
@@ -139,12 +144,12 @@ def grid(space: Mapping[str, Sequence[Any]]) -> list[dict[str, Any]]:
 
 def kfold_grid_search(
     human: Mapping[str, float],
-    scorer: Callable[[dict[str, Any]], Mapping[str, float | None]],
-    space: Mapping[str, Sequence[Any]],
+    scorer: Callable[[dict[str, _V]], Mapping[str, float | None]],
+    space: Mapping[str, Sequence[_V]],
     *,
     k: int = 3,
     seed: int = 0,
-) -> GridSearchResult:
+) -> GridSearchResult[_V]:
     """§4.2: facts split into ``k`` folds (shuffled with ``seed``); for each fold the
     configuration with the highest τ on the other folds is kept and its τ on the fold
     reported. ``scorer(config)`` returns the measure's scores of all facts for a config
@@ -194,7 +199,7 @@ def read_human_scores(path: str | Path, score_column: str = "score") -> dict[str
     p = Path(path)
     if not p.is_file():
         raise InputError(f"score file {p} does not exist")
-    rows: list[dict[str, Any]] = []
+    rows: list[JSONObject] = []  # JSONL objects or CSV rows: checked below
     if p.suffix == ".jsonl":
         for n, line in enumerate(read_text_file(p, "score file").splitlines(), 1):
             if line.strip():

@@ -31,10 +31,9 @@ from __future__ import annotations
 import csv
 import io
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.loaders.common import read_text_file
@@ -95,7 +94,7 @@ def read_factor_csv(path: str | Path, prefix_column: str = "turncated_prefixes",
 
 
 def write_factor_csv(path: str | Path, items: Sequence[FactorItem],
-                     extra: Sequence[dict[str, Any]] | None = None) -> Path:
+                     extra: Sequence[Mapping[str, object]] | None = None) -> Path:
     """Write items in the official CSV layout (an unnamed index column holding the item id,
     ``turncated_prefixes``, ``full_prefix`` (the same text: nothing is truncated),
     ``completion``, ``contradiction_0..``, ``doc_id``) that :func:`read_factor_csv` reads back;

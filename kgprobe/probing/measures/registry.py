@@ -117,6 +117,12 @@ class RunContext:
 #: ``reason``/``details``). The loop turns it into a :class:`MeasureValue` (:func:`checked_values`).
 Values = dict[str, Any]
 
+#: A measure's summary of one relation's stored values (:meth:`Measure.aggregate`; the report's
+#: ``measures``): free-form, since a measure names its own values and summary figures (per value
+#: ``{n, mean, ci_low, ci_high}`` by default; BELIEF adds its scales' figures), and the catalog
+#: adds ``measure``, ``measure_key``, ``pid`` and ``facts`` (``catalog.measure_aggregates``).
+Aggregate = dict[str, Any]
+
 #: the keys a plain dict of values used for :class:`MeasureValue`'s ``reason`` and ``details``
 _REASON, _DETAILS = "_reason", "_details"
 
@@ -152,7 +158,7 @@ class MeasureValue(Mapping[str, Any]):
                    details=values.get(_DETAILS) or None,
                    stored={k: v for k, v in values.items() if k not in ("score", _REASON, _DETAILS)})
 
-    def _view(self) -> dict[str, Any]:
+    def _view(self) -> Values:
         out = {"score": self.score, **self.stored}
         if self.reason is not None:
             out[_REASON] = self.reason
@@ -232,9 +238,10 @@ class Measure:
                                    "_".join(rest)).compose()
         return MeasureKeyParts(key_part(self.name), rest="_".join(rest)).compose()
 
-    def config(self, ctx: RunContext) -> dict[str, Any]:
-        """Everything that changes this measure's values (goes into the configuration hash)."""
-        out: dict[str, Any] = {"measure": self.name, "version": self.version,
+    def config(self, ctx: RunContext) -> dict[str, object]:
+        """Everything that changes this measure's values (goes into the configuration hash and
+        the run's record, as JSON: its keys are the measure's settings)."""
+        out: dict[str, object] = {"measure": self.name, "version": self.version,
                                **{p.name: self.settings[p.name] for p in self.params if p.stored}}
         if self.uses_distractors:
             out.update(strategy=ctx.strategy, n=ctx.n, seed=ctx.seed)
@@ -269,12 +276,12 @@ class Measure:
 
     # --- per relation --------------------------------------------------------------------------
 
-    def aggregate(self, rows: Sequence[Mapping[str, Any]], seed: int = 0) -> dict[str, Any]:
+    def aggregate(self, rows: Sequence[Mapping[str, Any]], seed: int = 0) -> Aggregate:
         """Per-relation summary of the stored per-fact values: n and mean of each value, with a
         bootstrap interval only where n allows (``MIN_N_CI``, as everywhere in the report)."""
         from kgprobe.stats import MIN_N_CI, bootstrap_ci
 
-        out: dict[str, Any] = {}
+        out: Aggregate = {}
         for name in ("score", *self.extras):
             vals = [float(r[name]) for r in rows if _is_num(r.get(name))]
             if not vals and any(isinstance(r.get(name), list) for r in rows):
@@ -433,7 +440,7 @@ SHARED: dict[str, Param] = {
 }
 
 
-def verbalizer_config(ctx: RunContext) -> dict[str, Any]:
+def verbalizer_config(ctx: RunContext) -> dict[str, str | int]:
     """What of the verbalizer goes into a configuration hash beside the shared settings: the
     careful rules' version (a change of the rules makes stored careful scores stale); nothing
     for raw, so KaRR scores stored before the verbalizer existed stay valid under raw."""
@@ -442,7 +449,8 @@ def verbalizer_config(ctx: RunContext) -> dict[str, Any]:
     return {"verbalizer": ctx.verbalizer, "verbalizer_rules": CAREFUL_RULES_VERSION}
 
 
-def shared_values(ctx: RunContext) -> dict[str, Any]:
+def shared_values(ctx: RunContext) -> dict[str, int | str]:
+    """The shared settings' values in ``ctx``, by :data:`SHARED` name."""
     return {"max_subject_labels": ctx.max_subject_labels,
             "max_object_labels": ctx.max_object_labels,
             "end": ctx.end_choice, "label_rule": ctx.label_rule.name,
