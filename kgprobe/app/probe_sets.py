@@ -27,6 +27,7 @@ from kgprobe.app.options import (
 )
 from kgprobe.checks import DEFAULT_THRESHOLD
 from kgprobe.config import Settings
+from kgprobe.types import JSONObject
 
 #: a probe set's header as :func:`kgprobe.probing.probe_set.export_set` returns it (content
 #: hash, facts, relations, snapshot, ...): that module owns its keys; here it is only passed on
@@ -38,6 +39,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.probing.config import ProbeSummary
     from kgprobe.probing.probe_set import ProbeSet, SetScores
     from kgprobe.reports.data import Report
+    from kgprobe.reports.results import SampleRecord
 
 
 @dataclass
@@ -52,8 +54,8 @@ class SetResults:
 
     summary: ProbeSummary
     report: Report
-    document: dict[str, Any]
-    records: list[dict[str, Any]]
+    document: JSONObject
+    records: list[SampleRecord]
     scored: SetScores
     output_files: dict[str, str] = field(default_factory=dict)
 
