@@ -27,7 +27,6 @@ from kgprobe.app.options import (
 )
 from kgprobe.checks import DEFAULT_THRESHOLD
 from kgprobe.config import Settings
-from kgprobe.types import JSONObject
 
 #: a probe set's header as :func:`kgprobe.probing.probe_set.export_set` returns it (content
 #: hash, facts, relations, snapshot, ...): that module owns its keys; here it is only passed on
@@ -39,7 +38,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from kgprobe.probing.config import ProbeSummary
     from kgprobe.probing.probe_set import ProbeSet, SetScores
     from kgprobe.reports.data import Report
-    from kgprobe.reports.results import SampleRecord
+    from kgprobe.reports.results import ResultsDocument, SampleRecord
 
 
 @dataclass
@@ -54,7 +53,7 @@ class SetResults:
 
     summary: ProbeSummary
     report: Report
-    document: JSONObject
+    document: ResultsDocument
     records: list[SampleRecord]
     scored: SetScores
     output_files: dict[str, str] = field(default_factory=dict)

@@ -169,7 +169,7 @@ class Report:
         b = {str(r["key"]) for r in self.other.facts}
         return {"shared": len(a & b), "primary_only": len(a - b), "other_only": len(b - a)}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ``--json`` document: the dataclasses as dicts, without the per-fact rows."""
         d = asdict(self)
         for m in ("primary", "other"):

@@ -69,7 +69,8 @@ class Ladder:
     seed: int
     bootstrap: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
+        """ladder.json's document: the dataclasses as dicts."""
         return asdict(self)
 
 

@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, NotRequired, TypeAlias, TypedDict
 
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.probing.measures.registry import MeasureValue
@@ -181,13 +181,34 @@ def _model_block(m: ModelReport, rep: Report) -> dict[str, object]:
     }
 
 
-def results_document(rep: Report, *, command_seconds: float | None = None) -> JSONObject:
+class ResultsDocument(TypedDict):
+    """``results.json`` as kgprobe writes it (schema ``kgprobe-results/2``: docs/results.md).
+    The nested parts are documented there; ``sections`` only where a plug-in added one."""
+
+    schema: str
+    written: str
+    kgprobe: dict[str, str | None]
+    primary_model: str
+    scope: dict[str, object]
+    report_settings: dict[str, object]
+    probe_settings: object
+    timing: dict[str, float | None]
+    popularity: dict[str, object]
+    graph_snapshot: object
+    comparison: dict[str, int] | None
+    paired: list[dict[str, object]]
+    chance: object
+    models: list[dict[str, object]]
+    sections: NotRequired[dict[str, object]]
+
+
+def results_document(rep: Report, *, command_seconds: float | None = None) -> ResultsDocument:
     """The content of ``results.json`` (schema ``kgprobe-results/2``: docs/results.md). Its
     top-level keys are kgprobe's own: none is named like a key of lm-evaluation-harness's
     results file with another meaning (that file is :func:`harness_document`)."""
     a = rep.primary
     last = a.run_info[-1] if a.run_info else {}
-    return {
+    doc: ResultsDocument = {
         "schema": SCHEMA,
         "written": rep.generated,
         "kgprobe": {"version": rep.code.get("kgprobe"), "git": rep.code.get("git")},
@@ -208,10 +229,11 @@ def results_document(rep: Report, *, command_seconds: float | None = None) -> JS
         "paired": [asdict(pg) for pg in rep.paired],
         "chance": chance_section().data(rep),
         "models": [_model_block(m, rep) for m in (rep.primary, rep.other) if m is not None],
-        # the plug-ins' sections, by name (the key only when there is one)
-        **({"sections": {s.name: s.data(rep) for s, _ in added}}
-           if (added := added_sections(rep)) else {}),
     }
+    added = added_sections(rep)
+    if added:  # the plug-ins' sections, by name (the key only when there is one)
+        doc["sections"] = {s.name: s.data(rep) for s, _ in added}
+    return doc
 
 
 # --- lm-evaluation-harness's results file -------------------------------------------------------------
@@ -401,7 +423,7 @@ class Results:
     """A results directory as pandas: the document, per-(model, relation) aggregates, per-fact
     records (``score.<measure key>`` columns; nested lists as Python objects)."""
 
-    document: JSONObject
+    document: Mapping[str, Any]
     relations: pd.DataFrame
     samples: pd.DataFrame
 
@@ -439,7 +461,7 @@ def load(path: str | Path) -> Results:
     return found
 
 
-def results_frames(doc: JSONObject, records: Sequence[Mapping[str, Any]]) -> Results:
+def results_frames(doc: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> Results:
     """A results document and its per-fact records (:func:`sample_records`) as pandas: what
     :func:`load` reads from files, and what ``kgprobe.probe(set=...)`` returns in memory."""
     try:
