@@ -143,6 +143,33 @@ def test_mypy_sees_the_api_workflows_signatures(tmp_path: Path) -> None:
     assert 'Argument "sample" to "export_set" has incompatible type "str"' in out
 
 
+def test_mypy_sees_the_records_the_workflows_return(tmp_path: Path) -> None:
+    """Issue 39 #4: what the workflows return is records with known keys, not ``dict[str, Any]``
+    (where a misspelled key went unseen): a report's per-fact rows (``ReportFact``), the
+    samples and results.json of a scored set (``SampleRecord``, ``ResultsDocument``), FACTOR's
+    result (``FactorResult``), the grid search's rows (``GridRow``). mypy runs in its own process."""
+    pytest.importorskip("mypy.api")
+    script = tmp_path / "script.py"
+    script.write_text("from kgprobe import api\n"
+                      "rep, _ = api.report('a')\n"
+                      "rep.primary.facts[0]['scroe']\n"
+                      "res = api.probe_set('demo', 'gpt2')\n"
+                      "res.records[0]['scroe']\n"
+                      "res.document['shema']\n"
+                      "api.factor('f.csv')['acuracy']\n"
+                      "grid = api.evaluate('a', human='h.csv', grid=True).grid\n"
+                      "assert grid is not None\n"
+                      "grid[0]['tau']\n"
+                      "reveal_type(rep.primary.facts[0]['score'])\n")
+    out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
+                          "--cache-dir", str(tmp_path / "mypy-cache")],
+                         capture_output=True, text=True, check=False).stdout
+    for record, key in (("ReportFact", "scroe"), ("SampleRecord", "scroe"), ("ResultsDocument", "shema"),
+                        ("FactorResult", "acuracy"), ("GridRow", "tau")):
+        assert f'TypedDict "{record}" has no key "{key}"' in out, (record, out)
+    assert 'Revealed type is "builtins.float"' in out or 'Revealed type is "float"' in out
+
+
 @pytest.mark.parametrize(("argv", "line"), [
     (["probe", "--set", "demo"], "error: --set needs --output-path DIR: its scores go to DIR/scores.parquet"),
     (["-q", "-v", "stats"], "error: --quiet and --verbose exclude each other"),
