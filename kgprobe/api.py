@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
@@ -45,9 +45,10 @@ from kgprobe.errors import ConfigError, InputError
 from kgprobe.graph.client import Graph, connect
 from kgprobe.graph.ingest import IngestSummary, check_ingest_options
 from kgprobe.graph.ingest import ingest as ingest_records
-from kgprobe.outputs import check_output_dir, check_owner
+from kgprobe.outputs import Owner, check_output_dir, check_owner
 from kgprobe.progress import Progress
 from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
+from kgprobe.types import GraphRow
 
 if TYPE_CHECKING:
     from kgprobe.app.probe_sets import SetResults
@@ -56,15 +57,13 @@ if TYPE_CHECKING:
     from kgprobe.probing.measures.registry import MeasureValue, OnFact
     from kgprobe.probing.probe_set import Imported, SetHeader
     from kgprobe.probing.score import CandidateScore
+    from kgprobe.probing.scores import Comparison, ScoredFact
     from kgprobe.reports.data import Report
+    from kgprobe.reports.ladder import Ladder
+    from kgprobe.reports.results import Results
 
 
-# --- keyword names: the CLI's option names (issue 40 #7) ---------------------------------------
-
-#: ``probe``'s and ``export_set``'s keywords named as the CLI's options -> the keyword of
-#: :func:`kgprobe.probing.run.probe` (``--no-cache``: ``no_cache``, the inverse of ``cache``).
-PROBE_KEYWORDS = {"relation": "relations", "measure": "measures", "max_labels": "max_object_labels",
-                  "write_batch": "write_facts"}
+# --- old keyword names (issue 40 #7) ----------------------------------------------------------
 
 
 def _deprecated(where: str, old: str, new: str) -> None:
@@ -72,33 +71,6 @@ def _deprecated(where: str, old: str, new: str) -> None:
 
     warnings.warn(f"kgprobe.{where}({old}=...) is deprecated; use {new}=..., as the CLI's option",
                   DeprecationWarning, stacklevel=4)
-
-
-def _probe_keywords(where: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with the CLI's option names turned into the probe's own keywords. The old
-    keywords (``relations``, ``measures``, ``max_object_labels``, ``write_facts``, ``cache``)
-    still work and warn; one thing given under both names is a ``ConfigError``."""
-    from kgprobe.errors import ConfigError
-
-    out: dict[str, Any] = {}
-    for key, value in kwargs.items():
-        if key in PROBE_KEYWORDS:
-            inner = PROBE_KEYWORDS[key]
-            if key in ("relation", "measure") and isinstance(value, str):
-                value = (value,)
-        elif key == "no_cache":
-            inner, value = "cache", not value
-        elif key in PROBE_KEYWORDS.values() or key == "cache":
-            inner = key
-            _deprecated(where, key, "no_cache" if key == "cache" else
-                        next(k for k, v in PROBE_KEYWORDS.items() if v == key))
-        else:
-            out[key] = value
-            continue
-        if inner in out:
-            raise ConfigError(f"kgprobe.{where}: {key}= and its old name both given")
-        out[inner] = value
-    return out
 
 
 def _records_for(
@@ -124,10 +96,9 @@ def _records_for(
         start = (starts or {}).get(str(source))
         # a JSON dump or JSON lines (a resumable format): parsed in ``workers`` processes,
         # with checkpoints
-        options: dict[str, Any] = ({"workers": workers, "positions": True, "start": start, "post": post}
-                   if LOADERS[detect_format(source)].resumable else {})
-        yield from _loaded_something(source, open_source(source, filters, **options),
-                                     expect=limit != 0 and start is None)
+        records = (open_source(source, filters, workers=workers, positions=True, start=start, post=post)
+                   if LOADERS[detect_format(source)].resumable else open_source(source, filters))
+        yield from _loaded_something(source, records, expect=limit != 0 and start is None)
     if sparql:
         yield from sparql_records(sparql, filters, subjects=list(subjects or []))
 
@@ -423,14 +394,17 @@ def ingest(
         raise ConfigError("--resume continues an online ingest; a bulk load into an empty "
                           "database starts again from an empty --bulk directory")
     check_number("--workers", workers, 1)
-    options: dict[str, Any] = {
-        "sparql": sparql, "relation": relation, "subject": subject, "language": language,
-        "rank": rank, "limit": limit, "batch_size": batch_size, "max_errors": max_errors,
-        "quiet": quiet, "workers": workers or default_workers()}
+    workers = workers or default_workers()
     if bulk is not None:
-        summary, note = bulk_ingest(sources, bulk, neo4j_home=neo4j_home, **options)
+        summary, note = bulk_ingest(
+            sources, bulk, neo4j_home=neo4j_home, sparql=sparql, relation=relation, subject=subject,
+            language=language, rank=rank, limit=limit, batch_size=batch_size, max_errors=max_errors,
+            quiet=quiet, workers=workers)
         return Ingested(summary, note)
-    return Ingested(ingest_sources(sources, resume=resume, **options))
+    return Ingested(ingest_sources(
+        sources, resume=resume, sparql=sparql, relation=relation, subject=subject, language=language,
+        rank=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=quiet,
+        workers=workers))
 
 
 def _bulk_arcadedb(settings: Settings) -> ManagedServer:
@@ -501,7 +475,19 @@ DEMO_SET_AT = "2025-01-01"
 DEMO_SET_FILE = Path(__file__).resolve().parent / "data" / "demo-set.parquet"
 
 
-def demo_set_options() -> dict[str, Any]:
+class DemoSetOptions(TypedDict):
+    """:func:`demo_set_options`: the keywords of ``probe_set.set_config`` the demo set is
+    exported with."""
+
+    relations: tuple[str, ...]
+    sample: int | None
+    per_relation: int
+    seed: int
+    history_first: bool
+    at: str
+
+
+def demo_set_options() -> DemoSetOptions:
     """The options the shipped demo set is exported with: the demo's sample (its relations,
     facts per relation, seed 0, facts with a past value first) and ``probe``'s default
     measure, at :data:`DEMO_SET_AT`."""
@@ -542,7 +528,7 @@ class DemoResult:
     report_files: dict[str, str]
     seconds: dict[str, float]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The ``--json`` document (the report last)."""
         return {"ingested": self.ingested.to_dict(), "templates_imported": self.templates_imported,
                 "graph": self.graph.to_dict(), "probe": self.probe.to_dict(),
@@ -659,7 +645,7 @@ def demo(
 # --- probe runs (issue 7): thin wrappers over kgprobe.probing.run and kgprobe.reports ---
 
 
-def _owner_of(model: str | Any, dtype: str, name: str | None = None) -> dict[str, Any] | None:
+def _owner_of(model: str | Any, dtype: str, name: str | None = None) -> Owner | None:
     """The owner (kgprobe.outputs.check_owner) a probe of ``model`` will write, for the check
     before any work; None when the name is not a model name (the probe refuses it itself). A
     model object is named by ``model_name`` (or not at all: checked after the run's key)."""
@@ -880,17 +866,29 @@ def probe(
     return summary
 
 
-def export_set(path: str | Path, *, settings: Settings | None = None, progress: bool = True,
-               **options: Any) -> SetHeader:
+def export_set(
+    path: str | Path, *, relation: str | Sequence[str] | None = None, sample: int | None = 60,
+    per_relation: int | None = None, measure: str | Sequence[str] | None = None,
+    strategy: str | None = None, n: int | None = None, seed: int = 0,
+    threshold: float = DEFAULT_THRESHOLD, at: str | None = None, max_labels: int = 3,
+    max_subject_labels: int = 1, end: str = "auto", label_rule: str = "names",
+    verbalizer: str = "careful", max_templates: int | None = None, batch_facts: int = 16,
+    history_first: bool = False, progress: bool = True, settings: Settings | None = None,
+    relations: Sequence[str] | None = None, measures: Sequence[str] | None = None,
+    max_object_labels: int | None = None,
+) -> SetHeader:
     """``kgprobe export``: write a probe set of the graph's facts to ``path``; returns its
-    header (content hash, facts, snapshot). ``options``: ``probe``'s sampling and measure
-    options, named as the CLI's (relation, sample, per_relation, measure, strategy, n, seed,
-    threshold, at, max_labels, ...; docs/probe-sets.md)."""
-    from kgprobe.probing import probe_set as ps
-
-    config = ps.set_config(**_probe_keywords("export_set", options))
-    with connect(settings) as graph:
-        return ps.export_set(graph, config, path, progress=progress)
+    header (content hash, facts, snapshot). The keywords are ``kgprobe export``'s options
+    (:func:`kgprobe.app.probe_sets.export`; docs/probe-sets.md; ``sample`` 0: every fact); the
+    old names ``relations``, ``measures`` and ``max_object_labels`` still work and warn."""
+    relation = _renamed("export_set", "relation", relation, None, "relations", relations)
+    measure = _renamed("export_set", "measure", measure, None, "measures", measures)
+    max_labels = _renamed("export_set", "max_labels", max_labels, 3, "max_object_labels", max_object_labels)
+    return export(path, relation=relation, sample=sample, per_relation=per_relation, measure=measure,
+                  strategy=strategy, n=n, seed=seed, threshold=threshold, at=at, max_labels=max_labels,
+                  max_subject_labels=max_subject_labels, end=end, label_rule=label_rule,
+                  verbalizer=verbalizer, max_templates=max_templates, batch_facts=batch_facts,
+                  history_first=history_first, progress=progress, settings=settings).header
 
 
 def probe_set(path: str | Path, model: str | Any, output_path: str | Path | None = None, *,
@@ -942,7 +940,7 @@ def score(context: str, candidates: Sequence[str], *, model: str | Any = "smollm
 def unknown(
     model: str, *, relation: str | Sequence[str] | None = None, threshold: float | None = None,
     measure: str | None = None, settings: Settings | None = None, below: float | None = None,
-) -> list[Any]:
+) -> list[ScoredFact]:
     """The facts ``model`` does not know (score below ``threshold``; default the run's), as
     ``ScoredFact`` dataclasses; ``relation``: one PID or several (``below``: the old name of
     ``threshold``, warns). :func:`unknown_facts` also names the measure and threshold."""
@@ -952,8 +950,8 @@ def unknown(
                          below=below, settings=settings).facts
 
 
-def cypher(query: str, params: dict[str, Any] | None = None, *, param: Sequence[str] = (),
-           write: bool = False, settings: Settings | None = None) -> list[dict[str, Any]]:
+def cypher(query: str, params: Mapping[str, object] | None = None, *, param: Sequence[str] = (),
+           write: bool = False, settings: Settings | None = None) -> list[GraphRow]:
     """Rows of a Cypher query of your own (or of the .cypher/.cql/.txt file it names),
     read-only unless ``write``; ``params`` as values, ``param`` as the CLI's ``NAME=VALUE``
     (:func:`kgprobe.app.contents.cypher`; docs/data-model.md has queries to start from)."""
@@ -965,7 +963,7 @@ def cypher(query: str, params: dict[str, Any] | None = None, *, param: Sequence[
 def compare(
     a: str, b: str, *, measure: str | None = None, threshold: float | None = None,
     settings: Settings | None = None,
-) -> Any:
+) -> Comparison:
     """What ``a`` knows and ``b`` does not, and the reverse (a ``kgprobe.probing.scores.Comparison``)."""
     from kgprobe.probing.scores import compare_in
 
@@ -979,7 +977,7 @@ def report(
     threshold: float | None = None, seed: int = 0, by: str = "relation", type_of: str = "subject",
     overwrite: bool = False, vs_measure: str | None = None, relation: Sequence[str] = (),
     settings: Settings | None = None,
-) -> tuple[Any, dict[str, Path]]:
+) -> tuple[Report, dict[str, Path]]:
     """The knowledge-gap report (``kgprobe.reports.data.Report``) by relation, subject/object type
     or popularity and, with ``out``, the paths of the report and results files written there
     (a directory holding the report of other models is refused unless ``overwrite``).
@@ -1000,7 +998,7 @@ def ladder(
     models: Sequence[str], *, out: str | Path | None = None, measure: str | None = None,
     threshold: float | None = None, seed: int = 0, overwrite: bool = False,
     settings: Settings | None = None,
-) -> tuple[Any, dict[str, Path]]:
+) -> tuple[Ladder, dict[str, Path]]:
     """Three or more models on the facts all were probed on (``kgprobe.reports.ladder.Ladder``): each
     model's mean with its interval, and each consecutive pair compared fact by fact; with
     ``out``, ladder.json/.csv/.md/.svg written there (a directory holding a report, or another
@@ -1018,7 +1016,7 @@ def ladder(
     return lad, (write_ladder(lad, out, overwrite=overwrite) if out else {})
 
 
-def load_results(path: str | Path) -> Any:
+def load_results(path: str | Path) -> Results:
     """A report directory's results (results.json, samples) as pandas DataFrames
     (``kgprobe.reports.results.Results``: ``.document``, ``.relations``, ``.samples``); needs
     the ``results`` extra."""

@@ -319,7 +319,7 @@ def ingest(
         err_console.print(done.note, highlight=False, soft_wrap=True)
 
 
-def _print_summary(data: Mapping[str, Any], as_json: bool) -> None:
+def _print_summary(data: Mapping[str, object], as_json: bool) -> None:
     if as_json:
         _print_json(data)
         return
@@ -344,17 +344,19 @@ def stats(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> 
     Example: kgprobe stats --json"""
     from kgprobe.api import stats as graph_stats
 
-    data = graph_stats().to_dict()
+    found = graph_stats()
+    data = found.to_dict()
     if as_json:
         _print_json(data)
         return
-    per_relation = data.pop("per_relation")
+    per_relation = found.per_relation
+    data.pop("per_relation")
     _print_summary(data, False)
     from rich.table import Table
 
     table = Table("relation", "label", "facts", title="facts per relation")
     for row in per_relation[:30]:
-        table.add_row(row["pid"], row["label"] or "", str(row["facts"]))
+        table.add_row(row.pid, row.label or "", str(row.facts))
     if per_relation:
         console.print(table)
 
@@ -636,7 +638,7 @@ def factor(
         return
     where = "the graph" if from_graph else str(result["file"])
 
-    def iv(r: dict[str, Any]) -> str:
+    def iv(r: Mapping[str, Any]) -> str:
         return (" (n too small for an interval)" if r.get("ci_low") is None
                 else f" [{r['ci_low']:.4f}, {r['ci_high']:.4f}]")
 
@@ -964,8 +966,9 @@ def evaluate(
 
     from kgprobe.api import evaluate as run
 
-    doc = run(model, measure=measure, human=human, score_column=score_column, vs_model=vs_model,
-              vs_measure=vs_measure, grid=grid, folds=folds, seed=seed).to_dict()
+    res = run(model, measure=measure, human=human, score_column=score_column, vs_model=vs_model,
+              vs_measure=vs_measure, grid=grid, folds=folds, seed=seed)
+    doc = res.to_dict()
     if as_json:
         print(json.dumps(doc, ensure_ascii=False, default=str))
         return
@@ -973,24 +976,24 @@ def evaluate(
     def tau(v: float | None) -> str:
         return "n/a" if v is None or v != v else f"{v:.3f}"
 
-    if "human" in doc:
-        d = doc["human"]
+    if res.human is not None:
+        d = res.human
         console.print(f"{str(d['model'])}/{str(d['measure'])}: Kendall tau-b {tau(d['tau_b'])} "
                       f"(p {tau(d['p_value'])}) over {d['facts']} facts ({d['human']} human scores)", highlight=False)
-    if "robustness" in doc:
-        d = doc["robustness"]
-        console.print(f"robustness {str(d['a'])} vs {str(d['b'])}: tau-b {tau(d['tau_b'])} over {d['facts']} facts",
+    if res.robustness is not None:
+        r = res.robustness
+        console.print(f"robustness {str(r['a'])} vs {str(r['b'])}: tau-b {tau(r['tau_b'])} over {r['facts']} facts",
                       highlight=False)
-    if "grid" in doc:
+    if res.grid is not None:
         from rich.table import Table
 
         table = Table("measure", "tau (mean ± sd over folds)", "configurations", "facts", "chosen per fold",
                       title=f"k-fold grid search (k = {folds}), Kendall tau-b on held-out folds")
-        for r in doc["grid"]:
-            cell = (f"n/a: {r['why']}" if r.get("why") else "n/a") if r["tau_mean"] is None \
-                else f"{r['tau_mean']:.3f} ± {r['tau_sd']:.3f}"
-            table.add_row(str(r["measure"]), cell, str(len(r["configs"])), str(r["facts"]),
-                          str(", ".join(r["chosen"])))
+        for g in res.grid:
+            cell = (f"n/a: {g['why']}" if g.get("why") else "n/a") if g["tau_mean"] is None \
+                else f"{g['tau_mean']:.3f} ± {g['tau_sd']:.3f}"
+            table.add_row(str(g["measure"]), cell, str(len(g["configs"])), str(g["facts"]),
+                          str(", ".join(g["chosen"])))
         console.print(table)
 
 
@@ -1106,7 +1109,7 @@ def report(
     _print_with_files(rep, paths, as_json or fmt == "json", print_report)
 
 
-def _print_with_files(doc_of: Any, paths: dict[str, Any], as_json: bool,
+def _print_with_files(doc_of: Any, paths: Mapping[str, object], as_json: bool,
                       show: Callable[[Any, Any], None]) -> None:
     """A report-like result: one JSON document (with the files written), or the tables and
     then one line per file."""

@@ -33,9 +33,10 @@ import stat
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from kgprobe.errors import ConfigError, KgprobeError, OutputError
+from kgprobe.types import JSONObject, ModelKey
 
 #: OWASP's list: a cell starting with one of these is read as a formula by Excel, LibreOffice
 #: or Google Sheets (tab and CR because some of them strip those first).
@@ -187,7 +188,17 @@ def _previous(d: Path) -> dict[str, str]:
             if isinstance(n, str) and isinstance(h, str) and n == Path(n).name and n not in ("", ".", "..")}
 
 
-def _previous_owner(d: Path) -> dict[str, Any] | None:
+class Owner(TypedDict):
+    """Whose output a directory holds (the manifest's ``owner``): the model keys, primary first,
+    and the kind of output (absent: ``"report"``; ``"ladder"``)."""
+
+    models: list[ModelKey]
+    kind: NotRequired[str]
+
+
+def _previous_owner(d: Path) -> JSONObject | None:
+    """The owner an earlier write recorded, as parsed (an older kgprobe's, or a hand-edited
+    manifest: :func:`check_owner` reads its keys with defaults)."""
     try:
         owner = json.loads((d / MANIFEST).read_text(encoding="utf-8")).get("owner")
     except (OSError, ValueError, AttributeError):

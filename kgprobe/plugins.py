@@ -40,7 +40,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from kgprobe.errors import ConfigError, PluginError
 
@@ -227,7 +227,7 @@ class Registry(Mapping[str, T], Generic[T]):
         self._check = check
         self._describe = describe or _first_doc_line
         self._on_add = on_add
-        self._entries: dict[str, Any] = {}
+        self._entries: dict[str, T] = {}
         self._lazy: dict[str, tuple[str, str]] = {}  # name -> ("module:attr", description)
         self._origins: dict[str, str] = {}
         #: every name in registration order, lazy or not (a lazy built-in stays before the
@@ -240,7 +240,7 @@ class Registry(Mapping[str, T], Generic[T]):
     def __getitem__(self, name: str) -> T:
         if name in self._lazy:
             self._resolve(name)
-        return self._entries[name]  # type: ignore[no-any-return]
+        return self._entries[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(list(self._order))
@@ -293,7 +293,7 @@ class Registry(Mapping[str, T], Generic[T]):
                             f"{_path(old)}")
         if self._on_add is not None:
             self._on_add(name, obj)
-        self._entries[name] = obj
+        self._entries[name] = cast(T, obj)  # a subclass of ``base``, checked above
         self._order.setdefault(name)
         origin = origin or loading()
         if origin is not None and not _builtin(obj):

@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from kgprobe._version import __version__
-from kgprobe.types import PID, ConfigHash, MeasureKey, MeasureName, ModelKey, RunId
+from kgprobe.types import (
+    PID,
+    ConfigHash,
+    JSONObject,
+    MeasureKey,
+    MeasureName,
+    ModelKey,
+    Properties,
+    RunId,
+)
 
 
 def code_version() -> dict[str, str | None]:
@@ -66,7 +75,7 @@ class MeasureSpec(TypedDict):
 
     name: MeasureName
     key: MeasureKey
-    params: dict[str, Any]
+    params: JSONObject  # the measure's own settings (a plug-in's too), stored as JSON
     extras: list[str]
     section: str
 
@@ -108,7 +117,7 @@ class RunProvenance:
     measure_keys: list[MeasureKey] | None = None
     measure_specs: list[MeasureSpec] | None = None
     score_properties: list[str] | None = None
-    measure_params: dict[str, Any] | None = None
+    measure_params: JSONObject | None = None  # stored as JSON, read with the keys checked
     end_marker: EndMarkerRecord | None = None
     label_rule: str | None = None
     verbalizer: str | None = None
@@ -136,7 +145,7 @@ class RunProvenance:
     facts_unscorable: int | None = None
     batch_facts: int | None = None
     max_templates: int | None = None
-    environment: dict[str, Any] | None = None
+    environment: JSONObject | None = None  # stored as JSON, read with the keys checked
     #: the content hash of the probe set a ``probe --set`` run scored
     probe_set: str | None = None
     # --- set by the graph or as the run ends ---
@@ -146,10 +155,10 @@ class RunProvenance:
     unscorable_reasons: dict[str, int] | None = None
     contexts_cut: int | None = None
 
-    def props(self) -> dict[str, Any]:
+    def props(self) -> Properties:
         """The ProbeRun's properties as the run starts: every field up to ``environment``, then
         ``probe_set`` where set, JSON fields encoded (the one writer of the record)."""
-        out: dict[str, Any] = {}
+        out: Properties = {}
         for f in fields(self):
             if f.name == "probe_set":
                 if self.probe_set is not None:
@@ -167,7 +176,7 @@ def read_run(props: Mapping[str, Any]) -> RunProvenance:
     """A ProbeRun's properties as a :class:`RunProvenance`: the one reader of the record. JSON
     fields are decoded (text that does not decode is kept as it was stored); properties the
     record does not know (the run's owner) are left out, missing ones are None."""
-    out: dict[str, Any] = {}
+    out: Properties = {}
     for k in _NAMES & set(props):
         v = props[k]
         if k in _JSON_FIELDS and isinstance(v, str):

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kgprobe.errors import ConfigError, InputError
+from kgprobe.types import JSONObject
 
 #: ``model_args`` (a mapping, as the harness writes it) is accepted for ``--model-arg``.
 ALIASES = {"model_args": "model_arg"}
@@ -39,7 +40,7 @@ MAX_VALUES = 10_000
 MAX_STRING_CHARS = 100_000
 
 
-def read_config(path: str | Path) -> dict[str, Any]:
+def read_config(path: str | Path) -> JSONObject:
     """The file's mapping: ``.toml`` as TOML, anything else as YAML (JSON is YAML too). The file
     is bounded (:data:`MAX_CONFIG_BYTES`, UTF-8, :data:`MAX_ALIASES`, :data:`MAX_VALUES`,
     :data:`MAX_STRING_CHARS`): a config is read before any check of its values, so it must not
@@ -139,18 +140,18 @@ def _value(key: str, value: Any, multiple: bool) -> Any:
     return value
 
 
-def config_defaults(path: str | Path, params: Iterable[Any], skip: Iterable[str] = ("config",)) -> dict[str, Any]:
+def config_defaults(path: str | Path, params: Iterable[Any], skip: Iterable[str] = ("config",)) -> dict[str, object]:
     """``{parameter name: value}`` for a click command's ``default_map`` from the file at
     ``path``: every key must name one of ``params`` (click parameters); unknown keys are
     refused together, each with the closest option name."""
     data = read_config(path)
-    by_spelling: dict[str, Any] = {}
+    by_spelling: dict[str, Any] = {}  # spelling -> the click parameter (typer's own click: untyped here)
     for prm in params:
         if prm.name in skip or not getattr(prm, "opts", None):
             continue
         for sp in _spellings(prm.name, [*prm.opts, *getattr(prm, "secondary_opts", [])]):
             by_spelling.setdefault(sp, prm)
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     unknown = []
     for raw, value in data.items():
         key = ALIASES.get(str(raw), str(raw))

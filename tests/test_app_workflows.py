@@ -114,6 +114,62 @@ def test_mypy_sees_what_api_probe_returns(tmp_path: Path) -> None:
     assert 'No overload variant of "probe" matches' in out
 
 
+def test_mypy_sees_the_api_workflows_signatures(tmp_path: Path) -> None:
+    """``export_set``, ``compare``, ``load_results``, ``report``, ``ladder``, ``unknown`` and
+    ``cypher`` have real signatures and typed results: a script's results have their types, and
+    a misspelled keyword is a type error (``export_set`` took ``**options: Any``, the others
+    returned ``Any``). mypy runs in its own process (see the test above)."""
+    pytest.importorskip("mypy.api")
+    script = tmp_path / "script.py"
+    script.write_text("from kgprobe import api\n"
+                      "reveal_type(api.export_set('s.parquet', relation='P36', sample=0))\n"
+                      "reveal_type(api.compare('a', 'b'))\n"
+                      "reveal_type(api.load_results('out'))\n"
+                      "reveal_type(api.report('a')[0])\n"
+                      "reveal_type(api.ladder(['a', 'b', 'c'])[0])\n"
+                      "reveal_type(api.unknown('a'))\n"
+                      "reveal_type(api.cypher('RETURN 1'))\n"
+                      "api.export_set('s.parquet', smaple=3)\n"
+                      "api.export_set('s.parquet', sample='all')\n")
+    out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
+                          "--cache-dir", str(tmp_path / "mypy-cache")],
+                         capture_output=True, text=True, check=False).stdout
+    revealed = [line.split("Revealed type is ")[1] for line in out.splitlines() if "Revealed type" in line]
+    assert len(revealed) == 7 and revealed[0] != '"Any"'  # the set's header: probing's record
+    assert revealed[1:] == ['"kgprobe.probing.scores.Comparison"', '"kgprobe.reports.results.Results"',
+                            '"kgprobe.reports.data.Report"', '"kgprobe.reports.ladder.Ladder"',
+                            '"list[kgprobe.probing.scores.ScoredFact]"', '"list[dict[str, Any]]"']
+    assert 'Unexpected keyword argument "smaple" for "export_set"' in out
+    assert 'Argument "sample" to "export_set" has incompatible type "str"' in out
+
+
+def test_mypy_sees_the_records_the_workflows_return(tmp_path: Path) -> None:
+    """Issue 39 #4: what the workflows return is records with known keys, not ``dict[str, Any]``
+    (where a misspelled key went unseen): a report's per-fact rows (``ReportFact``), the
+    samples and results.json of a scored set (``SampleRecord``, ``ResultsDocument``), FACTOR's
+    result (``FactorResult``), the grid search's rows (``GridRow``). mypy runs in its own process."""
+    pytest.importorskip("mypy.api")
+    script = tmp_path / "script.py"
+    script.write_text("from kgprobe import api\n"
+                      "rep, _ = api.report('a')\n"
+                      "rep.primary.facts[0]['scroe']\n"
+                      "res = api.probe_set('demo', 'gpt2')\n"
+                      "res.records[0]['scroe']\n"
+                      "res.document['shema']\n"
+                      "api.factor('f.csv')['acuracy']\n"
+                      "grid = api.evaluate('a', human='h.csv', grid=True).grid\n"
+                      "assert grid is not None\n"
+                      "grid[0]['tau']\n"
+                      "reveal_type(rep.primary.facts[0]['score'])\n")
+    out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
+                          "--cache-dir", str(tmp_path / "mypy-cache")],
+                         capture_output=True, text=True, check=False).stdout
+    for record, key in (("ReportFact", "scroe"), ("SampleRecord", "scroe"), ("ResultsDocument", "shema"),
+                        ("FactorResult", "acuracy"), ("GridRow", "tau")):
+        assert f'TypedDict "{record}" has no key "{key}"' in out, (record, out)
+    assert 'Revealed type is "builtins.float"' in out or 'Revealed type is "float"' in out
+
+
 @pytest.mark.parametrize(("argv", "line"), [
     (["probe", "--set", "demo"], "error: --set needs --output-path DIR: its scores go to DIR/scores.parquet"),
     (["-q", "-v", "stats"], "error: --quiet and --verbose exclude each other"),

@@ -19,6 +19,7 @@ from kgprobe.graph.stats import graph_stats
 from kgprobe.graph.templates import import_templates, list_templates
 from kgprobe.loaders.templates import format_names, read_templates
 from kgprobe.records import TemplateRecord
+from kgprobe.types import CypherParams, GraphRow
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class GraphStats:
     counts: dict[str, int]
     per_relation: list[RelationFacts]
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {**self.counts, "per_relation": [
             {"pid": r.pid, "label": r.label, "facts": r.facts} for r in self.per_relation]}
 
@@ -105,9 +106,9 @@ def query_text(query: str) -> str:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
 
 
-def query_params(param: Iterable[str]) -> dict[str, Any]:
+def query_params(param: Iterable[str]) -> CypherParams:
     """``--param NAME=VALUE`` options as parameters: VALUE as JSON if it parses, else text."""
-    params: dict[str, Any] = {}
+    params: CypherParams = {}
     for item in param:
         name, eq, value = item.partition("=")
         if not eq or not name.isidentifier():
@@ -120,7 +121,7 @@ def query_params(param: Iterable[str]) -> dict[str, Any]:
 
 
 def cypher(query: str, params: Mapping[str, Any] | None = None, *, param: Iterable[str] = (),
-           write: bool = False, settings: Settings | None = None) -> list[dict[str, Any]]:
+           write: bool = False, settings: Settings | None = None) -> list[GraphRow]:
     """Rows of a Cypher query of your own (or of the file ``query`` names), read-only unless
     ``write`` (:func:`kgprobe.graph.query.run_query`; docs/data-model.md has queries to start
     from). ``params``: the parameters as values; ``param``: as the CLI's ``NAME=VALUE``."""

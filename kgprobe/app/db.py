@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from kgprobe.config import Settings, config_path, redact
 from kgprobe.errors import KgprobeError
@@ -73,7 +72,7 @@ class DbStatus:
     http_port: int | None = None
     home: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The status in the order it is printed (the managed server's own keys included only
         for it)."""
         managed = ("running", "pid") if self.managed else ()

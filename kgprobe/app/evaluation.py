@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from kgprobe.app.options import check_number, check_seed
 from kgprobe.config import Settings
@@ -25,6 +25,43 @@ from kgprobe.probing.measures.evaluation import (
     tau_b,
 )
 from kgprobe.probing.scores import model_measures, probed, resolve_scores
+from kgprobe.types import MeasureKey, ModelKey
+
+
+class HumanTau(TypedDict):
+    """τ-b between a stored measure and the human scores (``evaluate --human``)."""
+
+    model: ModelKey
+    measure: MeasureKey
+    facts: int
+    human: int
+    tau_b: float
+    p_value: float
+
+
+class Robustness(TypedDict):
+    """τ-b between two stored score sets of the same facts (``evaluate --vs-model``):
+    ``a`` and ``b`` as ``<model key>/<measure key>``."""
+
+    a: str
+    b: str
+    facts: int
+    tau_b: float
+    p_value: float
+
+
+class GridRow(TypedDict):
+    """One measure's k-fold grid search (``evaluate --grid``): its configurations (measure
+    keys), the facts taking part, τ-b on the held-out folds as mean ± sd, each fold's choice,
+    or ``why`` there is no answer."""
+
+    measure: str
+    configs: list[MeasureKey]
+    facts: int
+    tau_mean: float | None
+    tau_sd: float | None
+    chosen: list[MeasureKey]
+    why: str | None
 
 
 def stored_scores(graph: Any, model: str, measure: str | None) -> tuple[Any, dict[str, float], dict[str, str]]:
@@ -47,7 +84,7 @@ def _align(scores: Mapping[str, float], ends: Mapping[str, str],
     return keys, xs, ys
 
 
-def evaluate_measure(graph: Any, model: str, measure: str | None, human: Mapping[str, float]) -> dict[str, Any]:
+def evaluate_measure(graph: Any, model: str, measure: str | None, human: Mapping[str, float]) -> HumanTau:
     """τ-b between a stored measure and human scores, over the facts both have."""
     sc, scores, ends = stored_scores(graph, model, measure)
     keys, xs, ys = _align(scores, ends, human)
@@ -56,7 +93,7 @@ def evaluate_measure(graph: Any, model: str, measure: str | None, human: Mapping
             "human": len(human), "tau_b": tau, "p_value": p}
 
 
-def robustness(graph: Any, a: tuple[str, str | None], b: tuple[str, str | None]) -> dict[str, Any]:
+def robustness(graph: Any, a: tuple[str, str | None], b: tuple[str, str | None]) -> Robustness:
     """§4.3: τ-b between two stored score sets of the same facts (two runs, models, or
     verbalizations probed under different keys)."""
     sa, xa, _ = stored_scores(graph, *a)
@@ -68,12 +105,12 @@ def robustness(graph: Any, a: tuple[str, str | None], b: tuple[str, str | None])
             "tau_b": tau, "p_value": p}
 
 
-def _config_scores(table: Mapping[str, Mapping[str, float]], config: dict[str, Any]) -> Mapping[str, float | None]:
-    return table[config["key"]]
+def _config_scores(table: Mapping[str, Mapping[str, float]], config: Mapping[str, object]) -> Mapping[str, float | None]:
+    return table[str(config["key"])]
 
 
 def grid_table(graph: Any, model: str, human: Mapping[str, float], *, k: int = 3,
-               seed: int = 0) -> list[dict[str, Any]]:
+               seed: int = 0) -> list[GridRow]:
     """§4.2, the layout of the paper's Tables 3/4: per measure name, the k-fold grid search
     over every configuration stored for ``model`` (its measure keys: n, strategy, parameters),
     τ-b on the held-out folds as mean ± sd, and the configuration each fold chose. Only facts
@@ -86,7 +123,7 @@ def grid_table(graph: Any, model: str, human: Mapping[str, float], *, k: int = 3
         for name, mk in zip(r.get("measures") or [], r.get("measure_keys") or [], strict=False):
             if mk not in by_name.setdefault(name, []):
                 by_name[name].append(mk)
-    out = []
+    out: list[GridRow] = []
     for name, mkeys in sorted(by_name.items()):
         per = {mk: stored_scores(graph, key, mk) for mk in mkeys}
         human_by_key: dict[str, float] = {}
@@ -96,7 +133,7 @@ def grid_table(graph: Any, model: str, human: Mapping[str, float], *, k: int = 3
                 if s is not None:
                     human_by_key[s] = v
         facts = {f: v for f, v in human_by_key.items() if all(f in per[mk][1] for mk in mkeys)}
-        row: dict[str, Any] = {"measure": name, "configs": mkeys, "facts": len(facts),
+        row: GridRow = {"measure": name, "configs": mkeys, "facts": len(facts),
                                "tau_mean": None, "tau_sd": None, "chosen": [], "why": None}
         out.append(row)
         if len(facts) < max(k, 2):
@@ -109,7 +146,8 @@ def grid_table(graph: Any, model: str, human: Mapping[str, float], *, k: int = 3
         except UndefinedTau as exc:
             row["why"] = str(exc)
             continue
-        row.update(tau_mean=res.mean_tau, tau_sd=res.std_tau, chosen=[f.best["key"] for f in res.folds])
+        row["tau_mean"], row["tau_sd"] = res.mean_tau, res.std_tau
+        row["chosen"] = [str(f.best["key"]) for f in res.folds]
     return out
 
 
@@ -118,12 +156,12 @@ class Evaluation:
     """``kgprobe evaluate``: what was asked for, each part None when it was not: τ-b against the
     human scores, between two stored score sets (robustness), or the k-fold grid search."""
 
-    human: dict[str, Any] | None = None
-    robustness: dict[str, Any] | None = None
-    grid: list[dict[str, Any]] | None = None
+    human: HumanTau | None = None
+    robustness: Robustness | None = None
+    grid: list[GridRow] | None = None
     folds: int = 3
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """The parts that were asked for (robustness first, as printed)."""
         parts = (("robustness", self.robustness), ("grid", self.grid), ("human", self.human))
         return {k: v for k, v in parts if v is not None}

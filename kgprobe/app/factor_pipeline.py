@@ -27,12 +27,12 @@ over typed distractors in context, and is not comparable with Wiki-, News- or Ex
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from kgprobe.app.factor import score_items
+from kgprobe.app.factor import FactorResult, RelationAccuracy, score_items
 from kgprobe.app.factor_prompts import (
     ERROR_TYPES,
     generation_prompt,
@@ -170,7 +170,7 @@ class BuiltItem:
 
 def drafts_from_graph(
     graph: Any,
-    facts: Sequence[dict[str, Any]],
+    facts: Sequence[Mapping[str, Any]],
     settings: PipelineSettings,
     ref: int,
     **distractor_kw: Any,
@@ -299,12 +299,12 @@ def finish(drafts: Sequence[Draft], settings: PipelineSettings) -> tuple[list[Bu
     return built, skipped
 
 
-def extra_columns(built: Sequence[BuiltItem], completion_fluency: Sequence[float | None]) -> list[dict[str, Any]]:
+def extra_columns(built: Sequence[BuiltItem], completion_fluency: Sequence[float | None]) -> list[dict[str, object]]:
     """The CSV's columns beyond the official ones: per contradiction its error type, where it
     came from and its filter scores; per item the relation, prefix size and c⁺'s fluency."""
     rows = []
     for b, base in zip(built, completion_fluency, strict=True):
-        row: dict[str, Any] = {"relation": b.pid, "prefix_facts": b.prefix_facts,
+        row: dict[str, object] = {"relation": b.pid, "prefix_facts": b.prefix_facts,
                                "completion_mean_logprob": base, "candidates": len(b.candidates)}
         for i, c in enumerate(b.contradictions):
             row[f"error_type_{i}"] = c.error_type
@@ -359,7 +359,7 @@ def run_factor_pipeline(
     progress: bool = True,
     max_length: int | None = None,
     graph: Any = None,
-) -> dict[str, Any]:
+) -> FactorResult:
     """Build FACTOR items from a stratified, seeded sample of the graph's facts (drawn as
     ``kgprobe probe`` draws them) through the steps whose models are given, write them as a
     FACTOR CSV when asked, and score ``model`` on them (accuracy overall and per relation).
@@ -385,7 +385,7 @@ def run_factor_pipeline(
         # the facts `kgprobe probe` would draw: the sampling index, never every key
         subjects = pr.sample_facts(g, chosen, total=sample, seed=st.seed, ref=ref)
         facts = pr.fact_details(g, list(subjects), subjects, [])
-        kw: dict[str, Any] = {}
+        kw: dict[str, object] = {}  # the semantic index, for a strategy that needs one
         if strategy_class(st.strategy).needs_index:
             from kgprobe.probing.distractors import default_index_dir
             from kgprobe.probing.semantic import ensure_index
@@ -438,15 +438,18 @@ def run_factor_pipeline(
         "strategy": st.strategy, "n": st.n, "seed": st.seed,
         "thresholds": {"nli": st.tau_nli, "nli_coreference": st.tau_nli_coreference, "lm": st.tau_lm},
         "error_types": type_counts(drafts, built),
-        "relations": {p: {"items": len(v), "accuracy": sum(v) / len(v),
-                          **dict(zip(("ci_low", "ci_high"), accuracy_interval(v), strict=True))}
-                      for p, v in sorted(per_rel.items(), key=lambda kv: int(kv[0][1:]))},
+        "relations": {p: _relation_accuracy(v) for p, v in sorted(per_rel.items(), key=lambda kv: int(kv[0][1:]))},
         "skipped": len(skipped), "skipped_reasons": skipped, "csv": written,
         "candidates": {d.key: [{"text": c.text, "error_type": c.error_type, "source": c.source,
                                 "nli": c.nli, "fluency": c.fluency, "passed": c.passed}
                                for c in d.candidates] for d in drafts},
         **scored,
     }
+
+
+def _relation_accuracy(correct: Sequence[bool]) -> RelationAccuracy:
+    ci_low, ci_high = accuracy_interval(correct)
+    return {"items": len(correct), "accuracy": sum(correct) / len(correct), "ci_low": ci_low, "ci_high": ci_high}
 
 
 def _run_generator(drafts: Sequence[Draft], generator: str | None, st: PipelineSettings, *,
@@ -484,7 +487,7 @@ def factor(file: str | Path | None = None, *, model: str | None = None, from_gra
            tau_nli_coreference: float = TAU_NLI_COREFERENCE, tau_lm: float = TAU_LM,
            prefix_facts: int = 4, out: str | Path | None = None, max_length: int | None = None,
            limit: int | None = None, prefix_column: str = "turncated_prefixes",
-           dtype: str = "float32", threads: int = 1, progress: bool = True) -> dict[str, Any]:
+           dtype: str = "float32", threads: int = 1, progress: bool = True) -> FactorResult:
     """``kgprobe factor``: FACTOR accuracy of ``model`` on the rows of a FACTOR CSV ``file``
     (:func:`kgprobe.app.factor.run_factor_file`) or, with ``from_graph``, on items built from
     the graph (:func:`run_factor_pipeline`). ``sample`` 0 is every fact."""

@@ -29,11 +29,13 @@ from kgprobe.checks import DEFAULT_THRESHOLD
 from kgprobe.config import Settings
 
 if TYPE_CHECKING:  # pragma: no cover
+    # a probe set's header (content hash, facts, relations, snapshot, ...): probing owns its keys
     import pandas as pd
 
     from kgprobe.probing.config import ProbeSummary
-    from kgprobe.probing.probe_set import ProbeSet, SetScores
+    from kgprobe.probing.probe_set import ProbeSet, SetHeader, SetScores
     from kgprobe.reports.data import Report
+    from kgprobe.reports.results import ResultsDocument, SampleRecord
 
 
 @dataclass
@@ -48,8 +50,8 @@ class SetResults:
 
     summary: ProbeSummary
     report: Report
-    document: dict[str, Any]
-    records: list[dict[str, Any]]
+    document: ResultsDocument
+    records: list[SampleRecord]
     scored: SetScores
     output_files: dict[str, str] = field(default_factory=dict)
 
@@ -89,7 +91,7 @@ def score_probe_set(
     as data. With ``output_path``: ``scores.parquet`` and the usual report files (report.html,
     results.json, samples.jsonl, ...) are written there; a directory holding another model's
     report is refused before the model is loaded, unless ``overwrite``."""
-    from kgprobe.outputs import check_output_dir, check_owner
+    from kgprobe.outputs import Owner, check_output_dir, check_owner
     from kgprobe.probing.config import model_key
     from kgprobe.probing.probe_set import probe_with_set, read_set, write_scores
     from kgprobe.reports.build import set_report
@@ -104,7 +106,7 @@ def score_probe_set(
             from kgprobe.errors import ConfigError
 
             try:
-                owner: dict[str, Any] | None = {"models": [model_key(model_name or model, dtype)]}
+                owner: Owner | None = {"models": [model_key(model_name or model, dtype)]}
             except ConfigError:
                 owner = None  # not a model name: refused by the loader itself
             check_owner(output_path, owner, overwrite, "--output-path")
@@ -126,15 +128,17 @@ def score_probe_set(
 
 @dataclass(frozen=True)
 class Exported:
-    """``kgprobe export``: the probe set written, as its summary prints it."""
+    """``kgprobe export``: the probe set written, as its summary prints it, and its whole
+    ``header`` (what ``kgprobe.export_set`` returns)."""
 
     file: str
     facts: int
     relations: int
     content_hash: str
     schema: Any
+    header: SetHeader = field(repr=False, compare=False)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"file": self.file, "facts": self.facts, "relations": self.relations,
                 "content_hash": self.content_hash, "schema": self.schema}
 
@@ -175,4 +179,4 @@ def export(output: str | os.PathLike[str], *, relation: str | Sequence[str] | No
     with connect(settings) as graph:
         header = export_set(graph, cfg, output, progress=progress)
     return Exported(str(output), header["facts"], len(header["relations"]), header["content_hash"],
-                    header["schema"])
+                    header["schema"], header)

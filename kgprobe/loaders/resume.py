@@ -21,7 +21,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from kgprobe.errors import InputError
 from kgprobe.records import Position
@@ -35,7 +35,15 @@ def checkpoint_file(home: Path, source: str | Path) -> Path:
     return home / DIRECTORY / f"{key[:24]}.json"
 
 
-def _identity(source: str | Path) -> dict[str, Any]:
+class FileIdentity(TypedDict):
+    """Which file a checkpoint is of: its resolved path, size and modification time."""
+
+    path: str
+    size: int
+    mtime_ns: int
+
+
+def _identity(source: str | Path) -> FileIdentity:
     st = Path(source).stat()
     return {"path": str(Path(source).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 

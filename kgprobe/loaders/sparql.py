@@ -18,7 +18,6 @@ import time
 import urllib.error
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rdflib import BNode, Literal, URIRef
 from SPARQLWrapper import JSON, POST, SPARQLWrapper
@@ -48,6 +47,9 @@ from kgprobe.records import (
     is_pid,
     is_qid,
 )
+
+#: one row of a SELECT's JSON results: variable -> {"type", "value", "xml:lang"?, "datatype"?}
+Binding = dict[str, dict[str, str]]
 
 SOURCE = "sparql"
 USER_AGENT = (
@@ -245,7 +247,7 @@ class SparqlClient:
                 pass  # an HTTP date: fall back to backoff
         return min(self.max_wait, self.backoff * (2**attempt))
 
-    def select(self, query: str) -> list[dict[str, Any]]:
+    def select(self, query: str) -> list[Binding]:
         """Run a SELECT; return its bindings. Raises EndpointError once retries are spent."""
         last = ""
         for attempt in range(self.max_retries + 1):
@@ -281,7 +283,7 @@ class SparqlClient:
                 self.sleep(self._wait(attempt, retry_after))
         raise EndpointError(f"{self.endpoint}: {last} after {self.max_retries + 1} attempts")
 
-    def paged(self, make: Callable[[int, int], str], page_size: int) -> Iterator[dict[str, Any]]:
+    def paged(self, make: Callable[[int, int], str], page_size: int) -> Iterator[Binding]:
         """All rows of a query, ``page_size`` at a time (LIMIT/OFFSET over a stable ORDER BY)."""
         offset = 0
         while True:

@@ -46,6 +46,7 @@ from kgprobe.records import (
     is_pid,
     template_too_long,
 )
+from kgprobe.types import JSONObject
 
 SUBJECT = "[X]"
 OBJECT = "[Y]"
@@ -104,7 +105,7 @@ def _read_text(path: Path) -> str:
     return read_text_file(path)
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _jsonl(path: Path) -> Iterator[tuple[int, JSONObject]]:
     for n, line in enumerate(_read_text(path).splitlines(), start=1):
         if not line.strip():
             continue

@@ -78,6 +78,7 @@ from kgprobe.records import (
     is_pid,
     is_qid,
 )
+from kgprobe.types import JSONObject
 
 SOURCE = "wikidata-json"
 
@@ -85,7 +86,7 @@ SOURCE = "wikidata-json"
 # --------------------------------------------------------------------------- snaks → values
 
 
-def _entity_value(v: dict[str, Any]) -> Value:
+def _entity_value(v: JSONObject) -> Value:
     etype = str(v.get("entity-type", "item"))
     eid = v.get("id")
     if eid is None:  # older flavour: only the numeric id
@@ -99,7 +100,7 @@ def _entity_value(v: dict[str, Any]) -> Value:
     return Value(kind=etype, text=eid)
 
 
-def snak_value(snak: dict[str, Any]) -> Value:
+def snak_value(snak: JSONObject) -> Value:
     """One JSON snak → :class:`Value`; raises KeyError/TypeError/ValueError on malformed input."""
     snaktype = snak.get("snaktype", "value")
     if snaktype in ("somevalue", "novalue"):
@@ -129,7 +130,7 @@ def datavalue(dtype: Any, val: Any) -> Value:
     return Value(kind=str(dtype), text=json.dumps(val, sort_keys=True))
 
 
-def main_value(snak: dict[str, Any]) -> Value:
+def main_value(snak: JSONObject) -> Value:
     """A statement's main snak, read only as far as its fate needs: an entity id in full (an
     item may become a fact), any other value by its type alone (it is skipped as
     ``value:<type>``, so its value is never built). Raises as `snak_value` on a snak without a
@@ -168,7 +169,7 @@ def _aliases(terms: Any, language: str) -> list[str]:
 
 
 def entity_from_json(
-    obj: dict[str, Any], language: str = "en", filters: Filters | None = None
+    obj: JSONObject, language: str = "en", filters: Filters | None = None
 ) -> EntityData:
     """Parse one entity object (any flavour) into the format-neutral :class:`EntityData`.
 
@@ -225,7 +226,7 @@ _UNREAD = Value(kind="unread")
 
 
 def records_from_entity(
-    obj: dict[str, Any], filters: Filters, location: str, source: str = SOURCE
+    obj: JSONObject, filters: Filters, location: str, source: str = SOURCE
 ) -> Iterator[Record]:
     """Records for one entity object; non-items/properties become a counted skip."""
     kind = str(obj.get("type", "item"))
@@ -243,7 +244,7 @@ def records_from_entity(
             yield rec
 
 
-def _with_kgprobe_fields(rec: EntityRecord, obj: dict[str, Any]) -> EntityRecord:
+def _with_kgprobe_fields(rec: EntityRecord, obj: JSONObject) -> EntityRecord:
     """kgprobe's own entity keys (the bundled demo graph writes them; Wikidata never does).
 
     ``kgprobe_popularity`` becomes a node property; each ``kgprobe_inferred_types`` entry
@@ -356,7 +357,7 @@ def _raw_value(dtype: str, raw: Any) -> Value:
 
 
 def fast_records(
-    obj: dict[str, Any], filters: Filters, location: str, source: str = SOURCE
+    obj: JSONObject, filters: Filters, location: str, source: str = SOURCE
 ) -> list[Record] | None:
     """`typed_records` of an entity object already decoded (an entity document's): written
     back to JSON and decoded into the typed structures. None where the general path must

@@ -32,14 +32,14 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
 from kgprobe.graph import results as gres
-from kgprobe.reports.data import Chance, Group, ModelReport, PairedGroup, Report
+from kgprobe.reports.data import Chance, Group, ModelReport, PairedGroup, Report, ReportFact
 from kgprobe.stats import (
     BOOTSTRAP,
     MIN_N_CI,
@@ -48,7 +48,7 @@ from kgprobe.stats import (
     mcnemar,
     paired_bootstrap_ci,
 )
-from kgprobe.types import MeasureKeyParts
+from kgprobe.types import QID, MeasureKey, MeasureKeyParts, Properties
 
 if TYPE_CHECKING:  # pragma: no cover
 
@@ -115,12 +115,16 @@ def bucket_label(bucket: str, edges: list[float] | None) -> str:
 #: (kgprobe.stats.group_seed), so a number gets one interval wherever it is printed
 _seed_of = group_seed
 
+#: which groups a fact belongs to: (key, label) pairs (``--by type``: its classes)
+KeysOf = Callable[[ReportFact], list[tuple[str, str | None]]]
+
 
 def group_stats(
-    key: str, label: str | None, rows: list[dict[str, Any]], threshold: float,
+    key: str, label: str | None, rows: Sequence[Mapping[str, Any]], threshold: float,
     edges: list[float] | None, seed: int = 0, n_boot: int = BOOTSTRAP, with_buckets: bool = True,
 ) -> Group:
-    """Aggregates of per-fact rows ``{score, stale, popularity}``."""
+    """Aggregates of per-fact rows ``{score, stale, popularity}`` (a report's facts, a ladder's
+    rows)."""
     scores = [float(r["score"]) for r in rows]
     s = _seed_of(seed, key)
     if not scores:
@@ -162,7 +166,7 @@ def paired_group(
 
 
 def paired_groups(
-    rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]], order: list[str],
+    rows_a: Sequence[ReportFact], rows_b: Sequence[ReportFact], order: list[str],
     labels: dict[str, str | None], threshold: float, seed: int = 0, n_boot: int = BOOTSTRAP,
 ) -> list[PairedGroup]:
     """Per relation (in ``order``, then any other) and ``all``: the facts both models were
@@ -188,11 +192,11 @@ def _sorted(groups: list[Group]) -> list[Group]:
 
 
 def relation_stats(
-    rows: list[dict[str, Any]], labels: dict[str, str | None], threshold: float,
+    rows: Sequence[ReportFact], labels: Mapping[str, str | None], threshold: float,
     edges: list[float] | None, seed: int = 0, n_boot: int = BOOTSTRAP,
 ) -> tuple[list[Group], Group]:
     """Per-relation groups (sorted by mean, best first) and the overall group."""
-    by_pid: dict[str, list[dict[str, Any]]] = {}
+    by_pid: dict[str, list[ReportFact]] = {}
     for r in rows:
         by_pid.setdefault(r["pid"], []).append(r)
     per = [group_stats(p, labels.get(p), rs, threshold, edges, seed, n_boot) for p, rs in by_pid.items()]
@@ -200,11 +204,11 @@ def relation_stats(
 
 
 def grouped(
-    rows: list[dict[str, Any]], keys_of: Callable[[dict[str, Any]], list[tuple[str, str | None]]],
+    rows: Sequence[ReportFact], keys_of: KeysOf,
     threshold: float, edges: list[float] | None, seed: int = 0, n_boot: int = BOOTSTRAP,
 ) -> list[Group]:
     """Groups by any key function; a fact may belong to several groups (its types)."""
-    members: dict[str, list[dict[str, Any]]] = {}
+    members: dict[str, list[ReportFact]] = {}
     names: dict[str, str | None] = {}
     for r in rows:
         for k, name in keys_of(r):
@@ -269,13 +273,13 @@ _RUN_FIELDS = ("id", "status", "started", "finished", "seconds", "model", "model
 _RUN_JSON = ("measure_params", "graph_snapshot", "library_versions", "templates", "environment")
 
 
-def run_info(graph: Graph, run_ids: Sequence[str]) -> list[dict[str, Any]]:
+def run_info(graph: Graph, run_ids: Sequence[str]) -> list[Properties]:
     """The provenance of each run (ProbeRun node), JSON properties decoded."""
     runs = (pr.get_run(graph, rid) for rid in run_ids)
     return [run_fields(run) for run in runs if run is not None]
 
 
-def run_fields(run: dict[str, Any]) -> dict[str, Any]:
+def run_fields(run: Mapping[str, Any]) -> Properties:
     """A ProbeRun's properties as a report shows them (read by ``provenance.read_run``: JSON
     properties decoded)."""
     from kgprobe.provenance import read_run
@@ -284,16 +288,18 @@ def run_fields(run: dict[str, Any]) -> dict[str, Any]:
     return {k: getattr(record, k) for k in (*_RUN_FIELDS, *_RUN_JSON)}
 
 
-def _type_keys(graph: Graph, rows: list[dict[str, Any]], side: str) -> Callable[[dict[str, Any]], list[tuple[str, str | None]]]:
-    col = "subject" if side == "subject" else "object"
-    qids = {r[col] for r in rows}
+def _type_keys(graph: Graph, rows: Sequence[ReportFact], side: str) -> KeysOf:
+    def end(r: ReportFact) -> QID:
+        return r["subject"] if side == "subject" else r["object"]
+
+    qids = {end(r) for r in rows}
     direct: dict[str, list[tuple[str, str | None]]] = {}
     for r in gres.entity_classes(graph, qids):
         direct.setdefault(r["qid"], []).append((r["class"], r["label"]))
     closed = type_closure(direct, gres.subclass_edges(graph))
 
-    def keys(row: dict[str, Any]) -> list[tuple[str, str | None]]:
-        classes = closed.get(row[col])
+    def keys(row: ReportFact) -> list[tuple[str, str | None]]:
+        classes = closed.get(end(row))
         return sorted(classes.items()) if classes else [(NO_TYPE, None)]
 
     return keys
@@ -350,11 +356,13 @@ def build_report(
         facts = keys if facts is None else set(facts) & keys
         scope = f"{scope}, relations {', '.join(sorted(pick, key=lambda p: int(p[1:])))}"
 
-    def rows_of(sc: Any) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]]]:
+    def rows_of(sc: Any) -> tuple[list[ReportFact], str | None, list[ReportFact]]:
         """The rows of the figures, their rank scale (BELIEF) and the rows of other scales."""
         runs = run_info(graph, sc.runs)
         keys = sorted({k for r in runs for k in (r.get("measure_keys") or [])} - {sc.props.measure_key})
-        rows = gres.fact_rows(graph, sc.props, [pr.ScoreProps(sc.props.model_key, k) for k in keys])
+        # the rows of FACT_ROWS: one cast where they come back
+        rows = cast(list[ReportFact], gres.fact_rows(graph, sc.props,
+                                                     [pr.ScoreProps(sc.props.model_key, k) for k in keys]))
         rows = rows if facts is None else [r for r in rows if r["key"] in wanted]
         scales = rank_scales(graph, sc.props.model_key, sc.props.measure_key)
         if scales is None:
@@ -372,16 +380,16 @@ def build_report(
     pops = [p for p in (as_float(r.get("popularity")) for r in rows_a) if p is not None]
     edges = popularity_edges(pops)
     labels = pr.relation_labels(graph, {r["pid"] for r in rows_a} | {r["pid"] for r in rows_b})
-    keys_of: Callable[[dict[str, Any]], list[tuple[str, str | None]]] | None = None
+    keys_of: KeysOf | None = None
     if by == "type":
         keys_of = _type_keys(graph, rows_a + rows_b, type_of)
     elif by == "popularity":
-        def keys_of(row: dict[str, Any]) -> list[tuple[str, str | None]]:
+        def keys_of(row: ReportFact) -> list[tuple[str, str | None]]:
             b = bucket_of(as_float(row.get("popularity")), edges)
             return [(b, bucket_label(b, edges))] if b else [(NO_POPULARITY, None)]
 
-    def model_report(sc: Any, rows: list[dict[str, Any]], scale: str | None = None,
-                     apart_rows: Sequence[dict[str, Any]] = ()) -> ModelReport:
+    def model_report(sc: Any, rows: list[ReportFact], scale: str | None = None,
+                     apart_rows: Sequence[ReportFact] = ()) -> ModelReport:
         per, overall = relation_stats(rows, labels, sc.threshold, edges, seed, n_boot)
         groups = per if keys_of is None else grouped(rows, keys_of, sc.threshold, edges, seed, n_boot)
         # with ``facts``: only the runs that wrote the scores shown
@@ -431,8 +439,9 @@ def build_report(
 
 
 def set_report(
-    set_header: Mapping[str, Any], set_rows: Sequence[Mapping[str, Any]], scores_header: Mapping[str, Any],
-    score_rows: Sequence[Mapping[str, Any]], *, measure: str | None = None, seed: int = 0,
+    set_header: Mapping[str, Any], set_rows: Sequence[Mapping[str, Any]],
+    scores_header: Mapping[str, Any], score_rows: Sequence[Mapping[str, Any]], *,
+    measure: str | None = None, seed: int = 0,
     n_boot: int = BOOTSTRAP,
 ) -> Report:
     """The report of one scored probe set (``kgprobe probe --set``), with no graph: the same
@@ -453,12 +462,12 @@ def set_report(
     specs: dict[str, MeasureSpec] = {sp["key"]: sp for sp in read_run(run).measure_specs or []}
     facts = {r["key"]: r for r in set_rows}
     props = {r["key"]: json.loads(r["props"]) for r in score_rows if r["measure"] == mkey}
-    values: dict[str, dict[str, Any]] = {}  # key -> measure key -> score
+    values: dict[str, dict[MeasureKey, float]] = {}  # key -> measure key -> score
     for r in score_rows:
         if r["score"] is not None:
             values.setdefault(r["key"], {})[r["measure"]] = float(r["score"])
     sp = pr.ScoreProps(model_key, mkey)
-    rows = []
+    rows: list[ReportFact] = []
     for key in sorted(k for k in props if values.get(k, {}).get(mkey) is not None):
         f, p = facts[key], props[key]
         rows.append({"key": key, "pid": f["pid"], "subject": f["s"], "object": f["o"],
@@ -470,7 +479,7 @@ def set_report(
                                           section="")
     cls = load_all().get(spec["name"])
     scale: str | None = None
-    apart_rows: list[dict[str, Any]] = []
+    apart_rows: list[ReportFact] = []
     if cls is not None and "scale" in (spec.get("extras") or []) and hasattr(cls, "primary_scale"):
         scale = str(cls(spec.get("params")).primary_scale())  # type: ignore[attr-defined]
         for r in rows:

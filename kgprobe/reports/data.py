@@ -4,16 +4,40 @@ package so that no writer imports the builder for its types."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
+from kgprobe.reports.wording import WordingMove
 from kgprobe.stats import MIN_N_CI
+from kgprobe.types import PID, QID, FactKey, MeasureKey, Properties
 
 POPULARITY_UNIT = (
     "Entity.popularity as ingested (the demo graph: DistFactAssessLM's WikidataPopularity, "
     "a log scale of Wikipedia page views; larger = more popular)"
 )
+
+
+class ReportFact(TypedDict):
+    """One probed fact as the report reads it: the graph's row of ``FACT_ROWS``
+    (kgprobe/graph/results.py) or the same row built from a probe set (``build.set_report``).
+    ``others``: the fact's scores under the run's other measure keys; ``scale``: its rank scale
+    (a BELIEF report only)."""
+
+    key: FactKey
+    pid: PID
+    subject: QID
+    object: QID
+    subject_label: str | None
+    object_label: str | None
+    popularity: float | None
+    object_popularity: float | None
+    score: float
+    stale: float | None
+    run: str | None
+    others: dict[MeasureKey, float | None]
+    scale: NotRequired[str]
 
 
 @dataclass
@@ -61,15 +85,16 @@ class ModelReport:
     relations: list[Group]  # sorted by mean score, best first
     overall: Group
     groups: list[Group]  # by ``Report.by`` (== relations for "relation")
-    run_info: list[dict[str, Any]] = field(default_factory=list)
-    facts: list[dict[str, Any]] = field(default_factory=list)  # per-fact rows (not in to_dict)
+    #: each run's ProbeRun properties as a report shows them (``build.run_fields``)
+    run_info: list[Properties] = field(default_factory=list)
+    facts: list[ReportFact] = field(default_factory=list)  # per-fact rows (not in to_dict)
     #: a measure ranking facts on different scales (BELIEF): the scale of every figure above
     #: (``facts`` holds only its facts) ...
     scale: str | None = None
     #: ... and the facts ranked on each other scale, apart (per relation, then ``all``): two
     #: scales are never pooled into one figure (docs/measures.md)
     apart: dict[str, list[Group]] = field(default_factory=dict)
-    apart_facts: list[dict[str, Any]] = field(default_factory=list)  # their rows (not in to_dict)
+    apart_facts: list[ReportFact] = field(default_factory=list)  # their rows (not in to_dict)
 
     @property
     def display(self) -> str:
@@ -90,8 +115,8 @@ class Report:
     seed: int
     bootstrap: int
     #: per relation, every measure probed for the primary model
-    #: (:func:`kgprobe.probing.measures.catalog.relation_aggregates`)
-    measures: list[dict[str, Any]] = field(default_factory=list)
+    #: (:func:`kgprobe.probing.measures.catalog.relation_aggregates`: that module's rows, read here)
+    measures: Sequence[Mapping[str, Any]] = field(default_factory=list)
     by: str = "relation"
     type_of: str = "subject"
     min_n_ci: int = MIN_N_CI
@@ -108,7 +133,7 @@ class Report:
     scope: str = "all"
     #: one model under two wordings (the demo's careful vs raw): the facts whose score moved,
     #: each with the sentences that changed (kgprobe.reports.wording.wording_moves)
-    moves: list[dict[str, Any]] = field(default_factory=list)
+    moves: list[WordingMove] = field(default_factory=list)
 
     @property
     def same_model(self) -> bool:
@@ -144,7 +169,8 @@ class Report:
         b = {str(r["key"]) for r in self.other.facts}
         return {"shared": len(a & b), "primary_only": len(a - b), "other_only": len(b - a)}
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
+        """The ``--json`` document: the dataclasses as dicts, without the per-fact rows."""
         d = asdict(self)
         for m in ("primary", "other"):
             if d.get(m):

@@ -16,8 +16,7 @@ from kgprobe.reports.data import Report
 from kgprobe.reports.text import TOO_SMALL, facts_differ
 
 if TYPE_CHECKING:  # pragma: no cover
-
-    pass
+    from matplotlib.figure import Figure
 
 
 _COLORS = ("#3b6fb6", "#d9822b")
@@ -43,7 +42,7 @@ def png_bytes(fig: Any, dpi: int = 150) -> bytes:
     return buf.getvalue()
 
 
-def _svg(fig: Any, name: str, keep: dict[str, Any] | None = None) -> str:
+def _svg(fig: Any, name: str, keep: dict[str, Figure] | None = None) -> str:
     """The figure as an inline <svg> element; ``keep`` (when given) collects the figure by name
     for its own SVG and PNG files."""
     if keep is not None:
@@ -116,7 +115,7 @@ def _wrap(text: str, width: int = 34) -> str:
     return ("\n".join(textwrap.wrap(text, width)) or text).replace("$", r"\$")
 
 
-def forest_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
+def forest_svg(rep: Report, keep: dict[str, Figure] | None = None) -> str:
     """Dot-and-CI per group (sorted as the table), n at the right, zero drawn as zero."""
     a, b = rep.primary, rep.other
     groups = [*a.groups, a.overall]
@@ -175,7 +174,7 @@ def forest_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     return _svg(fig, "forest", keep)
 
 
-def histogram_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
+def histogram_svg(rep: Report, keep: dict[str, Figure] | None = None) -> str:
     """Per-fact scores; with a second model, both models on the facts scored for both (the
     same facts, so the bars compare), the title saying how many of each model's facts that
     leaves out."""
@@ -215,13 +214,13 @@ def _jitter(values: Sequence[float], seed: int, width: float = 0.02) -> np.ndarr
     return np.asarray(values, dtype=float) + rng.uniform(-width, width, len(values))
 
 
-def popularity_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
+def popularity_svg(rep: Report, keep: dict[str, Figure] | None = None) -> str:
     """Per-fact score against subject popularity with the bucket means; with ``--vs`` both
     models in their colours, on the same (the primary's) tertile edges."""
     models = [m for m in (rep.primary, rep.other) if m is not None]
     two = len(models) > 1
-    series = [(m, [(float(r["popularity"]), float(r["score"])) for r in m.facts
-                   if as_float(r.get("popularity")) is not None]) for m in models]
+    series = [(m, [(p, float(r["score"])) for r in m.facts
+                   if (p := as_float(r.get("popularity"))) is not None]) for m in models]
     if not series[0][1] or rep.popularity_edges is None:
         return ""
     fig = new_figure(6.5, 3.0)
@@ -261,7 +260,7 @@ def _stale_relations(rep: Report) -> list[str]:
     return keys
 
 
-def staleness_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
+def staleness_svg(rep: Report, keep: dict[str, Figure] | None = None) -> str:
     """Staleness per relation with n; with ``--vs`` both models' dots per row."""
     keys = _stale_relations(rep)
     if not keys:
@@ -303,7 +302,7 @@ def staleness_svg(rep: Report, keep: dict[str, Any] | None = None) -> str:
     return _svg(fig, "staleness", keep)
 
 
-def vs_svgs(rep: Report, keep: dict[str, Any] | None = None) -> tuple[str, str]:
+def vs_svgs(rep: Report, keep: dict[str, Figure] | None = None) -> tuple[str, str]:
     """Model-vs-model scatter per fact (jittered) and per group."""
     a, b = rep.primary, rep.other
     na, nb, _ = figure_names(rep)
@@ -345,7 +344,7 @@ def vs_svgs(rep: Report, keep: dict[str, Any] | None = None) -> tuple[str, str]:
 
 
 def reliability_svg(pairs: Sequence[tuple[float, bool]], bins: int = 10,
-                    keep: dict[str, Any] | None = None) -> str:
+                    keep: dict[str, Figure] | None = None) -> str:
     """Reliability diagram of per-fact (confidence, correct) pairs, n per bin."""
     rows = reliability_bins(pairs, bins)
     if not rows:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from kgprobe.reports.build import bucket_label
 from kgprobe.reports.data import Group, ModelReport, Report
@@ -44,6 +44,7 @@ from kgprobe.reports.text import stale as _stale
 
 if TYPE_CHECKING:  # pragma: no cover
     import jinja2
+    from matplotlib.figure import Figure
 
 #: Two-model tables put each model on its own row under the group's label (never nine columns
 #: side by side); a label wraps between words and keeps at least ~12 characters; numbers
@@ -71,20 +72,53 @@ code{font-size:12px}
 """
 
 
-def _cell(text: Any, cls: str = "num", rowspan: int = 1, tag: str = "td") -> dict[str, Any]:
+class Cell(TypedDict):
+    """One cell of a table in the page's template (report.html.j2)."""
+
+    text: str
+    cls: str
+    rowspan: int
+    tag: str
+
+
+class Row(TypedDict):
+    """One row of a table in the page's template."""
+
+    cls: str
+    cells: list[Cell]
+
+
+class Table(TypedDict):
+    """A table in the page's template: its id, class, header cells and rows."""
+
+    id: str
+    cls: NotRequired[str]
+    head: NotRequired[list[Cell]]
+    rows: list[Row]
+
+
+class PopularitySection(TypedDict):
+    """The popularity section: the note on the buckets, their table and the plot."""
+
+    note: str
+    table: Table
+    plot: Any
+
+
+def _cell(text: Any, cls: str = "num", rowspan: int = 1, tag: str = "td") -> Cell:
     return {"text": str(text), "cls": cls, "rowspan": rowspan, "tag": tag}
 
 
-def _head(*names: str) -> list[dict[str, Any]]:
+def _head(*names: str) -> list[Cell]:
     """Header cells: the first one heads the labels."""
     return [_cell(n, "label" if i == 0 else ("model" if n == "model" else "num"), tag="th")
             for i, n in enumerate(names)]
 
 
 def _model_rows(rep: Report, label: str, per_model: list[tuple[ModelReport, list[str]]],
-                total: bool = False) -> list[dict[str, Any]]:
+                total: bool = False) -> list[Row]:
     """One row per model under one label cell (rowspan): the two-model layout."""
-    rows = []
+    rows: list[Row] = []
     for i, (m, cells) in enumerate(per_model):
         first = [_cell(label, "label", rowspan=len(per_model))] if i == 0 else []
         rows.append({"cls": "total" if total else ("first" if i == 0 else ""),
@@ -92,7 +126,7 @@ def _model_rows(rep: Report, label: str, per_model: list[tuple[ModelReport, list
     return rows
 
 
-def _groups_table(rep: Report) -> dict[str, Any]:
+def _groups_table(rep: Report) -> Table:
     """The groups (best first, then all facts). One model: one row per group; two: a row per
     model under each group's label, each over that model's own facts (n on every row)."""
     a, b = rep.primary, rep.other
@@ -101,6 +135,7 @@ def _groups_table(rep: Report) -> dict[str, Any]:
     def cells(g: Group | None) -> list[str]:
         return [str(g.facts) if g else "–", _ci(g), _known(g), _stale(g)]
 
+    rows: list[Row]
     if b is None:
         rows = [{"cls": "total" if g.key == "all" else "",
                  "cells": [_cell(g.name, "label"), *map(_cell, cells(g))]} for g in [*a.groups, a.overall]]
@@ -114,12 +149,12 @@ def _groups_table(rep: Report) -> dict[str, Any]:
             "head": _head(rep.by, "model", "n", "mean [95% CI]", "known", "staleness (n)"), "rows": rows}
 
 
-def _popularity(rep: Report, keep: dict[str, Any] | None) -> dict[str, Any] | None:
+def _popularity(rep: Report, keep: dict[str, Figure] | None) -> PopularitySection | None:
     if rep.popularity_edges is None:
         return None
     a, b = rep.primary, rep.other
     e = rep.popularity_edges
-    rows: list[dict[str, Any]] = []
+    rows: list[Row] = []
     for k, g in a.overall.by_popularity.items():
         mine = [str(g.facts), _ci(g), _known(g)]
         if b is None:
@@ -137,7 +172,7 @@ def _popularity(rep: Report, keep: dict[str, Any] | None) -> dict[str, Any] | No
             "plot": _safe(popularity_svg(rep, keep))}
 
 
-def _measures_table(rep: Report) -> dict[str, Any] | None:
+def _measures_table(rep: Report) -> Table | None:
     """Every measure probed for the primary model, per relation: n, mean with its interval (only
     where n allows), and the further aggregates — BELIEF's Acc/MRR as mean, range and sd over
     its seeded prompt-set samples (the fluctuation), Consist@1 and Overconf."""
@@ -155,7 +190,7 @@ def _measures_table(rep: Report) -> dict[str, Any] | None:
             return str(v)  # e.g. BELIEF's "candidates facts": a population's n
         return f"{v:.3f}" if isinstance(v, float) else ""
 
-    rows = []
+    rows: list[Row] = []
     for r in found:
         sc = r.get("score") or {}
         n = int(sc.get("n") or 0)
@@ -176,7 +211,7 @@ def _na(v: Any) -> str:
     return "n/a" if v is None or v == "None" else str(v)
 
 
-def _provenance_table(rep: Report) -> dict[str, Any]:
+def _provenance_table(rep: Report) -> Table:
     rows: list[tuple[str, str]] = [
         ("report generated", rep.generated),
         ("report by kgprobe", f"{rep.code.get('kgprobe')} (git {rep.code.get('git') or 'n/a'})"),
@@ -209,7 +244,7 @@ def _provenance_table(rep: Report) -> dict[str, Any]:
             "rows": [{"cls": "", "cells": [_cell(k, "", tag="th"), _cell(v, "")]} for k, v in rows]}
 
 
-def _paired_table(rep: Report) -> dict[str, Any] | None:
+def _paired_table(rep: Report) -> Table | None:
     """The paired comparison table: both means, the paired difference with its interval and
     McNemar's test, per relation and overall (the same facts for both models)."""
     na, nb = rep.names()
@@ -217,7 +252,7 @@ def _paired_table(rep: Report) -> dict[str, Any] | None:
         return None
     head = _head("relation", "n", f"{na} mean", f"{nb} mean", f"{nb} − {na} [95% paired CI]",
                  f"known {na} / {nb}", "McNemar b / c", "p")
-    rows = [{"cls": "total" if pg.key == "all" else "",
+    rows: list[Row] = [{"cls": "total" if pg.key == "all" else "",
              "cells": [_cell(pg.name, "label"), *map(_cell, [
                  pg.facts, _fmt(pg.mean_a), _fmt(pg.mean_b), _diff(pg), f"{pg.a_known} / {pg.b_known}",
                  f"{pg.b} / {pg.c}", _p(pg.p)])]} for pg in rep.paired]
@@ -253,7 +288,7 @@ def page_title(rep: Report) -> str:
     return f"What {na} knows" + (f" vs {nb}" if nb is not None else "")
 
 
-def render_html(rep: Report, keep: dict[str, Any] | None = None) -> str:
+def render_html(rep: Report, keep: dict[str, Figure] | None = None) -> str:
     """One self-contained page: provenance, the groups sorted by score with n and intervals, and
     matplotlib plots (SVG, inline; ``keep`` collects the figures by name)."""
     a, b = rep.primary, rep.other

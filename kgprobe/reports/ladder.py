@@ -11,7 +11,7 @@ is computed once, here, and the table, CSV, markdown and plot all print that one
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,7 +69,8 @@ class Ladder:
     seed: int
     bootstrap: int
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
+        """ladder.json's document: the dataclasses as dicts."""
         return asdict(self)
 
 
@@ -95,7 +96,7 @@ def build_ladder(
     pids = sorted({rows[0][k]["pid"] for k in common}, key=lambda p: int(p[1:]))
     labels = pr.relation_labels(graph, pids)
 
-    def facts_of(i: int, pid: str | None) -> list[dict[str, Any]]:
+    def facts_of(i: int, pid: str | None) -> list[Mapping[str, Any]]:
         return [rows[i][k] for k in common if pid is None or rows[i][k]["pid"] == pid]
 
     rungs = []

@@ -23,15 +23,17 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NotRequired, TypeAlias, TypedDict
 
 from kgprobe.errors import ConfigError, InputError
 from kgprobe.probing.measures.registry import MeasureValue
 from kgprobe.reports.sections import added_sections, chance_section
+from kgprobe.types import PID, QID, FactKey, JSONObject, MeasureKey, ModelKey
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+    from kgprobe.outputs import Owner
     from kgprobe.reports.data import Group, ModelReport, Report
 
 SCHEMA = "kgprobe-results/2"
@@ -39,6 +41,66 @@ RESULTS = "results.json"
 HARNESS = "harness.json"
 SAMPLES = "samples.jsonl"
 SAMPLES_PARQUET = "samples.parquet"
+
+
+#: what a probe saw of one fact: ``unscorable`` (why not, or None) and the measure's
+#: ``MeasureValue.details`` (templates, clozes, distractors, ...): free-form, as their keys are
+#: each measure's own (a plug-in's too), and they go to samples.jsonl as they are
+FactDetail: TypeAlias = dict[str, Any]
+
+
+class SampleRecord(TypedDict):
+    """One record of ``samples.jsonl`` (docs/results.md): a (model, fact) of the report with
+    its scores and, for the probe's own facts, what the probe saw (templates, clozes and the
+    distractors' scores)."""
+
+    model: ModelKey
+    measure_key: MeasureKey
+    key: FactKey
+    relation: PID
+    relation_label: str | None
+    subject: QID
+    subject_label: str | None
+    object: QID
+    object_label: str | None
+    subject_popularity: float | None
+    score: float
+    known: bool
+    stale: float | None
+    run: str | None
+    scale: str | None
+    scores: dict[MeasureKey, float | None]
+    template_ids: list[str] | None
+    templates: Any
+    clozes: Any
+    distractors: Any
+
+
+class BucketFigures(TypedDict):
+    """A popularity bucket's figures in ``results.json``."""
+
+    n: int
+    mean: float | None
+    ci_low: float | None
+    ci_high: float | None
+    known: int
+
+
+class GroupFigures(TypedDict):
+    """A group's figures in ``results.json`` (``results.<PID>``, ``overall``)."""
+
+    label: str | None
+    n: int
+    mean: float | None
+    ci_low: float | None
+    ci_high: float | None
+    known: int
+    known_share: float | None
+    history_n: int
+    staleness: float | None
+    staleness_ci_low: float | None
+    staleness_ci_high: float | None
+    by_popularity: dict[str, BucketFigures]
 
 
 # --- per-fact details from a probe run ---------------------------------------------------------
@@ -50,7 +112,7 @@ class FactDetails:
     ``kgprobe.probing.run.probe``; ``.records`` then maps fact key -> detail dict."""
 
     def __init__(self) -> None:
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[FactKey, FactDetail] = {}
 
     def __call__(self, plan: Any, values: Mapping[str, Mapping[str, Any]]) -> None:
         key = str(plan.row["key"])
@@ -67,7 +129,7 @@ class FactDetails:
 # --- writing ----------------------------------------------------------------------------------------
 
 
-def _group_dict(g: Group) -> dict[str, Any]:
+def _group_dict(g: Group) -> GroupFigures:
     return {"label": g.label, "n": g.facts, "mean": g.mean, "ci_low": g.ci_low, "ci_high": g.ci_high,
             "known": g.known, "known_share": g.known_share, "history_n": g.history_facts,
             "staleness": g.staleness, "staleness_ci_low": g.stale_ci_low,
@@ -77,7 +139,7 @@ def _group_dict(g: Group) -> dict[str, Any]:
                               for b, bg in g.by_popularity.items()}}
 
 
-def _wall_seconds(run: dict[str, Any]) -> float | None:
+def _wall_seconds(run: Mapping[str, Any]) -> float | None:
     """A run's wall time from its ProbeRun timestamps (creation to the last write)."""
     try:
         start = dt.datetime.fromisoformat(str(run["started"]))
@@ -87,10 +149,10 @@ def _wall_seconds(run: dict[str, Any]) -> float | None:
     return round((end - start).total_seconds(), 3)
 
 
-def _model_block(m: ModelReport, rep: Report) -> dict[str, Any]:
+def _model_block(m: ModelReport, rep: Report) -> dict[str, object]:
     runs = [{**r, "wall_seconds": _wall_seconds(r)} for r in m.run_info]
     last = runs[-1] if runs else {}
-    env: dict[str, Any] = last["environment"] if isinstance(last.get("environment"), dict) else {}
+    env: Mapping[str, Any] = last["environment"] if isinstance(last.get("environment"), dict) else {}
     return {
         "model_name": m.model,
         "model_key": m.model_key,
@@ -119,13 +181,34 @@ def _model_block(m: ModelReport, rep: Report) -> dict[str, Any]:
     }
 
 
-def results_document(rep: Report, *, command_seconds: float | None = None) -> dict[str, Any]:
+class ResultsDocument(TypedDict):
+    """``results.json`` as kgprobe writes it (schema ``kgprobe-results/2``: docs/results.md).
+    The nested parts are documented there; ``sections`` only where a plug-in added one."""
+
+    schema: str
+    written: str
+    kgprobe: dict[str, str | None]
+    primary_model: str
+    scope: dict[str, object]
+    report_settings: dict[str, object]
+    probe_settings: object
+    timing: dict[str, float | None]
+    popularity: dict[str, object]
+    graph_snapshot: object
+    comparison: dict[str, int] | None
+    paired: list[dict[str, object]]
+    chance: object
+    models: list[dict[str, object]]
+    sections: NotRequired[dict[str, object]]
+
+
+def results_document(rep: Report, *, command_seconds: float | None = None) -> ResultsDocument:
     """The content of ``results.json`` (schema ``kgprobe-results/2``: docs/results.md). Its
     top-level keys are kgprobe's own: none is named like a key of lm-evaluation-harness's
     results file with another meaning (that file is :func:`harness_document`)."""
     a = rep.primary
     last = a.run_info[-1] if a.run_info else {}
-    return {
+    doc: ResultsDocument = {
         "schema": SCHEMA,
         "written": rep.generated,
         "kgprobe": {"version": rep.code.get("kgprobe"), "git": rep.code.get("git")},
@@ -146,10 +229,11 @@ def results_document(rep: Report, *, command_seconds: float | None = None) -> di
         "paired": [asdict(pg) for pg in rep.paired],
         "chance": chance_section().data(rep),
         "models": [_model_block(m, rep) for m in (rep.primary, rep.other) if m is not None],
-        # the plug-ins' sections, by name (the key only when there is one)
-        **({"sections": {s.name: s.data(rep) for s, _ in added}}
-           if (added := added_sections(rep)) else {}),
     }
+    added = added_sections(rep)
+    if added:  # the plug-ins' sections, by name (the key only when there is one)
+        doc["sections"] = {s.name: s.data(rep) for s, _ in added}
+    return doc
 
 
 # --- lm-evaluation-harness's results file -------------------------------------------------------------
@@ -169,7 +253,7 @@ def harness_task(m: ModelReport, key: str) -> str:
     return f"kgprobe_{m.measure_key}_{key}"
 
 
-def harness_document(rep: Report, *, command_seconds: float | None = None) -> dict[str, Any]:
+def harness_document(rep: Report, *, command_seconds: float | None = None) -> dict[str, object]:
     """The primary model's figures as lm-evaluation-harness (0.4) writes its results file, with
     each key meaning what the harness means: one task per relation (``kgprobe_<measure
     key>_<PID>``) plus a group ``kgprobe_<measure key>`` over all facts; metrics ``mean`` (the
@@ -179,8 +263,8 @@ def harness_document(rep: Report, *, command_seconds: float | None = None) -> di
     task. kgprobe's own intervals stay in ``results.json``."""
     a = rep.primary
     last = a.run_info[-1] if a.run_info else {}
-    env: dict[str, Any] = last["environment"] if isinstance(last.get("environment"), dict) else {}
-    params: dict[str, Any] = (last["measure_params"] if isinstance(last.get("measure_params"), dict)
+    env: Mapping[str, Any] = last["environment"] if isinstance(last.get("environment"), dict) else {}
+    params: Mapping[str, Any] = (last["measure_params"] if isinstance(last.get("measure_params"), dict)
                               else {})
     rows_by: dict[str, list[float]] = {}
     for row in a.facts:
@@ -188,7 +272,7 @@ def harness_document(rep: Report, *, command_seconds: float | None = None) -> di
     everything = [float(row["score"]) for row in a.facts]
     group = f"kgprobe_{a.measure_key}"
 
-    def metrics(alias: str, scores: Sequence[float]) -> dict[str, Any]:
+    def metrics(alias: str, scores: Sequence[float]) -> dict[str, str | float | None]:
         known = [1.0 if v >= a.threshold else 0.0 for v in scores]
         return {"alias": alias,
                 "mean,none": sum(scores) / len(scores) if scores else None,
@@ -242,9 +326,9 @@ def _epoch(iso: str) -> float | None:
         return None
 
 
-def sample_records(rep: Report, details: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def sample_records(rep: Report, details: Mapping[FactKey, FactDetail] | None = None) -> list[SampleRecord]:
     """One record per (model, fact) of the report."""
-    out = []
+    out: list[SampleRecord] = []
     for m in (rep.primary, rep.other):
         if m is None:
             continue
@@ -274,7 +358,7 @@ def sample_records(rep: Report, details: dict[str, dict[str, Any]] | None = None
 
 
 def results_files(
-    rep: Report, details: dict[str, dict[str, Any]] | None = None, *,
+    rep: Report, details: Mapping[FactKey, FactDetail] | None = None, *,
     command_seconds: float | None = None,
 ) -> tuple[dict[str, str], dict[str, str | bytes]]:
     """The results files' contents, not yet written: ({key: file name}, {file name: content}).
@@ -303,7 +387,7 @@ def results_files(
 
 
 def write_results(
-    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None,
+    rep: Report, out: str | Path, *, details: Mapping[FactKey, FactDetail] | None = None,
     overwrite: bool = False,
 ) -> dict[str, Path]:
     """``results.json``, ``samples.jsonl`` and (with pyarrow) ``samples.parquet`` in ``out``,
@@ -317,7 +401,7 @@ def write_results(
     return {key: written[name] for key, name in names.items()}
 
 
-def _parquet_rows(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def _parquet_rows(records: Sequence[Mapping[str, Any]]) -> list[dict[str, object]]:
     """Parquet wants one type per column: the measure map becomes ``score.<key>`` columns and
     the nested lists are stored as JSON text (decoded again by :func:`load`)."""
     keys = sorted({k for r in records for k in r["scores"]})
@@ -339,7 +423,7 @@ class Results:
     """A results directory as pandas: the document, per-(model, relation) aggregates, per-fact
     records (``score.<measure key>`` columns; nested lists as Python objects)."""
 
-    document: dict[str, Any]
+    document: Mapping[str, Any]
     relations: pd.DataFrame
     samples: pd.DataFrame
 
@@ -377,7 +461,7 @@ def load(path: str | Path) -> Results:
     return found
 
 
-def results_frames(doc: dict[str, Any], records: Sequence[dict[str, Any]]) -> Results:
+def results_frames(doc: Mapping[str, Any], records: Sequence[Mapping[str, Any]]) -> Results:
     """A results document and its per-fact records (:func:`sample_records`) as pandas: what
     :func:`load` reads from files, and what ``kgprobe.probe(set=...)`` returns in memory."""
     try:
@@ -422,7 +506,7 @@ def _json_value(text: Any, f: Path, where: str = "") -> Any:
                          f"column {exc.colno}") from None
 
 
-def _json_document(f: Path) -> dict[str, Any]:
+def _json_document(f: Path) -> JSONObject:
     """``results.json``, its schema and the parts :func:`load` reads checked."""
     doc = _json_value(_text(f), f)
     if not isinstance(doc, dict):
@@ -456,7 +540,7 @@ def _json_document(f: Path) -> dict[str, Any]:
     return doc
 
 
-def _json_lines(f: Path) -> list[dict[str, Any]]:
+def _json_lines(f: Path) -> list[JSONObject]:
     """``samples.jsonl``: one JSON object per line, its ``scores`` an object."""
     out = []
     for n, line in enumerate(_text(f).splitlines(), 1):
@@ -496,7 +580,7 @@ def _json_kind(v: Any) -> str:
         type(v), "a number")
 
 
-def report_owner(rep: Report) -> dict[str, Any]:
+def report_owner(rep: Report) -> Owner:
     """Whose report a directory holds (kgprobe.outputs.check_owner): the model keys, primary
     first (one model compared with itself under another measure key is that model's report)."""
     return {"models": list(dict.fromkeys(m.model_key for m in (rep.primary, rep.other) if m is not None))}

@@ -8,10 +8,10 @@ Imports only the report's data types (below ``reporting`` and ``results``)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kgprobe.reports.data import Group, ModelReport, PairedGroup, Report
+from kgprobe.reports.data import Group, ModelReport, PairedGroup, Report, WordingMove
 from kgprobe.reports.sections import added_sections, chance_section
 
 TOO_SMALL = "n too small"
@@ -168,7 +168,7 @@ def moves_title(rep: Report) -> str:
             "that changed (Δ log Pl in nats)")
 
 
-def moves_lines(rep: Report, move: dict[str, Any]) -> list[str]:
+def moves_lines(rep: Report, move: WordingMove) -> list[str]:
     """One moved fact as lines (kgprobe.reports.wording.move_lines), labels made visible."""
     from kgprobe.reports.wording import move_lines
 
@@ -250,7 +250,7 @@ def display_name(rep: Report, m: ModelReport) -> str:
     return na if m is rep.primary else (nb or m.model_key)
 
 
-def other_measures(rep: Report) -> list[dict[str, Any]]:
+def other_measures(rep: Report) -> list[Mapping[str, Any]]:
     """The per-relation aggregates of every measure probed for the primary model except the one
     the report is about (shown above, with the report's own intervals; with ``--vs-measure``,
     the compared key is shown above too)."""

@@ -10,11 +10,49 @@ twice, is flagged.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from kgprobe.types import PID, FactKey
 
 #: |Δ log Pl − log 2| below this is flagged as "a sentence counted twice?"
 _LOG2_SLACK = 0.005
+
+
+class ClozeFlip(TypedDict):
+    """A distractor whose contest with the object flipped between two wordings."""
+
+    label: str | None
+    object_wins_a: bool
+    object_wins_b: bool
+    sentence_a: str | None
+    sentence_b: str | None
+    delta: float
+    counted_twice: bool
+
+
+class ClozeMove(TypedDict):
+    """One cloze sentence whose verdict changed between two wordings."""
+
+    template: str
+    subject_label: str
+    sentence_a: str | None
+    sentence_b: str | None
+    delta_object: float
+    counted_twice: bool
+    flips: list[ClozeFlip]
+
+
+class WordingMove(TypedDict):
+    """A fact whose score moved between two wordings (kgprobe.reports.wording.fact_move)."""
+
+    key: FactKey
+    relation: PID | None
+    subject_label: str | None
+    object_label: str | None
+    score_a: float
+    score_b: float
+    clozes: list[ClozeMove]
 
 
 def _by_cloze(details: Mapping[str, Any]) -> dict[tuple[str, str], int]:
@@ -26,20 +64,20 @@ def _doubled(delta: float) -> bool:
 
 
 def fact_move(row_a: Mapping[str, Any], row_b: Mapping[str, Any], det_a: Mapping[str, Any],
-              det_b: Mapping[str, Any]) -> dict[str, Any]:
+              det_b: Mapping[str, Any]) -> WordingMove:
     """One moved fact: its scores under wording A and B and the cloze sentences whose
     verdict (the true object beats every distractor) differs, each with the object's and the
     flipped distractors' sentences and their Δ log Pl = A − B (nats)."""
     ia, ib = _by_cloze(det_a), _by_cloze(det_b)
     dist_b = {d.get("qid") or d.get("label"): d for d in det_b.get("distractors") or []}
-    clozes = []
+    clozes: list[ClozeMove] = []
     for key, i in ia.items():
         j = ib.get(key)
         if j is None:
             continue
         ca, cb = det_a["clozes"][i], det_b["clozes"][j]
         oa, ob = float(ca["log_pl_object"]), float(cb["log_pl_object"])
-        flips = []
+        flips: list[ClozeFlip] = []
         for da in det_a.get("distractors") or []:
             db = dist_b.get(da.get("qid") or da.get("label"))
             if db is None or da.get("role") != "distractor":
@@ -66,9 +104,9 @@ def fact_move(row_a: Mapping[str, Any], row_b: Mapping[str, Any], det_a: Mapping
             "score_a": float(row_a["score"]), "score_b": float(row_b["score"]), "clozes": clozes}
 
 
-def wording_moves(facts_a: list[dict[str, Any]], facts_b: list[dict[str, Any]],
+def wording_moves(facts_a: Sequence[Mapping[str, Any]], facts_b: Sequence[Mapping[str, Any]],
                   details_a: Mapping[str, Mapping[str, Any]],
-                  details_b: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
+                  details_b: Mapping[str, Mapping[str, Any]]) -> list[WordingMove]:
     """Every fact scored under both wordings whose score differs, largest move first (then by
     key), explained by :func:`fact_move` where both runs' per-fact details are at hand."""
     b_rows = {r["key"]: r for r in facts_b}
@@ -82,7 +120,7 @@ def wording_moves(facts_a: list[dict[str, Any]], facts_b: list[dict[str, Any]],
     return sorted(out, key=lambda m: (-abs(m["score_a"] - m["score_b"]), str(m["key"])))
 
 
-def move_lines(move: Mapping[str, Any], names: tuple[str, str]) -> list[str]:
+def move_lines(move: WordingMove, names: tuple[str, str]) -> list[str]:
     """A moved fact as plain lines (console, Markdown): the scores, then per changed cloze
     the two sentences of the object and of each flipped distractor, with the Δ in nats."""
     na, nb = names

@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kgprobe.reports.build import bucket_label, build_report, check_grouping
 from kgprobe.reports.data import Report
 from kgprobe.reports.figures import png_bytes, svg_document
 from kgprobe.reports.html import render_html
+from kgprobe.reports.results import FactDetail
+from kgprobe.types import FactKey
 
 if TYPE_CHECKING:  # pragma: no cover
+
+    from matplotlib.figure import Figure
 
     from kgprobe.config import Settings
     from kgprobe.graph.client import Graph
 
 
 def write_report(
-    rep: Report, out: str | Path, *, details: dict[str, dict[str, Any]] | None = None,
+    rep: Report, out: str | Path, *, details: Mapping[FactKey, FactDetail] | None = None,
     overwrite: bool = False, command_seconds: float | None = None,
 ) -> dict[str, Path]:
     """report.json, relations.csv, groups.csv, popularity.csv, paired.csv (with a second
@@ -65,7 +69,7 @@ def write_report(
             ([rep.primary.model_key, rep.other.model_key, rep.primary.measure_key, pg.key, pg.label or "",
               pg.facts, pg.mean_a, pg.mean_b, pg.diff, pg.diff_ci_low, pg.diff_ci_high, pg.a_known,
               pg.b_known, pg.b, pg.c, pg.p] for pg in rep.paired))
-    figures: dict[str, Any] = {}
+    figures: dict[str, Figure] = {}
     files["report.html"] = render_html(rep, figures)
     names.update({"markdown": "report.md", "latex": "report.tex"})
     files["report.md"] = markdown(rep)
@@ -87,9 +91,9 @@ def report(
     model: str, *, vs: str | None = None, out: str | Path | None = None, measure: str | None = None,
     threshold: float | None = None, seed: int = 0, by: str = "relation", type_of: str = "subject",
     settings: Settings | None = None, graph: Graph | None = None,
-    details: dict[str, dict[str, Any]] | None = None, facts: Collection[str] | None = None,
+    details: Mapping[FactKey, FactDetail] | None = None, facts: Collection[str] | None = None,
     overwrite: bool = False, command_seconds: float | None = None, vs_measure: str | None = None,
-    vs_details: dict[str, dict[str, Any]] | None = None, relations: Collection[str] = (),
+    vs_details: Mapping[FactKey, FactDetail] | None = None, relations: Collection[str] = (),
 ) -> tuple[Report, dict[str, Path]]:
     """Build the report and, with ``out``, write the report files and the results file there
     (paths returned). ``details``: per-fact distractor records from a probe (kgprobe.reports.results);
