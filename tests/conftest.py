@@ -164,7 +164,8 @@ def pytest_testnodedown(node: Any, error: object) -> None:
     out = getattr(node, "workeroutput", None) or {}
     _WORKERS_COMMANDS.update(out.get("kgprobe_commands", {}))
     if out.get("kgprobe_server"):
-        _WORKERS_SERVERS[str(out.get("workerid", len(_WORKERS_SERVERS)))] = out["kgprobe_server"]
+        worker = (getattr(node, "workerinput", None) or {}).get("workerid", len(_WORKERS_SERVERS))
+        _WORKERS_SERVERS[str(worker)] = out["kgprobe_server"]
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
