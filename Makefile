@@ -6,6 +6,8 @@ VENV ?= .venv
 TORCH_SPEC ?= torch==2.13.0
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.kgprobe-installed
+# pytest-xdist workers per half of `make test` (each with its own graph server); 0: one process
+TEST_WORKERS ?= 2
 
 .PHONY: install demo test test-arcadedb test-neo4j lint bench clean chromium java-maven served served-opt-in
 
@@ -66,17 +68,17 @@ demo: $(STAMP)
 # summaries. Without Java 17+ or Maven the Neo4j half is skipped with one line saying why; with
 # CI=true that is a failure.
 test: $(STAMP) chromium java-maven served-opt-in
-	bash scripts/test_both_servers.sh $(BIN)/python
+	KGPROBE_TEST_WORKERS=$(TEST_WORKERS) bash scripts/test_both_servers.sh $(BIN)/python
 
 test-arcadedb: $(STAMP) chromium served
-	$(BIN)/python -m pytest -q -rs
+	$(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile
 
 # The suite on a real Neo4j 5.26 (tools/neo4j-test-server: Java 17+ and Maven; Neo4j is fetched
 # into Maven's cache on the first build). The run ends by naming the server it talked to.
 test-neo4j: $(STAMP) chromium java-maven
 	@why=$$($(BIN)/python tests/neo4j_server.py check) || { echo "test-neo4j: $$why"; exit 1; }
 	cd tools/neo4j-test-server && mvn -q -B package
-	KGPROBE_TEST_SERVER=neo4j $(BIN)/python -m pytest -q -rs
+	KGPROBE_TEST_SERVER=neo4j $(BIN)/python -m pytest -q -rs -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(BIN)/ruff check kgprobe tests benchmarks
