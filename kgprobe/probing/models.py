@@ -210,7 +210,7 @@ def registry_gguf(entry: RegistryEntry) -> Path:
     target = model_cache_dir() / "gguf" / f"{entry.name}.gguf"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(".part")
+        tmp = target.with_name(f"{target.name}.part-{os.getpid()}")  # one per process: see below
         with tmp.open("wb") as out:
             for c in chunks:
                 with c.open("rb") as fh:
@@ -221,7 +221,7 @@ def registry_gguf(entry: RegistryEntry) -> Path:
                 raise ConfigError(
                     f"the installed chunks of {entry.name!r} do not assemble into a GGUF file"
                 )
-        os.replace(tmp, target)
+        os.replace(tmp, target)  # atomic: a reader sees no file or a whole one
     return target
 
 
@@ -364,15 +364,24 @@ def _convert_gguf(gguf: Path) -> Path:
     if unexpected or [m for m in missing if "lm_head" not in m]:
         raise ConfigError(f"converting {gguf.name} failed: missing {missing}, unexpected {unexpected}")
     clean.tie_weights()
-    tmp = out.with_name(out.name + ".tmp")
+    # Two runs may convert the same file at once (two probes, two test workers): each writes a
+    # folder of its own, the first to finish is kept, and a complete folder is never removed
+    # (another process may be reading it); only a partial one (a killed run's) is replaced.
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     clean.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / "kgprobe-converted.json").write_text(
         json.dumps({"source": str(gguf), "sha256": digest}), encoding="utf-8"
     )
-    shutil.rmtree(out, ignore_errors=True)
-    os.replace(tmp, out)
+    if not (out / "kgprobe-converted.json").exists():
+        shutil.rmtree(out, ignore_errors=True)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process put its complete folder there in between
+            if not (out / "kgprobe-converted.json").exists():
+                raise
+    shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
