@@ -91,7 +91,14 @@ def test_api_probe_has_a_real_signature() -> None:
     assert set(api.ProbeOptions.__annotations__) == own
 
 
-def test_mypy_sees_what_api_probe_returns(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One mypy cache for this file's mypy runs: kgprobe's modules are analysed once, not per
+    test (each run's script is its own; mypy re-checks what changed)."""
+    return tmp_path_factory.mktemp("mypy-cache")
+
+
+def test_mypy_sees_what_api_probe_returns(tmp_path: Path, mypy_cache: Path) -> None:
     """A script's ``api.probe(...)`` is a ProbeSummary, with ``set=`` a SetResults, and a
     misspelled keyword is a type error (it was ``**kwargs -> Any``: no error, no type). mypy runs
     in its own process: in this one it would leave the recursion limit at 2**14 (mypy.main), and
@@ -105,7 +112,7 @@ def test_mypy_sees_what_api_probe_returns(tmp_path: Path) -> None:
                       "reveal_type(api.score('a', ['b']))\n"
                       "api.probe('gpt2', smaple=3)\n")
     out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
-                          "--cache-dir", str(tmp_path / "mypy-cache")],
+                          "--cache-dir", str(mypy_cache)],
                          capture_output=True, text=True, check=False).stdout
     revealed = [line.split("Revealed type is ")[1] for line in out.splitlines() if "Revealed type" in line]
     assert revealed == ['"kgprobe.probing.config.ProbeSummary"', '"kgprobe.app.probe_sets.SetResults"',
@@ -114,7 +121,7 @@ def test_mypy_sees_what_api_probe_returns(tmp_path: Path) -> None:
     assert 'No overload variant of "probe" matches' in out
 
 
-def test_mypy_sees_the_api_workflows_signatures(tmp_path: Path) -> None:
+def test_mypy_sees_the_api_workflows_signatures(tmp_path: Path, mypy_cache: Path) -> None:
     """``export_set``, ``compare``, ``load_results``, ``report``, ``ladder``, ``unknown`` and
     ``cypher`` have real signatures and typed results: a script's results have their types, and
     a misspelled keyword is a type error (``export_set`` took ``**options: Any``, the others
@@ -132,7 +139,7 @@ def test_mypy_sees_the_api_workflows_signatures(tmp_path: Path) -> None:
                       "api.export_set('s.parquet', smaple=3)\n"
                       "api.export_set('s.parquet', sample='all')\n")
     out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
-                          "--cache-dir", str(tmp_path / "mypy-cache")],
+                          "--cache-dir", str(mypy_cache)],
                          capture_output=True, text=True, check=False).stdout
     revealed = [line.split("Revealed type is ")[1] for line in out.splitlines() if "Revealed type" in line]
     assert len(revealed) == 7 and revealed[0] != '"Any"'  # the set's header: probing's record
@@ -143,7 +150,7 @@ def test_mypy_sees_the_api_workflows_signatures(tmp_path: Path) -> None:
     assert 'Argument "sample" to "export_set" has incompatible type "str"' in out
 
 
-def test_mypy_sees_the_records_the_workflows_return(tmp_path: Path) -> None:
+def test_mypy_sees_the_records_the_workflows_return(tmp_path: Path, mypy_cache: Path) -> None:
     """Issue 39 #4: what the workflows return is records with known keys, not ``dict[str, Any]``
     (where a misspelled key went unseen): a report's per-fact rows (``ReportFact``), the
     samples and results.json of a scored set (``SampleRecord``, ``ResultsDocument``), FACTOR's
@@ -162,7 +169,7 @@ def test_mypy_sees_the_records_the_workflows_return(tmp_path: Path) -> None:
                       "grid[0]['tau']\n"
                       "reveal_type(rep.primary.facts[0]['score'])\n")
     out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
-                          "--cache-dir", str(tmp_path / "mypy-cache")],
+                          "--cache-dir", str(mypy_cache)],
                          capture_output=True, text=True, check=False).stdout
     for record, key in (("ReportFact", "scroe"), ("SampleRecord", "scroe"), ("ResultsDocument", "shema"),
                         ("FactorResult", "acuracy"), ("GridRow", "tau")):
