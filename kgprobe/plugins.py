@@ -208,15 +208,17 @@ class Registry(Mapping[str, T], Generic[T]):
     - ``registry.lookup(name)`` loads the plug-ins first (:meth:`load`: the entry-point
       ``group``, ``--plugin`` and ``KGPROBE_PLUGINS``, each once) and names the choices when
       the name is unknown;
-    - a name that is taken, an object that is not a ``base`` subclass, or what ``check``
-      refuses is a ``TypeError`` that names both entries (one line through
-      :func:`load_plugins`);
+    - the contract of the kind: ``requires`` (class attributes that must be set),
+      ``overrides`` (methods a class must write itself) and ``check`` (any further rule);
+    - a name that is taken, an object that is not a ``base`` subclass, or a broken contract
+      is a ``TypeError`` that names both entries (one line through :func:`load_plugins`);
     - :meth:`entries` lists every entry with its origin and description.
 
     It reads as a ``Mapping`` of the entries registered so far (``name in registry``,
     ``registry.get(name)``, iteration in registration order: built-ins first)."""
 
     def __init__(self, kind: str, group: str, base: type, *, name_attr: str | None = "name",
+                 requires: Sequence[str] = (), overrides: Sequence[str] = (),
                  check: Callable[[Any], None] | None = None,
                  describe: Callable[[Any], str] | None = None,
                  on_add: Callable[[str, Any], None] | None = None) -> None:
@@ -224,6 +226,7 @@ class Registry(Mapping[str, T], Generic[T]):
             raise ValueError(f"unknown plug-in group {group!r}")
         self.kind, self.group, self.base = kind, group, base
         self._name_attr = name_attr
+        self._requires, self._overrides = tuple(requires), tuple(overrides)
         self._check = check
         self._describe = describe or _first_doc_line
         self._on_add = on_add
@@ -271,14 +274,26 @@ class Registry(Mapping[str, T], Generic[T]):
 
         return deco
 
+    def _check_contract(self, cls: type) -> None:
+        """The kind's contract, before anything is registered: every ``requires`` attribute
+        set (a name, a summary for the help text), every ``overrides`` method written by the
+        class (not the base's), then the kind's own ``check``."""
+        for attr in self._requires:
+            if not getattr(cls, attr, None):
+                raise TypeError(f"{self.kind} {cls.__name__} has no {attr}")
+        for method in self._overrides:
+            if getattr(cls, method, None) is getattr(self.base, method):
+                raise TypeError(f"{self.kind} {cls.__name__} has no {method}()")
+        if self._check is not None:
+            self._check(cls)
+
     def add(self, name: str | None, obj: Any, *, origin: str | None = None) -> Any:
         """Register ``obj`` under ``name`` (None: its ``name_attr``). ``origin``: the plug-in it
         comes from (by default the one :func:`load_plugins` is importing); a built-in (a
         ``kgprobe.`` module) records none."""
         if not (isinstance(obj, type) and issubclass(obj, self.base)):
             raise TypeError(f"{self.kind} {_path(obj)} is not a subclass of {_path(self.base)}")
-        if self._check is not None:
-            self._check(obj)
+        self._check_contract(obj)
         if name is None:
             name = getattr(obj, self._name_attr or "", None)
         if not isinstance(name, str) or not name:

@@ -87,3 +87,41 @@ def test_a_plugin_entry_records_where_it_came_from(reg: Registry[type[Shape]], t
         assert [e.origin for e in reg.entries()] == ["module plugin_shapes (KGPROBE_PLUGINS)"]
     finally:
         plugins._loaded.clear()
+
+
+def test_the_contract_of_a_kind_is_checked_before_anything_is_registered() -> None:
+    """``requires`` and ``overrides``: one form for every kind (they were a ``_check_*``
+    function per module): an attribute left empty or a method left to the base is a TypeError
+    naming the kind, the class and what is missing, and nothing is registered."""
+
+    class Solid:
+        summary = ""
+
+        def volume(self) -> float:
+            raise NotImplementedError
+
+    r: Registry[type[Solid]] = Registry("solid", plugins.MEASURES, Solid, name_attr=None,
+                                        requires=("summary",), overrides=("volume",))
+    try:
+        class Blank(Solid):
+            def volume(self) -> float:
+                return 1.0
+
+        class Lazy(Solid):
+            summary = "a cube that never says its volume"
+
+        class Cube(Solid):
+            summary = "six square faces"
+
+            def volume(self) -> float:
+                return 8.0
+
+        with pytest.raises(TypeError, match=r"^solid Blank has no summary$"):
+            r.add("blank", Blank)
+        with pytest.raises(TypeError, match=r"^solid Lazy has no volume\(\)$"):
+            r.add("lazy", Lazy)
+        assert list(r) == []
+        r.add("cube", Cube)
+        assert list(r) == ["cube"] and r["cube"]().volume() == 8.0
+    finally:
+        KINDS.pop("solid", None)

@@ -112,16 +112,10 @@ class GraphServer(ABC):
         return transient_error(exc)
 
 
-def _check_server(cls: type[GraphServer]) -> None:
-    """What every graph server must declare before it is registered."""
-    if not cls.name or not cls.summary:
-        raise TypeError(f"graph server {cls.__name__} has no name or summary")
-
-
 #: every managed graph server by name: the built-in ArcadeDB (imported on first use), then the
 #: plug-ins of ``kgprobe.graph_servers``
 GRAPH_SERVERS: Registry[type[GraphServer]] = Registry(
-    "graph server", SERVER_GROUP, GraphServer, check=_check_server,
+    "graph server", SERVER_GROUP, GraphServer, requires=("name", "summary"),
     describe=lambda cls: cls.summary)
 GRAPH_SERVERS.add_lazy(DEFAULT_SERVER, "kgprobe.graph.server:ManagedServer",
                        "ArcadeDB from the arcadedb-embedded wheel, over Bolt on 127.0.0.1")

@@ -56,11 +56,7 @@ class Loader:
 
 
 def _check_loader(cls: type[Loader]) -> None:
-    """What every loader must declare before it is registered."""
-    if not cls.title:
-        raise TypeError(f"loader {cls.__name__} has no title")
-    if cls.read is Loader.read:
-        raise TypeError(f"loader {cls.__name__} has no read()")
+    """A loader's suffixes are well formed, and something can pick it."""
     bad = [s for s in cls.suffixes if not re.fullmatch(r"\.[a-z0-9_+-]+", s)]
     if bad:
         raise TypeError(f"loader {cls.__name__}: suffixes are lower case with the dot, not {bad}")
@@ -80,7 +76,8 @@ def _check_suffixes(name: str, cls: type[Loader]) -> None:
 
 #: every loader format by name: the built-ins below, then the plug-ins of ``kgprobe.loaders``
 LOADERS: Registry[type[Loader]] = Registry(
-    "loader", LOADER_GROUP, Loader, check=_check_loader, describe=lambda cls: cls.title,
+    "loader", LOADER_GROUP, Loader, requires=("title",), overrides=("read",),
+    check=_check_loader, describe=lambda cls: cls.title,
     on_add=_check_suffixes)
 
 

@@ -271,18 +271,11 @@ class TemplateFormat:
         raise NotImplementedError
 
 
-def _check_format(cls: type[TemplateFormat]) -> None:
-    """What every template format must declare before it is registered."""
-    if not cls.description:
-        raise TypeError(f"template format {cls.__name__} has no description")
-    if cls.read is TemplateFormat.read:
-        raise TypeError(f"template format {cls.__name__} has no read()")
-
-
 #: every template format by name: the built-ins below, then the plug-ins of
 #: ``kgprobe.template_formats``
 TEMPLATE_FORMATS: Registry[type[TemplateFormat]] = Registry(
-    "template format", TEMPLATE_FORMAT_GROUP, TemplateFormat, check=_check_format,
+    "template format", TEMPLATE_FORMAT_GROUP, TemplateFormat,
+    requires=("description",), overrides=("read",),
     describe=lambda cls: cls.description)
 
 

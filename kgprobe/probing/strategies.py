@@ -76,17 +76,10 @@ class DistractorStrategy:
         raise NotImplementedError
 
 
-def _check_strategy(cls: type[DistractorStrategy]) -> None:
-    """What every strategy must declare before it is registered."""
-    if not cls.summary:
-        raise TypeError(f"distractor strategy {cls.__name__} has no summary")
-    if cls.find is DistractorStrategy.find:
-        raise TypeError(f"distractor strategy {cls.__name__} has no find()")
-
-
 #: every distractor strategy by name: the built-ins, then the plug-ins of ``kgprobe.strategies``
 STRATEGIES: Registry[type[DistractorStrategy]] = Registry(
-    "distractor strategy", STRATEGY_GROUP, DistractorStrategy, check=_check_strategy,
+    "distractor strategy", STRATEGY_GROUP, DistractorStrategy,
+    requires=("summary",), overrides=("find",),
     describe=lambda cls: cls.summary)
 
 #: the built-ins: name -> (class in :mod:`kgprobe.probing.distractors`, summary); the classes

@@ -55,18 +55,11 @@ class ReportSection:
         return self.lines(rep)
 
 
-def _check_section(cls: type[ReportSection]) -> None:
-    """What every section must declare before it is registered."""
-    if not cls.title or not cls.summary:
-        raise TypeError(f"report section {cls.__name__} has no title or summary")
-    if cls.lines is ReportSection.lines:
-        raise TypeError(f"report section {cls.__name__} has no lines()")
-
-
 #: every report section by name: the built-ins (placed by each writer), then the plug-ins of
 #: ``kgprobe.report_sections`` (after each writer's built-in content, in registration order)
 SECTIONS: Registry[type[ReportSection]] = Registry(
-    "report section", SECTION_GROUP, ReportSection, check=_check_section,
+    "report section", SECTION_GROUP, ReportSection,
+    requires=("title", "summary"), overrides=("lines",),
     describe=lambda cls: cls.summary)
 
 

@@ -461,10 +461,7 @@ def shared_values(ctx: RunContext) -> dict[str, int | str]:
 
 
 def _check_measure(cls: type[Measure]) -> None:
-    """What every measure must declare before it is registered."""
-    for attr in ("name", "section", "summary"):
-        if not getattr(cls, attr, None):
-            raise TypeError(f"measure {cls.__name__} has no {attr}")
+    """A measure asks only for inputs the loop knows how to give (``NEEDS``)."""
     bad = set(cls.needs) - set(NEEDS)
     if bad:
         raise TypeError(f"measure {cls.name}: unknown needs {sorted(bad)}")
@@ -473,7 +470,7 @@ def _check_measure(cls: type[Measure]) -> None:
 #: every measure by name: the built-ins (:mod:`.builtin`), then the plug-ins of the
 #: ``kgprobe.measures`` group (:func:`kgprobe.probing.measures.catalog.load_all`)
 REGISTRY: Registry[type[Measure]] = Registry(
-    "measure", MEASURES, Measure, check=_check_measure, describe=lambda cls: cls.summary)
+    "measure", MEASURES, Measure, requires=("name", "section", "summary"), check=_check_measure, describe=lambda cls: cls.summary)
 
 
 def register(cls: type[Measure], origin: str | None = None) -> type[Measure]:
