@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.app import evaluation as app_ev
 from kgprobe.errors import ConfigError, InputError
@@ -23,8 +23,8 @@ from kgprobe.probing.run import ProbeConfig, run_probe
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build("gpt2", tmp_path_factory.mktemp("eval-models") / "gpt2")
+def gpt2(tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2")
 
 
 @pytest.fixture()

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import torch
-from _measures_models import build_long_gpt2, build_tiny_nli
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.app.factor_pipeline import (
     GRAPH_ONLY,
@@ -39,13 +39,13 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_long_gpt2(tmp_path_factory.mktemp("pipe-gpt2"))
+def gpt2_dir(tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2", positions=4096)
 
 
 @pytest.fixture(scope="module")
-def nli_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_nli(tmp_path_factory.mktemp("pipe-nli"))
+def nli_dir(tiny_model: TinyModel) -> Path:
+    return tiny_model("nli")
 
 
 # --- pure parts -----------------------------------------------------------------------------

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _scoring_models import build
 from cli_support import clean_env, fresh_home_env, kgprobe
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.graph.server import free_port
 
@@ -133,10 +133,10 @@ def test_neo4j_username_and_db_status_say_how_to_connect(graph_settings: Any, tm
         assert secret not in json.dumps(managed)
 
 
-def test_every_json_is_one_document(graph: Any, kgprobe_env: dict[str, str], tmp_path: Path) -> None:
+def test_every_json_is_one_document(graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel) -> None:
     """Every command with --json, on a real graph with two tiny models probed through the CLI."""
     load(graph)
-    models = {kind: build(kind, tmp_path / kind) for kind in ("gpt2", "llama")}
+    models = {kind: tiny_model(kind) for kind in ("gpt2", "llama")}
     env = kgprobe_env
     gpt2, llama = str(models["gpt2"]), str(models["llama"])
 

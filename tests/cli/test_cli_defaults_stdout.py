@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _scoring_models import build
 from cli_support import kgprobe
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 torch.set_num_threads(1)
 FIXTURES = Path(__file__).parents[1] / "fixtures"
@@ -27,10 +27,10 @@ def _ok(args: list[str], env: dict[str, str]) -> Any:
 
 
 def test_unknown_and_evaluate_keep_the_default_measure(graph: Any, kgprobe_env: dict[str, str],
-                                                      tmp_path: Path) -> None:
+                                                      tmp_path: Path, tiny_model: TinyModel) -> None:
     load(graph)
     env = kgprobe_env
-    gpt2 = str(build("gpt2", tmp_path / "gpt2"))
+    gpt2 = str(tiny_model("gpt2"))
     _ok(["probe", "--model", gpt2, "-r", "P35", "-r", "P36", *COMMON, "--json"], env)
     # a later BELIEF probe of the same model: its run is now the latest
     _ok(["probe", "--model", gpt2, "-r", "P36", *COMMON, "--measure", "belief", "--json"], env)
@@ -49,7 +49,7 @@ def test_unknown_and_evaluate_keep_the_default_measure(graph: Any, kgprobe_env: 
     assert rob["a"] == "gpt2/kmin_random_n2" and rob["b"] == "gpt2/belief_random_n2"
 
     # a model with no kmin scores: one line naming the default and the measures it has
-    llama = str(build("llama", tmp_path / "llama"))
+    llama = str(tiny_model("llama"))
     _ok(["probe", "--model", llama, "-r", "P36", *COMMON, "--measure", "belief", "--json"], env)
     for args in (["unknown", "--model", "llama"], ["evaluate", "-m", "llama", "--vs-model", "gpt2"]):
         r = kgprobe(*args, env=env)
@@ -67,10 +67,10 @@ def test_unknown_and_evaluate_keep_the_default_measure(graph: Any, kgprobe_env: 
 PROGRESS = re.compile(r"━ |ETA|\d+/\d+ (facts|requests|records|items)|\b\d:\d\d:\d\d\b")
 
 
-def test_stdout_holds_only_results(graph: Any, kgprobe_env: dict[str, str], tmp_path: Path) -> None:
+def test_stdout_holds_only_results(graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel) -> None:
     load(graph)
     env = kgprobe_env
-    gpt2 = str(build("gpt2", tmp_path / "gpt2"))
+    gpt2 = str(tiny_model("gpt2"))
     # FACTOR rows short enough for a 64-position model, and enough of them (4 requests each)
     # that the engine scores more than one chunk of 64 requests: where a bar used to appear
     rows = "".join(f"{i},Item {i} is,{i},the capital.,a river.,a song.,a planet.,x,Item {i} is\n"

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from _scoring_models import build
 from cli_support import kgprobe
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.api import DEMO_RELATIONS
 
@@ -19,8 +19,8 @@ torch.set_num_threads(1)
 
 
 def test_demo_shows_ten_scored_facts_per_relation_and_names_the_model(
-        graph: Any, kgprobe_env: dict[str, str], tmp_path: Path) -> None:
-    gpt2 = str(build("gpt2", tmp_path / "tiny-gpt2", positions=256))
+        graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel) -> None:
+    gpt2 = str(tiny_model("gpt2", positions=256, name="tiny-gpt2"))
     cache = tmp_path / "scores.sqlite"
     env = {**kgprobe_env, "KGPROBE_SCORE_CACHE": str(cache)}
     out = tmp_path / "report"

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import torch
-from _scoring_models import build
 from cli_support import kgprobe
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 torch.set_num_threads(1)
 COMMON = ["--strategy", "random", "-n", "2", "--at", REF, "--sample", "0", "--no-cache"]
@@ -34,10 +34,10 @@ def _written(graph: Any) -> dict[str, int]:
 
 
 def test_dry_run_previews_and_touches_nothing_then_probe_summarizes(
-        graph: Any, kgprobe_env: dict[str, str], graph_settings: Any, tmp_path: Path) -> None:
+        graph: Any, kgprobe_env: dict[str, str], graph_settings: Any, tmp_path: Path, tiny_model: TinyModel) -> None:
     load(graph)
     env = kgprobe_env
-    gpt2 = str(build("gpt2", tmp_path / "gpt2"))
+    gpt2 = str(tiny_model("gpt2"))
     args = ["probe", "--model", gpt2, "-r", "P35", "-r", "P36", *COMMON]
     before = _written(graph)
     dry = json.loads(_ok([*args, "--dry-run", "--json"], env).stdout)
@@ -102,7 +102,7 @@ def test_dry_run_beside_a_probe_set_is_one_line(kgprobe_env: dict[str, str], tmp
     assert "--dry-run" in r.stderr
 
 
-def test_python_api_takes_the_cli_option_names(graph: Any, tmp_path: Path) -> None:
+def test_python_api_takes_the_cli_option_names(graph: Any, tmp_path: Path, tiny_model: TinyModel) -> None:
     """kgprobe.probe's keywords are the CLI's option names; the old names still work and warn."""
     import inspect
 
@@ -120,7 +120,7 @@ def test_python_api_takes_the_cli_option_names(graph: Any, tmp_path: Path) -> No
     assert {p.name for p in cmd.params} - cli_only - accepted == set()
 
     load(graph)
-    gpt2 = str(build("gpt2", tmp_path / "gpt2"))
+    gpt2 = str(tiny_model("gpt2"))
     common = {"strategy": "random", "n": 2, "at": REF, "sample": None, "dry_run": True,
               "graph": graph, "progress": False}
     new = kgprobe.probe(gpt2, relation="P36", measure="kmin", max_labels=2, no_cache=True, **common)

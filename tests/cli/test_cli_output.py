@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scoring_models import build
 from cli_support import clean_env, kgprobe
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe import progress as P
 
@@ -146,12 +146,12 @@ def test_measures_is_readable_at_80_columns_and_unbroken_in_a_log(tmp_path: Path
     assert len(wide) == 5 * len(names) + 1 and max(map(len, wide)) > 80
 
 
-def test_probe_and_ingest_progress_in_a_log(graph: Any, kgprobe_env: dict[str, str], tmp_path: Path) -> None:
+def test_probe_and_ingest_progress_in_a_log(graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel) -> None:
     """Run with stderr a pipe: plain lines, no carriage return or escape sequence; --quiet:
     none; --verbose logs the plug-ins it loads."""
     env = {k: v for k, v in kgprobe_env.items() if k not in ("COLUMNS", "FORCE_COLOR", "TTY_COMPATIBLE")}
     load(graph)
-    gpt2 = str(build("gpt2", tmp_path / "gpt2"))
+    gpt2 = str(tiny_model("gpt2"))
     common = ["probe", "--model", gpt2, "-r", "P36", "--sample", "0", "-s", "random", "-n", "2", "--at", REF,
               "--no-cache"]
     r = kgprobe(*common, env=env)

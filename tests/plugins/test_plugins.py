@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 import torch
-from _scoring_models import build
 from cli_support import kgprobe
 from distractor_world import world
 from plugin_support import pip_install, with_path
 from probe_world import REF, TEMPLATE_TEXTS, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.records import EntityRecord, FactRecord
 
@@ -98,7 +98,7 @@ def test_installed_package_measures_through_the_cli(graph: Any, kgprobe_env: dic
     assert len(want) >= 10 and {0.0, 1.0} <= set(want.values())  # the model knows some, not all
 
 
-def test_plugin_option_and_environment(graph: Any, kgprobe_env: dict[str, str], tmp_path: Path) -> None:
+def test_plugin_option_and_environment(graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel) -> None:
     """Not installed, only importable: `--plugin MODULE` (and KGPROBE_PLUGINS) loads the module,
     which registers its measure; a tiny model's values equal the hand computation."""
     load(graph)
@@ -113,7 +113,7 @@ def test_plugin_option_and_environment(graph: Any, kgprobe_env: dict[str, str], 
     assert names("--plugin", "kgprobe_top1")[-1] == "top1"
     assert names(extra={"KGPROBE_PLUGINS": "kgprobe_top1"})[-1] == "top1"
 
-    gpt2 = build("gpt2", tmp_path / "gpt2")
+    gpt2 = tiny_model("gpt2")
     r = kgprobe("--plugin", "kgprobe_top1", "probe", "--model", str(gpt2), "--measure", "top1", "-r", "P36",
                 "--sample", "0", "--at", REF, "--no-cache", "--json", env=env)
     assert r.returncode == 0, r.stderr

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scoring_models import build
 from cli_support import kgprobe
 from distractor_world import ADAMS, BACH, CURIE, OBAMA, USA
 from distractor_world import load as load_distractor_world
 from plugin_support import install_example, with_path
 from probe_world import REF
 from probe_world import load as load_probe_world
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.strategies import BUILTIN, STRATEGIES, DistractorStrategy, strategy_class
@@ -45,7 +45,7 @@ def test_the_built_in_strategies_are_the_registry() -> None:
 
 
 def test_installed_strategy_through_distractors_and_probe(graph: Any, kgprobe_env: dict[str, str],
-                                                        site: Path, tmp_path: Path) -> None:
+                                                        site: Path, tmp_path: Path, tiny_model: TinyModel) -> None:
     """Not installed: one line, exit 2. Installed: listed by `kgprobe plugins`, and
     `kgprobe distractors -s shortest` gives the members of Ω(f) by label length, read by eye:
     the humans who are no object of (USA, P35) — Marie Curie (11 characters), Douglas Adams
@@ -77,7 +77,7 @@ def test_installed_strategy_through_distractors_and_probe(graph: Any, kgprobe_en
 
     graph.write("MATCH (n) DETACH DELETE n")
     load_probe_world(graph)
-    gpt2 = build("gpt2", tmp_path / "gpt2")
+    gpt2 = tiny_model("gpt2")
     r = kgprobe("probe", "--model", str(gpt2), "--measure", "kmin", "--strategy", "shortest", "-n", "2",
                 "-r", "P36", "--sample", "0", "--at", REF, "--no-cache", "--json", env=env, timeout=600)
     assert r.returncode == 0, r.stderr

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 import torch
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
@@ -21,9 +21,9 @@ from kgprobe.probing.run import run_probe
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def gpt2(tiny_model: TinyModel) -> Path:
     # 4-shot prompts need more than the default 64 positions
-    return build("gpt2", tmp_path_factory.mktemp("icl-models") / "gpt2", positions=256)
+    return tiny_model("gpt2", positions=256)
 
 
 @pytest.fixture(scope="module")

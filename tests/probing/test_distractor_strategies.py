@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 from _kgprobe_process import run_kgprobe
-from _scoring_models import build
 from distractor_world import (
     BACH,
     BIDEN,
@@ -27,6 +26,7 @@ from distractor_world import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.graph import distractors as gd
 from kgprobe.probing.distractors import REASON_TEMPORAL, find_distractors
@@ -53,11 +53,11 @@ def oracle_temporal(s: str, pid: str, o: str, ref: int) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory):
+def engine(tiny_model: TinyModel):
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.models import load_model
 
-    return Engine(load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu"))
+    return Engine(load_model(str(tiny_model("gpt2")), device="cpu"))
 
 
 @pytest.fixture()
@@ -168,7 +168,7 @@ def test_appropt_ranks_by_model_probability(world_graph, engine) -> None:
 
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama"])
-def test_appropt_passes_the_key_value_cache_as_transformers_asks(world_graph, tmp_path, kind) -> None:
+def test_appropt_passes_the_key_value_cache_as_transformers_asks(world_graph, tmp_path, kind, tiny_model: TinyModel) -> None:
     """transformers (5.24 here) renamed the forward's cache keyword ``past_key_values`` to ``cache``
     (the old name raises a FutureWarning and goes in 5.40): appropt's beam search, on a
     fresh model (nothing cached), runs with that warning as an error."""
@@ -176,7 +176,7 @@ def test_appropt_passes_the_key_value_cache_as_transformers_asks(world_graph, tm
     from kgprobe.probing.models import load_model
 
     graph, _ = world_graph
-    eng = Engine(load_model(str(build(kind, tmp_path / kind)), device="cpu"))
+    eng = Engine(load_model(str(tiny_model(kind)), device="cpu"))
     with warnings.catch_warnings():
         warnings.simplefilter("error", FutureWarning)
         res = find_distractors(graph, OBAMA, "P27", USA, strategy="appropt", n=2, engine=eng,

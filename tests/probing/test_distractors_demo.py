@@ -13,6 +13,7 @@ import torch
 from distractor_world import Oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.graph import distractors as gd
 from kgprobe.graph.templates import demo_paths
@@ -34,19 +35,18 @@ ABREU, AUDAX = "Q132056", "Q758689"
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def engine(tiny_model: TinyModel) -> Any:
     """A tiny random GPT-2 (built in the session) behind the real scoring engine: appropt."""
-    from _scoring_models import build
 
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.models import load_model
 
-    return Engine(load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu"))
+    return Engine(load_model(str(tiny_model("gpt2")), device="cpu"))
 
 
 @pytest.fixture(scope="module")
 def demo(
-    _session_graph: Any, tmp_path_factory: pytest.TempPathFactory
+    _session_graph: Any, tiny_model: TinyModel
 ) -> Iterator[tuple[Any, SemanticIndex]]:
     """The demo graph, loaded once for this module through the real ingest writer."""
     from kgprobe.graph.ingest import ingest

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 import torch
-from _scoring_models import build
 from hypothesis import given
 from hypothesis import strategies as st
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
@@ -107,7 +107,7 @@ def test_refused_parts() -> None:
         ScoreProperty("weight", "gpt2", "kmin")
 
 
-def test_a_report_reads_back_the_measure_of_a_real_probe(graph: Any, tmp_path: Path) -> None:
+def test_a_report_reads_back_the_measure_of_a_real_probe(graph: Any, tmp_path: Path, tiny_model: TinyModel) -> None:
     """Probe the tiny model (as tests/probing/test_probe_runs.py does), then the report names the key,
     its label and chance level from the key's parts, and averages the scores under that name."""
     from kgprobe.probing.config import ProbeConfig
@@ -119,7 +119,7 @@ def test_a_report_reads_back_the_measure_of_a_real_probe(graph: Any, tmp_path: P
 
     load(graph)
     index = ensure_index(graph, tmp_path / "index", IndexSettings(dim=8, seed=0))
-    model = build("gpt2", tmp_path / "gpt2")
+    model = tiny_model("gpt2")
     eng = Engine(load_model(str(model)))
     cfg = ProbeConfig(model=str(model), sample=None, n=2, at=REF, batch_facts=4, strategy="random")
     run_probe(graph, eng, cfg, fingerprint=eng.fingerprint, index=index, progress=False)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 from _kgprobe_process import run_kgprobe
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
@@ -26,8 +26,8 @@ from kgprobe.probing.run import run_probe
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build("gpt2", tmp_path_factory.mktemp("registry-models") / "gpt2")
+def gpt2(tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2")
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +238,7 @@ def test_values_do_not_depend_on_batch_size(world: tuple[Any, Any], engine: Any,
 
 
 def test_a_different_model_under_the_same_name_never_overwrites(
-    world: tuple[Any, Any], engine: Any, gpt2: Path, tmp_path: Path
+    world: tuple[Any, Any], engine: Any, gpt2: Path, tmp_path: Path, tiny_model: TinyModel
 ) -> None:
     """Issue 10 #11: a different model file with the same name gets its own key."""
     import shutil
@@ -254,7 +254,7 @@ def test_a_different_model_under_the_same_name_never_overwrites(
         graph, {"score": pr.ScoreProps("gpt2", "kmin_random_n2").score})}
     # the llama test model copied into a directory that is also named gpt2
     other_dir = tmp_path / "elsewhere" / "gpt2"
-    shutil.copytree(build("llama", tmp_path / "llama"), other_dir)
+    shutil.copytree(tiny_model("llama"), other_dir)
     other = Engine(load_model(str(other_dir)))
     assert other.fingerprint != engine.fingerprint
     with pytest.raises(ConfigError, match="other weights"):

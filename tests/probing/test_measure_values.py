@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.graph import probe_runs as pr
 from kgprobe.probing.config import ProbeConfig
@@ -68,11 +68,11 @@ def test_plain_dicts_become_measure_values_at_the_boundary() -> None:
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+def engine(tiny_model: TinyModel) -> tuple[Path, Any]:
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.models import load_model
 
-    path = build("gpt2", tmp_path_factory.mktemp("values-model") / "gpt2")
+    path = tiny_model("gpt2")
     return path, Engine(load_model(str(path)))
 
 

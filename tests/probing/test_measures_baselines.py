@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _scoring_models import build
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.engine import Engine
@@ -47,8 +47,8 @@ ITEM = ProbeItem(FACT, ("The capital of [X] is [Y].", "[X] has its capital in [Y
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    return load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu")
+def gpt2(tiny_model: TinyModel) -> LoadedModel:
+    return load_model(str(tiny_model("gpt2")), device="cpu")
 
 
 def test_rouge_l_by_hand() -> None:

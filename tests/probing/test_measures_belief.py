@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from _scoring_models import build
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.engine import Engine
@@ -43,8 +43,8 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    return load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu")
+def gpt2(tiny_model: TinyModel) -> LoadedModel:
+    return load_model(str(tiny_model("gpt2")), device="cpu")
 
 
 def _o(pair: str, template: str, rank: int, pred: str, conf: float, rel: str = "P1") -> PromptOutcome:

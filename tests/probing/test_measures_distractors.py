@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from _scoring_models import build
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.engine import Engine
@@ -32,8 +32,8 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    return load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu")
+def gpt2(tiny_model: TinyModel) -> LoadedModel:
+    return load_model(str(tiny_model("gpt2")), device="cpu")
 
 
 def test_k_given_cloze_by_hand() -> None:

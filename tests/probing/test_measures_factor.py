@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from _kgprobe_process import run_kgprobe
-from _measures_models import build_long_gpt2
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import InputError
 from kgprobe.probing.engine import Engine
@@ -31,8 +31,8 @@ FIX = Path(__file__).parents[1] / "fixtures" / "factor"
 
 
 @pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_long_gpt2(tmp_path_factory.mktemp("gpt2long"))
+def gpt2_dir(tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2", positions=4096)
 
 
 @pytest.fixture(scope="module")

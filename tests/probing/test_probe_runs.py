@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 import torch
-from _scoring_models import build
 from distractor_world import BUSH, CLINTON, OBAMA, TRUMP
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
@@ -32,9 +32,8 @@ KEY = "score__gpt2__kmin_temp_sem_n2"
 
 
 @pytest.fixture(scope="module")
-def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("probe-models")
-    return {kind: build(kind, root / kind) for kind in ("gpt2", "llama")}
+def tiny_models(tiny_model: TinyModel) -> dict[str, Path]:
+    return {kind: tiny_model(kind) for kind in ("gpt2", "llama")}
 
 
 @pytest.fixture(scope="module")

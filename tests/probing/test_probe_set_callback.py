@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 from trainer_support import _Texts
 
 
@@ -21,7 +21,7 @@ def _figures(entry: dict[str, Any]) -> dict[str, float]:
 
 
 def test_callback_logs_the_probe_sets_figures_at_the_configured_steps(
-    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path
+    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel
 ) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainingArguments
 
@@ -31,7 +31,7 @@ def test_callback_logs_the_probe_sets_figures_at_the_configured_steps(
     load(graph)
     pset = tmp_path / "set.parquet"
     kgprobe.export_set(pset, sample=None, n=2, strategy="random", at=REF, progress=False)
-    path = build("gpt2", tmp_path / "gpt2")
+    path = tiny_model("gpt2")
     tok = AutoTokenizer.from_pretrained(path)
     tok.pad_token = tok.pad_token or tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path)
@@ -60,7 +60,7 @@ def test_callback_logs_the_probe_sets_figures_at_the_configured_steps(
 
 
 def test_callback_leaves_the_model_training_and_checks_its_options(
-    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path
+    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel
 ) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -71,7 +71,7 @@ def test_callback_leaves_the_model_training_and_checks_its_options(
     load(graph)
     pset = tmp_path / "set.parquet"
     kgprobe.export_set(pset, sample=None, n=2, strategy="random", at=REF, progress=False)
-    path = build("gpt2", tmp_path / "gpt2")
+    path = tiny_model("gpt2")
     model = AutoModelForCausalLM.from_pretrained(path)
     model.train()
     logs = ProbeSetCallback(pset, every=1).score(model, AutoTokenizer.from_pretrained(path), 1)

@@ -21,8 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.graph import probe_runs as pr
 
@@ -108,8 +108,8 @@ def _same_props(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> N
 
 
 @pytest.fixture()
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build("gpt2", tmp_path_factory.mktemp("models") / "gpt2")
+def gpt2(tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2")
 
 
 def test_export_score_offline_import_equals_direct_probe(

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 import torch
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr
@@ -43,10 +43,10 @@ def test_shards_are_disjoint_and_cover_the_sample() -> None:
 
 
 def test_two_shard_processes_equal_one_unsharded_run(
-    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path
+    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel
 ) -> None:
     load(graph)
-    model = build("gpt2", tmp_path / "gpt2")
+    model = tiny_model("gpt2")
     exe = str(Path(sys.executable).with_name("kgprobe"))
     common = ["probe", "--model", str(model), "--sample", "0", "-n", "2", "--strategy", "random",
               "--at", REF, "--no-cache", "--device", "cpu", "--batch-tokens", "64", "--json"]

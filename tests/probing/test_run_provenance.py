@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import torch
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 import kgprobe
 from kgprobe.graph import probe_runs as pr
@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
+def engine(tiny_model: TinyModel) -> tuple[Path, Any]:
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.models import load_model
 
-    path = build("gpt2", tmp_path_factory.mktemp("prov-model") / "tinygpt")
+    path = tiny_model("gpt2", name="tinygpt")
     return path, Engine(load_model(str(path)))
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import torch
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.probing.backends import (
     BACKENDS,
@@ -43,8 +43,8 @@ REQS = [LogProbRequest(c, x) for c in ("The capital of France is", "Lyon is a ci
 
 
 @pytest.fixture(scope="module")
-def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build("gpt2", tmp_path_factory.mktemp("backends") / "tinygpt")
+def gpt2_dir(tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2", name="tinygpt")
 
 
 @pytest.fixture(scope="module")
@@ -92,21 +92,21 @@ class NaiveLogProbs(ScoringBackend):
         return out
 
 
-def test_hf_backends_declare_their_kinds(gpt2: LoadedModel, tmp_path: Path) -> None:
+def test_hf_backends_declare_their_kinds(gpt2: LoadedModel, tmp_path: Path, tiny_model: TinyModel) -> None:
     assert set(Engine(gpt2).backend.serves()) == {
         LogProbRequest, SpanScoreRequest, NextTokenRequest, BeamSearchRequest, GenerateRequest,
         TokenScoresRequest}  # KaRR's reference scoring: causal models only
-    bert = load_model(str(build("bert", tmp_path / "bert")), device="cpu")
+    bert = load_model(str(tiny_model("bert")), device="cpu")
     assert set(Engine(bert).backend.serves()) == {LogProbRequest, SpanScoreRequest}
     assert {"hf-causal", "hf-masked", "hf-seq2seq", "openai-completions"} <= set(BACKENDS)
 
 
-def test_unserved_kind_names_backend_and_kind(tmp_path: Path) -> None:
-    bert = load_model(str(build("bert", tmp_path / "bert")), device="cpu")
+def test_unserved_kind_names_backend_and_kind(tmp_path: Path, tiny_model: TinyModel) -> None:
+    bert = load_model(str(tiny_model("bert")), device="cpu")
     engine = Engine(bert)
     with pytest.raises(UnsupportedRequest, match=r"'hf-masked' does not serve NextTokenRequest"):
         engine.run([NextTokenRequest("The capital of France is")])
-    t5 = load_model(str(build("t5", tmp_path / "t5")), device="cpu")
+    t5 = load_model(str(tiny_model("t5")), device="cpu")
     with pytest.raises(UnsupportedRequest, match=r"'hf-seq2seq' does not serve GenerateRequest"):
         Engine(t5).run([GenerateRequest("The capital of France is", max_new_tokens=2)])
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from _kgprobe_process import run_kgprobe
-from _scoring_models import build
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.probing.engine import Engine
 from kgprobe.probing.models import DEFAULT_MODEL, load_model, model_cache_dir
@@ -36,8 +36,8 @@ def _cli(*args: str, env_cache: Path) -> subprocess.CompletedProcess[str]:
     return run_kgprobe(args, env, timeout=300)
 
 
-def test_score_command_prints_ranked_json(tmp_path: Path) -> None:
-    model = build("gpt2", tmp_path / "gpt2")
+def test_score_command_prints_ranked_json(tmp_path: Path, tiny_model: TinyModel) -> None:
+    model = tiny_model("gpt2")
     cache = tmp_path / "scores.sqlite"
     out = _cli("score", "--model", str(model), "The capital of France is", " Paris", " London",
                " a large city", "--json", env_cache=cache)

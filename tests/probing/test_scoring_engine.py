@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _scoring_models import build
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.backends import TrieNode
@@ -43,19 +43,18 @@ def _requests() -> list[LogProbRequest]:
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
-def causal(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    return load_model(str(build(request.param, tmp_path_factory.mktemp(request.param))),
-                      device="cpu")
+def causal(request: pytest.FixtureRequest, tiny_model: TinyModel) -> LoadedModel:
+    return load_model(str(tiny_model(request.param)), device="cpu")
 
 
 @pytest.fixture(scope="module")
-def bert(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    return load_model(str(build("bert", tmp_path_factory.mktemp("bert"))), device="cpu")
+def bert(tiny_model: TinyModel) -> LoadedModel:
+    return load_model(str(tiny_model("bert")), device="cpu")
 
 
 @pytest.fixture(scope="module")
-def t5(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    return load_model(str(build("t5", tmp_path_factory.mktemp("t5"))), device="cpu")
+def t5(tiny_model: TinyModel) -> LoadedModel:
+    return load_model(str(tiny_model("t5")), device="cpu")
 
 
 def _naive(lm: LoadedModel, req: LogProbRequest) -> list[float]:

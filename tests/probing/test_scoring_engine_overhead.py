@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from _scoring_models import build
 from test_scoring_packing import DEMOS  # the same few-shot demonstrations
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.probing.backends.packing import plan
 from kgprobe.probing.cache import ScoreCache, _dump, request_key
@@ -42,9 +42,8 @@ CANDIDATES = [" Paris", " London", " Lyon", " Rome.", " the city is old", "  Mad
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
-def causal(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    return load_model(str(build(request.param, tmp_path_factory.mktemp(request.param))),
-                      device="cpu")
+def causal(request: pytest.FixtureRequest, tiny_model: TinyModel) -> LoadedModel:
+    return load_model(str(tiny_model(request.param)), device="cpu")
 
 
 def _pairs() -> list[tuple[str, str]]:

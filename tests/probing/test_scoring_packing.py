@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from _scoring_models import build
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.probing.backends import causal as causal_backend
 from kgprobe.probing.backends.packing import plan
@@ -42,9 +42,8 @@ TOL = 1e-5
 
 
 @pytest.fixture(scope="module", params=["gpt2", "llama"])
-def causal(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    return load_model(str(build(request.param, tmp_path_factory.mktemp(request.param))),
-                      device="cpu")
+def causal(request: pytest.FixtureRequest, tiny_model: TinyModel) -> LoadedModel:
+    return load_model(str(tiny_model(request.param)), device="cpu")
 
 
 def _plain_logprobs(lm: LoadedModel, ids: list[int]) -> torch.Tensor:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from _scoring_models import build
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.engine import Engine
@@ -18,13 +18,13 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> LoadedModel:
-    return load_model(str(build("gpt2", tmp_path_factory.mktemp("gpt2"))), device="cpu")
+def gpt2(tiny_model: TinyModel) -> LoadedModel:
+    return load_model(str(tiny_model("gpt2")), device="cpu")
 
 
 @pytest.fixture(scope="module")
-def llama_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build("llama", tmp_path_factory.mktemp("llama"))
+def llama_dir(tiny_model: TinyModel) -> Path:
+    return tiny_model("llama")
 
 
 def test_trailing_whitespace_moves_into_continuation(gpt2: LoadedModel) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scoring_models import build
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.graph import probe_runs as pr
 from kgprobe.probing.config import measure_key
@@ -17,8 +17,8 @@ from kgprobe.probing.run import ProbeConfig, run_probe
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build("gpt2", tmp_path_factory.mktemp("belief-scales") / "gpt2")
+def gpt2(tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2")
 
 
 def test_a_belief_report_keeps_the_two_rank_scales_apart(graph: Any, gpt2: Path) -> None:

@@ -13,9 +13,9 @@ from typing import Any
 import pandas as pd
 import pytest
 import torch
-from _scoring_models import build
 from distractor_world import BIDEN, OBAMA, TRUMP, USA
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.probing.run import ProbeConfig, run_probe
 from kgprobe.reports.build import build_report
@@ -28,8 +28,8 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "results.md"
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build("gpt2", tmp_path_factory.mktemp("results-model") / "tinygpt")
+def model_dir(tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2", name="tinygpt")
 
 
 @pytest.fixture(scope="module")

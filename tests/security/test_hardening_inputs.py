@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 import torch
-from _scoring_models import build
 from cli_support import clean_env, fresh_home_env, kgprobe
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 torch.set_num_threads(1)
 
@@ -40,8 +40,8 @@ def facts_scores(graph: Any, prop: str) -> list[float]:
 
 
 @pytest.fixture()
-def gpt2(tmp_path: Path) -> Path:
-    return build("gpt2", tmp_path / "gpt2")
+def gpt2(tmp_path: Path, tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2")
 
 
 # --- 1. thresholds and other numbers ---------------------------------------------------------

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _scoring_models import build
 from cli_support import kgprobe
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,8 +69,8 @@ def _stored(graph: Any) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def gpt2(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build("gpt2", tmp_path_factory.mktemp("model") / "gpt2")
+def gpt2(tiny_model: TinyModel) -> Path:
+    return tiny_model("gpt2")
 
 
 def _env(base: dict[str, str], mods: Path, **extra: str) -> dict[str, str]:

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import torch
 from _kgprobe_process import start_kgprobe
-from _scoring_models import build
 from cli_support import clean_env, fresh_home_env, kgprobe
 from probe_world import REF, load
+from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
 
 from kgprobe.graph import probe_runs as pr
 
@@ -147,10 +147,10 @@ def _other_weights(src: Path, dst: Path) -> Path:
 
 
 def test_same_named_models_probed_at_once_get_their_own_keys(
-    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path
+    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel
 ) -> None:
     load(graph)
-    first = build("gpt2", tmp_path / "a" / "tiny")
+    first = tiny_model("gpt2", name="tiny")
     second = _other_weights(first, tmp_path / "b" / "tiny")
     common = ["probe", "--sample", "0", "-n", "2", "--strategy", "random", "--at", REF, "--no-cache",
               "--device", "cpu", "--batch-tokens", "64", "--json"]
@@ -229,7 +229,7 @@ def _wait_for_scores(settings: Any, want: int, proc: Any, skip: str = "") -> str
     raise AssertionError("the probe wrote nothing in 300 s")
 
 
-def test_a_probe_reports_the_server_stopped_and_the_graph_wiped_truly(tmp_path: Path) -> None:
+def test_a_probe_reports_the_server_stopped_and_the_graph_wiped_truly(tmp_path: Path, tiny_model: TinyModel) -> None:
     if os.environ.get("NEO4J_URI"):
         pytest.skip("needs the managed server, which the test stops and wipes")
     from kgprobe.config import Settings
@@ -238,7 +238,7 @@ def test_a_probe_reports_the_server_stopped_and_the_graph_wiped_truly(tmp_path: 
     env = fresh_home_env(tmp_path)
     settings = Settings(home=Path(env["KGPROBE_HOME"]), bolt_port=int(env["KGPROBE_BOLT_PORT"]),
                         http_port=int(env["KGPROBE_HTTP_PORT"]), heap="512m")
-    model = build("gpt2", tmp_path / "tiny")
+    model = tiny_model("gpt2", name="tiny")
     cmd = ["probe", "--model", str(model), "--sample", "0", "-n", "2",
            "--strategy", "random", "--no-cache", "--device", "cpu", "--batch-tokens", "64",
            "--batch-facts", "4", "--write-batch", "4", "--json"]
