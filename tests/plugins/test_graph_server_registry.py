@@ -7,12 +7,12 @@ the package (examples/kgprobe-ownarcade, pip-installed into a temporary folder) 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cli_support import clean_env
 from neo4j import GraphDatabase
 from plugin_support import install_example, with_path
 
@@ -33,7 +33,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
     """An environment with no server configured but ``home`` (and ``extra``)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "KGPROBE_"))}
+    env = clean_env()
     return {**env, "KGPROBE_HOME": str(home), "KGPROBE_CONFIG": str(home.parent / "no-config.json"),
             "COLUMNS": "200", **extra}
 

@@ -6,13 +6,12 @@ outside the package (examples/kgprobe-kgtsv, pip-installed into a temporary fold
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import kgprobe
+from cli_support import clean_env, kgprobe
 from plugin_support import install_example, with_path
 
 from kgprobe import plugins
@@ -143,7 +142,7 @@ def test_a_broken_loader_plugin_is_one_line(tmp_path: Path) -> None:
         "from kgprobe.loaders.formats import LOADERS, Loader\n\n\n"
         "@LOADERS.register\nclass Mine(Loader):\n    name = 'mine'\n    title = 'Mine (.json)'\n"
         "    suffixes = ('.json',)\n\n    def read(self, source, filters, **options):\n        return iter(())\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "KGPROBE_"))}
+    env = clean_env()
     env = with_path({**env, "KGPROBE_HOME": str(tmp_path / "home")}, mods)
     (tmp_path / "x.json").write_text("{}", encoding="utf-8")
     r = kgprobe("--plugin", "json_again", "ingest", str(tmp_path / "x.json"), env=env)

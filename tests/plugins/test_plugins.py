@@ -6,13 +6,12 @@ edges are recomputed by hand with a plain forward pass. Bad plug-ins are one lin
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from cli_support import kgprobe
+from cli_support import clean_env, kgprobe
 from distractor_world import world
 from plugin_support import pip_install, with_path
 from probe_world import REF, TEMPLATE_TEXTS, load
@@ -146,7 +145,7 @@ def test_bad_plugins_are_one_line_exit_2(tmp_path: Path) -> None:
         '[tool.setuptools]\npackages = ["kgprobe_clash"]\n')
     site = tmp_path / "site"
     pip_install(pkg, site)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "KGPROBE_"))}
+    base = clean_env()
     base["KGPROBE_HOME"] = str(tmp_path / "home")  # never started: nothing may touch a graph
     env = with_path(base, mods)
     for args, extra_env, text in (

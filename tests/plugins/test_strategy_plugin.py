@@ -7,12 +7,11 @@ pip-installed into a temporary folder) is used by `kgprobe distractors -s NAME` 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import kgprobe
+from cli_support import clean_env, kgprobe
 from distractor_world import ADAMS, BACH, CURIE, OBAMA, USA
 from distractor_world import load as load_distractor_world
 from plugin_support import install_example, with_path
@@ -95,7 +94,7 @@ def test_a_bad_strategy_plugin_is_one_line(tmp_path: Path) -> None:
         "from kgprobe.probing.strategies import STRATEGIES, DistractorStrategy\n\n\n"
         "@STRATEGIES.register\nclass Mine(DistractorStrategy):\n    name = 'random'\n"
         "    summary = 'mine'\n\n    def find(self, graph, ctx, n, search):\n        return [], None\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "KGPROBE_"))}
+    env = clean_env()
     env = with_path({**env, "KGPROBE_HOME": str(tmp_path / "home")}, mods)
     r = kgprobe("--plugin", "random_again", "distractors", "Q30", "P35", "-s", "random", env=env)
     assert r.returncode == 2, r.stderr

@@ -7,13 +7,12 @@ graph and listed by `kgprobe templates list`."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_support import kgprobe
+from cli_support import clean_env, kgprobe
 from plugin_support import install_example, with_path
 
 from kgprobe import plugins
@@ -133,7 +132,7 @@ def test_a_broken_template_format_plugin_is_one_line(tmp_path: Path) -> None:
         "from kgprobe.loaders.templates import TEMPLATE_FORMATS, TemplateFormat\n\n\n"
         "@TEMPLATE_FORMATS.register\nclass Mine(TemplateFormat):\n    name = 'lama'\n"
         "    description = 'mine'\n\n    def read(self, path, relation):\n        return iter(())\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "KGPROBE_"))}
+    env = clean_env()
     env = with_path({**env, "KGPROBE_HOME": str(tmp_path / "home")}, mods)
     (tmp_path / "x.jsonl").write_text("", encoding="utf-8")
     r = kgprobe("--plugin", "lama_again", "templates", "import", str(tmp_path / "x.jsonl"),
