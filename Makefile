@@ -33,7 +33,7 @@ chromium:
 	else echo "chromium: not installed; the screenshot test will be skipped"; fi
 
 # llama-cpp-python's OpenAI-compatible server, so the served backend is tested against a real
-# server (tests/test_scoring_served.py): a C++ build of llama.cpp, portable (GGML_NATIVE=OFF),
+# server (tests/probing/test_scoring_served.py): a C++ build of llama.cpp, portable (GGML_NATIVE=OFF),
 # pip caches the wheel. With CI=true a failed build fails; elsewhere the test then skips.
 served: $(STAMP)
 	@if $(BIN)/python -c "import llama_cpp.server" >/dev/null 2>&1; then :; \

@@ -6,7 +6,7 @@ and stop the server. Needs what the managed server needs (the arcadedb-embedded 
     python scripts/build_demo_set.py [--out kgprobe/data/demo-set.parquet]
 
 Run it when the set's layout or the scoring code it was exported for changes (the test
-tests/test_probe_set_demo.py says so); docs/probe-sets.md.
+tests/probing/test_probe_set_demo.py says so); docs/probe-sets.md.
 """
 
 from __future__ import annotations

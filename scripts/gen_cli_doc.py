@@ -1,5 +1,5 @@
 """Write docs/cli.md: every option of every command, from the command tree itself, so the table
-cannot drift from the code (tests/test_cli_doc.py checks that the file is what this writes).
+cannot drift from the code (tests/cli/test_cli_doc.py checks that the file is what this writes).
 
     python scripts/gen_cli_doc.py            # rewrite docs/cli.md
     python scripts/gen_cli_doc.py --check    # exit 1 if docs/cli.md is out of date

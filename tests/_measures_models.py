@@ -1,28 +1,12 @@
-"""A tiny random GPT-2 with a long context (FACTOR prefixes run to thousands of tokens under
-a 400-token vocabulary), built with the tokenizer of the scoring tests' fixtures."""
+"""A tiny random NLI model (a BERT sequence classifier) for the FACTOR pipeline's tests, built
+with the tokenizer of the scoring tests' fixtures. (The long-context GPT-2 that FACTOR's
+prefixes need is ``_scoring_models.build("gpt2", path, positions=4096)``.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import torch
-from _scoring_models import _gpt2_tokenizer
-
-
-def build_long_gpt2(path: Path, n_positions: int = 4096) -> Path:
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    torch.manual_seed(0)
-    path.mkdir(parents=True, exist_ok=True)
-    _gpt2_tokenizer(path)
-    tok = AutoTokenizer.from_pretrained(path)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=n_positions, n_embd=32,
-                                       n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(3.0)
-    model.save_pretrained(path)
-    return path
 
 
 def build_tiny_nli(path: Path) -> Path:

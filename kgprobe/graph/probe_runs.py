@@ -17,7 +17,7 @@ against ``[a-z0-9_]`` without ``__`` (the separator) before a key is built; read
 A FACT edge is found by its key only from its subject, bound first through the unique QID index
 (``MATCH (s:Entity {qid: row.s})-[f:FACT {key: row.key}]->``): ArcadeDB answers an unanchored
 ``MATCH ()-[f:FACT {key: $k}]->()`` with a scan of every FACT edge (4 s per fact at 765k edges),
-so a fact's key always travels with its subject's QID (``tests/test_cypher_anchoring.py``).
+so a fact's key always travels with its subject's QID (``tests/graph/test_cypher_anchoring.py``).
 """
 
 from __future__ import annotations

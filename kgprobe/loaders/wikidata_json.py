@@ -385,7 +385,7 @@ def typed_records(ent: Any, filters: Filters, location: str, source: str = SOURC
     `skip_reason`, `fact_record`, the checks of kgprobe.loaders.validate). Only what the
     general path would write unchanged is accepted: anything else (a bad id, an over-long
     term, kgprobe's own keys, a record that breaks a rule) returns None, and the general path
-    gives the precise records and errors. tests/test_loader_fast_path.py checks that both give
+    gives the precise records and errors. tests/loaders/test_loader_fast_path.py checks that both give
     the same records.
     """
     if ent.missing or ent.type != "item":  # (a Raw field is empty where the line has none)
@@ -583,7 +583,7 @@ def _orjson(raw: bytes) -> Any:
     surrogates, nesting deeper than 1,024, bytes that are not UTF-8 and broken JSON, where the
     standard library parses or gives its own error. Duplicate keys: both keep the last. On the
     real entities of tests/fixtures/wikidata/entity-json no line is left to the standard
-    library (tests/test_loader_fast_path.py)."""
+    library (tests/loaders/test_loader_fast_path.py)."""
     if _big_integer(raw):
         return _UNDECIDED
     try:

@@ -105,7 +105,7 @@ class Gatherer:
     relation shares): the batch's fact contexts serve the distractor strategy, the past values
     and the other correct objects; the temporal candidates and the first Ω(f) checks of the
     semantic search are read for the batch too (:func:`~kgprobe.probing.distractors.prefetch`).
-    The values are those of the per-fact reads (tests/test_probe_batched_gather.py)."""
+    The values are those of the per-fact reads (tests/graph/test_probe_batched_gather.py)."""
 
     def __init__(self, graph: Graph, cfg: ProbeConfig, needs: frozenset[str], ref: int,
                  templates: dict[str, list[tuple[str, str]]], index: SemanticIndex | None,
