@@ -24,6 +24,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 FIXTURES = Path(__file__).parent / "fixtures"
+#: fixtures every test file may ask for: ``tiny_model`` (tests/tiny_models.py: tiny models built
+#: once per test process)
+pytest_plugins = ["tiny_models"]
 TEST_SERVER = os.environ.get("KGPROBE_TEST_SERVER", "arcadedb").strip().lower() or "arcadedb"
 if TEST_SERVER not in ("arcadedb", "neo4j"):
     raise pytest.UsageError(f"KGPROBE_TEST_SERVER={TEST_SERVER!r}: expected arcadedb or neo4j")

@@ -5,9 +5,8 @@ second or more; dozens of test files used to build the same seeded models in fix
 own. ``tiny_model(kind, positions=64, name=None)`` builds each distinct model once, into the
 session's temporary folder, and gives every later caller the same directory.
 
-A test module imports ``tiny_model_fixture`` (the fixture named ``tiny_model``), as it imports
-report_worlds' fixtures: pytest then gives each importing module a fixture definition of its
-own, so the cache is this module's dictionary, not the fixture's value. Under pytest-xdist each
+tests/conftest.py loads this module as a plug-in (``pytest_plugins``), so every test may ask
+for the fixture ``tiny_model``; the cache is this module's dictionary. Under pytest-xdist each
 worker builds its own copies.
 
 The directories are shared: a test must never write into one (copy it first, as

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.app import evaluation as app_ev
 from kgprobe.errors import ConfigError, InputError

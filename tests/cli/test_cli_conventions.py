@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from cli_support import clean_env, fresh_home_env, kgprobe
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.graph.server import free_port
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from cli_support import kgprobe
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 torch.set_num_threads(1)
 FIXTURES = Path(__file__).parents[1] / "fixtures"

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 from cli_support import kgprobe
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.api import DEMO_RELATIONS
 

@@ -14,7 +14,7 @@ import pytest
 import torch
 from cli_support import kgprobe
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 torch.set_num_threads(1)
 COMMON = ["--strategy", "random", "-n", "2", "--at", REF, "--sample", "0", "--no-cache"]

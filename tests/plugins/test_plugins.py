@@ -15,7 +15,7 @@ from cli_support import clean_env, kgprobe
 from distractor_world import world
 from plugin_support import pip_install, with_path
 from probe_world import REF, TEMPLATE_TEXTS, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.records import EntityRecord, FactRecord
 

@@ -17,7 +17,7 @@ from distractor_world import load as load_distractor_world
 from plugin_support import install_example, with_path
 from probe_world import REF
 from probe_world import load as load_probe_world
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.strategies import BUILTIN, STRATEGIES, DistractorStrategy, strategy_class

@@ -26,7 +26,7 @@ from distractor_world import (
 )
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.graph import distractors as gd
 from kgprobe.probing.distractors import REASON_TEMPORAL, find_distractors

@@ -13,7 +13,7 @@ import torch
 from distractor_world import Oracle
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.graph import distractors as gd
 from kgprobe.graph.templates import demo_paths

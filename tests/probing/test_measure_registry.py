@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from _kgprobe_process import run_kgprobe
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr

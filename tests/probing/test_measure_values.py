@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.graph import probe_runs as pr
 from kgprobe.probing.config import ProbeConfig

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from _kgprobe_process import run_kgprobe
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.errors import InputError
 from kgprobe.probing.engine import Engine

@@ -18,7 +18,7 @@ import pytest
 import torch
 from distractor_world import BUSH, CLINTON, OBAMA, TRUMP
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.errors import ConfigError
 from kgprobe.graph import probe_runs as pr

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from _kgprobe_process import run_kgprobe
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.probing.engine import Engine
 from kgprobe.probing.models import DEFAULT_MODEL, load_model, model_cache_dir

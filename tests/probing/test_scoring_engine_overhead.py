@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from test_scoring_packing import DEMOS  # the same few-shot demonstrations
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.probing.backends.packing import plan
 from kgprobe.probing.cache import ScoreCache, _dump, request_key

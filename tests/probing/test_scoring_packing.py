@@ -12,7 +12,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.probing.backends import causal as causal_backend
 from kgprobe.probing.backends.packing import plan

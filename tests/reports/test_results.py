@@ -15,7 +15,7 @@ import pytest
 import torch
 from distractor_world import BIDEN, OBAMA, TRUMP, USA
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.probing.run import ProbeConfig, run_probe
 from kgprobe.reports.build import build_report

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from cli_support import kgprobe
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,7 @@ import torch
 from _kgprobe_process import start_kgprobe
 from cli_support import clean_env, fresh_home_env, kgprobe
 from probe_world import REF, load
-from tiny_models import TinyModel, tiny_model_fixture  # noqa: F401  (the fixture tiny_model)
+from tiny_models import TinyModel
 
 from kgprobe.graph import probe_runs as pr
 
