@@ -95,26 +95,30 @@ def test_api_probe_has_a_real_signature() -> None:
 def mypy_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One mypy cache for this file's mypy runs: kgprobe's modules are analysed once, not per
     test (each run's script is its own; mypy re-checks what changed)."""
+    pytest.importorskip("mypy.api")
     return tmp_path_factory.mktemp("mypy-cache")
+
+
+def mypy_of(source: str, folder: Path, cache: Path) -> tuple[str, list[str]]:
+    """mypy's output on a script, and the types its ``reveal_type`` calls revealed. mypy runs
+    in its own process: in this one it would leave the recursion limit at 2**14 (mypy.main), and
+    a later test's 5,000-deep JSON would then decode (test_loader_fast_path failed so)."""
+    script = folder / "script.py"
+    script.write_text(source)
+    out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
+                          "--cache-dir", str(cache)], capture_output=True, text=True, check=False).stdout
+    return out, [line.split("Revealed type is ")[1] for line in out.splitlines() if "Revealed type" in line]
 
 
 def test_mypy_sees_what_api_probe_returns(tmp_path: Path, mypy_cache: Path) -> None:
     """A script's ``api.probe(...)`` is a ProbeSummary, with ``set=`` a SetResults, and a
-    misspelled keyword is a type error (it was ``**kwargs -> Any``: no error, no type). mypy runs
-    in its own process: in this one it would leave the recursion limit at 2**14 (mypy.main), and
-    a later test's 5,000-deep JSON would then decode (test_loader_fast_path failed so)."""
-    pytest.importorskip("mypy.api")
-    script = tmp_path / "script.py"
-    script.write_text("from kgprobe import api\n"
-                      "reveal_type(api.probe('gpt2', dry_run=True))\n"
-                      "reveal_type(api.probe('gpt2', set='demo'))\n"
-                      "reveal_type(api.probe_set('demo', 'gpt2'))\n"
-                      "reveal_type(api.score('a', ['b']))\n"
-                      "api.probe('gpt2', smaple=3)\n")
-    out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
-                          "--cache-dir", str(mypy_cache)],
-                         capture_output=True, text=True, check=False).stdout
-    revealed = [line.split("Revealed type is ")[1] for line in out.splitlines() if "Revealed type" in line]
+    misspelled keyword is a type error (it was ``**kwargs -> Any``: no error, no type)."""
+    out, revealed = mypy_of("from kgprobe import api\n"
+                            "reveal_type(api.probe('gpt2', dry_run=True))\n"
+                            "reveal_type(api.probe('gpt2', set='demo'))\n"
+                            "reveal_type(api.probe_set('demo', 'gpt2'))\n"
+                            "reveal_type(api.score('a', ['b']))\n"
+                            "api.probe('gpt2', smaple=3)\n", tmp_path, mypy_cache)
     assert revealed == ['"kgprobe.probing.config.ProbeSummary"', '"kgprobe.app.probe_sets.SetResults"',
                         '"kgprobe.app.probe_sets.SetResults"',
                         '"list[kgprobe.probing.score.CandidateScore]"']
@@ -125,23 +129,17 @@ def test_mypy_sees_the_api_workflows_signatures(tmp_path: Path, mypy_cache: Path
     """``export_set``, ``compare``, ``load_results``, ``report``, ``ladder``, ``unknown`` and
     ``cypher`` have real signatures and typed results: a script's results have their types, and
     a misspelled keyword is a type error (``export_set`` took ``**options: Any``, the others
-    returned ``Any``). mypy runs in its own process (see the test above)."""
-    pytest.importorskip("mypy.api")
-    script = tmp_path / "script.py"
-    script.write_text("from kgprobe import api\n"
-                      "reveal_type(api.export_set('s.parquet', relation='P36', sample=0))\n"
-                      "reveal_type(api.compare('a', 'b'))\n"
-                      "reveal_type(api.load_results('out'))\n"
-                      "reveal_type(api.report('a')[0])\n"
-                      "reveal_type(api.ladder(['a', 'b', 'c'])[0])\n"
-                      "reveal_type(api.unknown('a'))\n"
-                      "reveal_type(api.cypher('RETURN 1'))\n"
-                      "api.export_set('s.parquet', smaple=3)\n"
-                      "api.export_set('s.parquet', sample='all')\n")
-    out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
-                          "--cache-dir", str(mypy_cache)],
-                         capture_output=True, text=True, check=False).stdout
-    revealed = [line.split("Revealed type is ")[1] for line in out.splitlines() if "Revealed type" in line]
+    returned ``Any``)."""
+    out, revealed = mypy_of("from kgprobe import api\n"
+                            "reveal_type(api.export_set('s.parquet', relation='P36', sample=0))\n"
+                            "reveal_type(api.compare('a', 'b'))\n"
+                            "reveal_type(api.load_results('out'))\n"
+                            "reveal_type(api.report('a')[0])\n"
+                            "reveal_type(api.ladder(['a', 'b', 'c'])[0])\n"
+                            "reveal_type(api.unknown('a'))\n"
+                            "reveal_type(api.cypher('RETURN 1'))\n"
+                            "api.export_set('s.parquet', smaple=3)\n"
+                            "api.export_set('s.parquet', sample='all')\n", tmp_path, mypy_cache)
     assert len(revealed) == 7 and revealed[0] != '"Any"'  # the set's header: probing's record
     assert revealed[1:] == ['"kgprobe.probing.scores.Comparison"', '"kgprobe.reports.results.Results"',
                             '"kgprobe.reports.data.Report"', '"kgprobe.reports.ladder.Ladder"',
@@ -154,23 +152,18 @@ def test_mypy_sees_the_records_the_workflows_return(tmp_path: Path, mypy_cache: 
     """Issue 39 #4: what the workflows return is records with known keys, not ``dict[str, Any]``
     (where a misspelled key went unseen): a report's per-fact rows (``ReportFact``), the
     samples and results.json of a scored set (``SampleRecord``, ``ResultsDocument``), FACTOR's
-    result (``FactorResult``), the grid search's rows (``GridRow``). mypy runs in its own process."""
-    pytest.importorskip("mypy.api")
-    script = tmp_path / "script.py"
-    script.write_text("from kgprobe import api\n"
-                      "rep, _ = api.report('a')\n"
-                      "rep.primary.facts[0]['scroe']\n"
-                      "res = api.probe_set('demo', 'gpt2')\n"
-                      "res.records[0]['scroe']\n"
-                      "res.document['shema']\n"
-                      "api.factor('f.csv')['acuracy']\n"
-                      "grid = api.evaluate('a', human='h.csv', grid=True).grid\n"
-                      "assert grid is not None\n"
-                      "grid[0]['tau']\n"
-                      "reveal_type(rep.primary.facts[0]['score'])\n")
-    out = subprocess.run([sys.executable, "-m", "mypy", str(script), "--no-error-summary",
-                          "--cache-dir", str(mypy_cache)],
-                         capture_output=True, text=True, check=False).stdout
+    result (``FactorResult``), the grid search's rows (``GridRow``)."""
+    out, _ = mypy_of("from kgprobe import api\n"
+                     "rep, _ = api.report('a')\n"
+                     "rep.primary.facts[0]['scroe']\n"
+                     "res = api.probe_set('demo', 'gpt2')\n"
+                     "res.records[0]['scroe']\n"
+                     "res.document['shema']\n"
+                     "api.factor('f.csv')['acuracy']\n"
+                     "grid = api.evaluate('a', human='h.csv', grid=True).grid\n"
+                     "assert grid is not None\n"
+                     "grid[0]['tau']\n"
+                     "reveal_type(rep.primary.facts[0]['score'])\n", tmp_path, mypy_cache)
     for record, key in (("ReportFact", "scroe"), ("SampleRecord", "scroe"), ("ResultsDocument", "shema"),
                         ("FactorResult", "acuracy"), ("GridRow", "tau")):
         assert f'TypedDict "{record}" has no key "{key}"' in out, (record, out)
