@@ -470,7 +470,8 @@ def _check_measure(cls: type[Measure]) -> None:
 #: every measure by name: the built-ins (:mod:`.builtin`), then the plug-ins of the
 #: ``kgprobe.measures`` group (:func:`kgprobe.probing.measures.catalog.load_all`)
 REGISTRY: Registry[type[Measure]] = Registry(
-    "measure", MEASURES, Measure, requires=("name", "section", "summary"), check=_check_measure, describe=lambda cls: cls.summary)
+    "measure", MEASURES, Measure, requires=("name", "section", "summary"), check=_check_measure,
+    describe=lambda cls: cls.summary)
 
 
 def register(cls: type[Measure], origin: str | None = None) -> type[Measure]:
