@@ -21,12 +21,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _kgprobe_process import run_kgprobe
 from probe_world import REF, load
 from tiny_models import TinyModel
 
 from kgprobe.graph import probe_runs as pr
 
-EXE = str(Path(sys.executable).with_name("kgprobe"))
 SAMPLE = ["--sample", "0", "-n", "2", "--strategy", "random", "--at", REF]
 MODEL_OPTS = ["--no-cache", "--device", "cpu", "--batch-tokens", "64"]
 
@@ -58,7 +58,9 @@ FACT_PROPS = "MATCH ()-[f:FACT]->() RETURN f.key AS key, properties(f) AS p"
 
 
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EXE, *args], capture_output=True, text=True, env=env, timeout=600)
+    """``kgprobe ARGS`` as a process of its own (forked from the suite's fork server:
+    tests/_kgprobe_process.py)."""
+    return run_kgprobe(args, env, timeout=600)
 
 
 def _offline_env(tmp: Path) -> dict[str, str]:

@@ -8,13 +8,12 @@ scored twice, no conflicting score, and both ProbeRuns recorded as finished.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from _kgprobe_process import start_kgprobe
 from probe_world import REF, load
 from tiny_models import TinyModel
 
@@ -47,12 +46,9 @@ def test_two_shard_processes_equal_one_unsharded_run(
 ) -> None:
     load(graph)
     model = tiny_model("gpt2")
-    exe = str(Path(sys.executable).with_name("kgprobe"))
     common = ["probe", "--model", str(model), "--sample", "0", "-n", "2", "--strategy", "random",
               "--at", REF, "--no-cache", "--device", "cpu", "--batch-tokens", "64", "--json"]
-    procs = [subprocess.Popen([exe, *common, "--shard", f"{k}/2"], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=kgprobe_env)
-             for k in (1, 2)]
+    procs = [start_kgprobe([*common, "--shard", f"{k}/2"], kgprobe_env) for k in (1, 2)]
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=600)
