@@ -120,7 +120,35 @@ def kgprobe_env(graph_settings: object, monkeypatch: pytest.MonkeyPatch) -> dict
     return env
 
 
+#: seconds each test file took in each half (scripts/test_durations.py writes it from a run's
+#: JUnit XML): under pytest-xdist the heaviest files are handed out first, so that no worker is
+#: left alone with a long file at the end of a half
+DURATIONS = Path(__file__).parent / "durations.json"
+
+
+def _heaviest_files_first(items: list[pytest.Item]) -> None:
+    """Order the files by their recorded time, longest first (a file's tests stay together
+    and in their order; files not recorded keep their place after the recorded ones). Every
+    worker sorts the same way, as xdist requires."""
+    import json
+
+    try:
+        seconds: dict[str, float] = json.loads(DURATIONS.read_text(encoding="utf-8"))[TEST_SERVER]
+    except (OSError, ValueError, KeyError):
+        return
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::")[0], i)
+    items.sort(key=lambda it: (-seconds.get(f := it.nodeid.split("::")[0], -1.0), first[f]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _heaviest_files_first(items)
+    _skip_what_the_server_does_not_see(items)
+
+
+def _skip_what_the_server_does_not_see(items: list[pytest.Item]) -> None:
     """With KGPROBE_TEST_SERVER_ONLY=1 (the Neo4j half of `make test`), only the tests that
     reach the session's graph server run: a test that does not ask for ``graph_settings``
     (directly or through ``graph``/``kgprobe_env``) never talks to that server — it scores with
