@@ -36,12 +36,16 @@ ABREU, AUDAX = "Q132056", "Q758689"
 
 @pytest.fixture(scope="module")
 def engine(tiny_model: TinyModel) -> Any:
-    """A tiny random GPT-2 (built in the session) behind the real scoring engine: appropt."""
+    """A tiny random GPT-2 (built in the session) behind the real scoring engine: appropt.
+    256 positions: every candidate's name fits after the cloze (the tiny tokenizer spends a
+    token on almost every character; with 64 positions "Liberal and Country League of South
+    Australia" did not fit after a P102 context, so ApprOpt rightly could not reach it, and the
+    test's count, which knows nothing of the model's context, failed)."""
 
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.models import load_model
 
-    return Engine(load_model(str(tiny_model("gpt2")), device="cpu"))
+    return Engine(load_model(str(tiny_model("gpt2", positions=256)), device="cpu"))
 
 
 @pytest.fixture(scope="module")
