@@ -5,8 +5,9 @@ and transformers' imports for every command.
 Why: the suite runs the CLI a few hundred times per server; each fresh ``python -m kgprobe.cli``
 that scores spent 3–5 s importing torch and transformers before doing any work (issue 39: the
 suite's time). Here one *fork server* per test process imports those third-party libraries
-once (never kgprobe itself, so every command imports kgprobe afresh, reads its environment and
-loads its plug-ins as a new process would) and forks a child per command. The child gets the
+once, and kgprobe's own modules but the CLI's (none reads the environment at import; each
+command reads its environment and loads its plug-ins as a new process would), and forks a child
+per command. The child gets the
 command's environment, working directory and file descriptors 0/1/2, reseeds its random
 generators, runs ``kgprobe.cli`` as ``python -m`` does, and exits through the interpreter's
 own shutdown steps (threads joined, atexit handlers, streams flushed).
@@ -85,6 +86,48 @@ _OPEN: list[socket.socket] = []  # the server's sockets, closed in each child
 _REST: list[str] = []  # sys.path after the working directory and PYTHONPATH
 
 
+#: kgprobe's modules that read the command's environment or terminal when imported: never
+#: preloaded (``cli`` makes its consoles at import, for the terminal and ``COLUMNS`` it finds)
+NOT_PRELOADED = ("kgprobe.cli", "kgprobe.__main__")
+
+
+def _preload_kgprobe() -> None:
+    """Import kgprobe's modules too (about 0.5 s of every command): none but
+    :data:`NOT_PRELOADED` reads the environment, a terminal or the working directory at import
+    (every setting is read when a function runs), and built-in registries are filled the same
+    way in every process; plug-ins are still loaded by each command, as it runs."""
+    import importlib
+    import pkgutil
+
+    try:
+        import kgprobe
+    except ImportError:
+        return
+    for info in pkgutil.walk_packages(kgprobe.__path__, "kgprobe."):
+        if info.name not in NOT_PRELOADED:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(info.name)
+
+
+def _origins(roots: Sequence[str]) -> dict[str, str]:
+    """Where each imported top-level package or module lives (its folder, or its file)."""
+    out = {}
+    for name in roots:
+        file = getattr(sys.modules.get(name), "__file__", None)
+        if file:
+            path = Path(file)
+            out[name] = str((path.parent if path.name == "__init__.py" else path).resolve())
+    return out
+
+
+def _same_file(entry: str, name: str, origin: str | None) -> bool:
+    """Would ``name`` imported from path entry ``entry`` be the module the server imported?"""
+    if origin is None:
+        return False
+    base = Path(entry) / name
+    return any(c.exists() and str(c.resolve()) == origin for c in (base, base.with_suffix(".py")))
+
+
 def _serve(sock_path: str, parent: int) -> None:
     """Import PRELOAD, say "ready" (or why not) on stdout, then fork one child per request
     until the test process that started it is gone."""
@@ -102,6 +145,7 @@ def _serve(sock_path: str, parent: int) -> None:
                 for name in PRELOAD:
                     with contextlib.suppress(ImportError):
                         importlib.import_module(name)
+                _preload_kgprobe()
         finally:
             sys.stderr.flush()
             os.dup2(saved_err, 2)
@@ -126,7 +170,7 @@ def _serve(sock_path: str, parent: int) -> None:
     _OPEN.append(listener)
     parent_fd = os.pidfd_open(parent)
     roots = sorted({name.split(".", 1)[0] for name in sys.modules})
-    print(json.dumps({"ready": True, "modules": roots}), flush=True)
+    print(json.dumps({"ready": True, "modules": roots, "origins": _origins(roots)}), flush=True)
     import select
 
     waiting: dict[int, tuple[int, socket.socket]] = {}  # pidfd -> (pid, connection)
@@ -240,6 +284,7 @@ class _ForkServer:
         self.env: dict[str, str] = {}
         self.why_not: str | None = None
         self.modules: set[str] = set()  # top-level names of what the server has imported
+        self.origins: dict[str, str] = {}  # ... and where each lives
 
     def usable_for(self, env: Mapping[str, str], cwd: str) -> bool:
         if os.environ.get("KGPROBE_TEST_FORK_SERVER", "1").strip() in ("0", "no", "false"):
@@ -257,7 +302,8 @@ class _ForkServer:
                 _count(f"new process: start-up environment differs ({', '.join(keys)})")
                 return False
             extra = set(_path_entries(env, cwd)) - set(_path_entries(self.env, cwd))
-            shadowed = sorted(n for e in extra for n in _top_level_names(e) & self.modules)
+            shadowed = sorted(n for e in extra for n in _top_level_names(e) & self.modules
+                              if not _same_file(e, n, self.origins.get(n)))
             if shadowed:  # a module the server has imported would be another file in a new process
                 _count(f"new process: PYTHONPATH shadows {', '.join(shadowed[:3])}")
                 return False
@@ -279,6 +325,7 @@ class _ForkServer:
         except ValueError:
             said = {"ready": False, "why": f"no answer ({line!r})"}
         self.modules = set(said.get("modules") or ())
+        self.origins: dict[str, str] = dict(said.get("origins") or {})
         if not said.get("ready"):
             self.why_not = str(said.get("why"))
             self.proc.kill()
