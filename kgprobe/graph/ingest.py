@@ -29,6 +29,7 @@ from typing import Any, Generic, TypedDict, TypeVar, cast
 from neo4j.exceptions import DriverError, Neo4jError
 
 from kgprobe.errors import ConfigError, GraphUnavailable, InputError
+from kgprobe.graph import journal
 from kgprobe.graph.client import Graph
 from kgprobe.records import (
     EntityRecord,
@@ -749,6 +750,12 @@ class Ingestor(RecordBatcher[_Built]):
         for cypher, rows in edge_batches:
             if rows:
                 stmts.append((cypher, {"rows": rows}))
+        if b.facts or b.instance_of or b.subclass_of or b.inferred:
+            # what the semantic index depends on changed: journal it (graph/journal.py)
+            subjects = {r["s"] for r in b.facts}
+            subjects.update(r["s"] for r in b.instance_of)
+            subjects.update(r["s"] for r in b.subclass_of)
+            stmts.extend(journal.bump_statements(sorted(subjects)))
         slots = _Slots(facts=b.fact_slots, types=[{"member": m, **row} for m, row in b.members.items()])
         return stmts, [*entities, *relations], stub_list, b.counts, slots
 
@@ -847,10 +854,15 @@ def resolve_redirects(graph: Graph) -> int:
     rows = [r for r in rows if r["source"] != r["target"]]
     if rows:
         try:
+            # journaled: the entities pointing at a redirected one get its target in their bags
+            # (marked before the moves), the targets get its facts (marked after them)
             write_retrying(
                 graph,
-                [(q, {"rows": rows}) for q in (_MOVE_FACT_SLOTS, _MOVE_OUT_FACTS, _MOVE_IN_FACTS,
-                                               _MOVE_TYPE_EDGES, _DELETE_REDIRECTED)],
+                [*journal.bump_statements([]),
+                 (journal.MARK_POINTERS, {"journal": journal.NAME, "rows": rows}),
+                 *[(q, {"rows": rows}) for q in (_MOVE_FACT_SLOTS, _MOVE_OUT_FACTS, _MOVE_IN_FACTS,
+                                                 _MOVE_TYPE_EDGES, _DELETE_REDIRECTED)],
+                 *journal.bump_statements(sorted({r["target"] for r in rows}))[1:]],
             )
         except _Rejected as exc:
             raise InputError(f"resolving {len(rows)} redirects failed: {exc}") from exc.__cause__

@@ -25,6 +25,8 @@ UNIQUE_KEYS: tuple[tuple[str, str], ...] = (
     ("FactSlot", "key"),
     ("TypeSlot", "id"),
     ("TypeSlot", "member"),
+    # the change journal the semantic index is checked against (graph/journal.py)
+    ("Journal", "name"),
 )
 #: FACT edge properties looked up by value.
 FACT_INDEXES: tuple[str, ...] = ("key", "pid")

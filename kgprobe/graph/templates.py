@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TypedDict, cast
 
 from kgprobe.errors import InputError
+from kgprobe.graph import journal
 from kgprobe.graph.client import Graph
 from kgprobe.records import TemplateRecord, is_pid, template_too_long
 
@@ -86,6 +87,8 @@ def import_templates(graph: Graph, records: Iterable[TemplateRecord], batch_size
     graph.write_batches(_MERGE_RELATIONS, pids, batch_size)
     graph.write_batches(_MERGE_TEMPLATES, values, batch_size)
     graph.write_batches(_MERGE_EDGES, values, batch_size)
+    # the relations with templates decide which entities the semantic index holds
+    graph.write_many(journal.bump_statements([]))
     return len(values)
 
 

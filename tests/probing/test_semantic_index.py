@@ -42,8 +42,9 @@ def random_bags(n: int, seed: int) -> list[tuple[str, list[str]]]:
 def brute_force(
     vecs: np.ndarray, row: int, k: int, rows: list[int] | None = None
 ) -> list[tuple[int, float]]:
-    """Top-k cosine neighbours by numpy alone (self excluded), ties by row id via qid order."""
-    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    """Top-k cosine neighbours by numpy alone (self excluded), ties by row id via qid order;
+    a zero row (an entity none of whose features another entity has) is at cosine 0 to all."""
+    unit = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     sims = unit @ unit[row]
     cand = [r for r in (rows if rows is not None else range(len(vecs))) if r != row]
     cand.sort(key=lambda r: (-sims[r], f"Q{r + 1}"))
@@ -102,7 +103,7 @@ def test_filtered_query_is_brute_force_over_the_allowed_set(
     assert idx.neighbours(qids[10], 8, allowed=allowed) == got
     # IVF whose one probed list holds fewer than 8 allowed entities: nprobe is widened, so the
     # filter never starves it; similarities are exact for what it returns
-    unit = vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    unit = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     for nprobe in (1, 32):
         s = IndexSettings(dim=24, exact_threshold=10, nlist=32, nprobe=nprobe)
         got = SemanticIndex.from_bags(bags, s).neighbours(qids[10], 8, allowed=allowed)

@@ -177,7 +177,10 @@ def test_update_after_an_ingest_equals_a_build_with_the_same_model(graph: Any, t
     graph.write("MATCH (e:Entity {qid: $q}) DETACH DELETE e", q=gone)
     with pytest.raises(sem.StaleIndexError):
         sem.ensure_index(graph, d, s, rebuild=False)
-    upd = sem.ensure_index(graph, d, s)
+    # the raw DETACH DELETE is an edit outside kgprobe, which the journal does not see (the
+    # entities that pointed at the deleted one are not marked): the deep check's digests do
+    upd = sem.ensure_index(graph, d, s, deep=True)
+    assert upd.stats.n_bags_scanned == len(upd)
     assert gone not in upd and all(e["id"] in upd for e in later)
     # only what changed was embedded: new, extended, and those that pointed at the deleted one
     want = ({e["id"] for e in later} | {e["id"] for e in changed} | pointers) - {gone}
@@ -189,6 +192,64 @@ def test_update_after_an_ingest_equals_a_build_with_the_same_model(graph: Any, t
                        np.stack([upd.vector(q) for q in ref.qids]), atol=1e-5)
     # and it is current: loading it again needs no work
     assert sem.ensure_index(graph, d, s).stats.n_embedded == upd.stats.n_embedded
+
+
+def test_a_journaled_update_reads_only_the_marked_bags(graph: Any, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """kgprobe's own writes since the build (an ingest of new and changed entities, a redirect
+    that merges one entity into another) are journaled: the check reads no bag to tell, the
+    update reads exactly the bags they changed, and the result equals a fresh build with the
+    same model, its digests those of a full pass over every bag."""
+    from kgprobe.records import RedirectRecord
+
+    GEN.write_dump(tmp_path / "d.json", 3000, 0)
+    lines = (tmp_path / "d.json").read_text().strip().splitlines()[1:-1]
+    ents = [json.loads(x.rstrip(",")) for x in lines]
+    first, later = ents[: len(ents) - 20], ents[len(ents) - 20 :]
+    ingest_dump(graph, tmp_path / "a.json", first)
+    s = sem.IndexSettings(dim=8, candidates_only=False)
+    d = tmp_path / "index"
+    built = sem.ensure_index(graph, d, s)
+    assert built.state is not None and built.state.journal_writes is not None
+    # every bag the index module reads goes through entity_facts: count the subjects read
+    read: list[str] = []
+    real = sem.entity_facts
+
+    def counting(g: Any, qids: Any = None, batch: int = 5000) -> Any:
+        for q, pairs in real(g, qids, batch):
+            read.append(q)
+            yield q, pairs
+
+    monkeypatch.setattr(sem, "entity_facts", counting)
+    # a second check reads no bag: the journal and the counts are as the build saw them
+    sem.ensure_index(graph, d, s, rebuild=False)
+    assert read == []
+    changed = []
+    for e in first[:5]:
+        e["claims"].setdefault("P166", []).append(
+            GEN._statement(e["id"], GEN._item("P166", first[-1]["id"]), __import__("random").Random(1), "normal"))
+        changed.append(e)
+    gone, target = first[10]["id"], first[11]["id"]
+    pointers = set(graph.read("MATCH (e:Entity)-[:FACT|INSTANCE_OF|SUBCLASS_OF]->(g:Entity {qid: $q}) "
+                              "RETURN collect(DISTINCT e.qid) AS q", q=gone)[0]["q"])
+    assert pointers
+    ingest_dump(graph, tmp_path / "b.json", later + changed)
+    write_records(graph, [RedirectRecord(source=gone, target=target)], quiet=True)
+    with pytest.raises(sem.StaleIndexError, match="kgprobe wrote to the graph"):
+        sem.ensure_index(graph, d, s, rebuild=False)
+    upd = sem.ensure_index(graph, d, s)
+    assert upd.stats.n_bags_scanned == 0 and not upd.stats.retrained
+    assert gone not in upd and target in upd and all(e["id"] in upd for e in later)
+    want = ({e["id"] for e in later} | {e["id"] for e in changed} | pointers | {target}) - {gone}
+    assert sorted(read) == sorted(want) and len(want) < len(upd) / 3
+    assert upd.stats.n_embedded == upd.stats.n_bags_read == len(want)
+    ref = sem.build_index(graph, tmp_path / "ref", s, model=sem.Model.load(d))
+    assert sorted(ref.qids.tolist()) == sorted(upd.qids.tolist())
+    assert np.allclose(np.stack([ref.vector(q) for q in ref.qids]),
+                       np.stack([upd.vector(q) for q in ref.qids]), atol=1e-5)
+    # the digests kept per row equal a full pass over every bag, so a deep check finds it current
+    sem.SemanticIndex.load(d, expect_settings=s, expect_state=sem.current_state(graph, settings=s))
+    assert sem.ensure_index(graph, d, s, rebuild=False).stats.n_embedded == upd.stats.n_embedded
 
 
 def test_compressed_index_reranks_on_exact_vectors() -> None:
@@ -246,8 +307,8 @@ def _top(idx: sem.SemanticIndex, q: str, k: int) -> list[tuple[str, float]]:
 @pytest.mark.parametrize("kind", ["IndexFlatIP", "IndexIVFPQ"])
 def test_update_reads_only_the_changed_bags_and_keeps_the_trained_index(
         graph: Any, tmp_path: Path, kind: str) -> None:
-    """After 3 entities gain a claim and 2 are added, the update reads those 5 bags (beside the
-    digest pass) and adds their vectors to the existing FAISS index: an IVF-PQ index keeps its
+    """After 3 entities gain a claim and 2 are added, the update reads those 5 bags (no digest
+    pass: the ingest's journal names them) and adds their vectors to the existing FAISS index: an IVF-PQ index keeps its
     trained codebooks and lists; neighbours equal a full rebuild's (exact index) or find the
     exact top 10 as well as the rebuild does (IVF-PQ)."""
     import faiss
@@ -263,7 +324,8 @@ def test_update_reads_only_the_changed_bags_and_keeps_the_trained_index(
     _apply_the_change(graph, tmp_path)
     upd = sem.ensure_index(graph, d, s)
     assert upd.stats.n_bags_read == upd.stats.n_embedded == len(touched) == 5
-    assert upd.stats.n_bags_scanned == len(upd) >= len(first)
+    # no pass over every bag to tell what changed: the ingest journaled it
+    assert upd.stats.n_bags_scanned == 0 and len(upd) >= len(first)
     assert not upd.stats.retrained and upd.index.ntotal == len(upd)
     ref = sem.build_index(graph, tmp_path / "ref", s, model=sem.Model.load(d))
     loaded = sem.SemanticIndex.load(d, expect_settings=s, expect_state=sem.current_state(graph, settings=s))
