@@ -20,7 +20,9 @@ finder, :mod:`kgprobe.probing.distractors`, that uses it).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -255,15 +257,19 @@ class Model:
         L2-normalized; tokens outside the vocabulary are dropped (they carry no weight)."""
         import scipy.sparse as sp
 
-        get = self.vocab.get
-        indptr = [0]
-        indices: list[int] = []
-        for toks in bags:
-            indices.extend(j for t in toks if (j := get(t)) is not None)
-            indptr.append(len(indices))
+        # one C-level pass over every token of the batch (map + dict.get), then numpy: a token
+        # outside the vocabulary is -1 and dropped
+        flat = np.fromiter(map(self.vocab.get, itertools.chain.from_iterable(bags),
+                               itertools.repeat(-1)), dtype=np.int64)
+        keep = flat >= 0
+        ends = np.cumsum(np.fromiter(map(len, bags), dtype=np.int64, count=len(bags)))
+        kept = np.zeros(flat.size + 1, dtype=np.int64)  # kept[i]: tokens kept among the first i
+        np.cumsum(keep, out=kept[1:])
+        indptr = np.zeros(len(bags) + 1, dtype=np.int64)
+        indptr[1:] = kept[ends]
+        indices = flat[keep]
         m = sp.csr_matrix(
-            (np.ones(len(indices), dtype=np.float64), np.asarray(indices, dtype=np.int64),
-             np.asarray(indptr, dtype=np.int64)),
+            (np.ones(len(indices), dtype=np.float64), indices, indptr),
             shape=(len(bags), max(len(self.vocab), 1)),
         )
         m.sum_duplicates()
@@ -936,6 +942,69 @@ def _embed_batches(tasks: Iterable[_Task], model: Model | None, source: FactSour
             yield pending.popleft().get()
 
 
+#: batches of facts a build's reader thread holds ahead of the embedding. The reader starts
+#: before the fit, so the fit's own work (the matrix, the SVD) overlaps the graph's reads; this
+#: bounds what it holds meanwhile (5,000 entities a batch: about 10 MB each on the benchmark
+#: graph), whatever the graph's size.
+READ_AHEAD = 8
+
+
+class _ReadAhead:
+    """The tasks of ``it``, produced in a thread started at once, up to ``ahead`` in advance:
+    the graph's reads (the server's work, and the driver waiting on its socket without the GIL)
+    overlap the fit and then the tokens, digests and vectors of the batch before. An error in
+    the thread is raised to the consumer; :meth:`close` (a ``with`` block's end) stops it."""
+
+    def __init__(self, it: Iterator[_Task], ahead: int = READ_AHEAD) -> None:
+        import queue
+        import threading
+
+        self._q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=ahead)
+        self._stop = threading.Event()
+        self._it = it
+        self._thread = threading.Thread(target=self._run, name="kgprobe-index-reader", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: tuple[bool, Any]) -> bool:
+        import queue
+
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self) -> None:
+        try:
+            for task in self._it:
+                if not self._put((True, task)):
+                    return
+            self._put((False, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            self._put((False, exc))
+
+    def __iter__(self) -> Iterator[_Task]:
+        while True:
+            more, item = self._q.get()
+            if not more:
+                if item is not None:
+                    raise item
+                return
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def __enter__(self) -> _ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def _batched(it: Iterable[tuple[str, int, list[str]]], size: int
              ) -> Iterator[tuple[list[str], list[int], list[list[str]]]]:
     qs: list[str] = []
@@ -1016,27 +1085,55 @@ def build_index(
             "given_model": model is not None}
     done = 0
     whole: dict[str, tuple[np.ndarray, int]] | None = None
-    if (work / "plan.json").exists() and json.loads((work / "plan.json").read_text()) == plan \
-            and (work / "done.json").exists():
+    resume = (work / "plan.json").exists() and (work / "done.json").exists() \
+        and json.loads((work / "plan.json").read_text()) == plan
+    if resume:
         done = int(json.loads((work / "done.json").read_text())["rows"])
-        model = Model.load(work)
-        stats.resumed_from = done
-        # the rows written before the kill were read after the first attempt's mark: writes
-        # since then must count as changes to this index, so it keeps that mark
-        mark = _load_mark(work) if mark is not None else None
-    else:
-        import shutil
+    by_id, start = workers > 1 and src.in_workers, done
 
-        shutil.rmtree(work, ignore_errors=True)
-        private_dir(work)
-        if model is None:
-            model, whole, sampled = _fit_sample(src, every, settings, stats)
-            write_private_text(work / SAMPLE_FILE, json.dumps(sampled))
-        model.save(work)
-        if mark is not None:
-            write_private_text(work / JOURNAL_FILE, json.dumps(asdict(mark)))
-        write_private_text(work / "plan.json", json.dumps(plan))
-    del every
+    def tasks() -> Iterator[_Task]:
+        for i in range(start, n, BUILD_BATCH):
+            part = ids.slice_ids(i, min(i + BUILD_BATCH, n))
+            yield (True, part) if by_id else (False, list(src.facts(part, BUILD_BATCH)))
+
+    with contextlib.ExitStack() as stack:
+        # a fit on the whole graph reads every bag itself; otherwise the embedding's reads start
+        # now, beside the fit
+        fits_whole = not resume and model is None and every.n_rows <= settings.sample
+        reader = None if fits_whole else stack.enter_context(_ReadAhead(tasks()))
+        if resume:
+            model = Model.load(work)
+            stats.resumed_from = done
+            # the rows written before the kill were read after the first attempt's mark: writes
+            # since then must count as changes to this index, so it keeps that mark
+            mark = _load_mark(work) if mark is not None else None
+        else:
+            import shutil
+
+            shutil.rmtree(work, ignore_errors=True)
+            private_dir(work)
+            if model is None:
+                model, whole, sampled = _fit_sample(src, every, settings, stats)
+                write_private_text(work / SAMPLE_FILE, json.dumps(sampled))
+            model.save(work)
+            if mark is not None:
+                write_private_text(work / JOURNAL_FILE, json.dumps(asdict(mark)))
+            write_private_text(work / "plan.json", json.dumps(plan))
+        del every
+        return _embed_all(d, work, ids, model, whole, reader, src, settings, counts, stats, mark,
+                          done=done, workers=workers, progress=progress, on_batch=on_batch, t0=t0)
+    raise AssertionError("unreachable")  # pragma: no cover - the with block returns
+
+
+def _embed_all(d: Path, work: Path, ids: QidTable, model: Model,
+               whole: dict[str, tuple[np.ndarray, int]] | None, reader: _ReadAhead | None,
+               src: FactSource, settings: IndexSettings, counts: dict[str, int], stats: BuildStats,
+               mark: journal.Mark | None, *, done: int, workers: int, progress: bool,
+               on_batch: Callable[[int], None] | None, t0: float) -> SemanticIndex:
+    """:func:`build_index` after the fit: every indexed entity's vector and digest, batch by
+    batch from ``reader`` (or ``whole``, the whole-graph fit's), into the work directory, each
+    batch checkpointed; then FAISS (:func:`_finish`)."""
+    n = ids.n_rows
     stats.seconds["fit"] = time.perf_counter() - t0
     dim = model.components.shape[0] if model.components is not None else len(model.vocab)
     if whole is not None and n:
@@ -1051,12 +1148,7 @@ def build_index(
     with Progress(label, total=n, unit="entities", enabled=progress) as bar, \
             open(hashes_path, "ab") as hfh:
         bar.advance(done)
-        by_id, start = workers > 1 and src.in_workers, done
-
-        def tasks() -> Iterator[_Task]:
-            for i in range(start, n, BUILD_BATCH):
-                part = ids.slice_ids(i, min(i + BUILD_BATCH, n))
-                yield (True, part) if by_id else (False, list(src.facts(part, BUILD_BATCH)))
+        start = done
 
         def fitted() -> Iterator[tuple[list[str], np.ndarray, np.ndarray | None]]:
             assert whole is not None
@@ -1065,7 +1157,11 @@ def build_index(
                 yield (part, np.asarray([whole[q][1] for q in part], dtype=np.uint64),
                        np.stack([whole[q][0] for q in part]))
 
-        batches = fitted() if whole is not None else _embed_batches(tasks(), model, src, workers)
+        if whole is not None:
+            batches = fitted()
+        else:
+            assert reader is not None
+            batches = _embed_batches(iter(reader), model, src, workers)
         for qs, dg, out in batches:
             vecs[done : done + len(qs)] = out
             vecs.flush()
