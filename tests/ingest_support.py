@@ -14,10 +14,19 @@ from typing import Any
 FILES_ONLY = {**os.environ, "NEO4J_URI": "bolt://127.0.0.1:9", "NEO4J_PASSWORD": "unused"}
 
 
+#: the change journal's bookkeeping (kgprobe/graph/journal.py): how many batches wrote and when,
+#: which differs between loads of the same data (a bulk load, other batch sizes or workers)
+JOURNAL_LABEL, JOURNAL_PROPERTY = "Journal", "bag_rev"
+
+
 def graph_dump(graph: Any) -> tuple[list[str], list[str]]:
-    """Every node (labels, properties) and every edge (type, end QIDs, properties), sorted."""
-    nodes = sorted(json.dumps([sorted(r["labels"]), r["props"]], sort_keys=True, ensure_ascii=False)
-                   for r in graph.read("MATCH (n) RETURN labels(n) AS labels, properties(n) AS props"))
+    """Every node (labels, properties) and every edge (type, end QIDs, properties), sorted; the
+    change journal's node and marks left out (its history of writes is not the graph's data)."""
+    nodes = sorted(json.dumps([sorted(r["labels"]), {k: v for k, v in r["props"].items()
+                                                     if k != JOURNAL_PROPERTY}],
+                              sort_keys=True, ensure_ascii=False)
+                   for r in graph.read("MATCH (n) RETURN labels(n) AS labels, properties(n) AS props")
+                   if JOURNAL_LABEL not in r["labels"])
     edges = sorted(json.dumps([r["t"], r["a"], r["b"], r["props"]], sort_keys=True, ensure_ascii=False)
                    for r in graph.read("MATCH (a)-[e]->(b) RETURN type(e) AS t, a.qid AS a, b.qid AS b, "
                                        "properties(e) AS props"))

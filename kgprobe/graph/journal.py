@@ -20,6 +20,7 @@ check (every bag's digest) finds those (docs/distractors.md).
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,7 +35,7 @@ NAME = "semantic"
 #: raise ``writes``: the first statement of a journaled write's transaction
 BUMP_WRITES = """
 MERGE (j:Journal {name: $journal})
-SET j.writes = coalesce(j.writes, 0) + 1
+SET j.writes = coalesce(j.writes, 0) + 1, j.epoch = coalesce(j.epoch, $epoch)
 """
 #: mark entities (``$qids``) whose feature bag the same transaction changes
 MARK_BAGS = """
@@ -55,10 +56,13 @@ SET s.bag_rev = rev
 """
 BEGIN = """
 MERGE (j:Journal {name: $journal})
-SET j.rev = coalesce(j.rev, 0) + 1
-RETURN j.rev AS rev, coalesce(j.writes, 0) AS writes
+SET j.rev = coalesce(j.rev, 0) + 1, j.epoch = coalesce(j.epoch, $epoch)
+RETURN j.rev AS rev, coalesce(j.writes, 0) AS writes, j.epoch AS epoch
 """
-READ = "MATCH (j:Journal {name: $journal}) RETURN j.rev AS rev, coalesce(j.writes, 0) AS writes"
+READ = """
+MATCH (j:Journal {name: $journal})
+RETURN coalesce(j.rev, 0) AS rev, coalesce(j.writes, 0) AS writes, j.epoch AS epoch
+"""
 CHANGED_SINCE = """
 MATCH (e:Entity) WHERE e.bag_rev >= $rev
 RETURN collect(e.qid) AS qids
@@ -67,16 +71,19 @@ RETURN collect(e.qid) AS qids
 
 @dataclass(frozen=True)
 class Mark:
-    """Where the journal stood: ``rev`` when a build began, ``writes`` journaled by then."""
+    """Where the journal stood: ``rev`` when a build began, ``writes`` journaled by then, and
+    the journal's ``epoch``: a random id given when its node is made, so a journal made again
+    (the graph wiped and loaded anew) never passes for the one an index recorded."""
 
     rev: int
     writes: int
+    epoch: str
 
 
 def bump_statements(qids: list[str]) -> list[tuple[str, CypherParams]]:
     """A writer's journal statements, to run first in its own transaction: ``writes`` up by
     one, then ``qids`` (entities whose bags it changes; may be empty) marked."""
-    out: list[tuple[str, CypherParams]] = [(BUMP_WRITES, {"journal": NAME})]
+    out: list[tuple[str, CypherParams]] = [(BUMP_WRITES, {"journal": NAME, "epoch": _new_epoch()})]
     if qids:
         out.append((MARK_BAGS, {"journal": NAME, "qids": qids}))
     return out
@@ -84,17 +91,21 @@ def bump_statements(qids: list[str]) -> list[tuple[str, CypherParams]]:
 
 def begin(graph: Graph) -> Mark:
     """Start a build or update: ``rev`` up by one; what the index records."""
-    row = graph.write(BEGIN, journal=NAME)[0]
-    return Mark(int(row["rev"]), int(row["writes"]))
+    row = graph.write(BEGIN, journal=NAME, epoch=_new_epoch())[0]
+    return Mark(int(row["rev"]), int(row["writes"]), str(row["epoch"]))
 
 
 def read(graph: Graph) -> Mark | None:
     """Where the journal stands, or None on a graph no journaled write or build has touched
     (a bulk load, an older kgprobe's graph, a wiped one)."""
     rows = graph.read(READ, journal=NAME)
-    if not rows:
+    if not rows or rows[0]["epoch"] is None:
         return None
-    return Mark(int(rows[0]["rev"] or 0), int(rows[0]["writes"]))
+    return Mark(int(rows[0]["rev"]), int(rows[0]["writes"]), str(rows[0]["epoch"]))
+
+
+def _new_epoch() -> str:
+    return secrets.token_hex(8)
 
 
 def changed_since(graph: Graph, rev: int) -> list[str]:

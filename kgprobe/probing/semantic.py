@@ -129,6 +129,7 @@ class GraphState:
     #: began: its ``rev`` and the journaled ``writes`` by then; None on a graph without one
     journal_rev: int | None = None
     journal_writes: int | None = None
+    journal_epoch: str | None = None
 
 
 @dataclass
@@ -718,7 +719,8 @@ class SemanticIndex:
         gs = manifest.get("graph_state")
         state = GraphState(counts=gs["counts"], bags_hash=gs["bags_hash"],
                            journal_rev=gs.get("journal_rev"),
-                           journal_writes=gs.get("journal_writes")) if gs else None
+                           journal_writes=gs.get("journal_writes"),
+                           journal_epoch=gs.get("journal_epoch")) if gs else None
         stats = BuildStats(**manifest.get("build", {}))
         return cls(qids, index, IndexSettings(**manifest["settings"]), state, stats,
                    _open_vectors(d, qids.n_rows, int(manifest["dim"])))
@@ -764,7 +766,11 @@ def staleness(
         ):
             problems.append("feature bags changed since the index was built (hash differs)")
         have_writes = got.get("journal_writes")
-        if expect_state.journal_writes is not None and have_writes is not None \
+        if expect_state.journal_epoch is not None and got.get("journal_epoch") is not None \
+                and got["journal_epoch"] != expect_state.journal_epoch:
+            problems.append("the graph's change journal is not the one the index recorded "
+                            "(the graph was wiped or loaded anew)")
+        elif expect_state.journal_writes is not None and have_writes is not None \
                 and have_writes != expect_state.journal_writes:
             problems.append(f"kgprobe wrote to the graph since the index was built (journaled "
                             f"writes {have_writes} -> {expect_state.journal_writes})")
@@ -1186,7 +1192,18 @@ def _load_mark(work: Path) -> journal.Mark | None:
 
 def _state(counts: dict[str, int], bags: str, mark: journal.Mark | None) -> GraphState:
     return GraphState(counts=counts, bags_hash=bags, journal_rev=mark.rev if mark else None,
-                      journal_writes=mark.writes if mark else None)
+                      journal_writes=mark.writes if mark else None,
+                      journal_epoch=mark.epoch if mark else None)
+
+
+def _record_mark(d: Path, mark: journal.Mark) -> GraphState:
+    """Record ``mark`` in the manifest of the index in ``d``, which a deep check found current."""
+    manifest = read_manifest(d)
+    gs = manifest["graph_state"]
+    gs.update(journal_rev=mark.rev, journal_writes=mark.writes, journal_epoch=mark.epoch)
+    write_private_text(d / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
+    return GraphState(counts=gs["counts"], bags_hash=gs["bags_hash"], journal_rev=mark.rev,
+                      journal_writes=mark.writes, journal_epoch=mark.epoch)
 
 
 def _owner_only(path: Path) -> Path:
@@ -1389,23 +1406,33 @@ def ensure_index(
     counts = graph_counts(graph)
     now = journal.read(graph) if deep is not True else None
     since: journal.Mark | None = None
-    if now is not None and recorded.get("journal_writes") is not None:
+    if now is not None and recorded.get("journal_epoch") == now.epoch:
         if now.writes != recorded["journal_writes"]:
-            since = journal.Mark(int(recorded["journal_rev"]), int(recorded["journal_writes"]))
+            since = journal.Mark(int(recorded["journal_rev"]), int(recorded["journal_writes"]),
+                                 now.epoch)
         elif recorded.get("counts") != counts and deep is None:
             now = None  # changed outside kgprobe: the journal cannot say where
     else:
-        now = None
-    scan = scan_graph(graph, settings) if now is None and deep is not False else None
-    if scan is not None:
+        now = None  # no journal, or another one than the index recorded: the bags tell
+    scan = mark = None
+    if now is None and deep is not False:
+        # the journal's mark before the pass: an index the pass finds current records it, so
+        # the next check needs no pass (a write after this point is journaled at mark.rev on)
+        mark = journal.begin(graph)
+        scan = scan_graph(graph, settings)
         state = scan.state()
     else:
-        state = GraphState(counts=counts, journal_writes=now.writes if now else None)
+        state = GraphState(counts=counts, journal_writes=now.writes if now else None,
+                           journal_epoch=now.epoch if now else None)
     try:
-        return SemanticIndex.load(d, expect_state=state, expect_settings=settings)
+        index = SemanticIndex.load(d, expect_state=state, expect_settings=settings)
     except StaleIndexError:
         if not rebuild:
             raise
+    else:
+        if mark is not None:
+            index.state = _record_mark(d, mark)
+        return index
     if manifest and not staleness(manifest, None, settings) and all(
             (d / f).exists() for f in (VECTORS_FILE, HASHES_FILE, MODEL_FILE, VOCAB_FILE)):
         return update_index(graph, d, settings, scan=scan, since=since, workers=workers,
