@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib
 import itertools
 import json
 import os
 import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
@@ -274,6 +276,13 @@ class Model:
             shape=(len(bags), max(len(self.vocab), 1)),
         )
         m.sum_duplicates()
+        return self.transform_counts(m)
+
+    def transform_counts(self, counts: sp.csr_matrix) -> np.ndarray:
+        """:meth:`transform` of bags given as term counts over the vocabulary's columns."""
+        import scipy.sparse as sp
+
+        m = counts.astype(np.float64)
         if self.sublinear_tf:
             np.log(m.data, m.data)
             m.data += 1
@@ -961,11 +970,11 @@ class _ReadAhead:
     overlap the fit and then the tokens, digests and vectors of the batch before. An error in
     the thread is raised to the consumer; :meth:`close` (a ``with`` block's end) stops it."""
 
-    def __init__(self, it: Iterator[_Task], ahead: int = READ_AHEAD) -> None:
+    def __init__(self, it: Iterator[_Task], ahead: int | None = None) -> None:
         import queue
         import threading
 
-        self._q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=ahead)
+        self._q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=ahead or READ_AHEAD)
         self._stop = threading.Event()
         self._it = it
         self._thread = threading.Thread(target=self._run, name="kgprobe-index-reader", daemon=True)
@@ -1027,21 +1036,34 @@ def _batched(it: Iterable[tuple[str, int, list[str]]], size: int
         yield qs, ds, bs
 
 
-def _fit_sample(src: FactSource, every: QidTable, settings: IndexSettings, stats: BuildStats
-                ) -> tuple[Model, dict[str, tuple[np.ndarray, int]] | None, list[str]]:
-    """The model fitted on a seeded sample of ``settings.sample`` entities of the graph
-    (``every``; all of them when there are no more); with the whole graph, its vectors and bag
-    digests too (sklearn's ``fit_transform``); and the sampled QIDs."""
-    whole = every.n_rows <= settings.sample
-    if whole:
-        ids = every.tolist()
-    else:
-        rng = np.random.default_rng(settings.seed)
-        ids = [every[int(i)] for i in np.sort(rng.choice(every.n_rows, size=settings.sample, replace=False))]
+def _draw_sample(every: QidTable, settings: IndexSettings) -> list[str]:
+    """The entities the model is fitted on: a seeded sample of ``settings.sample`` of the
+    graph's (``every``), all of them when there are no more."""
+    if every.n_rows <= settings.sample:
+        return every.tolist()
+    rng = np.random.default_rng(settings.seed)
+    return [every[int(i)] for i in np.sort(rng.choice(every.n_rows, size=settings.sample, replace=False))]
+
+
+@dataclass
+class _Sampled:
+    """The fitted sample, kept for the embedding so its bags are not read twice: each sampled
+    entity's row, its term counts over the model's columns and its bag digest."""
+
+    row: dict[str, int]
+    counts: sp.csr_matrix
+    digests: np.ndarray
+
+
+def _fit_sample(src: FactSource, ids: list[str], whole: bool, settings: IndexSettings,
+                stats: BuildStats) -> tuple[Model, dict[str, tuple[np.ndarray, int]] | None, _Sampled]:
+    """The model fitted on ``ids`` (:func:`_draw_sample`); with the whole graph, its vectors
+    and bag digests too (sklearn's ``fit_transform``); and the sample (:class:`_Sampled`)."""
     bags = [(q, bag_tokens(q, pairs)) for q, pairs in src.facts(ids, BUILD_BATCH)]
     qids, counts = bags_to_matrix(bags)
     order = shared_first(counts)
-    vecs, idf, comp = fit(counts[:, order], settings, stats)
+    counts = counts[:, order].tocsr()  # the model's column order
+    vecs, idf, comp = fit(counts, settings, stats)
     vocab: dict[str, int] = {}
     for _, toks in bags:  # bags_to_matrix's column order: first occurrence
         for t in toks:
@@ -1050,10 +1072,12 @@ def _fit_sample(src: FactSource, every: QidTable, settings: IndexSettings, stats
     vocab = {words[j]: i for i, j in enumerate(order.tolist())}
     stats.n_sample = len(qids)
     model = Model(vocab, idf, comp, settings.sublinear_tf)
+    digests = np.fromiter((bag_digest(q, toks) for q, toks in bags), dtype=np.uint64, count=len(bags))
+    sampled = _Sampled({q: i for i, q in enumerate(qids)}, counts, digests)
     if not whole:
-        return model, None, qids
+        return model, None, sampled
     # the whole graph was read: its vectors and digests, so the build reads nothing again
-    return model, {q: (vecs[i], bag_digest(q, toks)) for i, (q, toks) in enumerate(bags)}, qids
+    return model, {q: (vecs[i], int(digests[i])) for i, q in enumerate(qids)}, sampled
 
 
 def build_index(
@@ -1082,8 +1106,14 @@ def build_index(
     t0 = time.perf_counter()
     # the journal first: a write committed after this point is journaled at ``mark.rev`` or later
     mark = journal.begin(src.graph) if isinstance(src, GraphFacts) else None
-    counts = src.counts()
-    ids, every = src.ids(settings)
+    # the server counts and lists while scikit-learn is imported (about a second of Python that
+    # the fit would otherwise wait for), and the counts run beside the ids' reads
+    with ThreadPoolExecutor(2, thread_name_prefix="kgprobe-index") as pool:
+        if model is None:
+            pool.submit(importlib.import_module, "sklearn.decomposition")
+        counted = pool.submit(src.counts)
+        ids, every = src.ids(settings)
+        counts = counted.result()
     n = ids.n_rows
     stats.n_graph, stats.n_entities = every.n_rows, n
     plan = {"settings": asdict(settings), "counts": counts, "format": FORMAT_VERSION,
@@ -1096,16 +1126,20 @@ def build_index(
     if resume:
         done = int(json.loads((work / "done.json").read_text())["rows"])
     by_id, start = workers > 1 and src.in_workers, done
+    fitting = not resume and model is None
+    fits_whole = fitting and every.n_rows <= settings.sample
+    chosen = _draw_sample(every, settings) if fitting else []
+    skip = set(chosen)  # the fit reads these; the embedding takes them from it
 
     def tasks() -> Iterator[_Task]:
         for i in range(start, n, BUILD_BATCH):
-            part = ids.slice_ids(i, min(i + BUILD_BATCH, n))
+            part = [q for q in ids.slice_ids(i, min(i + BUILD_BATCH, n)) if q not in skip]
             yield (True, part) if by_id else (False, list(src.facts(part, BUILD_BATCH)))
 
+    sampled: _Sampled | None = None
     with contextlib.ExitStack() as stack:
         # a fit on the whole graph reads every bag itself; otherwise the embedding's reads start
         # now, beside the fit
-        fits_whole = not resume and model is None and every.n_rows <= settings.sample
         reader = None if fits_whole else stack.enter_context(_ReadAhead(tasks()))
         if resume:
             model = Model.load(work)
@@ -1119,26 +1153,30 @@ def build_index(
             shutil.rmtree(work, ignore_errors=True)
             private_dir(work)
             if model is None:
-                model, whole, sampled = _fit_sample(src, every, settings, stats)
-                write_private_text(work / SAMPLE_FILE, json.dumps(sampled))
+                model, whole, sampled = _fit_sample(src, chosen, fits_whole, settings, stats)
+                write_private_text(work / SAMPLE_FILE, json.dumps(chosen))
+                del chosen
             model.save(work)
             if mark is not None:
                 write_private_text(work / JOURNAL_FILE, json.dumps(asdict(mark)))
             write_private_text(work / "plan.json", json.dumps(plan))
         del every
-        return _embed_all(d, work, ids, model, whole, reader, src, settings, counts, stats, mark,
-                          done=done, workers=workers, progress=progress, on_batch=on_batch, t0=t0)
+        return _embed_all(d, work, ids, model, whole, sampled, reader, src, settings, counts,
+                          stats, mark, done=done, workers=workers, progress=progress,
+                          on_batch=on_batch, t0=t0)
     raise AssertionError("unreachable")  # pragma: no cover - the with block returns
 
 
 def _embed_all(d: Path, work: Path, ids: QidTable, model: Model,
-               whole: dict[str, tuple[np.ndarray, int]] | None, reader: _ReadAhead | None,
-               src: FactSource, settings: IndexSettings, counts: dict[str, int], stats: BuildStats,
-               mark: journal.Mark | None, *, done: int, workers: int, progress: bool,
-               on_batch: Callable[[int], None] | None, t0: float) -> SemanticIndex:
+               whole: dict[str, tuple[np.ndarray, int]] | None, sampled: _Sampled | None,
+               reader: _ReadAhead | None, src: FactSource, settings: IndexSettings,
+               counts: dict[str, int], stats: BuildStats, mark: journal.Mark | None, *,
+               done: int, workers: int, progress: bool, on_batch: Callable[[int], None] | None,
+               t0: float) -> SemanticIndex:
     """:func:`build_index` after the fit: every indexed entity's vector and digest, batch by
     batch from ``reader`` (or ``whole``, the whole-graph fit's), into the work directory, each
-    batch checkpointed; then FAISS (:func:`_finish`)."""
+    batch checkpointed; then FAISS (:func:`_finish`). ``reader`` leaves out the ``sampled``
+    entities: their counts and digests come from the fit."""
     n = ids.n_rows
     stats.seconds["fit"] = time.perf_counter() - t0
     dim = model.components.shape[0] if model.components is not None else len(model.vocab)
@@ -1163,11 +1201,27 @@ def _embed_all(d: Path, work: Path, ids: QidTable, model: Model,
                 yield (part, np.asarray([whole[q][1] for q in part], dtype=np.uint64),
                        np.stack([whole[q][0] for q in part]))
 
-        if whole is not None:
-            batches = fitted()
-        else:
-            assert reader is not None
-            batches = _embed_batches(iter(reader), model, src, workers)
+        def merged() -> Iterator[tuple[list[str], np.ndarray, np.ndarray | None]]:
+            """Each batch's read entities, embedded, with its sampled ones put back in place."""
+            assert reader is not None and model is not None
+            got = _embed_batches(iter(reader), model, src, workers)
+            for i, (qs, dg, out) in zip(range(start, n, BUILD_BATCH), got, strict=True):
+                if sampled is None:
+                    yield qs, dg, out
+                    continue
+                part = ids.slice_ids(i, min(i + BUILD_BATCH, n))
+                at = np.fromiter((sampled.row.get(q, -1) for q in part), dtype=np.int64, count=len(part))
+                mine = at >= 0
+                all_dg = np.empty(len(part), dtype=np.uint64)
+                all_out = np.empty((len(part), dim), dtype=np.float32)
+                all_dg[~mine], all_dg[mine] = dg, sampled.digests[at[mine]]
+                if out is not None and len(qs):
+                    all_out[~mine] = out
+                if mine.any():
+                    all_out[mine] = model.transform_counts(sampled.counts[at[mine]])
+                yield part, all_dg, all_out
+
+        batches = fitted() if whole is not None else merged()
         for qs, dg, out in batches:
             vecs[done : done + len(qs)] = out
             vecs.flush()
