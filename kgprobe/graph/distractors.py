@@ -23,6 +23,7 @@ import random
 import threading
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypedDict, cast
 
@@ -247,11 +248,15 @@ RETURN collect(DISTINCT c.qid) AS qids
 TEMPLATED_PIDS = "MATCH (r:Relation)-[:HAS_TEMPLATE]->(:Template) RETURN collect(DISTINCT r.pid) AS pids"
 
 #: The counts a semantic index manifest records.
+#: Edges counted by type alone (only Entity nodes have them): Neo4j answers from its count
+#: store, ArcadeDB scans the type without reading the ends (5M benchmark graph: FACT 0.96 s
+#: against 2.34 s with the ends' labels, INSTANCE_OF 0.89 s against 2.03 s). They run at once
+#: (graph_counts): every index check reads them.
 COUNT_QUERIES = {
     "entities": "MATCH (e:Entity) RETURN count(e) AS n",
-    "facts": "MATCH (:Entity)-[f:FACT]->(:Entity) RETURN count(f) AS n",
-    "instance_of": "MATCH (:Entity)-[t:INSTANCE_OF]->(:Entity) RETURN count(t) AS n",
-    "subclass_of": "MATCH (:Entity)-[t:SUBCLASS_OF]->(:Entity) RETURN count(t) AS n",
+    "facts": "MATCH ()-[f:FACT]->() RETURN count(f) AS n",
+    "instance_of": "MATCH ()-[t:INSTANCE_OF]->() RETURN count(t) AS n",
+    "subclass_of": "MATCH ()-[t:SUBCLASS_OF]->() RETURN count(t) AS n",
 }
 
 ENTITY_BY_QID = "MATCH (e:Entity {qid: $qid}) RETURN e.qid AS qid, e.label AS label"
@@ -810,8 +815,11 @@ def qid_order(q: str) -> tuple[int, str]:
 
 
 def graph_counts(graph: Graph) -> dict[str, int]:
-    """Counts that tie a semantic index to the graph state (cheap staleness check)."""
-    return {k: int(graph.read(q)[0]["n"]) for k, q in COUNT_QUERIES.items()}
+    """Counts that tie a semantic index to the graph state (cheap staleness check), read at
+    once (the server counts on several cores)."""
+    with ThreadPoolExecutor(len(COUNT_QUERIES), thread_name_prefix="kgprobe-count") as pool:
+        got = {k: pool.submit(graph.read, q) for k, q in COUNT_QUERIES.items()}
+        return {k: int(f.result()[0]["n"]) for k, f in got.items()}
 
 
 def all_entity_ids(graph: Graph, *, ordered: bool = True) -> list[str]:
