@@ -64,6 +64,31 @@ def own_bags(graph: Any, qids: list[str]) -> list[list[str]]:
     return out
 
 
+def ingested_but_the_last_20(graph: Any, tmp_path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A 3000-statement dump's entities, all but the last 20 ingested: (those, the last 20)."""
+    GEN.write_dump(tmp_path / "d.json", 3000, 0)
+    lines = (tmp_path / "d.json").read_text().strip().splitlines()[1:-1]
+    ents = [json.loads(x.rstrip(",")) for x in lines]
+    first, later = ents[: len(ents) - 20], ents[len(ents) - 20 :]
+    ingest_dump(graph, tmp_path / "a.json", first)
+    return first, later
+
+
+def bags_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The subjects whose facts the index module reads from now on (every bag it reads goes
+    through ``entity_facts``), appended as they are read."""
+    read: list[str] = []
+    real = sem.entity_facts
+
+    def counting(g: Any, qids: Any = None, batch: int = 5000) -> Any:
+        for q, pairs in real(g, qids, batch):
+            read.append(q)
+            yield q, pairs
+
+    monkeypatch.setattr(sem, "entity_facts", counting)
+    return read
+
+
 def test_only_omega_candidates_are_indexed(graph: Any, tmp_path: Path) -> None:
     cities = [entity(f"Q{100 + i}", [("P31", "Q515"), ("P17", "Q300")]) for i in range(4)]
     humans = [entity(f"Q{200 + i}", [("P31", "Q5"), ("P19", f"Q{100 + i % 4}"), ("P27", "Q300")])
@@ -159,11 +184,7 @@ def test_a_killed_build_resumes(graph: Any, tmp_path: Path, monkeypatch: pytest.
 
 
 def test_update_after_an_ingest_equals_a_build_with_the_same_model(graph: Any, tmp_path: Path) -> None:
-    GEN.write_dump(tmp_path / "d.json", 3000, 0)
-    lines = (tmp_path / "d.json").read_text().strip().splitlines()[1:-1]
-    ents = [json.loads(x.rstrip(",")) for x in lines]
-    first, later = ents[: len(ents) - 20], ents[len(ents) - 20 :]
-    ingest_dump(graph, tmp_path / "a.json", first)
+    first, later = ingested_but_the_last_20(graph, tmp_path)
     s = sem.IndexSettings(dim=8, candidates_only=False)
     d = tmp_path / "index"
     sem.ensure_index(graph, d, s)
@@ -205,25 +226,12 @@ def test_a_journaled_update_reads_only_the_marked_bags(graph: Any, tmp_path: Pat
     same model, its digests those of a full pass over every bag."""
     from kgprobe.records import RedirectRecord
 
-    GEN.write_dump(tmp_path / "d.json", 3000, 0)
-    lines = (tmp_path / "d.json").read_text().strip().splitlines()[1:-1]
-    ents = [json.loads(x.rstrip(",")) for x in lines]
-    first, later = ents[: len(ents) - 20], ents[len(ents) - 20 :]
-    ingest_dump(graph, tmp_path / "a.json", first)
+    first, later = ingested_but_the_last_20(graph, tmp_path)
     s = sem.IndexSettings(dim=8, candidates_only=False)
     d = tmp_path / "index"
     built = sem.ensure_index(graph, d, s)
     assert built.state is not None and built.state.journal_writes is not None
-    # every bag the index module reads goes through entity_facts: count the subjects read
-    read: list[str] = []
-    real = sem.entity_facts
-
-    def counting(g: Any, qids: Any = None, batch: int = 5000) -> Any:
-        for q, pairs in real(g, qids, batch):
-            read.append(q)
-            yield q, pairs
-
-    monkeypatch.setattr(sem, "entity_facts", counting)
+    read = bags_read(monkeypatch)
     # a second check reads no bag: the journal and the counts are as the build saw them
     sem.ensure_index(graph, d, s, rebuild=False)
     assert read == []
@@ -261,15 +269,7 @@ def test_the_journal_sees_template_imports_and_a_graph_loaded_anew(
     over the bags. A graph wiped and loaded again gets a journal of its own (a new epoch): with
     the same counts and as many writes as before, an edited object is still found (the bags'
     pass), and once that pass finds the index current, the next check needs none."""
-    read: list[str] = []
-    real = sem.entity_facts
-
-    def counting(g: Any, qids: Any = None, batch: int = 5000) -> Any:
-        for q, pairs in real(g, qids, batch):
-            read.append(q)
-            yield q, pairs
-
-    monkeypatch.setattr(sem, "entity_facts", counting)
+    read = bags_read(monkeypatch)
     cities = [entity(f"Q{100 + i}", [("P31", "Q515"), ("P17", "Q300")]) for i in range(4)]
     humans = [entity(f"Q{200 + i}", [("P31", "Q5"), ("P19", f"Q{100 + i % 4}"), ("P27", "Q300")])
               for i in range(6)]
