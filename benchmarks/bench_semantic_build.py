@@ -135,6 +135,8 @@ def main() -> None:
     ap.add_argument("--exact-threshold", type=int, default=None,
                     help="entities up to which the index is exact (IVF above; default 50,000)")
     ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--readers", type=int, default=None,
+                    help="threads reading the graph's batches at once (semantic.READERS)")
     ap.add_argument("--update-deep", action="store_true",
                     help="with --update: the check and update by the pass over every bag's digest "
                          "(the code before the change journal), not the journal")
@@ -174,6 +176,9 @@ def main() -> None:
             return
         from kgprobe.probing import semantic as sem
 
+        if args.readers:
+            sem.READERS = args.readers
+            out["readers"] = args.readers
         t0 = time.perf_counter()
         cpu0 = cpu_s()
         if args.baseline or not hasattr(sem, "build_index"):

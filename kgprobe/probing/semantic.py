@@ -962,21 +962,28 @@ def _embed_batches(tasks: Iterable[_Task], model: Model | None, source: FactSour
 #: bounds what it holds meanwhile (5,000 entities a batch: about 10 MB each on the benchmark
 #: graph), whatever the graph's size.
 READ_AHEAD = 8
+#: threads reading those batches at once. On 2 cores 2 readers were no faster than 1 (1M graph:
+#: 9.2-9.7 s against 9.0-9.2 s; the server and the client fill both cores); a machine with
+#: cores to spare may gain (`bench_semantic_build.py --readers N`, not measured there yet)
+READERS = 1
 
 
 class _ReadAhead:
-    """The tasks of ``it``, produced in a thread started at once, up to ``ahead`` in advance:
-    the graph's reads (the server's work, and the driver waiting on its socket without the GIL)
-    overlap the fit and then the tokens, digests and vectors of the batch before. An error in
-    the thread is raised to the consumer; :meth:`close` (a ``with`` block's end) stops it."""
+    """The tasks of ``parts`` (``read`` of each), read in threads started at once, up to
+    ``ahead`` in advance and handed over in order: the graph's reads (the server's work, and
+    the driver waiting on its socket without the GIL) overlap the fit and then the tokens,
+    digests and vectors of the batch before; ``readers`` > 1 reads that many batches at once (a
+    server with cores to spare answers them side by side). An error in a read is raised to the
+    consumer; :meth:`close` (a ``with`` block's end) stops the reading."""
 
-    def __init__(self, it: Iterator[_Task], ahead: int | None = None) -> None:
+    def __init__(self, parts: Iterator[list[str]], read: Callable[[list[str]], _Task],
+                 ahead: int | None = None, readers: int | None = None) -> None:
         import queue
         import threading
 
         self._q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=ahead or READ_AHEAD)
         self._stop = threading.Event()
-        self._it = it
+        self._parts, self._read, self._readers = parts, read, max(1, readers or READERS)
         self._thread = threading.Thread(target=self._run, name="kgprobe-index-reader", daemon=True)
         self._thread.start()
 
@@ -993,9 +1000,10 @@ class _ReadAhead:
 
     def _run(self) -> None:
         try:
-            for task in self._it:
-                if not self._put((True, task)):
-                    return
+            with ThreadPoolExecutor(self._readers, thread_name_prefix="kgprobe-index-read") as pool:
+                for part in self._parts:
+                    if not self._put((True, pool.submit(self._read, part))):
+                        return
             self._put((False, None))
         except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
             self._put((False, exc))
@@ -1007,7 +1015,7 @@ class _ReadAhead:
                 if item is not None:
                     raise item
                 return
-            yield item
+            yield item.result()
 
     def close(self) -> None:
         self._stop.set()
@@ -1131,16 +1139,18 @@ def build_index(
     chosen = _draw_sample(every, settings) if fitting else []
     skip = set(chosen)  # the fit reads these; the embedding takes them from it
 
-    def tasks() -> Iterator[_Task]:
+    def parts() -> Iterator[list[str]]:
         for i in range(start, n, BUILD_BATCH):
-            part = [q for q in ids.slice_ids(i, min(i + BUILD_BATCH, n)) if q not in skip]
-            yield (True, part) if by_id else (False, list(src.facts(part, BUILD_BATCH)))
+            yield [q for q in ids.slice_ids(i, min(i + BUILD_BATCH, n)) if q not in skip]
+
+    def read(part: list[str]) -> _Task:
+        return (True, part) if by_id else (False, list(src.facts(part, BUILD_BATCH)))
 
     sampled: _Sampled | None = None
     with contextlib.ExitStack() as stack:
         # a fit on the whole graph reads every bag itself; otherwise the embedding's reads start
         # now, beside the fit
-        reader = None if fits_whole else stack.enter_context(_ReadAhead(tasks()))
+        reader = None if fits_whole else stack.enter_context(_ReadAhead(parts(), read))
         if resume:
             model = Model.load(work)
             stats.resumed_from = done

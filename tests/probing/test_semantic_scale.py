@@ -313,6 +313,24 @@ def test_the_journal_sees_template_imports_and_a_graph_loaded_anew(
     assert read == []
 
 
+def test_several_readers_give_the_one_readers_index(graph: Any, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batches read by several threads at once are handed over in order: the same rows, vectors
+    and digests as one reader's, with a sample smaller than the graph (sampled rows put back
+    among the read ones) and a few batches ahead."""
+    synthetic(graph, tmp_path, 3000)
+    s = sem.IndexSettings(dim=8, sample=60, candidates_only=False)
+    monkeypatch.setattr(sem, "BUILD_BATCH", 40)
+    monkeypatch.setattr(sem, "READ_AHEAD", 3)
+    one = sem.build_index(graph, tmp_path / "one", s)
+    monkeypatch.setattr(sem, "READERS", 4)
+    many = sem.build_index(graph, tmp_path / "many", s)
+    assert len(one) > 5 * 40 and one.qids.tolist() == many.qids.tolist()
+    assert np.array_equal(np.asarray(one.vecs), np.asarray(many.vecs))
+    assert np.array_equal(np.load(tmp_path / "one" / sem.HASHES_FILE),
+                          np.load(tmp_path / "many" / sem.HASHES_FILE))
+
+
 def test_compressed_index_reranks_on_exact_vectors() -> None:
     """Above compress_from the index is IVF-PQ, its codebooks trained in 10 k-means iterations;
     its neighbours carry exact cosines (re-ranked on the stored vectors) and, every list probed,
