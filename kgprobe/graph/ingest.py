@@ -862,7 +862,7 @@ def resolve_redirects(graph: Graph) -> int:
                  (journal.MARK_POINTERS, {"journal": journal.NAME, "rows": rows}),
                  *[(q, {"rows": rows}) for q in (_MOVE_FACT_SLOTS, _MOVE_OUT_FACTS, _MOVE_IN_FACTS,
                                                  _MOVE_TYPE_EDGES, _DELETE_REDIRECTED)],
-                 *journal.bump_statements(sorted({r["target"] for r in rows}))[1:]],
+                 *journal.mark_statements(sorted({r["target"] for r in rows}))],
             )
         except _Rejected as exc:
             raise InputError(f"resolving {len(rows)} redirects failed: {exc}") from exc.__cause__

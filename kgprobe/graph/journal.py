@@ -83,10 +83,12 @@ class Mark:
 def bump_statements(qids: list[str]) -> list[tuple[str, CypherParams]]:
     """A writer's journal statements, to run first in its own transaction: ``writes`` up by
     one, then ``qids`` (entities whose bags it changes; may be empty) marked."""
-    out: list[tuple[str, CypherParams]] = [(BUMP_WRITES, {"journal": NAME, "epoch": _new_epoch()})]
-    if qids:
-        out.append((MARK_BAGS, {"journal": NAME, "qids": qids}))
-    return out
+    return [(BUMP_WRITES, {"journal": NAME, "epoch": _new_epoch()}), *mark_statements(qids)]
+
+
+def mark_statements(qids: list[str]) -> list[tuple[str, CypherParams]]:
+    """Mark ``qids`` (none: no statement) in a transaction that raised ``writes`` already."""
+    return [(MARK_BAGS, {"journal": NAME, "qids": qids})] if qids else []
 
 
 def begin(graph: Graph) -> Mark:

@@ -970,20 +970,19 @@ READERS = 1
 
 class _ReadAhead:
     """The tasks of ``parts`` (``read`` of each), read in threads started at once, up to
-    ``ahead`` in advance and handed over in order: the graph's reads (the server's work, and
-    the driver waiting on its socket without the GIL) overlap the fit and then the tokens,
-    digests and vectors of the batch before; ``readers`` > 1 reads that many batches at once (a
+    ``READ_AHEAD`` in advance and handed over in order: the graph's reads (the server's work,
+    and the driver waiting on its socket without the GIL) overlap the fit and then the tokens,
+    digests and vectors of the batch before; ``READERS`` > 1 reads that many batches at once (a
     server with cores to spare answers them side by side). An error in a read is raised to the
     consumer; :meth:`close` (a ``with`` block's end) stops the reading."""
 
-    def __init__(self, parts: Iterator[list[str]], read: Callable[[list[str]], _Task],
-                 ahead: int | None = None, readers: int | None = None) -> None:
+    def __init__(self, parts: Iterator[list[str]], read: Callable[[list[str]], _Task]) -> None:
         import queue
         import threading
 
-        self._q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=ahead or READ_AHEAD)
+        self._q: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=READ_AHEAD)
         self._stop = threading.Event()
-        self._parts, self._read, self._readers = parts, read, max(1, readers or READERS)
+        self._parts, self._read, self._readers = parts, read, max(1, READERS)
         self._thread = threading.Thread(target=self._run, name="kgprobe-index-reader", daemon=True)
         self._thread.start()
 
@@ -1064,9 +1063,9 @@ class _Sampled:
 
 
 def _fit_sample(src: FactSource, ids: list[str], whole: bool, settings: IndexSettings,
-                stats: BuildStats) -> tuple[Model, dict[str, tuple[np.ndarray, int]] | None, _Sampled]:
+                stats: BuildStats) -> tuple[Model, np.ndarray | None, _Sampled]:
     """The model fitted on ``ids`` (:func:`_draw_sample`); with the whole graph, its vectors
-    and bag digests too (sklearn's ``fit_transform``); and the sample (:class:`_Sampled`)."""
+    too (sklearn's ``fit_transform``, rows of the sample); and the sample (:class:`_Sampled`)."""
     bags = [(q, bag_tokens(q, pairs)) for q, pairs in src.facts(ids, BUILD_BATCH)]
     qids, counts = bags_to_matrix(bags)
     order = shared_first(counts)
@@ -1081,11 +1080,8 @@ def _fit_sample(src: FactSource, ids: list[str], whole: bool, settings: IndexSet
     stats.n_sample = len(qids)
     model = Model(vocab, idf, comp, settings.sublinear_tf)
     digests = np.fromiter((bag_digest(q, toks) for q, toks in bags), dtype=np.uint64, count=len(bags))
-    sampled = _Sampled({q: i for i, q in enumerate(qids)}, counts, digests)
-    if not whole:
-        return model, None, sampled
-    # the whole graph was read: its vectors and digests, so the build reads nothing again
-    return model, {q: (vecs[i], int(digests[i])) for i, q in enumerate(qids)}, sampled
+    # with the whole graph read, its vectors and digests are all the build needs: no read again
+    return model, vecs if whole else None, _Sampled({q: i for i, q in enumerate(qids)}, counts, digests)
 
 
 def build_index(
@@ -1128,7 +1124,7 @@ def build_index(
             "ids": hashlib.sha256(ids.codes.tobytes()).hexdigest() + str(ids.codes.dtype),
             "given_model": model is not None}
     done = 0
-    whole: dict[str, tuple[np.ndarray, int]] | None = None
+    whole: np.ndarray | None = None
     resume = (work / "plan.json").exists() and (work / "done.json").exists() \
         and json.loads((work / "plan.json").read_text()) == plan
     if resume:
@@ -1178,7 +1174,7 @@ def build_index(
 
 
 def _embed_all(d: Path, work: Path, ids: QidTable, model: Model,
-               whole: dict[str, tuple[np.ndarray, int]] | None, sampled: _Sampled | None,
+               whole: np.ndarray | None, sampled: _Sampled | None,
                reader: _ReadAhead | None, src: FactSource, settings: IndexSettings,
                counts: dict[str, int], stats: BuildStats, mark: journal.Mark | None, *,
                done: int, workers: int, progress: bool, on_batch: Callable[[int], None] | None,
@@ -1190,8 +1186,8 @@ def _embed_all(d: Path, work: Path, ids: QidTable, model: Model,
     n = ids.n_rows
     stats.seconds["fit"] = time.perf_counter() - t0
     dim = model.components.shape[0] if model.components is not None else len(model.vocab)
-    if whole is not None and n:
-        dim = len(next(iter(whole.values()))[0])
+    if whole is not None:
+        dim = whole.shape[1]
     vecs = np.memmap(_owner_only(work / VECTORS_FILE), dtype=np.float32, mode="r+" if done else "w+",
                      shape=(max(n, 1), dim))
     hashes_path = _owner_only(work / "hashes.u64")
@@ -1205,11 +1201,11 @@ def _embed_all(d: Path, work: Path, ids: QidTable, model: Model,
         start = done
 
         def fitted() -> Iterator[tuple[list[str], np.ndarray, np.ndarray | None]]:
-            assert whole is not None
+            assert whole is not None and sampled is not None
             for i in range(start, n, BUILD_BATCH):
                 part = ids.slice_ids(i, min(i + BUILD_BATCH, n))
-                yield (part, np.asarray([whole[q][1] for q in part], dtype=np.uint64),
-                       np.stack([whole[q][0] for q in part]))
+                rows = [sampled.row[q] for q in part]
+                yield part, sampled.digests[rows], whole[rows]
 
         def merged() -> Iterator[tuple[list[str], np.ndarray, np.ndarray | None]]:
             """Each batch's read entities, embedded, with its sampled ones put back in place."""
@@ -1266,8 +1262,7 @@ def _record_mark(d: Path, mark: journal.Mark) -> GraphState:
     gs = manifest["graph_state"]
     gs.update(journal_rev=mark.rev, journal_writes=mark.writes, journal_epoch=mark.epoch)
     write_private_text(d / MANIFEST, json.dumps(manifest, indent=2, sort_keys=True))
-    return GraphState(counts=gs["counts"], bags_hash=gs["bags_hash"], journal_rev=mark.rev,
-                      journal_writes=mark.writes, journal_epoch=mark.epoch)
+    return _state(gs["counts"], gs["bags_hash"], mark)
 
 
 def _owner_only(path: Path) -> Path:
