@@ -32,6 +32,7 @@ from kgprobe.errors import ConfigError, GraphUnavailable, InputError
 from kgprobe.graph import journal
 from kgprobe.graph.client import Graph
 from kgprobe.records import (
+    RECORD_GC_THRESHOLD,
     EntityRecord,
     ErrorRecord,
     FactRecord,
@@ -869,14 +870,9 @@ def resolve_redirects(graph: Graph) -> int:
     return len(rows)
 
 
-#: Python's cyclic collector runs when tracked allocations outnumber frees by this many (its
-#: default is 700). An ingest allocates a batch of records and rows (tens of thousands of
-#: objects) before it frees any, so at 700 the collector ran ~8,000 times per 1M statements, its
-#: full passes re-walking every live object, while holding the GIL the writer needs: 3.5–3.9 s
-#: of the 17.5–17.9 s that reading and building 1M statements cost (docs/benchmarks.md). Records and
-#: rows hold no reference cycles, so they are freed by reference counting alone; garbage in
-#: cycles still counts towards this threshold and is collected once it is reached.
-INGEST_GC_THRESHOLD = 100_000
+#: Python's cyclic collector, run rarely while records are made in bulk: see
+#: `kgprobe.records.RECORD_GC_THRESHOLD` (also the parsing workers' setting).
+INGEST_GC_THRESHOLD = RECORD_GC_THRESHOLD
 
 _tuning_lock = threading.Lock()
 _tuning_depth = 0

@@ -47,7 +47,7 @@ from kgprobe.loaders.common import (
     stored_tell,
     time_from_json,
 )
-from kgprobe.loaders.parallel import chunk_bytes, ordered_map, read_chunks
+from kgprobe.loaders.parallel import chunk_bytes, ordered_map, plain_chunks, read_chunks
 from kgprobe.loaders.streams import (
     PROBE_BYTES,
     Run,
@@ -841,9 +841,10 @@ def _chunked(
         # a plain file's chunk is read again by its worker (from the page cache): only where it
         # lies crosses the process boundary, not its megabytes (they cost the main process as
         # much CPU as unpickling the records); a compressed file's text can only be sent
-        jobs = (_Chunk(str(p), b"" if plain else c.data, c.lineno, c.offset, f, source,
-                       c.next_lineno, len(c.data), read.post)
-                for c in read_chunks(fh, lineno, offset, chunk_bytes()))
+        chunks = (plain_chunks if plain else read_chunks)(fh, lineno, offset, chunk_bytes())
+        jobs = (_Chunk(str(p), c.data, c.lineno, c.offset, f, source, c.next_lineno, c.size,
+                       read.post)
+                for c in chunks)
     for job, parsed in ordered_map(_parse_job, jobs, read.workers):
         if job.__class__ is _StreamRun:  # its lines were numbered from its own start: renumber
             _relocate(parsed.records, f"{p}:", lineno, offset)

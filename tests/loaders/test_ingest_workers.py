@@ -22,7 +22,7 @@ from _kgprobe_process import run_kgprobe, start_kgprobe
 from loaders_support import WD, gen_dump_module
 
 from kgprobe.loaders.common import Filters
-from kgprobe.loaders.parallel import ENV_CHUNK_MB, ordered_map
+from kgprobe.loaders.parallel import ENV_CHUNK_MB, ordered_map, plain_chunks, read_chunks
 from kgprobe.loaders.wikidata_json import load_json
 from kgprobe.records import EntityRecord, ErrorRecord, Position
 
@@ -71,6 +71,31 @@ def test_ordered_map_runs_in_worker_processes_in_order() -> None:
     pids = [pid for _, pid in ordered_map(_pid, iter(range(8)), 2)]
     assert os.getpid() not in pids and len(pids) == 8
     assert [job for job, _ in ordered_map(_pid, iter(range(8)), 2)] == list(range(8))
+
+
+@pytest.mark.parametrize("text, size, expected", [
+    # (line, offset, next line, bytes), worked out by hand: 6 bytes read, then to the end of
+    # the line they stop in; the last chunk ends at the file's end, newline or not
+    (b"aaaa\nbb\ncccccccccccc\nd\n\neee", 6, [(1, 0, 3, 8), (3, 8, 4, 13), (4, 21, 6, 6)]),
+    (b"aaaa\nbb\ncccccccccccc\nd\n\nee", 6, [(1, 0, 3, 8), (3, 8, 4, 13), (4, 21, 6, 5)]),
+    (b"aaaa\nbb\n", 5, [(1, 0, 2, 5), (2, 5, 3, 3)]),  # a chunk that ends on a newline
+    (b"x" * 20 + b"\ny\n", 4, [(1, 0, 2, 21), (2, 21, 3, 2)]),  # a line longer than a chunk
+])
+def test_a_plain_files_chunks_are_counted_not_copied(
+    tmp_path: Path, text: bytes, size: int, expected: list[tuple[int, int, int, int]]
+) -> None:
+    """A plain file's chunks (which the workers read themselves) have the boundaries and line
+    numbers that the chunks of a compressed file's text have, with no text in them."""
+    path = tmp_path / "f.json"
+    path.write_bytes(text)
+    with open(path, "rb") as fh:
+        plain = list(plain_chunks(fh, 1, 0, size))
+    with open(path, "rb") as fh:
+        read = list(read_chunks(fh, 1, 0, size))
+    assert [(c.lineno, c.offset, c.next_lineno, c.size) for c in plain] == expected
+    assert [(c.lineno, c.offset, c.next_lineno, c.size) for c in read] == expected
+    assert [c.data for c in plain] == [b""] * len(expected)
+    assert b"".join(c.data for c in read) == text
 
 
 @pytest.mark.parametrize("name", ["dump.json", "dump.json.gz", "lines.json"])
