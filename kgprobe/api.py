@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack, overload
+from urllib.parse import urlsplit
 
 from kgprobe.app.contents import GraphStats as GraphStats
 from kgprobe.app.contents import stats as stats
@@ -385,7 +386,8 @@ def ingest(
     """``kgprobe ingest``: load files and/or a SPARQL endpoint into the graph, online
     (:func:`ingest_sources`) or, with ``bulk`` (a new directory for the import files), as the
     first load of an empty database (:func:`bulk_ingest`). ``workers``: processes that parse a
-    JSON dump (default: the machine's cores)."""
+    JSON dump (default: the machine's cores, less one for a graph server on this machine
+    during an online ingest: `kgprobe.loaders.parallel.default_workers`)."""
     from kgprobe.loaders.parallel import default_workers
 
     if bulk is None and neo4j_home is not None:
@@ -394,7 +396,8 @@ def ingest(
         raise ConfigError("--resume continues an online ingest; a bulk load into an empty "
                           "database starts again from an empty --bulk directory")
     check_number("--workers", workers, 1)
-    workers = workers or default_workers()
+    if workers is None:
+        workers = default_workers(server_here=bulk is None and _server_here(Settings.load()))
     if bulk is not None:
         summary, note = bulk_ingest(
             sources, bulk, neo4j_home=neo4j_home, sparql=sparql, relation=relation, subject=subject,
@@ -405,6 +408,18 @@ def ingest(
         sources, resume=resume, sparql=sparql, relation=relation, subject=subject, language=language,
         rank=rank, limit=limit, batch_size=batch_size, max_errors=max_errors, quiet=quiet,
         workers=workers))
+
+
+def _server_here(settings: Settings) -> bool:
+    """Whether the graph server runs on this machine: the managed one, or a ``NEO4J_URI`` whose
+    host is this machine's loopback (the compose file's Neo4j)."""
+    if settings.uri is None:
+        return True
+    try:
+        host = urlsplit(settings.uri).hostname
+    except ValueError:
+        return False
+    return host in ("localhost", "127.0.0.1", "::1")
 
 
 def _bulk_arcadedb(settings: Settings) -> ManagedServer:

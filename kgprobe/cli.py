@@ -295,7 +295,7 @@ def ingest(
     limit: int | None = typer.Option(None, help="Stop after this many entities per source."),
     batch_size: int = typer.Option(5000, help="Records per transaction (at least 1)."),
     max_errors: int = typer.Option(100, help="Malformed or refused records tolerated before stopping (0 = none)."),
-    workers: int | None = typer.Option(None, "--workers", help="Processes that parse a JSON dump or JSON lines file (default: the machine's cores; 1 = in this process). The records are the same for any number; with --bulk the workers also format the import rows. RDF and SPARQL ignore it."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes that parse a JSON dump or JSON lines file (default: the machine's cores, less one for a graph server on this machine during an online ingest; 1 = in this process). The records are the same for any number; with --bulk the workers also format the import rows. RDF and SPARQL ignore it."),
     resume: bool = typer.Option(False, "--resume", help="Start each JSON dump or JSON lines file at its checkpoint (after the last committed batch of a load that was stopped) rather than at its start; a file changed since is refused."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     bulk: str | None = typer.Option(None, "--bulk", help="First load of an EMPTY database, files written into this new directory: the managed ArcadeDB (no NEO4J_URI) is loaded by its own GraphImporter; for Neo4j, the neo4j-admin import files (run with --neo4j-home)."),

@@ -40,9 +40,19 @@ def chunk_bytes() -> int:
     return max(1, env_bytes(ENV_CHUNK_MB, CHUNK_MB))
 
 
-def default_workers() -> int:
-    """The machine's cores (``os.cpu_count()``), the default of ``kgprobe ingest --workers``."""
-    return os.cpu_count() or 1
+def default_workers(server_here: bool = False) -> int:
+    """The default of ``kgprobe ingest --workers``: the machine's cores (``os.cpu_count()``),
+    less one when the graph server runs on this machine and takes the writes as they are
+    parsed (an online ingest into the managed server or a local ``NEO4J_URI``).
+
+    Why one less: during an online ingest the server uses more than a core of its own (the
+    managed ArcadeDB: 14–17 CPU-s in 11–12 s of a 214k-statement ingest on 2 cores), so a
+    parsing process for every core only competes with it: on 2 cores, 2 workers took 12.2–13.4 s
+    where 1 took 11.3–11.8 s, and 35.3 s against 31.6–34.0 s for 1M statements
+    (docs/benchmarks.md, "All of Wikidata on a quiet 2-core machine"). A bulk load parses while
+    the server has nothing to do, and there 2 workers were faster (28.2 against 34.1 s)."""
+    cores = os.cpu_count() or 1
+    return max(1, cores - 1) if server_here else cores
 
 
 class Chunk(NamedTuple):

@@ -21,8 +21,16 @@ import pytest
 from _kgprobe_process import run_kgprobe, start_kgprobe
 from loaders_support import WD, gen_dump_module
 
+from kgprobe.api import _server_here
+from kgprobe.config import Settings
 from kgprobe.loaders.common import Filters
-from kgprobe.loaders.parallel import ENV_CHUNK_MB, ordered_map, plain_chunks, read_chunks
+from kgprobe.loaders.parallel import (
+    ENV_CHUNK_MB,
+    default_workers,
+    ordered_map,
+    plain_chunks,
+    read_chunks,
+)
 from kgprobe.loaders.wikidata_json import load_json
 from kgprobe.records import EntityRecord, ErrorRecord, Position
 
@@ -71,6 +79,29 @@ def test_ordered_map_runs_in_worker_processes_in_order() -> None:
     pids = [pid for _, pid in ordered_map(_pid, iter(range(8)), 2)]
     assert os.getpid() not in pids and len(pids) == 8
     assert [job for job, _ in ordered_map(_pid, iter(range(8)), 2)] == list(range(8))
+
+
+@pytest.mark.parametrize("cores, beside, alone", [(1, 1, 1), (2, 1, 2), (16, 15, 16)])
+def test_the_default_workers_leave_a_core_to_a_graph_server_on_this_machine(
+    monkeypatch: pytest.MonkeyPatch, cores: int, beside: int, alone: int
+) -> None:
+    """On 2 cores an online ingest into the managed server was slower with 2 parsing processes
+    than with 1 (the server uses more than a core): the default leaves it one; a bulk load, or
+    a server elsewhere, gets every core."""
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    assert default_workers(server_here=True) == beside
+    assert default_workers(server_here=False) == alone == default_workers()
+
+
+@pytest.mark.parametrize("uri, here", [
+    (None, True),  # the managed server
+    ("bolt://127.0.0.1:7687", True), ("neo4j://localhost", True), ("bolt://[::1]:7687", True),
+    ("neo4j+s://graph.example.org:7687", False), ("bolt://10.0.0.7:7687", False),
+])
+def test_a_graph_server_on_this_machine_is_the_managed_one_or_a_loopback_uri(
+    uri: str | None, here: bool
+) -> None:
+    assert _server_here(Settings(uri=uri)) is here
 
 
 @pytest.mark.parametrize("text, size, expected", [
