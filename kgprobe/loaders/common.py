@@ -203,20 +203,22 @@ def zstandard_module(path: str | Path) -> Any:
     return zstandard
 
 
-class ZstdFrame:
-    """A decompressor of one zstd frame with the interface of zlib's and bz2's (``eof``,
-    ``unused_data``); its errors are OSError, as bz2's are, so that a corrupt .zst is one line
-    (`guarded`), never a ZstdError traceback."""
+class _Translated:
+    """A decompressor with the interface of zlib's and bz2's (``decompress``, ``eof``,
+    ``unused_data``) around another library's, whose own error (``_error``) is raised as one
+    that `guarded` makes the one line about a corrupt file, never a traceback."""
 
-    def __init__(self) -> None:
-        self._zstd = zstandard_module("zstd")
-        self._dec = self._zstd.ZstdDecompressor().decompressobj()
+    _dec: Any
+    _error: type[Exception]
+
+    def _as(self, exc: Exception) -> Exception:
+        raise NotImplementedError
 
     def decompress(self, data: bytes) -> bytes:
         try:
             return bytes(self._dec.decompress(data))
-        except self._zstd.ZstdError as exc:
-            raise OSError(f"not zstd data ({exc})") from None
+        except self._error as exc:
+            raise self._as(exc) from None
 
     @property
     def eof(self) -> bool:
@@ -225,6 +227,18 @@ class ZstdFrame:
     @property
     def unused_data(self) -> bytes:
         return bytes(self._dec.unused_data)
+
+
+class ZstdFrame(_Translated):
+    """A decompressor of one zstd frame; its errors are OSError, as bz2's are."""
+
+    def __init__(self) -> None:
+        zstd = zstandard_module("zstd")
+        self._dec = zstd.ZstdDecompressor().decompressobj()
+        self._error = zstd.ZstdError
+
+    def _as(self, exc: Exception) -> Exception:
+        return OSError(f"not zstd data ({exc})")
 
 
 def _open_zst(p: Path) -> BinaryIO:
@@ -232,29 +246,18 @@ def _open_zst(p: Path) -> BinaryIO:
     return io.BufferedReader(_Decompressed(p, ZstdFrame), 1 << 16)  # type: ignore[return-value]
 
 
-class IsalMember:
+class IsalMember(_Translated):
     """A decompressor of one gzip member by ISA-L (the ``isal`` package): the same bytes as
     zlib's for a third of its CPU (208 MB of dump text: 0.20 against 0.53–0.66 CPU-s,
     docs/benchmarks.md), which a ``.gz`` dump pays in the reading process whatever the number
-    of workers. Its errors are ``zlib.error``, as zlib's are, so that a corrupt file is the
-    same one line (`guarded`)."""
+    of workers. Its errors are ``zlib.error``, as zlib's are."""
 
     def __init__(self) -> None:
         self._dec = isal_zlib.decompressobj(wbits=31)
+        self._error = cast(type[Exception], isal_zlib.error)
 
-    def decompress(self, data: bytes) -> bytes:
-        try:
-            return self._dec.decompress(data)  # type: ignore[no-any-return]
-        except cast(type[Exception], isal_zlib.error) as exc:
-            raise zlib.error(str(exc)) from None
-
-    @property
-    def eof(self) -> bool:
-        return bool(self._dec.eof)
-
-    @property
-    def unused_data(self) -> bytes:
-        return bytes(self._dec.unused_data)
+    def _as(self, exc: Exception) -> Exception:
+        return zlib.error(str(exc))
 
 
 def gzip_member() -> Any:
