@@ -25,6 +25,7 @@ import hashlib
 import importlib
 import itertools
 import json
+import mmap
 import os
 import time
 from collections import deque
@@ -370,9 +371,35 @@ def fit(
 
 
 def _add(index: Any, vecs: np.ndarray) -> None:
-    """Add ``vecs`` (maybe a disk array) in slices, so only one slice is copied at a time."""
+    """Add ``vecs`` (maybe a disk array) in slices, so only one slice is copied at a time, and
+    only one slice of a disk array's pages stays resident (`drop_pages`)."""
     for i in range(0, vecs.shape[0], ADD_BATCH):
         index.add(np.ascontiguousarray(vecs[i : i + ADD_BATCH], dtype=np.float32))
+        drop_pages(vecs, i, i + ADD_BATCH)
+
+
+def drop_pages(vecs: np.ndarray, lo: int, hi: int) -> None:
+    """Rows ``lo:hi`` of a disk array out of this process's resident memory.
+
+    Why: the vectors file is mapped, and every page a build writes or reads stays in the
+    process's RSS until the mapping goes: 4 bytes a dimension an entity (512 B at 128), as much
+    as an IVF-Flat index and eight times an IVF-PQ one (docs/benchmarks.md). The pages are
+    the file's (written back by ``flush``, kept in the page cache), so dropping them loses
+    nothing; a later read maps them again. Only a ``np.memmap`` whose first row is the
+    mapping's first byte has pages to drop (the vectors file's arrays are); else nothing."""
+    mm = getattr(vecs, "_mmap", None)
+    offset: int = getattr(vecs, "offset", 0)
+    if mm is None or not hasattr(mmap, "MADV_DONTNEED") or vecs.ndim != 2 or not vecs.flags.c_contiguous or offset:
+        return
+    row = vecs.shape[1] * vecs.itemsize
+    base = np.frombuffer(mm, dtype=np.uint8, count=0).ctypes.data  # the mapping's first byte
+    if vecs.ctypes.data != base:
+        return
+    page = mmap.PAGESIZE
+    start = lo * row // page * page
+    end = min(len(mm), -(-min(hi, vecs.shape[0]) * row // page) * page)
+    if end > start:
+        mm.madvise(mmap.MADV_DONTNEED, start, end - start)
 
 
 def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: bool = True,
@@ -410,6 +437,7 @@ def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: b
     sample = vecs[np.sort(rng.choice(n, size=sample_n, replace=False))] if sample_n < n else vecs
     t0 = time.perf_counter()
     index.train(np.ascontiguousarray(sample, dtype=np.float32))
+    drop_pages(vecs, 0, n)  # (the sample's rows were read from all over the file)
     t1 = time.perf_counter()
     _add(index, vecs)
     if timings is not None:
@@ -1231,6 +1259,7 @@ def _embed_all(d: Path, work: Path, ids: QidTable, model: Model,
         for qs, dg, out in batches:
             vecs[done : done + len(qs)] = out
             vecs.flush()
+            drop_pages(vecs, done, done + len(qs))
             hfh.write(dg.tobytes())
             hfh.flush()
             done += len(qs)

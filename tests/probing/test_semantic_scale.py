@@ -609,3 +609,41 @@ def test_the_build_benchmark_sweeps_workers_without_a_graph(tmp_path: Path) -> N
     for o in rows:
         assert o["entities_indexed"] == 1200 and o["cpu_s"] > 0 and o["entities_per_s"] > 0
         assert o["build_wall_s"] > 0 and "speedup_vs_first" in o
+
+
+def _mapped_kb(path: Path) -> int:
+    """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
+    total, mine = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:  # a mapping's first line
+            mine = line.endswith(str(path))
+        elif mine and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs /proc/self/smaps (Linux)")
+@pytest.mark.parametrize("mode", ["w+", "r"])
+def test_the_vectors_files_pages_are_dropped_and_nothing_is_lost(tmp_path: Path, mode: str) -> None:
+    """A build's vectors file is mapped: its pages leave the process's resident memory once a
+    batch is written or added to FAISS (`drop_pages`), and the rows read back the same."""
+    path = tmp_path / "vectors.f32"
+    rows = np.random.default_rng(0).random((20_000, 128), dtype=np.float32)  # 10 MB
+    if mode == "r":
+        rows.tofile(path)
+    vecs = np.memmap(path, dtype=np.float32, mode=mode, shape=rows.shape)
+    if mode == "w+":
+        vecs[:] = rows
+        vecs.flush()
+    else:
+        assert float(vecs.sum()) == pytest.approx(float(rows.sum()), rel=1e-4)  # every page read
+    assert _mapped_kb(path) > 9_000
+    view = vecs[:15_000]  # what `_finish` hands FAISS: the first rows, as a view
+    sem.drop_pages(view, 0, 10_000)
+    left = _mapped_kb(path)
+    assert 0 < left <= 6_000  # rows 10,000-19,999 (5 MB) or a part of them still mapped in
+    sem.drop_pages(vecs, 0, len(rows))
+    assert _mapped_kb(path) < 100
+    sem.drop_pages(vecs[1:], 0, 10)  # not the mapping's first row: nothing to do, no error
+    assert np.array_equal(np.asarray(vecs), rows)  # read again from the file
