@@ -85,8 +85,11 @@ def plain_chunks(fh: BinaryIO, lineno: int, offset: int, size: int) -> Iterator[
     workers: docs/benchmarks.md)."""
     buf = bytearray(size)
     view = memoryview(buf)
+    readinto = cast(io.BufferedReader, fh).readinto
     while True:
-        got = cast(io.BufferedReader, fh).readinto(view)  # (filled; short only at the end)
+        got = 0
+        while got < size and (n := readinto(view[got:])):  # short only at the file's end
+            got += n
         if not got:
             return
         lines = newlines(view[:got])

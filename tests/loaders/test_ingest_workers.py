@@ -104,6 +104,19 @@ def test_a_graph_server_on_this_machine_is_the_managed_one_or_a_loopback_uri(
     assert _server_here(Settings(uri=uri)) is here
 
 
+class _Trickle:
+    """A file whose reads return at most 3 bytes (as a pipe or a network file may)."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh = fh
+
+    def readinto(self, b: memoryview) -> int:
+        return int(self.fh.readinto(b[:3]))
+
+    def readline(self) -> bytes:
+        return bytes(self.fh.readline())
+
+
 @pytest.mark.parametrize("text, size, expected", [
     # (line, offset, next line, bytes), worked out by hand: 6 bytes read, then to the end of
     # the line they stop in; the last chunk ends at the file's end, newline or not
@@ -121,6 +134,8 @@ def test_a_plain_files_chunks_are_counted_not_copied(
     path.write_bytes(text)
     with open(path, "rb") as fh:
         plain = list(plain_chunks(fh, 1, 0, size))
+    with open(path, "rb") as fh:  # a reader that hands out 3 bytes at a time: the same chunks
+        assert list(plain_chunks(_Trickle(fh), 1, 0, size)) == plain  # type: ignore[arg-type]
     with open(path, "rb") as fh:
         read = list(read_chunks(fh, 1, 0, size))
     assert [(c.lineno, c.offset, c.next_lineno, c.size) for c in plain] == expected
