@@ -388,13 +388,11 @@ def drop_pages(vecs: np.ndarray, lo: int, hi: int) -> None:
     nothing; a later read maps them again. Only a ``np.memmap`` whose first row is the
     mapping's first byte has pages to drop (the vectors file's arrays are); else nothing."""
     mm = getattr(vecs, "_mmap", None)
-    offset: int = getattr(vecs, "offset", 0)
-    if mm is None or not hasattr(mmap, "MADV_DONTNEED") or vecs.ndim != 2 or not vecs.flags.c_contiguous or offset:
+    if mm is None or not hasattr(mmap, "MADV_DONTNEED") or vecs.ndim != 2 or not vecs.flags.c_contiguous:
         return
+    if vecs.ctypes.data != np.frombuffer(mm, dtype=np.uint8, count=0).ctypes.data:
+        return  # rows that start elsewhere in the mapping (a file offset, a later slice)
     row = vecs.shape[1] * vecs.itemsize
-    base = np.frombuffer(mm, dtype=np.uint8, count=0).ctypes.data  # the mapping's first byte
-    if vecs.ctypes.data != base:
-        return
     page = mmap.PAGESIZE
     start = lo * row // page * page
     end = min(len(mm), -(-min(hi, vecs.shape[0]) * row // page) * page)
