@@ -27,6 +27,8 @@ from kgprobe.app.db import db_wipe as db_wipe
 from kgprobe.app.distractors import distractors as distractors
 from kgprobe.app.evaluation import evaluate as evaluate
 from kgprobe.app.factor_pipeline import factor as factor
+from kgprobe.app.index import IndexReport as IndexReport
+from kgprobe.app.index import index as index
 from kgprobe.app.options import (
     check_date,
     check_number,

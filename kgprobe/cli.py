@@ -547,6 +547,28 @@ def distractors(
         console.print(Text(visible(res.reason), style="yellow"))
 
 
+@app.command("index")
+def index_cmd(
+    index_dir: str | None = typer.Option(None, "--index-dir", help="Semantic index directory (default: the one every probe uses)."),
+    sample: int | None = typer.Option(None, "--sample", help="Entities the TF-IDF and SVD are fitted on (default: the index's own, else 200,000); a graph with no more is fitted whole."),
+    dim: int | None = typer.Option(None, "--dim", help="Vector dimension (default: the index's own, else 128)."),
+    workers: int = typer.Option(1, "--workers", help="Processes that embed the entities (the fit is one)."),
+    rebuild: bool = typer.Option(False, "--rebuild", help="Build from scratch even if the index is current."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Build the semantic index for Sem and Temp+Sem distractors, or bring it up to date, with
+    settings of your choosing; later probes keep them and only update it after ingests.
+
+    Example: kgprobe index --sample 20000 --workers 8"""
+    from kgprobe.api import index as run
+
+    rep = run(index_dir, sample=sample, dim=dim, workers=workers, rebuild=rebuild, progress=not as_json)
+    data = rep.to_dict()
+    if not as_json:  # the settings a user chooses; --json gives them all
+        data["settings"] = {k: rep.settings[k] for k in ("sample", "dim", "seed", "candidates_only")}
+    _print_summary(data, as_json)
+
+
 @app.command()
 def score(
     context: str = typer.Argument(..., help="The context, e.g. \"The capital of France is\"."),

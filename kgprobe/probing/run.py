@@ -20,7 +20,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
@@ -58,7 +58,7 @@ from kgprobe.probing.loop import (
 from kgprobe.probing.measures.catalog import run_wide_settings
 from kgprobe.probing.models import LOAD_DEFAULTS, load_model
 from kgprobe.probing.score import default_score_cache
-from kgprobe.probing.semantic import ensure_index
+from kgprobe.probing.semantic import IndexSettings, ensure_index, recorded_settings
 from kgprobe.probing.strategies import strategy_class
 from kgprobe.provenance import (
     MeasureSpec,
@@ -176,7 +176,8 @@ def run_probe(
     summary.fact_keys = [str(d["key"]) for d in details]
     summary.summary_measure = setup.props[measures[0].name].measure_key
     record = run_record(config, ctx, measures, setup, summary, details, runner, model_info, available,
-                        ref, pr.graph_counts(graph))
+                        ref, pr.graph_counts(graph),
+                        index_settings(config, measures, index, index_dir))
     summary.interrupted_runs = pr.create_run(graph, run_id, record.props())
     try:
         return _probe_run(graph, runner, config, summary, plan, todo, measures, ctx, available,
@@ -252,12 +253,27 @@ def run_setup(config: ProbeConfig, ctx: Any, measures: list[Any], mkey: str, fin
     return RunSetup(mkeys, props, settings, m_cfg, cfg_by, run_cfg)
 
 
+def index_settings(config: ProbeConfig, measures: list[Any], index: SemanticIndex | None,
+                   index_dir: str | Path | None) -> IndexSettings | None:
+    """The settings of the semantic index a run's distractors come from (the run records them),
+    None when its strategy or measures use no index: the given index's, else those
+    ``ensure_index`` will keep in the index directory (the defaults where it holds none)."""
+    needs = frozenset().union(*(m.needs for m in measures))
+    if "distractors" not in needs or not strategy_class(config.strategy).needs_index:
+        return None
+    if index is not None:
+        return index.settings
+    return recorded_settings(index_dir or default_index_dir()) or IndexSettings()
+
+
 def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSetup, summary: ProbeSummary,
                details: Sequence[FactRef], runner: Runner, model_info: ModelInfo | None,
                available: dict[str, list[tuple[str, str]]], ref: int,
-               snapshot: dict[str, int]) -> RunProvenance:
+               snapshot: dict[str, int], semantic: IndexSettings | None = None) -> RunProvenance:
     """The ProbeRun's record as the run starts (its provenance: results.json reads it), written
-    by ``RunProvenance.props``. ``snapshot``: the graph's counts where the facts were sampled."""
+    by ``RunProvenance.props``. ``snapshot``: the graph's counts where the facts were sampled;
+    ``semantic``: the settings of the semantic index its distractors come from
+    (:func:`index_settings`), recorded beside the measures' parameters."""
     mkeys, relations = setup.mkeys, summary.relations
     facts_hash = config_hash(sorted(f"{d['key']}|{d['s']}|{d['pid']}|{d['o']}" for d in details))
     info: ModelInfo | None = model_info
@@ -275,7 +291,8 @@ def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSet
         measure_keys=[mkeys[m.name] for m in measures],
         measure_specs=specs,
         score_properties=summary.score_properties,
-        measure_params={**setup.settings, "threshold": config.threshold, "measures": setup.m_cfg},
+        measure_params={**setup.settings, "threshold": config.threshold, "measures": setup.m_cfg,
+                        **({"semantic_index": asdict(semantic)} if semantic else {})},
         end_marker={"choice": config.end, "kind": ctx.end.kind, "text": ctx.end.text},
         label_rule=config.label_rule, verbalizer=config.verbalizer,
         strategy=config.strategy, n=config.n, seed=config.seed,

@@ -773,6 +773,19 @@ def read_manifest(directory: str | Path) -> JSONObject:
     return data
 
 
+def recorded_settings(directory: str | Path) -> IndexSettings | None:
+    """The settings the index in ``directory`` was built with: None where there is no index or
+    its manifest holds settings this version does not read (a build then takes the defaults).
+    What :func:`ensure_index` keeps when it is given none, so an index built with a sample or a
+    dimension of the user's choosing is updated as the graph changes, never rebuilt with the
+    defaults behind their back."""
+    try:
+        recorded = read_manifest(directory).get("settings")
+        return IndexSettings(**recorded) if isinstance(recorded, dict) else None
+    except (StaleIndexError, TypeError):
+        return None
+
+
 def staleness(
     manifest: JSONObject,
     expect_state: GraphState | None = None,
@@ -1481,8 +1494,13 @@ def ensure_index(
     the same settings is updated (:func:`update_index`: only new and changed entities are
     embedded); other settings, another format or no index mean a full build
     (:func:`build_index`, which resumes a killed one).
+
+    ``settings`` None means those the index in ``directory`` was built with
+    (:func:`recorded_settings`), or the defaults where there is none: an index built with other
+    settings (``build_index(graph, d, IndexSettings(sample=20_000), workers=16)``) is then what
+    every probe with that directory uses and keeps up to date.
     """
-    settings = settings or IndexSettings()
+    settings = settings or recorded_settings(directory) or IndexSettings()
     d = Path(directory)
     try:
         manifest = read_manifest(d)

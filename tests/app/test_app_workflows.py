@@ -40,6 +40,8 @@ BAD: list[tuple[list[str], Callable[[Path], Any]]] = [
     (["cypher", "missing.cypher"], lambda d: api.cypher(str(d / "missing.cypher"))),
     (["cypher", "RETURN $x AS x", "-p", "1x=2"], lambda _: api.cypher("RETURN $x AS x", param=["1x=2"])),
     (["probe", "-m", "gpt2", "--shard", "3/2", "--dry-run"], lambda _: api.probe("gpt2", shard="3/2", dry_run=True)),
+    (["index", "--sample", "0"], lambda _: api.index(sample=0)),
+    (["index", "--workers", "0"], lambda _: api.index(workers=0)),
 ]
 
 
@@ -74,6 +76,40 @@ def test_the_api_gives_what_the_cli_prints(graph: Any, kgprobe_env: dict[str, st
     assert sorted(t["text"] for t in listed) == ["The head of state of [X] is [Y].",
                                                  "Who is the head of state of [X]?"]
     assert api.db_status().to_dict() == cli("db", "status")
+
+
+
+def test_kgprobe_index_builds_with_chosen_settings_then_keeps_and_updates_them(
+        graph: Any, kgprobe_env: dict[str, str], tmp_path: Path) -> None:
+    """``kgprobe index`` builds the semantic index with the settings given, finds it current the
+    next time (nothing embedded, the same settings, though none were given), embeds only what
+    an ingest changed, and is what a probe's ``ensure_index`` then keeps; ``api.index`` gives
+    what the command prints."""
+    from kgprobe.api import write_records
+    from kgprobe.probing import semantic as sem
+    from kgprobe.records import FactRecord
+
+    load(graph)
+    d = tmp_path / "idx"
+
+    def cli(*argv: str) -> Any:
+        r = kgprobe("index", "--index-dir", str(d), *argv, "--json", env=kgprobe_env)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+
+    first = cli("--dim", "6", "--sample", "10")
+    assert (first["action"], first["settings"]["dim"], first["settings"]["sample"]) == ("built", 6, 10)
+    assert first["entities_embedded"] == first["entities_indexed"] > 2
+    again = cli()
+    assert (again["action"], again["entities_embedded"], again["settings"]) == ("current", 0, first["settings"])
+    same = api.index(d, progress=False).to_dict()
+    assert {k: v for k, v in same.items() if k != "seconds"} == {k: v for k, v in again.items() if k != "seconds"}
+    a, b = sem.SemanticIndex.load(d).qids.tolist()[:2]
+    write_records(graph, [FactRecord(a, "P9999", b, statement_id="index-cli-1")], quiet=True)
+    upd = cli()
+    assert upd["action"] == "updated" and 1 <= upd["entities_embedded"] < upd["entities_indexed"]
+    assert sem.ensure_index(graph, d).settings == sem.IndexSettings(**first["settings"])
+    assert cli("--rebuild")["action"] == "built"
 
 
 def test_api_probe_has_a_real_signature() -> None:

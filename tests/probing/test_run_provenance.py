@@ -63,6 +63,9 @@ def test_a_run_record_reads_back_as_its_dataclass(graph: Any, engine: tuple[Path
         ("kmin", "kmin_temp_sem_n2"), ("kavg", "kavg_temp_sem_n2")]
     assert rec.library_versions is not None and rec.library_versions["torch"] == version("torch")
     assert rec.measure_params is not None and rec.measure_params["threshold"] == 0.25
+    # the semantic index its distractors came from: the settings this test built it with
+    assert rec.measure_params["semantic_index"]["dim"] == 8
+    assert rec.measure_params["semantic_index"]["sample"] == 200_000  # the default, not set here
     assert rec.end_marker is not None and rec.end_marker["choice"] == "auto"
     assert rec.graph_snapshot is not None and rec.graph_snapshot["facts"] > 0
     assert rec.templates is not None and set(rec.templates) == set(summary.relations)
@@ -75,3 +78,30 @@ def test_a_run_record_reads_back_as_its_dataclass(graph: Any, engine: tuple[Path
     assert len(written) > 30 and {k: stored[k] for k in written} == written
     # and the report's reader is this one
     assert run_fields(stored)["library_versions"] == rec.library_versions
+
+
+def test_a_run_records_the_settings_of_the_index_it_keeps(graph: Any, engine: tuple[Path, Any],
+                                                          tmp_path: Path) -> None:
+    """A run given only the index directory keeps the index built there with settings of the
+    user's own (no rebuild with the defaults) and records them; a run whose strategy uses no
+    index records none."""
+    from kgprobe.probing.semantic import IndexSettings, build_index
+    from kgprobe.provenance import read_run
+
+    path, eng = engine
+    load(graph)
+    build_index(graph, tmp_path / "index", IndexSettings(dim=6, seed=3, sample=40))
+    mtime = (tmp_path / "index" / "manifest.json").stat().st_mtime_ns
+    for strategy, want in (("temp+sem", {"dim": 6, "seed": 3, "sample": 40}), ("random", None)):
+        cfg = ProbeConfig(model=str(path), sample=4, n=2, seed=1, at=REF, strategy=strategy,
+                          measures=("kmin",))
+        summary = run_probe(graph, eng, cfg, fingerprint=eng.fingerprint,
+                            index_dir=tmp_path / "index", progress=False)
+        stored = pr.get_run(graph, summary.run_id)
+        assert stored is not None
+        params = read_run(stored).measure_params or {}
+        if want is None:
+            assert "semantic_index" not in params
+        else:
+            assert {k: params["semantic_index"][k] for k in want} == want
+    assert (tmp_path / "index" / "manifest.json").stat().st_mtime_ns == mtime  # not rebuilt

@@ -218,6 +218,42 @@ def test_update_after_an_ingest_equals_a_build_with_the_same_model(graph: Any, t
     assert sem.ensure_index(graph, d, s).stats.n_embedded == upd.stats.n_embedded
 
 
+def test_an_index_built_with_its_own_settings_is_kept_and_updated_with_them(
+        graph: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user builds the index once with a sample and dimension of their own; every later
+    ``ensure_index`` given no settings (what a probe, ``kgprobe distractors`` and a probe set's
+    export call) keeps them: loaded as it is, then updated after an ingest, never rebuilt with
+    the defaults. Explicit other settings still mean a full build."""
+    first, later = ingested_but_the_last_20(graph, tmp_path)
+    mine = sem.IndexSettings(dim=8, sample=50, candidates_only=False)
+    assert mine != sem.IndexSettings()
+    d = tmp_path / "index"
+    built = sem.build_index(graph, d, mine)
+    assert sem.recorded_settings(d) == mine
+    assert sem.recorded_settings(tmp_path / "none") is None
+    builds: list[sem.IndexSettings] = []
+    real_build = sem.build_index
+
+    def counting(g: Any, directory: Any, settings: Any = None, **kw: Any) -> Any:
+        builds.append(settings)
+        return real_build(g, directory, settings, **kw)
+
+    monkeypatch.setattr(sem, "build_index", counting)
+    same = sem.ensure_index(graph, d)
+    assert builds == [] and same.settings == mine and same.stats.n_sample == built.stats.n_sample == 50
+    ingest_dump(graph, tmp_path / "b.json", later)
+    upd = sem.ensure_index(graph, d)
+    assert builds == [] and upd.settings == mine
+    assert upd.stats.n_embedded == len(later) and all(e["id"] in upd for e in later)
+    sem.ensure_index(graph, d, sem.IndexSettings(dim=8, sample=60, candidates_only=False))
+    assert [b.sample for b in builds] == [60]
+    # a manifest this version cannot read settings from: the defaults, as before
+    m = json.loads((d / sem.MANIFEST).read_text())
+    m["settings"]["no_such_setting"] = 1
+    (d / sem.MANIFEST).write_text(json.dumps(m))
+    assert sem.recorded_settings(d) is None
+
+
 def test_a_journaled_update_reads_only_the_marked_bags(graph: Any, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """kgprobe's own writes since the build (an ingest of new and changed entities, a redirect
