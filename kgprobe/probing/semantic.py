@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypedDict, runtime_checkable
 import numpy as np
 
 from kgprobe.config import private_dir, write_private_text
-from kgprobe.errors import ConfigError, KgprobeError
+from kgprobe.errors import ConfigError, InputError, KgprobeError
 from kgprobe.graph import journal
 from kgprobe.graph.distractors import all_entity_ids, candidate_ids, entity_facts, graph_counts
 from kgprobe.probing.qidtable import QidTable
@@ -1157,6 +1157,9 @@ def build_index(
         counted = pool.submit(src.counts)
         ids, every = src.ids(settings)
         counts = counted.result()
+    if not every.n_rows and model is None:
+        raise InputError("nothing to index: the graph holds no entities (load facts first: "
+                         "kgprobe ingest)")
     n = ids.n_rows
     stats.n_graph, stats.n_entities = every.n_rows, n
     plan = {"settings": asdict(settings), "counts": counts, "format": FORMAT_VERSION,

@@ -254,6 +254,18 @@ def test_an_index_built_with_its_own_settings_is_kept_and_updated_with_them(
     assert sem.recorded_settings(d) is None
 
 
+
+def test_an_empty_graph_is_one_line_not_a_traceback(graph: Any, tmp_path: Path) -> None:
+    """Nothing to fit on: the build says so (``kgprobe index`` before any ingest) and leaves
+    no index behind."""
+    from kgprobe.errors import InputError
+
+    assert graph.read("MATCH (e:Entity) RETURN count(e) AS n")[0]["n"] == 0
+    with pytest.raises(InputError, match="no entities"):
+        sem.ensure_index(graph, tmp_path / "i")
+    assert sem.recorded_settings(tmp_path / "i") is None
+
+
 def test_a_journaled_update_reads_only_the_marked_bags(graph: Any, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """kgprobe's own writes since the build (an ingest of new and changed entities, a redirect
