@@ -298,8 +298,8 @@ def neighbour_quality(graph: object, indexed: list[str], queries: list[str],
     """What Sem neighbours are for, measured without the index: the mean exact TF-IDF cosine
     (sklearn, fitted on every entity's bag, as a whole-graph build is) between each query and
     the neighbours each build returned, beside the exact top 10 among the ``indexed`` (the
-    ceiling) and 10 random indexed entities (the floor). Overlap between two builds says only that they differ; this
-    says which one finds the more similar entities."""
+    ceiling) and 10 random indexed entities (the floor). Overlap between two builds says only
+    that they differ; this says which one finds the more similar entities."""
     from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer
 
     from kgprobe.probing.semantic import feature_bags

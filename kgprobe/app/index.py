@@ -17,12 +17,11 @@ from kgprobe.checks import check_number
 from kgprobe.graph.client import connect
 from kgprobe.probing.distractors import default_index_dir
 from kgprobe.probing.semantic import (
-    IndexSettings,
     StaleIndexError,
     build_index,
     ensure_index,
+    kept_settings,
     read_manifest,
-    recorded_settings,
 )
 
 #: ``--workers`` at most: processes beyond the machine's cores only wait
@@ -68,7 +67,7 @@ def index(index_dir: str | Path | None = None, *, sample: int | None = None, dim
     check_number("--dim", dim, 1)
     check_number("--workers", workers, 1, MAX_WORKERS)
     d = Path(index_dir) if index_dir is not None else default_index_dir()
-    base = recorded_settings(d) or IndexSettings()
+    base = kept_settings(d)
     settings = replace(base, sample=base.sample if sample is None else sample,
                        dim=base.dim if dim is None else dim)
     before = _build_record(d)

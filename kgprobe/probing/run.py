@@ -58,7 +58,7 @@ from kgprobe.probing.loop import (
 from kgprobe.probing.measures.catalog import run_wide_settings
 from kgprobe.probing.models import LOAD_DEFAULTS, load_model
 from kgprobe.probing.score import default_score_cache
-from kgprobe.probing.semantic import IndexSettings, ensure_index, recorded_settings
+from kgprobe.probing.semantic import IndexSettings, ensure_index, kept_settings
 from kgprobe.probing.strategies import strategy_class
 from kgprobe.provenance import (
     MeasureSpec,
@@ -263,7 +263,7 @@ def index_settings(config: ProbeConfig, measures: list[Any], index: SemanticInde
         return None
     if index is not None:
         return index.settings
-    return recorded_settings(index_dir or default_index_dir()) or IndexSettings()
+    return kept_settings(index_dir or default_index_dir())
 
 
 def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSetup, summary: ProbeSummary,

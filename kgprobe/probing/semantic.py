@@ -786,6 +786,12 @@ def recorded_settings(directory: str | Path) -> IndexSettings | None:
         return None
 
 
+def kept_settings(directory: str | Path) -> IndexSettings:
+    """What :func:`ensure_index` given no settings works with in ``directory``: the index's own
+    (:func:`recorded_settings`), the defaults where there is none."""
+    return recorded_settings(directory) or IndexSettings()
+
+
 def staleness(
     manifest: JSONObject,
     expect_state: GraphState | None = None,
@@ -1503,7 +1509,7 @@ def ensure_index(
     settings (``build_index(graph, d, IndexSettings(sample=20_000), workers=16)``) is then what
     every probe with that directory uses and keeps up to date.
     """
-    settings = settings or recorded_settings(directory) or IndexSettings()
+    settings = settings or kept_settings(directory)
     d = Path(directory)
     try:
         manifest = read_manifest(d)
