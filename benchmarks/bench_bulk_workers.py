@@ -2,6 +2,7 @@
 
     python benchmarks/bench_bulk_workers.py --entities 10000                 # this checkout
     python benchmarks/bench_bulk_workers.py --entities 10000 --code /work/main   # another one
+    python benchmarks/bench_bulk_workers.py --dump real.json.gz --workers 1 4 8 16   # a dump made before
 
 A realistic dump (`benchmarks/gen_dump.py --realistic`, gzip) is loaded into import files
 (no Neo4j: the import tool's time is not the question) by ``kgprobe ingest --bulk`` in a
@@ -15,6 +16,7 @@ docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -43,9 +45,12 @@ print("CPU", me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, file=sys.
 
 
 def run(code: Path, dump: Path, out: Path, workers: int) -> dict[str, object]:
-    # and a cwd with no kgprobe (``-c`` puts it first); a Neo4j server named, never reached: only
-    # the import files are written (with no NEO4J_URI --bulk loads the managed ArcadeDB)
-    env = {**os.environ, "PYTHONPATH": str(code), "NEO4J_URI": "bolt://127.0.0.1:9", "NEO4J_PASSWORD": "unused"}
+    # the checkout measured first on PYTHONPATH, then what PYTHONPATH held (packages installed
+    # apart, as on a GPU machine whose missing wheels go into a folder of their own); a cwd with
+    # no kgprobe (``-c`` puts it first); a Neo4j server named, never reached: only the import
+    # files are written (with no NEO4J_URI --bulk loads the managed ArcadeDB)
+    path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "NEO4J_URI": "bolt://127.0.0.1:9", "NEO4J_PASSWORD": "unused"}
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", _RUN, "ingest", str(dump), "--bulk", str(out),
                            "--workers", str(workers), "--json"],
@@ -72,11 +77,18 @@ def main() -> None:
                          "process neither decompresses nor sends text")
     ap.add_argument("--repeat", type=int, default=1, help="runs per number of workers (a loaded machine)")
     ap.add_argument("--tmp", default=None)
+    ap.add_argument("--dump", type=Path, default=None,
+                    help="an existing dump (gen_dump.py --realistic) instead of generating one")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="kgprobe-bench-bulk-workers-", dir=args.tmp))
     try:
-        dump = tmp / ("dump.json" if args.plain else "dump.json.gz")
-        stats = write_realistic_dump(dump, args.entities, args.seed)
+        if args.dump is not None:
+            dump = args.dump.resolve()
+            with gzip.open(dump, "rb") if dump.suffix == ".gz" else open(dump, "rb") as fh:
+                stats = {"path": str(dump), "bytes": sum(len(line) for line in fh)}
+        else:
+            dump = tmp / ("dump.json" if args.plain else "dump.json.gz")
+            stats = write_realistic_dump(dump, args.entities, args.seed)
         mb = stats["bytes"] / 1e6
         print(json.dumps({"dump": stats, "code": str(args.code)}), flush=True)
         for n in [n for n in args.workers for _ in range(args.repeat)]:

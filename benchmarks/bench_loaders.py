@@ -15,9 +15,11 @@ counts on a busy machine.
 
 ``--workers N`` (issue 37 #3) times the parse alone (wall clock: the work is spread over
 processes) with 1 and with N worker processes, side by side, in MB/s of uncompressed JSON and
-statements/s, and their ratio; the records must be the same.
+statements/s, and their ratio; the records must be the same. A list (``--workers 4,8,16``)
+times each count against the same 1-worker runs, alternated within each round.
 
     python benchmarks/bench_loaders.py --realistic --workers 2 [--entities 15000] [--repeats 3]
+    python benchmarks/bench_loaders.py --realistic --path real.json.gz --workers 4,8,16 --repeats 2
 """
 
 
@@ -146,9 +148,10 @@ def startup(workers: int) -> tuple[float, float]:
 CPU: dict[int, list[tuple[float, float]]] = {}
 
 
-def scaling(path: Path, repeats: int, workers: int) -> None:
-    """Parse alone with 1 and ``workers`` processes, alternated, on ``path`` and on the same
-    lines uncompressed (then the main process has no gunzip to do); medians and their ratio."""
+def scaling(path: Path, repeats: int, counts: list[int]) -> None:
+    """Parse alone with 1 worker and with each of ``counts`` worker processes, alternated within
+    each round, on ``path`` and on the same lines uncompressed (then the main process has no
+    gunzip to do); medians and their ratios to 1 worker."""
     from kgprobe.loaders.wikidata_json import load_json
 
     paths = [path]
@@ -159,33 +162,37 @@ def scaling(path: Path, repeats: int, workers: int) -> None:
         paths.append(plain)
     for p in paths:
         CPU.clear()
-        same = list(load_json(p, workers=1)) == list(load_json(p, workers=workers))
+        reference = list(load_json(p, workers=1))
+        same = {n: list(load_json(p, workers=n)) == reference for n in counts}
+        del reference
         with gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb") as fh:
             mb = sum(len(line) for line in fh) / 1e6
-        one, many = [], []
+        walls: dict[int, list[float]] = {n: [] for n in [1, *counts]}
         for _ in range(repeats):
-            for n, out in ((1, one), (workers, many)):
+            for n, out in walls.items():
                 seconds, statements = parse_wall(p, n)
                 out.append(seconds)
-            print(f"  {p.name}: 1 worker {one[-1]:.2f} s, {workers} workers {many[-1]:.2f} s: "
-                  f"{one[-1] / many[-1]:.2f}x")
-        t1, tn = statistics.median(one), statistics.median(many)
+            print(f"  {p.name}: " + ", ".join(
+                f"{n} worker{'s' if n > 1 else ''} {out[-1]:.2f} s" for n, out in walls.items()))
+        t1 = statistics.median(walls[1])
+        c1 = statistics.median(m + k for m, k in CPU[1])
         print(f"{p.name}: {mb:,.1f} MB uncompressed, {statements:,} statements, median of {repeats} "
               f"(wall clock):\n"
-              f"  1 worker:  {t1:.2f} s, {mb / t1:,.1f} MB/s, {statements / t1:,.0f} statements/s\n"
-              f"  {workers} workers: {tn:.2f} s, {mb / tn:,.1f} MB/s, {statements / tn:,.0f} statements/s\n"
-              f"  ratio {t1 / tn:.2f}x; the same records: {same}")
-        c1 = statistics.median(m + k for m, k in CPU[1])
-        main = statistics.median(m for m, _ in CPU[workers])
-        kids = statistics.median(k for _, k in CPU[workers])
-        bound = c1 / max(main, (main + kids) / workers)
-        up_wall, up_cpu = startup(workers)
-        steady = c1 / max(main, (main + kids - up_cpu) / workers)
-        print(f"  CPU: 1 worker {c1:.2f} CPU-s; {workers} workers: main process {main:.2f} + workers "
-              f"{kids:.2f} CPU-s: on {workers} idle cores at best {bound:.2f}x; starting the "
-              f"workers alone takes {up_wall:.2f} s wall, {up_cpu:.2f} CPU-s: without it (a large "
-              f"file) at best {steady:.2f}x; wall without it: "
-              f"{t1 / max(tn - up_wall, 1e-9):.2f}x")
+              f"  1 worker:  {t1:.2f} s, {mb / t1:,.1f} MB/s, {statements / t1:,.0f} statements/s, "
+              f"{c1:.2f} CPU-s")
+        for n in counts:
+            tn = statistics.median(walls[n])
+            main = statistics.median(m for m, _ in CPU[n])
+            kids = statistics.median(k for _, k in CPU[n])
+            bound = c1 / max(main, (main + kids) / n)
+            up_wall, up_cpu = startup(n)
+            steady = c1 / max(main, (main + kids - up_cpu) / n)
+            print(f"  {n} workers: {tn:.2f} s, {mb / tn:,.1f} MB/s, {statements / tn:,.0f} "
+                  f"statements/s; ratio {t1 / tn:.2f}x; the same records: {same[n]}\n"
+                  f"    CPU: main process {main:.2f} + workers {kids:.2f} CPU-s: on {n} idle "
+                  f"cores at best {bound:.2f}x; starting the workers alone takes {up_wall:.2f} s "
+                  f"wall, {up_cpu:.2f} CPU-s: without it (a large file) at best {steady:.2f}x; "
+                  f"wall without it: {t1 / max(tn - up_wall, 1e-9):.2f}x")
 
 
 def realistic(path: Path, repeats: int, relations: list[str] | None) -> None:
@@ -225,8 +232,9 @@ def main() -> None:
     ap.add_argument("--entities", type=int, default=15_000, help="with --realistic")
     ap.add_argument("--repeats", type=int, default=3, help="with --realistic")
     ap.add_argument("--relations", default=None, help="with --realistic: P19,P27,… kept only")
-    ap.add_argument("--workers", type=int, default=None,
-                    help="with --realistic: parse alone with 1 and N worker processes, side by side")
+    ap.add_argument("--workers", default=None, metavar="N[,N...]",
+                    help="with --realistic: parse alone with 1 worker and with each N worker "
+                         "processes, side by side (e.g. 2, or 4,8,16 on a larger machine)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = args.path
@@ -239,7 +247,7 @@ def main() -> None:
                       f"{stats['statements'] / stats['entities']:.1f} statements per entity, "
                       f"{stats['item_valued'] / stats['statements']:.1%} item-valued")
             if args.workers:
-                scaling(path, args.repeats, args.workers)
+                scaling(path, args.repeats, [int(n) for n in args.workers.split(",")])
                 return
             realistic(path, args.repeats, args.relations.split(",") if args.relations else None)
             return
