@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Prepare, on this machine, what the device checks (benchmarks/device/run.sh) carry to a lent
+# GPU machine, which reaches no package index and no model hub:
+#   .whl/     wheels of the distributions in benchmarks/device/wheels.txt, for its Python;
+#   .device/  the default model's tokenizer (tok/) and the BEAR P19 prompts.
+# Both paths are git-ignored; name them in the device call's carry. Usage, from the repo root:
+#   bash benchmarks/device/pack.sh [BEAR_DIR]          # BEAR_DIR default ../shared/data/bear/BEAR
+# DEVICE_PYTHON (default 3.12, the GPU image's) picks the wheels' Python; 3.11 here lets the
+# kit be tried on this machine (benchmarks/device/try_here.sh).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PY:-.venv/bin/python}
+PYVER=${DEVICE_PYTHON:-3.12}
+BEAR=${1:-../shared/data/bear/BEAR}
+WHL=${WHL_DIR:-.whl}
+LIMIT=$((60 * 1024 * 1024))  # the device call's 64 MiB, less the working tree's few MiB
+
+rm -rf "$WHL" && mkdir -p "$WHL" .device
+specs=()
+while read -r line; do
+  line=${line%%#*}; line=${line//[[:space:]]/}
+  [ -z "$line" ] && continue
+  if [[ $line != *==* ]]; then
+    ver=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$line") || {
+      echo "pack: $line has no version in wheels.txt and is not installed in $PY" >&2; exit 2; }
+    line="$line==$ver"
+  fi
+  specs+=("$line")
+done < benchmarks/device/wheels.txt
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
+  --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
+  --platform manylinux_2_24_x86_64 --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 \
+  -d "$WHL" "${specs[@]}"
+
+rm -rf .device/tok && "$PY" - <<'PYEOF'
+from kgprobe.probing.models import load_model
+load_model("smollm2-135m", device="cpu").tokenizer.save_pretrained(".device/tok")
+PYEOF
+cp "$BEAR/P19.jsonl" .device/P19.jsonl
+
+size=$(du -cb "$WHL" .device | tail -1 | cut -f1)
+echo "pack: ${#specs[@]} wheels in $WHL, tokenizer and P19 in .device: $((size / 1024 / 1024)) MiB"
+if [ "$size" -gt "$LIMIT" ]; then
+  echo "pack: over the device call's transfer limit ($((LIMIT / 1024 / 1024)) MiB with the tree)" >&2
+  exit 1
+fi

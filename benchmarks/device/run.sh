@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# The figures that need a lent GPU machine (16 cores, an H100/H200, no Java, no network), as one
+# prepared script: issue 43's engine against the harness, issue 37's parse and bulk-file scaling
+# over 16 cores, issue 44's semantic-index worker sweep. Prepared here with
+# benchmarks/device/pack.sh, tried here with benchmarks/device/try_here.sh; run there from the
+# repo root, carrying .whl and .device:
+#
+#   bash benchmarks/device/run.sh engine     # ~5 min: 8B, 1.7B, 135M shapes x {kgprobe, harness}
+#   bash benchmarks/device/run.sh cpu        # ~4 min: parse 1/4/8/16 workers, bulk files, index sweep
+#
+# (two calls back to back: each fits the device's 10-minute call, the machine stays warm between
+# them). Everything is written under $OUT (what comes back: at most 8 files): env.txt, engine.log,
+# engine-<shape>.json, cpu.log, semantic.json. DEVICE_SMOKE=1 shrinks every step to seconds on a
+# CPU (try_here.sh). PYTHON and PIP name the interpreter and pip to use (default python3).
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+OUT=${OUT:-/tmp/kgprobe-device-out}
+read -ra PY <<< "${PYTHON:-python3}"   # a command line: the interpreter and its flags
+read -ra PIPCMD <<< "${PIP:-${PY[*]} -m pip}"
+SITE=${SITE:-/tmp/site}
+SMOKE=${DEVICE_SMOKE:-0}
+WORK=${WORK:-/tmp/kgprobe-device}
+mkdir -p "$OUT" "$WORK"
+export PYTHONUNBUFFERED=1
+
+install() {
+  # the wheels the image lacks (benchmarks/device/wheels.txt), never from a network
+  "${PIPCMD[@]}" install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
+    .whl/*.whl || { echo "run.sh: installing .whl failed (was .whl carried?)" >&2; exit 3; }
+  export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  [ -d .device/tok ] || { echo "run.sh: .device/tok missing (pack.sh, then carry .device)" >&2; exit 3; }
+}
+
+environment() {
+  {
+    date -u; uname -m; nproc; free -g 2>/dev/null | head -2
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
+    git log -1 --format='code %H %s' 2>/dev/null
+    "${PY[@]}" - <<'EOF'
+import importlib.metadata as md, sys
+print("python", sys.version.split()[0])
+for n in ("torch", "transformers", "tokenizers", "lm-eval", "faiss-cpu", "numpy", "scipy",
+          "scikit-learn", "orjson", "msgspec", "isal"):
+    try:
+        print(n, md.version(n))
+    except md.PackageNotFoundError:
+        print(n, "missing")
+EOF
+  } >> "$OUT/env.txt" 2>&1
+}
+
+need() {  # need MODULE...: refuse a step whose figures would be some fallback's
+  "${PY[@]}" -c "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]" "$@" || {
+    echo "run.sh: missing $* (is it in benchmarks/device/wheels.txt?)" >&2; return 3; }
+}
+
+step() {  # step NAME SECONDS COMMAND...: one benchmark, its own time limit, its output in the log
+  local name=$1 limit=$2; shift 2
+  echo "=== $name ($(date -u +%T), limit ${limit}s): $*" >&2
+  local t0=$SECONDS
+  timeout --kill-after=10 "$limit" "$@"
+  local rc=$?
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s" >&2
+}
+
+engine() {
+  local shapes=(8b 1.7b 135m) size=(--prompts 100 --candidates 100) dev=(--device cuda --dtype bfloat16)
+  if [ "$SMOKE" = 1 ]; then shapes=(135m); size=(--prompts 3 --candidates 3); dev=(--device cpu); fi
+  need lm_eval.models.huggingface || return 3
+  for shape in "${shapes[@]}"; do  # one process per shape, as in docs/benchmarks.md
+    step "engine $shape" 150 "${PY[@]}" benchmarks/bench_scoring.py "${dev[@]}" --random-init "$shape" \
+      --tokenizer .device/tok --data .device/P19.jsonl "${size[@]}" --systems kgprobe,harness \
+      --json "$OUT/engine-$shape.json"
+  done
+}
+
+cpu() {
+  local entities=40000 synthetic=300000 sample=20000 counts=4,8,16 sweep=1,2,4,8,16 repeats=2
+  if [ "$SMOKE" = 1 ]; then
+    entities=1500 synthetic=5000 sample=1000 counts=2 sweep=1,2 repeats=1
+  fi
+  need msgspec isal.isal_zlib orjson faiss || return 3
+  local dump="$WORK/real.json.gz"
+  step "realistic dump" 120 "${PY[@]}" benchmarks/gen_dump.py "$dump" --realistic --entities "$entities"
+  # issue 37: the parse alone, 1 worker against each count, .json.gz and plain
+  step "parse scaling" 240 "${PY[@]}" benchmarks/bench_loaders.py --realistic --path "$dump" \
+    --workers "$counts" --repeats "$repeats"
+  # issue 37: the bulk load's Python side (import files for neo4j-admin; the tool needs Java)
+  step "bulk files" 180 "${PY[@]}" benchmarks/bench_bulk_workers.py --dump "$dump" \
+    --workers 1 ${counts//,/ } --tmp "$WORK"
+  rm -f "$dump" "${dump%.gz}"
+  # issue 44: the semantic index, no graph server: one fresh process per worker count
+  step "semantic sweep" 240 "${PY[@]}" benchmarks/bench_semantic_build.py --synthetic "$synthetic" \
+    --sample "$sample" --workers "$sweep" --json > "$OUT/semantic.json"
+  cat "$OUT/semantic.json"
+}
+
+what=${1:-}
+case "$what" in
+  engine|cpu) ;;
+  *) echo "usage: bash benchmarks/device/run.sh engine|cpu" >&2; exit 2 ;;
+esac
+install
+environment
+"$what" 2>&1 | tee -a "$OUT/$what.log"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Try the device kit on this machine before a lent GPU machine's minutes are spent on it: an
+# interpreter that sees only the distributions the GPU image holds (image_packages.txt, linked
+# from .venv into a bare virtual environment by image_site.py), the wheels pack.sh downloads for this machine's Python installed as
+# run.sh installs them, then both steps of run.sh at smoke size on the CPU. A module the image
+# lacks and wheels.txt forgets fails here, not there. Usage, from the repo root:
+#   bash benchmarks/device/try_here.sh        # output in /tmp/kgprobe-device-try/out
+# Then pack for the device (DEVICE_PYTHON=3.12, the default) before the call:
+#   bash benchmarks/device/pack.sh
+# The .venv's versions are newer than the image's; a few distributions the image holds are not in
+# .venv (EXTRA below says which ones this emulation adds from .venv instead: the same roles).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+TRY=${TRY:-/tmp/kgprobe-device-try}
+rm -rf "$TRY" && mkdir -p "$TRY/image" "$TRY/out"
+# the image's own hub client stands on httpx; .venv's newer one on httpx2 (the same role)
+EXTRA=(httpx2 httpcore2 truststore)
+BARE=$(.venv/bin/python benchmarks/device/image_site.py "$TRY/image" "${EXTRA[@]}")
+DEVICE_PYTHON=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
+  WHL_DIR="$TRY/whl" bash benchmarks/device/pack.sh "${1:-../shared/data/bear/BEAR}"
+# run.sh reads .whl: point it at this machine's wheels for the try, then put the link back
+had_whl=0
+if [ -L .whl ]; then rm -f .whl; elif [ -e .whl ]; then mv .whl "$TRY/whl.saved"; had_whl=1; fi
+ln -s "$TRY/whl" .whl
+restore() { rm -f .whl; [ "$had_whl" = 1 ] && mv "$TRY/whl.saved" .whl; return 0; }
+trap restore EXIT
+for what in engine cpu; do
+  OUT="$TRY/out" SITE="$TRY/site" WORK="$TRY/work" DEVICE_SMOKE=1 PYTHONPATH="$TRY/image/site" \
+    PYTHON="$BARE" PIP=".venv/bin/python -m pip" \
+    bash benchmarks/device/run.sh "$what"
+done
+if grep -h "^=== .*: exit [^0]" "$TRY/out/"*.log; then
+  echo "try_here: a step failed (above); logs in $TRY/out" >&2
+  exit 1
+fi
+echo "try_here: every step ran; logs in $TRY/out"
