@@ -2,7 +2,7 @@
 # Prepare, on this machine, what the device checks (benchmarks/device/run.sh) carry to a lent
 # GPU machine, which reaches no package index and no model hub:
 #   .whl/     wheels of the distributions in benchmarks/device/wheels.txt, for its Python;
-#   .device/  the default model's tokenizer (tok/) and the BEAR P19 prompts.
+#   .device/  the default model's tokenizer (tok/), the BEAR P19 prompts and the commit (code.txt).
 # Both paths are git-ignored; name them in the device call's carry. Usage, from the repo root:
 #   bash benchmarks/device/pack.sh [BEAR_DIR]          # BEAR_DIR default ../shared/data/bear/BEAR
 # DEVICE_PYTHON (default 3.12, the GPU image's) picks the wheels' Python; 3.11 here lets the
@@ -38,6 +38,8 @@ from kgprobe.probing.models import load_model
 load_model("smollm2-135m", device="cpu").tokenizer.save_pretrained(".device/tok")
 PYEOF
 cp "$BEAR/P19.jsonl" .device/P19.jsonl
+# the code measured: the working tree travels without .git
+{ git log -1 --format='code %H %s'; git status --short | sed 's/^/  changed: /'; } > .device/code.txt
 
 size=$(du -cb "$WHL" .device | tail -1 | cut -f1)
 echo "pack: ${#specs[@]} wheels in $WHL, tokenizer and P19 in .device: $((size / 1024 / 1024)) MiB"

@@ -35,7 +35,7 @@ environment() {
   {
     date -u; uname -m; nproc; free -g 2>/dev/null | head -2
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
-    git log -1 --format='code %H %s' 2>/dev/null
+    cat .device/code.txt 2>/dev/null  # written by pack.sh: the tree travels without .git
     "${PY[@]}" - <<'EOF'
 import importlib.metadata as md, sys
 print("python", sys.version.split()[0])
