@@ -5,11 +5,11 @@ distributions (``image_packages.txt``), and those the device kit carries (``whee
 linked from this environment. With that folder and the checkout on ``PYTHONPATH`` it fails on a
 module the image lacks and the kit forgets, here, before device minutes are spent on it.
 
-    python benchmarks/device/image_site.py [--carried] DIR [EXTRA ...]   # prints DIR/venv's python
+    python benchmarks/device/image_site.py [--carried] DIR    # prints DIR/venv's python
+    python benchmarks/device/image_site.py --specs            # wheels.txt as NAME==VERSION (pack.sh)
 
 ``--carried`` links wheels.txt's distributions too (try_here.sh installs the real wheels
-instead); EXTRA names distributions linked besides (this environment's stand-ins for the image's
-own, e.g. a newer hub client's HTTP library).
+instead). :data:`STAND_INS` are always linked besides.
 """
 
 from __future__ import annotations
@@ -25,19 +25,26 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+#: this environment's stand-ins for distributions the image holds under other names: the
+#: image's hub client stands on httpx, .venv's newer one on httpx2 (the same role)
+STAND_INS = ("httpx2", "httpcore2", "truststore")
 
-def _norm(name: str) -> str:
+
+def norm(name: str) -> str:
+    """A distribution name as pip compares them (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower().strip()
 
 
+def entries(path: Path) -> list[str]:
+    """The entries of a list file: ``NAME`` or ``NAME==VERSION``, one per line, ``#`` comments."""
+    lines = (ln.split("#", 1)[0].replace(" ", "").strip()
+             for ln in path.read_text(encoding="utf-8").splitlines())
+    return [ln for ln in lines if ln]
+
+
 def listed(path: Path) -> list[str]:
-    """Distribution names of a list file: one per line, ``#`` comments, ``==VERSION`` dropped."""
-    names = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            names.append(line.split("==", 1)[0].strip())
-    return names
+    """The distribution names of a list file (versions dropped)."""
+    return [e.split("==", 1)[0] for e in entries(path)]
 
 
 def image_packages() -> list[str]:
@@ -48,25 +55,39 @@ def carried() -> list[str]:
     return listed(HERE / "wheels.txt")
 
 
+def carried_specs() -> list[str]:
+    """wheels.txt as ``NAME==VERSION``: the version written there, else the one installed here."""
+    specs = []
+    for spec in entries(HERE / "wheels.txt"):
+        if "==" not in spec:
+            try:
+                spec = f"{spec}=={md.version(spec)}"
+            except md.PackageNotFoundError:
+                raise SystemExit(f"image_site: {spec} has no version in wheels.txt and is not "
+                                 f"installed in {sys.executable}") from None
+        specs.append(spec)
+    return specs
+
+
 def link(out: Path, names: Iterable[str]) -> list[str]:
     """Link the top-level modules (and metadata) of each named distribution installed here into
     ``out``; the names linked. A name not installed here is left out (the image may hold
     distributions this environment does not)."""
-    want = {_norm(n) for n in names}
+    want = {norm(n) for n in names}
     out.mkdir(parents=True, exist_ok=True)
-    done = []
+    done: dict[str, str] = {}  # normalized -> as named (the first of a name found on the path)
     for dist in md.distributions():
         name = dist.metadata["Name"]
-        if not name or _norm(name) not in want or _norm(name) in {_norm(d) for d in done}:
+        if not name or norm(name) not in want or norm(name) in done:
             continue
-        done.append(name)
+        done[norm(name)] = name
         base = Path(str(dist.locate_file("")))
         tops = {f.parts[0] for f in dist.files or []}
         for top in tops - {"..", "__pycache__"}:
             if top.endswith(".pth") or not (base / top).exists() or (out / top).exists():
                 continue
             os.symlink(base / top, out / top)
-    return done
+    return list(done.values())
 
 
 def bare_python(out: Path) -> Path:
@@ -79,11 +100,16 @@ def bare_python(out: Path) -> Path:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("out", type=Path)
+    ap.add_argument("out", type=Path, nargs="?")
     ap.add_argument("--carried", action="store_true", help="wheels.txt's distributions too")
-    ap.add_argument("extra", nargs="*")
+    ap.add_argument("--specs", action="store_true", help="print wheels.txt as NAME==VERSION")
     args = ap.parse_args()
-    names = image_packages() + (carried() if args.carried else []) + args.extra
+    if args.specs:
+        print("\n".join(carried_specs()))
+        return
+    if args.out is None:
+        ap.error("DIR is required")
+    names = image_packages() + (carried() if args.carried else []) + list(STAND_INS)
     n = len(link(args.out / "site", names))
     python = bare_python(args.out / "venv")
     print(f"image_site: {n} distributions linked into {args.out / 'site'}", file=sys.stderr)

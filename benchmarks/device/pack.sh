@@ -16,17 +16,8 @@ WHL=${WHL_DIR:-.whl}
 LIMIT=$((60 * 1024 * 1024))  # the device call's 64 MiB, less the working tree's few MiB
 
 rm -rf "$WHL" && mkdir -p "$WHL" .device
-specs=()
-while read -r line; do
-  line=${line%%#*}; line=${line//[[:space:]]/}
-  [ -z "$line" ] && continue
-  if [[ $line != *==* ]]; then
-    ver=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$line") || {
-      echo "pack: $line has no version in wheels.txt and is not installed in $PY" >&2; exit 2; }
-    line="$line==$ver"
-  fi
-  specs+=("$line")
-done < benchmarks/device/wheels.txt
+mapfile -t specs < <("$PY" benchmarks/device/image_site.py --specs)
+[ "${#specs[@]}" -gt 0 ] || exit 2
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \

@@ -8,14 +8,12 @@
 # Then pack for the device (DEVICE_PYTHON=3.12, the default) before the call:
 #   bash benchmarks/device/pack.sh
 # The .venv's versions are newer than the image's; a few distributions the image holds are not in
-# .venv (EXTRA below says which ones this emulation adds from .venv instead: the same roles).
+# .venv (image_site.STAND_INS says which ones this emulation adds from .venv instead).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 TRY=${TRY:-/tmp/kgprobe-device-try}
 rm -rf "$TRY" && mkdir -p "$TRY/image" "$TRY/out"
-# the image's own hub client stands on httpx; .venv's newer one on httpx2 (the same role)
-EXTRA=(httpx2 httpcore2 truststore)
-BARE=$(.venv/bin/python benchmarks/device/image_site.py "$TRY/image" "${EXTRA[@]}")
+BARE=$(.venv/bin/python benchmarks/device/image_site.py "$TRY/image")
 DEVICE_PYTHON=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
   WHL_DIR="$TRY/whl" bash benchmarks/device/pack.sh "${1:-../shared/data/bear/BEAR}"
 # run.sh reads .whl: point it at this machine's wheels for the try, then put the link back

@@ -28,11 +28,6 @@ STEPS = ("benchmarks.bench_scoring", "benchmarks.bench_loaders", "benchmarks.ben
 #: the parser's fast paths, imported where present (a missing one degrades, it does not fail)
 FAST_PATHS = (("kgprobe.loaders.wikidata_json", "msgspec"), ("kgprobe.loaders.common", "isal_zlib"))
 
-#: this environment's stand-ins for distributions the image holds under other names
-#: (a newer hub client's HTTP library)
-STAND_INS = ("httpx2", "httpcore2", "truststore")
-
-
 def _import_alone(python: Path, site: Path) -> subprocess.CompletedProcess[str]:
     code = ("import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
             # optional imports that fall back silently: the figures would be the fallback's
@@ -52,14 +47,14 @@ def test_the_device_steps_import_with_the_image_and_the_carried_wheels_alone(tmp
     assert "faiss-cpu" in carried and "lm-eval" in carried  # the index and the harness
     python = image_site.bare_python(tmp_path / "venv")
     site = tmp_path / "image"
-    image_site.link(site, image_site.image_packages() + carried + list(STAND_INS))
+    image_site.link(site, image_site.image_packages() + carried + list(image_site.STAND_INS))
     got = _import_alone(python, site)
     assert got.returncode == 0, got.stderr[-3000:]
 
     # the same interpreter without the carried wheels: kgprobe's own needs are missing there,
     # so this check does see what the image lacks
     bare = tmp_path / "bare"
-    image_site.link(bare, image_site.image_packages() + list(STAND_INS))
+    image_site.link(bare, image_site.image_packages() + list(image_site.STAND_INS))
     without = _import_alone(python, bare)
     assert without.returncode != 0
     assert "ModuleNotFoundError" in without.stderr
@@ -67,6 +62,6 @@ def test_the_device_steps_import_with_the_image_and_the_carried_wheels_alone(tmp
 
 def test_the_lists_name_distributions_once() -> None:
     for names in (image_site.image_packages(), image_site.carried()):
-        norm = [n.lower().replace("_", "-") for n in names]
-        assert len(norm) == len(set(norm)) and all(norm)
+        normed = [image_site.norm(n) for n in names]
+        assert len(normed) == len(set(normed)) and all(normed)
     assert "torch" in image_site.image_packages() and "faiss-cpu" not in image_site.image_packages()
