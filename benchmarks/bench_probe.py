@@ -27,6 +27,20 @@ On a GPU machine without the model's package or a hub, ``--random-init 8b --toke
 default model's tokenizer saved in DIR (as ``bench_scoring.py`` does): speed does not depend on
 the weights, and "in the engine" says whether the loop keeps the GPU fed.
 
+Where no graph server can run beside the GPU (its machine has no Java), the loop's score half is
+measured on a probe set (docs/probe-sets.md) instead: ``--export-set FILE`` samples and gathers
+facts with the options above and writes the set (here, with the graph), and ``--set FILE`` scores
+it through ``score_set``, the code of ``kgprobe probe --set`` (there, with the model): the same
+loop (``loop.score_batches``), measures and engine, no gather thread and no writes::
+
+    python benchmarks/bench_probe.py --server arcadedb --export-set set.parquet --sample 3000 \
+        --strategy temp+sem -n 5 --batch-facts 256
+    python benchmarks/bench_probe.py --set set.parquet --random-init 8b --tokenizer DIR \
+        --device cuda --dtype bfloat16 --repeat 2
+
+The set fixes what is sampled and measured (its ``--measure``, ``--strategy``, ``-n`` and
+``--batch-facts``); those options are refused with ``--set``.
+
 The machine may be shared: the load average before and after is
 printed too, since wall time grows with it while CPU time does not. ``--force`` rescoring makes
 repeated runs comparable; the score cache is off.
@@ -237,40 +251,51 @@ def main() -> None:
     ap.add_argument("--statements", action="store_true", help="wall time of every Cypher statement")
     ap.add_argument("--gather-threads", type=int, default=None,
                     help="batches gathered at once (kgprobe.probing.loop.GATHER_THREADS)")
+    ap.add_argument("--set", type=Path, default=None,
+                    help="score this probe set (no graph): the loop's score half, e.g. on a GPU machine")
+    ap.add_argument("--export-set", type=Path, default=None,
+                    help="write a probe set of the graph's facts with these options, then stop")
     args = ap.parse_args()
+    if args.set is not None:
+        fixed = [o for o, v, d in (("--measure", args.measure, None), ("--strategy", args.strategy, "temp+sem"),
+                                   ("-n", args.n, 5), ("--batch-facts", args.batch_facts, 16),
+                                   ("--server", args.server, None), ("--export-set", args.export_set, None))
+                 if v != d]
+        if fixed:
+            ap.error(f"the probe set fixes {', '.join(fixed)}: leave them out with --set")
+        _bench_set(args)
+        return
     if args.gather_threads is not None:
         import kgprobe.probing.loop as loop
 
         loop.GATHER_THREADS = args.gather_threads
     with _graph(args.server, args.heap) as (graph, index_dir, pid):
-        _bench(args, graph, index_dir, pid)
+        if args.export_set is not None:
+            _export(args, graph, index_dir)
+        else:
+            _bench(args, graph, index_dir, pid)
 
 
-def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_pid: int | None) -> None:
+def _relations(arg: str | None) -> tuple[str, ...]:
+    from kgprobe.api import DEMO_RELATIONS
 
+    if arg == "demo":
+        return DEMO_RELATIONS
+    return tuple(r.strip() for r in arg.split(",") if r.strip()) if arg else ()
+
+
+def _clock() -> tuple[float, float]:
+    return time.monotonic(), time.process_time()
+
+
+def _model(args: argparse.Namespace) -> Any:
+    """The model of ``--model``, or a random Llama of ``--random-init``'s shape; its load timed."""
     import torch
 
     torch.set_num_threads(1)
-    from kgprobe.api import DEMO_RELATIONS
-    from kgprobe.probing.engine import Engine
-    from kgprobe.probing.measures.common import end_marker_for
     from kgprobe.probing.models import load_model
-    from kgprobe.probing.run import ProbeConfig, run_probe
 
-    relations: tuple[str, ...] = ()
-    if args.relations == "demo":
-        relations = DEMO_RELATIONS
-    elif args.relations:
-        relations = tuple(r.strip() for r in args.relations.split(",") if r.strip())
-    import kgprobe
-
-    print(f"kgprobe from {Path(kgprobe.__file__).parent}")
-    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-
-    def clock() -> tuple[float, float]:
-        return time.monotonic(), time.process_time()
-
-    w0, c0 = clock()
+    w0, c0 = _clock()
     if args.random_init:
         from benchmarks.bench_scoring import random_init
 
@@ -278,17 +303,103 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
     else:
         lm = load_model(args.model, dtype=args.dtype, threads=1, device=args.device)
     print(f"model {lm.name} on {lm.device}, {args.dtype}")
-    w1, c1 = clock()
+    w1, c1 = _clock()
     print(f"model load: {w1 - w0:.1f} s wall, {c1 - c0:.1f} s CPU")
+    return lm
+
+
+def _model_info(lm: Any) -> dict[str, Any]:
+    from kgprobe.probing.measures.common import end_marker_for
+
+    end = end_marker_for(lm.name)
+    return {"name": lm.name, "kind": lm.kind, "device": lm.device,
+            "end_marker": {"kind": end.kind, "text": end.text}}
+
+
+def _report(measures: Any, done: int, scored: int, unscorable: int, relations: int,
+            wall: float, cpu: float, engine: Any, runner: Any, parts: Parts, server: str = "") -> None:
+    """A probe's lines: facts, wall and CPU, the engine's share (what the GPU is fed)."""
+    st = engine.stats
+    kinds = ", ".join(f"{k.removesuffix('Request')} {st.kind_requests[k]} req "
+                      f"{v:.1f} s" for k, v in sorted(st.kind_cpu_seconds.items()))
+    print(f"probe [{' '.join(measures)}]: {done} facts ({scored} scored, "
+          f"{unscorable} unscorable) over {relations} relations in "
+          f"{wall:.1f} s wall, {cpu:.1f} s CPU ({cpu / max(done, 1):.2f} CPU-s "
+          f"per fact); engine {sum(st.kind_cpu_seconds.values()):.1f} CPU-s ({kinds}), "
+          f"{st.forward_calls} forward calls", flush=True)
+    per = max(done, 1) / 1000
+    free = f"; {runner.requests / max(done, 1):.1f} requests per fact" if isinstance(runner, ModelFree) else ""
+    print(f"  per fact: {wall / per:.2f} ms wall, {cpu / per:.2f} CPU-ms (this process)"
+          f"{server}; {done / max(wall, 1e-9):.1f} facts/s{free}", flush=True)
+    print(f"  loop parts: {parts.line(done)}", flush=True)
+    print(f"  in the engine (runner.run, wall): {100 * parts.t['engine'][0] / max(wall, 1e-9):.1f} % "
+          f"of the probe's wall", flush=True)
+
+
+def _export(args: argparse.Namespace, graph: Any, index_dir: str | None) -> None:
+    """``--export-set``: the set a ``--set`` run scores, sampled and gathered as a probe would."""
+    from kgprobe.probing.probe_set import export_set, set_config
+
+    cfg = set_config(relations=_relations(args.relations), sample=args.sample,
+                     measures=tuple(args.measure or ("kmin",)), strategy=args.strategy, n=args.n,
+                     history_first=args.history_first, seed=args.seed,
+                     max_object_labels=args.max_labels, max_templates=args.max_templates,
+                     batch_facts=args.batch_facts)
+    w0, _ = _clock()
+    header = export_set(graph, cfg, args.export_set, index_dir=args.index_dir or index_dir,
+                        progress=sys.stderr.isatty())
+    print(f"probe set {args.export_set}: {header['facts']} facts over {len(header['relations'])} "
+          f"relations, exported in {_clock()[0] - w0:.1f} s; content hash {header['content_hash']}")
+
+
+def _bench_set(args: argparse.Namespace) -> None:
+    """``--set``: the probe set scored ``--repeat`` times through ``score_set`` (no graph)."""
+    import kgprobe
+    from kgprobe.probing.engine import Engine
+    from kgprobe.probing.probe_set import read_set, score_set
+
+    print(f"kgprobe from {Path(kgprobe.__file__).parent}")
+    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    pset = read_set(args.set)
+    cfg = pset.header["config"]
+    print(f"probe set {args.set}: {pset.header['facts']} facts, measures {' '.join(cfg['measures'])}, "
+          f"{cfg['strategy']} n={cfg['n']}, {cfg['batch_facts']} facts per batch")
+    lm = _model(args)
+    parts = Parts()
+    for _ in range(args.repeat):
+        engine = Engine(lm)  # a fresh engine per run: its counters cover that run only
+        runner = ModelFree(engine) if args.model_free else engine
+        parts.reset()
+        w0, c0 = _clock()
+        got = score_set(pset, parts.engine(runner), None, model=lm.name, fingerprint=engine.fingerprint,
+                        dtype=args.dtype, model_info=_model_info(lm),  # type: ignore[arg-type]
+                        progress=sys.stderr.isatty())
+        w1, c1 = _clock()
+        s = got.summary
+        _report(cfg["measures"], s.scored + s.unscorable, s.scored, s.unscorable, len(s.relations),
+                w1 - w0, c1 - c0, engine, runner, parts)
+    print(f"load average after: {os.getloadavg()[0]:.1f}")
+
+
+def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_pid: int | None) -> None:
+    from kgprobe.probing.engine import Engine
+    from kgprobe.probing.run import ProbeConfig, run_probe
+
+    relations = _relations(args.relations)
+    import kgprobe
+
+    print(f"kgprobe from {Path(kgprobe.__file__).parent}")
+    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    lm = _model(args)
+    w1, c1 = _clock()
     index = None
     if args.strategy in ("sem", "temp+sem"):
         from kgprobe.probing.distractors import default_index_dir
         from kgprobe.probing.semantic import ensure_index
 
         index = ensure_index(graph, args.index_dir or index_dir or default_index_dir())
-        w2, c2 = clock()
+        w2, c2 = _clock()
         print(f"semantic index (load or build): {w2 - w1:.1f} s wall, {c2 - c1:.1f} s CPU")
-    end = end_marker_for(lm.name)
     runs = [(m,) for m in args.measure or ()] if args.per_measure else []
     runs.append(tuple(args.measure or ("kmin",)))
     parts = Parts()
@@ -306,35 +417,19 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
         )
         parts.reset()
         server0 = server_cpu_s(server_pid)
-        w3, c3 = clock()
+        w3, c3 = _clock()
         s = run_probe(graph, parts.engine(runner), cfg, fingerprint=engine.fingerprint, index=index,
-                      model_info={"name": lm.name, "kind": lm.kind, "device": lm.device,
-                                  "end_marker": {"kind": end.kind, "text": end.text}},
-                      progress=sys.stderr.isatty())
-        w4, c4 = clock()
+                      model_info=_model_info(lm), progress=sys.stderr.isatty())  # type: ignore[arg-type]
+        w4, c4 = _clock()
         done = s.scored + s.unscorable
-        st = engine.stats
-        kinds = ", ".join(f"{k.removesuffix('Request')} {st.kind_requests[k]} req "
-                          f"{v:.1f} s" for k, v in sorted(st.kind_cpu_seconds.items()))
-        print(f"probe [{' '.join(measures)}]: {done} facts ({s.scored} scored, "
-              f"{s.unscorable} unscorable) over {len(s.relations)} relations in "
-              f"{w4 - w3:.1f} s wall, {c4 - c3:.1f} s CPU ({(c4 - c3) / max(done, 1):.2f} CPU-s "
-              f"per fact); engine {sum(st.kind_cpu_seconds.values()):.1f} CPU-s ({kinds}), "
-              f"{st.forward_calls} forward calls", flush=True)
         server1 = server_cpu_s(server_pid)
-        per = max(done, 1) / 1000
-        server = f", server {(server1 - server0) / per:.2f} CPU-ms" if server0 is not None and server1 is not None else ""
-        print(f"  per fact: {(w4 - w3) / per:.2f} ms wall, {(c4 - c3) / per:.2f} CPU-ms (this process)"
-              f"{server}; {done / max(w4 - w3, 1e-9):.1f} facts/s"
-              f"{f'; {runner.requests / max(done, 1):.1f} requests per fact' if args.model_free else ''}",
-              flush=True)
-        print(f"  loop parts: {parts.line(done)}", flush=True)
-        print(f"  in the engine (runner.run, wall): {100 * parts.t['engine'][0] / max(w4 - w3, 1e-9):.1f} % "
-              f"of the probe's wall", flush=True)
+        server = (f", server {(server1 - server0) / (max(done, 1) / 1000):.2f} CPU-ms"
+                  if server0 is not None and server1 is not None else "")
+        _report(measures, done, s.scored, s.unscorable, len(s.relations), w4 - w3, c4 - c3,
+                engine, runner, parts, server)
         if statements is not None:
             statements.report(done)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
-
 
 if __name__ == "__main__":
     main()

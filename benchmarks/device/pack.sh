@@ -2,7 +2,9 @@
 # Prepare, on this machine, what the device checks (benchmarks/device/run.sh) carry to a lent
 # GPU machine, which reaches no package index and no model hub:
 #   .whl/     wheels of the distributions in benchmarks/device/wheels.txt, for its Python;
-#   .device/  the default model's tokenizer (tok/), the BEAR P19 prompts and the commit (code.txt).
+#   .device/  the default model's tokenizer (tok/), the BEAR P19 prompts, the commit (code.txt) and
+#             a probe set of the demo graph (probe-set.parquet: SET_FACTS facts, default 3000,
+#             temp+sem, n = 5, 256 per batch), exported through a throwaway managed server.
 # Both paths are git-ignored; name them in the device call's carry. Usage, from the repo root:
 #   bash benchmarks/device/pack.sh [BEAR_DIR]          # BEAR_DIR default ../shared/data/bear/BEAR
 # DEVICE_PYTHON (default 3.12, the GPU image's) picks the wheels' Python; 3.11 here lets the
@@ -29,11 +31,16 @@ from kgprobe.probing.models import load_model
 load_model("smollm2-135m", device="cpu").tokenizer.save_pretrained(".device/tok")
 PYEOF
 cp "$BEAR/P19.jsonl" .device/P19.jsonl
+# the probe loop's facts, gathered here (the GPU machine has no Java for a graph server); a set
+# records the scoring code it was exported for, so it is packed with the code that scores it
+rm -f .device/probe-set.parquet
+"$PY" benchmarks/bench_probe.py --server arcadedb --export-set .device/probe-set.parquet \
+  --sample "${SET_FACTS:-3000}" --strategy temp+sem -n 5 --batch-facts 256 | tail -1
 # the code measured: the working tree travels without .git
 { git log -1 --format='code %H %s'; git status --short | sed 's/^/  changed: /'; } > .device/code.txt
 
 size=$(du -cb "$WHL" .device | tail -1 | cut -f1)
-echo "pack: ${#specs[@]} wheels in $WHL, tokenizer and P19 in .device: $((size / 1024 / 1024)) MiB"
+echo "pack: ${#specs[@]} wheels in $WHL, tokenizer, P19 and the probe set in .device: $((size / 1024 / 1024)) MiB"
 if [ "$size" -gt "$LIMIT" ]; then
   echo "pack: over the device call's transfer limit ($((LIMIT / 1024 / 1024)) MiB with the tree)" >&2
   exit 1

@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The figures that need a lent GPU machine (16 cores, an H100/H200, no Java, no network), as one
 # prepared script: issue 43's engine against the harness, issue 37's parse and bulk-file scaling
-# over 16 cores, issue 44's semantic-index worker sweep. Prepared here with
+# over 16 cores, issue 44's semantic-index worker sweep; and issue 43's probe loop, scored on a
+# probe set exported here (the loop's score half: no graph server, which needs Java). Prepared here with
 # benchmarks/device/pack.sh, tried here with benchmarks/device/try_here.sh; run there from the
 # repo root, carrying .whl and .device:
 #
-#   bash benchmarks/device/run.sh engine     # ~5 min: 8B, 1.7B, 135M shapes x {kgprobe, harness}
+#   bash benchmarks/device/run.sh engine     # ~7 min: 8B, 1.7B, 135M shapes x {kgprobe, harness};
+#                                            #   the 8B probe loop on .device/probe-set.parquet
 #   bash benchmarks/device/run.sh cpu        # ~4 min: parse 1/4/8/16 workers, bulk files, index sweep
 #
 # (two calls back to back: each fits the device's 10-minute call, the machine stays warm between
-# them). Everything is written under $OUT (what comes back: at most 8 files): env.txt, engine.log,
+# them). Everything is written under $OUT: env.txt, engine.log (the probe loop's lines too),
 # engine-<shape>.json, cpu.log, semantic.json. DEVICE_SMOKE=1 shrinks every step to seconds on a
 # CPU (try_here.sh). PYTHON and PIP name the interpreter and pip to use (default python3).
 set -uo pipefail
@@ -65,12 +67,22 @@ step() {  # step NAME SECONDS COMMAND...: one benchmark, its own time limit, its
 
 engine() {
   local shapes=(8b 1.7b 135m) size=(--prompts 100 --candidates 100) dev=(--device cuda --dtype bfloat16)
-  if [ "$SMOKE" = 1 ]; then shapes=(135m); size=(--prompts 3 --candidates 3); dev=(--device cpu); fi
-  need lm_eval.models.huggingface || return 3
+  local loop_shape=8b
+  if [ "$SMOKE" = 1 ]; then
+    shapes=(135m); size=(--prompts 3 --candidates 3); dev=(--device cpu); loop_shape=135m
+  fi
+  need lm_eval.models.huggingface pyarrow || return 3
+  [ -f .device/probe-set.parquet ] || { echo "run.sh: .device/probe-set.parquet missing (pack.sh)" >&2; return 3; }
   for shape in "${shapes[@]}"; do  # one process per shape, as in docs/benchmarks.md
     step "engine $shape" 150 "${PY[@]}" benchmarks/bench_scoring.py "${dev[@]}" --random-init "$shape" \
       --tokenizer .device/tok --data .device/P19.jsonl "${size[@]}" --systems kgprobe,harness \
       --json "$OUT/engine-$shape.json"
+    if [ "$shape" = "$loop_shape" ]; then
+      # issue 43: the probe loop's share of the wall in the engine; the first of the two
+      # probes compiles FlexAttention's row shapes, the second is the warm figure
+      step "probe loop $shape" 180 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
+        --random-init "$shape" --tokenizer .device/tok "${dev[@]}" --repeat 2
+    fi
   done
 }
 

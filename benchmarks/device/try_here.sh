@@ -15,7 +15,7 @@ TRY=${TRY:-/tmp/kgprobe-device-try}
 rm -rf "$TRY" && mkdir -p "$TRY/image" "$TRY/out"
 BARE=$(.venv/bin/python benchmarks/device/image_site.py "$TRY/image")
 DEVICE_PYTHON=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
-  WHL_DIR="$TRY/whl" bash benchmarks/device/pack.sh "${1:-../shared/data/bear/BEAR}"
+  WHL_DIR="$TRY/whl" SET_FACTS=${SET_FACTS:-20} bash benchmarks/device/pack.sh "${1:-../shared/data/bear/BEAR}"
 # run.sh reads .whl: point it at this machine's wheels for the try, then put the link back
 had_whl=0
 if [ -L .whl ]; then rm -f .whl; elif [ -e .whl ]; then mv .whl "$TRY/whl.saved"; had_whl=1; fi
