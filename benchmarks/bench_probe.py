@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import sys
 import tempfile
@@ -96,16 +97,30 @@ class ModelFree:
 
 class Parts:
     """Wall and thread-CPU seconds of the loop's parts (gather, score, write), by wrapping the
-    loop's own functions (kgprobe.probing.loop) for the length of the benchmark."""
+    loop's own functions (kgprobe.probing.loop) for the length of the benchmark, and of Python's
+    cyclic collector (``gc.callbacks``), wherever its passes fall."""
 
     def __init__(self) -> None:
         import kgprobe.probing.loop as loop
         from kgprobe.graph import probe_runs as pr
 
-        self.t: dict[str, list[float]] = {k: [0.0, 0.0, 0] for k in ("gather", "score", "write", "engine")}
+        self.t: dict[str, list[float]] = {k: [0.0, 0.0, 0] for k in ("gather", "score", "write", "engine",
+                                                                  "collector")}
         loop.Gatherer.batch = self._timed("gather", loop.Gatherer.batch)  # type: ignore[method-assign]
         loop.score_batch = self._timed("score", loop.score_batch)  # type: ignore[assignment]
         pr.write_scores = self._timed("write", pr.write_scores)  # type: ignore[assignment]
+        gc.callbacks.append(self._collector)
+        self._gc_start = (0.0, 0.0)
+
+    def _collector(self, phase: str, info: dict[str, int]) -> None:
+        """Python's cyclic collector, any thread: its passes' wall and CPU ("calls": passes)."""
+        if phase == "start":
+            self._gc_start = (time.perf_counter(), time.thread_time())
+            return
+        t = self.t["collector"]
+        t[0] += time.perf_counter() - self._gc_start[0]
+        t[1] += time.thread_time() - self._gc_start[1]
+        t[2] += 1
 
     def _timed(self, name: str, fn: Any) -> Any:
         def wrapper(*a: Any, **k: Any) -> Any:

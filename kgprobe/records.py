@@ -27,15 +27,6 @@ POINT_IN_TIME = "P585"
 
 RANKS = ("preferred", "normal", "deprecated")
 
-#: Python's cyclic collector runs when tracked allocations outnumber frees by this many (its
-#: default is 700). A process that makes records in bulk (an ingest, a parsing worker) allocates
-#: a batch of them (tens of thousands of objects) before it frees any, so at 700 the collector
-#: ran ~8,000 times per 1M statements, its full passes re-walking every live object: 3.5–3.9 s of
-#: the 17.5–17.9 s that reading and building 1M statements cost (docs/benchmarks.md). Records
-#: hold no reference cycles, so they are freed by reference counting alone; garbage in cycles
-#: still counts towards this threshold and is collected once it is reached.
-RECORD_GC_THRESHOLD = 100_000
-
 #: The longest template text kgprobe imports or probes with, in characters after the slots
 #: are normalized (docs/templates.md). The longest template of LAMA, ParaRel, LPAQA, BEAR,
 #: KAMEL and TempLAMA is well under 200 characters; a longer text is a mistake (a whole file

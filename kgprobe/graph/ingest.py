@@ -13,12 +13,9 @@ written (docs/loaders.md#guarantees).
 from __future__ import annotations
 
 import contextlib
-import gc
 import json
 import random
 import re
-import sys
-import threading
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -32,7 +29,6 @@ from kgprobe.errors import ConfigError, GraphUnavailable, InputError
 from kgprobe.graph import journal
 from kgprobe.graph.client import Graph
 from kgprobe.records import (
-    RECORD_GC_THRESHOLD,
     EntityRecord,
     ErrorRecord,
     FactRecord,
@@ -44,6 +40,7 @@ from kgprobe.records import (
     TimeValue,
     is_pid,
 )
+from kgprobe.runtime import GC_THRESHOLD, prompt_gil_switch, rare_collections
 from kgprobe.types import PID, QID, CypherParams, FactKey, GraphRow, Properties
 
 _PROP_KEY = re.compile(r"^[a-z_][a-z0-9_]*\Z")
@@ -871,20 +868,16 @@ def resolve_redirects(graph: Graph) -> int:
 
 
 #: Python's cyclic collector, run rarely while records are made in bulk: see
-#: `kgprobe.records.RECORD_GC_THRESHOLD` (also the parsing workers' setting).
-INGEST_GC_THRESHOLD = RECORD_GC_THRESHOLD
-
-_tuning_lock = threading.Lock()
-_tuning_depth = 0
-_tuning_saved: tuple[float, tuple[int, int, int]] = (0.0, (0, 0, 0))
+#: `kgprobe.runtime.GC_THRESHOLD` (also the parsing workers' setting).
+INGEST_GC_THRESHOLD = GC_THRESHOLD
 
 
 @contextlib.contextmanager
 def _ingest_tuning(
     switch_s: float = 0.000005, gc_threshold: int = INGEST_GC_THRESHOLD
 ) -> Iterator[None]:
-    """The interpreter settings an ingest runs with, restored after it (the outermost of
-    overlapping ingests restores them).
+    """The interpreter settings an ingest runs with, restored after it (the last of
+    overlapping ingests, or of a probe loop beside them, restores them: `kgprobe.runtime`).
 
     A short GIL switch interval: the writer thread wakes from the server's socket several times
     per statement and needs the GIL each time, which the calling thread (parsing and building
@@ -892,22 +885,8 @@ def _ingest_tuning(
     writer waited. Measured at 1M statements (docs/benchmarks.md): 102.5 s at 5 ms, 101.4 s at
     0.5 ms, 89.2 s at 20 µs, 82.9 s at 5 µs. It costs nothing when only one thread wants the
     GIL. And a rarer cyclic collection (`INGEST_GC_THRESHOLD`)."""
-    global _tuning_depth, _tuning_saved
-    with _tuning_lock:
-        if _tuning_depth == 0:
-            _tuning_saved = (sys.getswitchinterval(), gc.get_threshold())
-            sys.setswitchinterval(min(_tuning_saved[0], switch_s))
-            first, *older = _tuning_saved[1]
-            gc.set_threshold(max(first, gc_threshold), *older)
-        _tuning_depth += 1
-    try:
+    with prompt_gil_switch(switch_s), rare_collections(gc_threshold):
         yield
-    finally:
-        with _tuning_lock:
-            _tuning_depth -= 1
-            if _tuning_depth == 0:
-                sys.setswitchinterval(_tuning_saved[0])
-                gc.set_threshold(*_tuning_saved[1])
 
 
 def ingest(

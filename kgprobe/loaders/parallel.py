@@ -24,7 +24,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, BinaryIO, NamedTuple, TypeVar, cast
 
 from kgprobe.loaders.common import env_bytes
-from kgprobe.records import RECORD_GC_THRESHOLD
+from kgprobe.runtime import GC_THRESHOLD
 
 #: Bytes of text per chunk sent to a worker, in MiB (``KGPROBE_INGEST_CHUNK_MB`` overrides): a
 #: few MB make the per-chunk cost (a pickle each way, a task hand-over) negligible, and a
@@ -148,9 +148,9 @@ def _exit_with_parent(parent: int) -> None:
     down by the ingest.
 
     A worker makes records in bulk, so its cyclic collector runs as rarely as the ingest's
-    (`kgprobe.records.RECORD_GC_THRESHOLD`): 4 % less worker CPU on realistic lines."""
+    (`kgprobe.runtime.GC_THRESHOLD`): 4 % less worker CPU on realistic lines."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    gc.set_threshold(RECORD_GC_THRESHOLD, *gc.get_threshold()[1:])
+    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
 
     def watch() -> None:
         while os.getppid() == parent:

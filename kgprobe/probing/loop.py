@@ -29,6 +29,7 @@ from kgprobe.probing.pipeline import Ahead, Behind
 from kgprobe.probing.verbalize import entity_facts
 from kgprobe.progress import Progress
 from kgprobe.provenance import now
+from kgprobe.runtime import rare_collections
 from kgprobe.types import PID, QID, FactKey, Properties
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -337,7 +338,22 @@ def score_batches(
     """score -> write, for batches already gathered: from the graph (:func:`score_and_write`)
     or from a probe set's file (:mod:`kgprobe.probing.probe_set`). ``write(rows, scored)``
     takes ``plan.write_facts`` facts' ``{key, s, props}`` rows at a time and the number of them
-    that got a value; the reasons of the others are counted in ``outcome``."""
+    that got a value; the reasons of the others are counted in ``outcome``.
+
+    Python's cyclic collector runs rarely meanwhile (:func:`kgprobe.runtime.rare_collections`):
+    a batch's requests, results and item plans are tens of thousands of objects, and at the
+    default threshold its full passes took 40 % of the loop's own CPU (docs/benchmarks.md)."""
+    with rare_collections():
+        _score_batches(runner, plan, batches, total, ctx, outcome, write, progress=progress,
+                       on_fact=on_fact)
+
+
+def _score_batches(
+    runner: Runner, plan: LoopPlan, batches: Iterable[tuple[Sequence[Any], list[Planned]]],
+    total: int, ctx: Any, outcome: LoopOutcome,
+    write: Callable[[list[FactScores], int], None], *, progress: bool,
+    on_fact: OnFact | None,
+) -> None:
     pending: list[FactScores] = []
     pending_ok = 0
 

@@ -280,7 +280,7 @@ def _capitalize(text: str) -> str:
     """First letter upper-cased, except camel-case brand names ("iPhone", "eBay", "tvN")
     whose own spelling wins; "de Gaulle" and "cross" become "De Gaulle" and "Cross"."""
     first = text.split(" ", 1)[0]
-    if any(c.isupper() for c in first[1:]) and first[:1].islower():
+    if first[:1].islower() and any(c.isupper() for c in first[1:]):
         return text
     return text[:1].upper() + text[1:]
 

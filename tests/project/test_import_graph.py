@@ -94,6 +94,7 @@ LAYERS = [
     ("kgprobe.provenance", "kgprobe."),
     ("kgprobe.plugins", "kgprobe."),  # the registry and the backend table call it
     ("kgprobe.progress", "kgprobe."),  # loop, ingest and the CLI use it
+    ("kgprobe.runtime", "kgprobe."),  # interpreter settings: loop, ingest and the workers use them
     ("kgprobe.loaders", "kgprobe.graph"),
     ("kgprobe.loaders", "kgprobe.probing"),
     ("kgprobe.graph", "kgprobe.probing"),

@@ -154,11 +154,17 @@ def distractor_measure(
                 requests.extend(g)
         plans.append((FactPlausibilities(item.fact, list(ds)), per_cloze))
     results = runner.run(requests)
-    by_req = {r: res for r, res in zip(requests, results, strict=True)}
+    if len(results) != len(requests):
+        raise ConfigError(f"the engine returned {len(results)} results for {len(requests)} requests")
+    # one result per request, in order: read them in the order the requests were listed
+    at = 0
     out = []
     for fp, per_cloze in plans:
         for c, groups in per_cloze:
-            logs = [logsumexp(_lp(by_req[r]) for r in g) for g in groups]
+            logs = []
+            for g in groups:
+                logs.append(logsumexp([_lp(x) for x in results[at : at + len(g)]]))
+                at += len(g)
             fp.clozes.append(ClozePlausibility(c, logs[0], logs[1:]))
         out.append(fp)
     return out
