@@ -18,7 +18,7 @@ from typing import Any
 #: batch of records, a batch's requests and results) before it frees any, so at 700 the
 #: collector runs thousands of times, its full passes re-walking every live object:
 #: - an ingest: 3.5–3.9 s of the 17.5–17.9 s that reading and building 1M statements cost;
-#: - the probe loop: 0.56–0.65 of 1.38–1.55 CPU-ms per fact of its own Python (3,000 demo
+#: - the probe loop: 0.57–0.66 of 1.37–1.55 CPU-ms per fact of its own Python (3,000 demo
 #:   facts, model-free) (docs/benchmarks.md).
 #: Records, requests and results hold no reference cycles, so they are freed by reference
 #: counting alone; garbage in cycles still counts towards this threshold and is collected once
