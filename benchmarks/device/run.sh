@@ -80,7 +80,7 @@ engine() {
     if [ "$shape" = "$loop_shape" ]; then
       # issue 43: the probe loop's share of the wall in the engine; the first of the two
       # probes compiles FlexAttention's row shapes, the second is the warm figure
-      step "probe loop $shape" 180 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
+      step "probe loop $shape" 150 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
         --random-init "$shape" --tokenizer .device/tok "${dev[@]}" --repeat 2
     fi
   done
