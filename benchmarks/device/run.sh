@@ -82,6 +82,10 @@ engine() {
       # probes compiles FlexAttention's row shapes, the second is the warm figure
       step "probe loop $shape" 150 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
         --random-init "$shape" --tokenizer .device/tok "${dev[@]}" --repeat 2
+      # the same loop without a model (real tokenization and plan, made-up scores): its own
+      # Python per fact on this host's CPU, beside this machine's figures in docs/benchmarks.md
+      step "probe loop, model-free" 60 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
+        --random-init 135m --tokenizer .device/tok --device cpu --model-free --repeat 2
     fi
   done
 }
