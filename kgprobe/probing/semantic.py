@@ -21,6 +21,7 @@ finder, :mod:`kgprobe.probing.distractors`, that uses it).
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import importlib
 import itertools
@@ -43,6 +44,7 @@ from kgprobe.graph import journal
 from kgprobe.graph.distractors import all_entity_ids, candidate_ids, entity_facts, graph_counts
 from kgprobe.probing.qidtable import QidTable
 from kgprobe.progress import Progress
+from kgprobe.runtime import GC_THRESHOLD, rare_collections
 from kgprobe.types import JSONObject
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -945,8 +947,11 @@ _POOL: tuple[Model | None, FactSource | None] | None = None
 
 
 def _init_worker(model: Model | None, source: FactSource | None) -> None:
+    """A worker's model and source, and the building process's rare collections (a spawned
+    worker does not inherit them)."""
     global _POOL
     _POOL = (model, source)
+    gc.set_threshold(max(GC_THRESHOLD, gc.get_threshold()[0]), *gc.get_threshold()[1:])
 
 
 def _embed_items(model: Model | None, items: Sequence[tuple[str, list[tuple[str, str]]]]
@@ -1192,6 +1197,9 @@ def build_index(
 
     sampled: _Sampled | None = None
     with contextlib.ExitStack() as stack:
+        # every entity's bag and vector row is Python objects made in bulk: the cyclic
+        # collector runs rarely meanwhile (kgprobe.runtime; docs/benchmarks.md)
+        stack.enter_context(rare_collections())
         # a fit on the whole graph reads every bag itself; otherwise the embedding's reads start
         # now, beside the fit
         reader = None if fits_whole else stack.enter_context(_ReadAhead(parts(), read))
