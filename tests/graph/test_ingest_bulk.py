@@ -361,3 +361,33 @@ def test_bulk_workers_report_malformed_lines_with_their_byte_offsets(tmp_path: P
                   "--max-errors", "1", env=env)
     assert stopped.returncode == 4, stopped.stderr
     assert f"byte offset {offsets[0]:,}" in stopped.stderr.strip().splitlines()[-1]
+
+
+def test_the_import_files_are_written_with_the_collector_held_back(tmp_path: Path) -> None:
+    """Records and rows are made in bulk: `write_import_files` reads its records with the cyclic
+    collector's first threshold raised, as an online ingest does (kgprobe.runtime), and leaves
+    it as it found it, also when the records fail midway."""
+    import gc
+
+    from kgprobe.errors import InputError
+    from kgprobe.graph.bulk import write_import_files
+    from kgprobe.loaders import open_source
+    from kgprobe.loaders.common import Filters
+
+    seen: list[int] = []
+
+    def noting(fail: bool) -> Any:
+        for i, r in enumerate(open_source(DEMO, Filters.make())):
+            seen.append(gc.get_threshold()[0])
+            if fail and i == 50:
+                raise InputError("truncated input")
+            yield r
+
+    before = gc.get_threshold()
+    files = write_import_files(noting(False), tmp_path / "b")
+    assert files.summary.facts > 0 and len(seen) > 100
+    assert min(seen) >= 100_000  # Python's default is 700
+    assert gc.get_threshold() == before
+    with pytest.raises(InputError, match="truncated"):
+        write_import_files(noting(True), tmp_path / "c")
+    assert gc.get_threshold() == before
