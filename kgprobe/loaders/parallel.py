@@ -24,7 +24,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, BinaryIO, NamedTuple, TypeVar, cast
 
 from kgprobe.loaders.common import env_bytes
-from kgprobe.runtime import GC_THRESHOLD
+from kgprobe.runtime import GC_THRESHOLD, rare_collections
 
 #: Bytes of text per chunk sent to a worker, in MiB (``KGPROBE_INGEST_CHUNK_MB`` overrides): a
 #: few MB make the per-chunk cost (a pickle each way, a task hand-over) negligible, and a
@@ -173,7 +173,8 @@ def ordered_map(fn: Callable[[J], R], jobs: Iterator[J], workers: int) -> Iterat
     the other (a small file pays no process start-up). ``fn`` must be a module-level function.
     A failure while taking the next job (a truncated file) is raised after the results of
     every job taken before it. Closing the iterator early (an entity limit reached) cancels
-    the jobs not started."""
+    the jobs not started. While the processes run, this process's cyclic collector runs
+    rarely (:func:`kgprobe.runtime.rare_collections`), restored when the iterator ends."""
     failure: Exception | None = None
 
     def pull() -> Any:
@@ -199,13 +200,17 @@ def ordered_map(fn: Callable[[J], R], jobs: Iterator[J], workers: int) -> Iterat
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_exit_with_parent, initargs=(os.getpid(),))
         try:
-            pending: deque[tuple[J, Future[R]]] = deque(
-                (j, pool.submit(fn, j)) for j in (first, second))
-            while pending:
-                while len(pending) < AHEAD * workers and (job := pull()) is not _END:
-                    pending.append((job, pool.submit(fn, job)))
-                done, future = pending.popleft()
-                yield done, future.result()
+            # the workers' results are unpickled here, tens of thousands of objects a chunk:
+            # the cyclic collector runs rarely until the iterator ends or is closed, as in the
+            # workers (0.85 -> 0.53 CPU-s of this process for 278 MB with 2 workers)
+            with rare_collections():
+                pending: deque[tuple[J, Future[R]]] = deque(
+                    (j, pool.submit(fn, j)) for j in (first, second))
+                while pending:
+                    while len(pending) < AHEAD * workers and (job := pull()) is not _END:
+                        pending.append((job, pool.submit(fn, job)))
+                    done, future = pending.popleft()
+                    yield done, future.result()
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     if failure is not None:

@@ -81,6 +81,25 @@ def test_ordered_map_runs_in_worker_processes_in_order() -> None:
     assert [job for job, _ in ordered_map(_pid, iter(range(8)), 2)] == list(range(8))
 
 
+def test_the_workers_results_are_taken_in_with_the_collector_held_back() -> None:
+    """The workers' records are unpickled in bulk in this process: while the pool runs its
+    cyclic collector's first threshold is raised (kgprobe.runtime), and it is back to what it
+    was when the iterator ends, and when it is closed early."""
+    import gc
+
+    before = gc.get_threshold()
+    seen = [gc.get_threshold()[0] for _ in ordered_map(_pid, iter(range(6)), 2)]
+    assert len(seen) == 6 and min(seen) >= 100_000  # Python's default is 700
+    assert gc.get_threshold() == before
+    early = ordered_map(_pid, iter(range(20)), 2)
+    next(early)
+    assert gc.get_threshold()[0] >= 100_000
+    early.close()
+    assert gc.get_threshold() == before
+    # one job (or one worker) runs here, with no pool: nothing is changed
+    assert [gc.get_threshold() for _ in ordered_map(_pid, iter(range(3)), 1)] == [before] * 3
+
+
 @pytest.mark.parametrize("cores, beside, alone", [(1, 1, 1), (2, 1, 2), (16, 15, 16)])
 def test_the_default_workers_leave_a_core_to_a_graph_server_on_this_machine(
     monkeypatch: pytest.MonkeyPatch, cores: int, beside: int, alone: int
