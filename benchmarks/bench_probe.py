@@ -299,6 +299,14 @@ def _relations(arg: str | None) -> tuple[str, ...]:
     return tuple(r.strip() for r in arg.split(",") if r.strip()) if arg else ()
 
 
+def _header() -> None:
+    """Which kgprobe is measured (``PYTHONPATH`` may name another checkout) and the load."""
+    import kgprobe
+
+    print(f"kgprobe from {Path(kgprobe.__file__).parent}")
+    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+
+
 def _clock() -> tuple[float, float]:
     return time.monotonic(), time.process_time()
 
@@ -369,12 +377,10 @@ def _export(args: argparse.Namespace, graph: Any, index_dir: str | None) -> None
 
 def _bench_set(args: argparse.Namespace) -> None:
     """``--set``: the probe set scored ``--repeat`` times through ``score_set`` (no graph)."""
-    import kgprobe
     from kgprobe.probing.engine import Engine
     from kgprobe.probing.probe_set import read_set, score_set
 
-    print(f"kgprobe from {Path(kgprobe.__file__).parent}")
-    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    _header()
     pset = read_set(args.set)
     cfg = pset.header["config"]
     print(f"probe set {args.set}: {pset.header['facts']} facts, measures {' '.join(cfg['measures'])}, "
@@ -401,10 +407,7 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
     from kgprobe.probing.run import ProbeConfig, run_probe
 
     relations = _relations(args.relations)
-    import kgprobe
-
-    print(f"kgprobe from {Path(kgprobe.__file__).parent}")
-    print(f"load average before: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    _header()
     lm = _model(args)
     w1, c1 = _clock()
     index = None

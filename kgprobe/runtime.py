@@ -54,6 +54,13 @@ def rare_collections(threshold: int = GC_THRESHOLD) -> contextlib.AbstractContex
                  lambda t: (max(t[0], threshold), *t[1:]))
 
 
+def collect_rarely_here() -> None:
+    """This whole process's collector at least as rare as :func:`rare_collections` makes it,
+    for good: a worker process that only makes objects in bulk (a spawned one does not inherit
+    the setting of the process that started it)."""
+    gc.set_threshold(max(GC_THRESHOLD, gc.get_threshold()[0]), *gc.get_threshold()[1:])
+
+
 def prompt_gil_switch(seconds: float) -> contextlib.AbstractContextManager[None]:
     """The GIL switch interval at most ``seconds``: a thread woken by a socket (the ingest's
     writer) gets the GIL from a busy one without waiting Python's default 5 ms."""

@@ -11,7 +11,6 @@ are the same, in the same order, whatever the number of workers.
 
 from __future__ import annotations
 
-import gc
 import io
 import multiprocessing
 import os
@@ -24,7 +23,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Any, BinaryIO, NamedTuple, TypeVar, cast
 
 from kgprobe.loaders.common import env_bytes
-from kgprobe.runtime import GC_THRESHOLD, rare_collections
+from kgprobe.runtime import collect_rarely_here, rare_collections
 
 #: Bytes of text per chunk sent to a worker, in MiB (``KGPROBE_INGEST_CHUNK_MB`` overrides): a
 #: few MB make the per-chunk cost (a pickle each way, a task hand-over) negligible, and a
@@ -150,7 +149,7 @@ def _exit_with_parent(parent: int) -> None:
     A worker makes records in bulk, so its cyclic collector runs as rarely as the ingest's
     (`kgprobe.runtime.GC_THRESHOLD`): 4 % less worker CPU on realistic lines."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    gc.set_threshold(GC_THRESHOLD, *gc.get_threshold()[1:])
+    collect_rarely_here()
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -202,7 +201,7 @@ def ordered_map(fn: Callable[[J], R], jobs: Iterator[J], workers: int) -> Iterat
         try:
             # the workers' results are unpickled here, tens of thousands of objects a chunk:
             # the cyclic collector runs rarely until the iterator ends or is closed, as in the
-            # workers (0.85 -> 0.53 CPU-s of this process for 278 MB with 2 workers)
+            # workers (22-30 % less of this process's CPU with 2 workers: docs/benchmarks.md)
             with rare_collections():
                 pending: deque[tuple[J, Future[R]]] = deque(
                     (j, pool.submit(fn, j)) for j in (first, second))

@@ -21,7 +21,6 @@ finder, :mod:`kgprobe.probing.distractors`, that uses it).
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import importlib
 import itertools
@@ -44,7 +43,7 @@ from kgprobe.graph import journal
 from kgprobe.graph.distractors import all_entity_ids, candidate_ids, entity_facts, graph_counts
 from kgprobe.probing.qidtable import QidTable
 from kgprobe.progress import Progress
-from kgprobe.runtime import GC_THRESHOLD, rare_collections
+from kgprobe.runtime import collect_rarely_here, rare_collections
 from kgprobe.types import JSONObject
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -951,7 +950,7 @@ def _init_worker(model: Model | None, source: FactSource | None) -> None:
     worker does not inherit them)."""
     global _POOL
     _POOL = (model, source)
-    gc.set_threshold(max(GC_THRESHOLD, gc.get_threshold()[0]), *gc.get_threshold()[1:])
+    collect_rarely_here()
 
 
 def _embed_items(model: Model | None, items: Sequence[tuple[str, list[tuple[str, str]]]]
