@@ -124,7 +124,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--templates", action="store_true", help="import kgprobe's templates and exit")
     ap.add_argument("--baseline", action="store_true")
-    ap.add_argument("--sample", type=int, default=None)
+    ap.add_argument("--sample", type=int, default=None,
+                    help="the most entities fitted on (at most --sample-min of them: a fixed sample)")
+    ap.add_argument("--sample-min", type=int, default=None,
+                    help="entities the fit starts from before it doubles its sample (default 20,000)")
+    ap.add_argument("--coverage", type=float, default=None,
+                    help="half_coverage at which the sample stops doubling (default 0.96)")
     ap.add_argument("--workers", default="1",
                     help="processes; a comma list (1,2,4) runs one fresh process per count")
     ap.add_argument("--synthetic", type=int, default=0, metavar="N",
@@ -190,8 +195,10 @@ def main() -> None:
             out["code"] = "baseline (ensure_index, in memory)"
         else:
             kw: dict[str, object] = {"candidates_only": not args.all_entities, "seed": args.seed}
-            if args.sample is not None:
-                kw["sample"] = args.sample
+            for key, val in (("sample", args.sample), ("sample_min", args.sample_min),
+                             ("sample_coverage", args.coverage)):
+                if val is not None:
+                    kw[key] = val
             if args.compress_from is not None:
                 kw["compress_from"] = args.compress_from
             if args.pq_m is not None:
@@ -219,6 +226,7 @@ def main() -> None:
         out["entities_in_graph"] = getattr(st, "n_graph", 0) or len(idx)
         out["indexed_share"] = round(len(idx) / max(int(out["entities_in_graph"]), 1), 3)  # type: ignore[call-overload]
         out["sample"] = getattr(st, "n_sample", None)
+        out["sample_steps"] = getattr(st, "sample_steps", None)  # (size, half_coverage) per step
         out["index_kind"] = st.index_kind
         out["build_wall_s"] = round(wall, 1)
         out["ms_per_indexed_entity"] = round(1000 * wall / max(len(idx), 1), 3)
@@ -279,7 +287,8 @@ def main() -> None:
                 graph.write("MATCH (x:FactSlot) WHERE x.id STARTS WITH 'P9999:' DELETE x")
         if args.agreement and hasattr(sem, "build_index"):
             whole = sem.build_index(graph, Path(tmp) / "whole",
-                                    sem.IndexSettings(sample=10**9, candidates_only=not args.all_entities))
+                                    sem.IndexSettings(sample=10**9, sample_min=10**9,
+                                                      candidates_only=not args.all_entities))
             rng = np.random.default_rng(1)
             qs = rng.choice(len(idx), size=min(args.queries, len(idx)), replace=False)
             tops: dict[str, list[list[str]]] = {"sample": [], "whole fit": []}

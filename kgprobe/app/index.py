@@ -39,6 +39,8 @@ class IndexReport:
     entities_indexed: int
     entities_in_graph: int
     entities_embedded: int
+    #: entities the model was fitted on (its sample: ``settings["sample"]`` is only the most)
+    entities_fitted: int
     index_kind: str
     settings: dict[str, object]
     seconds: float
@@ -84,5 +86,7 @@ def index(index_dir: str | Path | None = None, *, sample: int | None = None, dim
     else:
         embedded = st.n_embedded
         action = "built" if embedded + st.resumed_from >= len(idx) or st.retrained else "updated"
+    record = _build_record(d)
+    fitted = int(record.get("n_sample", 0)) if isinstance(record, dict) else 0
     return IndexReport(os.fspath(d), action, len(idx), st.n_graph or len(idx), embedded,
-                       st.index_kind, asdict(idx.settings), round(seconds, 3))
+                       fitted, st.index_kind, asdict(idx.settings), round(seconds, 3))

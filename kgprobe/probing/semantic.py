@@ -105,9 +105,14 @@ class IndexSettings:
     #: randomized-SVD power iterations (sklearn's default is 5).
     svd_iter: int = 5
     sublinear_tf: bool = True
-    #: entities the vocabulary, IDF and SVD are fitted on: a seeded sample of all entities, the
-    #: one memory knob of a build (a graph with no more entities is fitted whole, as before).
+    #: the most entities the vocabulary, IDF and SVD are fitted on: a seeded sample of all
+    #: entities, the one memory knob of a build (a graph with no more entities may be fitted
+    #: whole). The fit starts from ``sample_min`` of them and doubles the sample while its
+    #: first half's features carry less than ``sample_coverage`` of the pairwise similarity
+    #: within it (:func:`half_coverage`); ``sample`` ≤ ``sample_min`` is a fixed sample.
     sample: int = 200_000
+    sample_min: int = 20_000
+    sample_coverage: float = 0.96
     #: index only the entities that can be in some Ω(f) (:func:`candidate_ids`); their
     #: features still come from all their facts.
     candidates_only: bool = True
@@ -154,6 +159,8 @@ class BuildStats:
     #: (fewer than n_entities after an incremental update or a resume)
     n_graph: int = 0
     n_sample: int = 0
+    #: :func:`half_coverage` of each sample size the fit read, in order (empty: fixed sample)
+    sample_steps: list[tuple[int, float]] = field(default_factory=list)
     n_embedded: int = 0
     resumed_from: int = 0
     #: bags read by this call only to tell what changed (digests), and bags read to embed them
@@ -758,7 +765,10 @@ class SemanticIndex:
                            journal_writes=gs.get("journal_writes"),
                            journal_epoch=gs.get("journal_epoch")) if gs else None
         stats = BuildStats(**manifest.get("build", {}))
-        return cls(qids, index, IndexSettings(**manifest["settings"]), state, stats,
+        settings = settings_of(manifest.get("settings"))
+        if settings is None:
+            raise StaleIndexError(f"semantic index in {d}: settings this version does not read")
+        return cls(qids, index, settings, state, stats,
                    _open_vectors(d, qids.n_rows, int(manifest["dim"])))
 
 
@@ -781,9 +791,23 @@ def recorded_settings(directory: str | Path) -> IndexSettings | None:
     dimension of the user's choosing is updated as the graph changes, never rebuilt with the
     defaults behind their back."""
     try:
-        recorded = read_manifest(directory).get("settings")
-        return IndexSettings(**recorded) if isinstance(recorded, dict) else None
-    except (StaleIndexError, TypeError):
+        return settings_of(read_manifest(directory).get("settings"))
+    except StaleIndexError:
+        return None
+
+
+def settings_of(recorded: object) -> IndexSettings | None:
+    """A manifest's settings as :class:`IndexSettings`; None if this version does not read
+    them. A manifest from before ``sample_min`` recorded a fixed sample of ``sample`` (the fit
+    did not double then), which is what ``sample_min = sample`` says now: such an index is kept
+    as it was built, not rebuilt because a setting was added."""
+    if not isinstance(recorded, dict):
+        return None
+    if "sample_min" not in recorded and "sample" in recorded:
+        recorded = {**recorded, "sample_min": recorded["sample"]}
+    try:
+        return IndexSettings(**recorded)
+    except TypeError:
         return None
 
 
@@ -806,7 +830,7 @@ def staleness(
     problems: list[str] = []
     if manifest.get("format_version") != FORMAT_VERSION:
         problems.append(f"format {manifest.get('format_version')} != {FORMAT_VERSION}")
-    if expect_settings is not None and manifest.get("settings") != asdict(expect_settings):
+    if expect_settings is not None and settings_of(manifest.get("settings")) != expect_settings:
         problems.append(f"settings {manifest.get('settings')} != {asdict(expect_settings)}")
     if expect_state is not None:
         got = manifest.get("graph_state") or {}
@@ -1092,13 +1116,78 @@ def _batched(it: Iterable[tuple[str, int, list[str]]], size: int
         yield qs, ds, bs
 
 
-def _draw_sample(every: QidTable, settings: IndexSettings) -> list[str]:
-    """The entities the model is fitted on: a seeded sample of ``settings.sample`` of the
-    graph's (``every``), all of them when there are no more."""
-    if every.n_rows <= settings.sample:
-        return every.tolist()
+def _sample_order(every: QidTable, settings: IndexSettings) -> np.ndarray:
+    """Rows of ``every`` the fit may read, in the order it reads them: all of them when there
+    are no more than ``settings.sample``; a fixed sample (``sample`` ≤ ``sample_min``) sorted;
+    else a seeded random order whose every prefix is a uniform sample (:func:`_read_sample`)."""
+    n = every.n_rows
+    if n <= min(settings.sample, settings.sample_min):
+        return np.arange(n)
     rng = np.random.default_rng(settings.seed)
-    return [every[int(i)] for i in np.sort(rng.choice(every.n_rows, size=settings.sample, replace=False))]
+    if settings.sample <= settings.sample_min:
+        return np.sort(rng.choice(n, size=settings.sample, replace=False))
+    return np.asarray(rng.choice(n, size=min(settings.sample, n), replace=False))
+
+
+def half_coverage(counts: sp.csr_matrix, half: np.ndarray, sublinear_tf: bool = True) -> float:
+    """The share of the pairwise TF-IDF cosines among ``counts``' rows that comes from the
+    features at least two of the ``half`` rows (a boolean mask) have: the features a fit on
+    those rows keeps (:func:`fit`), weighed by what they add to the rows' similarities. Feature
+    f adds (Σᵢ xᵢf)² − Σᵢ xᵢf² to the sum of all pairs' cosines (x: the L2-normalized TF-IDF
+    rows). Near 1, a sample twice the half's size knows hardly more of what makes entities
+    similar than the half does."""
+    from sklearn.feature_extraction.text import TfidfTransformer
+
+    x = TfidfTransformer(sublinear_tf=sublinear_tf, norm="l2").fit_transform(counts).tocsc()
+    mass = np.asarray(x.sum(axis=0)).ravel() ** 2 - np.asarray(x.multiply(x).sum(axis=0)).ravel()
+    total = float(mass.sum())
+    if total <= 0:
+        return 1.0
+    kept = np.bincount(counts[np.flatnonzero(half)].indices, minlength=counts.shape[1]) >= 2
+    return float(mass[kept].sum()) / total
+
+
+def _first_step(order: np.ndarray, settings: IndexSettings) -> int:
+    """How many of :func:`_sample_order`'s entities the fit reads before it may double."""
+    return len(order) if settings.sample <= settings.sample_min else min(settings.sample_min, len(order))
+
+
+def _read_sample(src: FactSource, every: QidTable, order: np.ndarray, settings: IndexSettings,
+                 stats: BuildStats, taken: set[str]) -> tuple[list[tuple[str, list[str]]], sp.csr_matrix]:
+    """The bags the model is fitted on, in ``every``'s row order, and their term counts: the
+    first :func:`_first_step` entities of ``order`` (:func:`_sample_order`), then twice as
+    many, and so on up to ``settings.sample``, while :func:`half_coverage` of the bags read so
+    far (their half: the sample before the last doubling) is below ``sample_coverage``. A graph
+    whose similarities come from features many entities share stops early; one of sparse, rare
+    features reads more. Each step's ids are added to ``taken`` before they are read."""
+    size = _first_step(order, settings)
+    bags: list[tuple[str, list[str]]] = []
+    rows: list[np.ndarray] = []
+
+    def read(lo: int, hi: int) -> None:
+        rows.append(np.sort(order[lo:hi]))  # row order within a step: the reads' locality
+        ids = [every[int(i)] for i in rows[-1]]
+        taken.update(ids)
+        bags.extend((q, bag_tokens(q, pairs)) for q, pairs in src.facts(ids, BUILD_BATCH))
+
+    read(0, size)
+    # the first step's half: the first size // 2 of the seeded order (a uniform sample, as every
+    # prefix is), not of its rows read in QID order; later, the steps before the last
+    half = np.isin(rows[0], order[: size // 2])
+    counts: sp.csr_matrix | None = None
+    while size < len(order):
+        counts = bags_to_matrix(bags)[1]
+        cover = half_coverage(counts, half, settings.sublinear_tf)
+        stats.sample_steps.append((size, round(cover, 6)))
+        if cover >= settings.sample_coverage:
+            break
+        grown = min(2 * size, len(order))
+        read(size, grown)
+        half, size, counts = np.arange(grown) < size, grown, None
+    if len(rows) > 1:  # the fit sees the rows in ``every``'s order, however many steps
+        bags = [bags[i] for i in np.argsort(np.concatenate(rows), kind="stable").tolist()]
+        counts = None
+    return bags, bags_to_matrix(bags)[1] if counts is None else counts
 
 
 @dataclass
@@ -1111,12 +1200,12 @@ class _Sampled:
     digests: np.ndarray
 
 
-def _fit_sample(src: FactSource, ids: list[str], whole: bool, settings: IndexSettings,
-                stats: BuildStats) -> tuple[Model, np.ndarray | None, _Sampled]:
-    """The model fitted on ``ids`` (:func:`_draw_sample`); with the whole graph, its vectors
-    too (sklearn's ``fit_transform``, rows of the sample); and the sample (:class:`_Sampled`)."""
-    bags = [(q, bag_tokens(q, pairs)) for q, pairs in src.facts(ids, BUILD_BATCH)]
-    qids, counts = bags_to_matrix(bags)
+def _fit_sample(bags: list[tuple[str, list[str]]], counts: sp.csr_matrix, whole: bool,
+                settings: IndexSettings, stats: BuildStats) -> tuple[Model, np.ndarray | None, _Sampled]:
+    """The model fitted on ``bags`` and their ``counts`` (:func:`_read_sample`); with the whole
+    graph, its vectors too (sklearn's ``fit_transform``, rows of the sample); and the sample
+    (:class:`_Sampled`)."""
+    qids = [q for q, _ in bags]
     order = shared_first(counts)
     counts = counts[:, order].tocsr()  # the model's column order
     vecs, idf, comp = fit(counts, settings, stats)
@@ -1183,9 +1272,11 @@ def build_index(
         done = int(json.loads((work / "done.json").read_text())["rows"])
     by_id, start = workers > 1 and src.in_workers, done
     fitting = not resume and model is None
-    fits_whole = fitting and every.n_rows <= settings.sample
-    chosen = _draw_sample(every, settings) if fitting else []
-    skip = set(chosen)  # the fit reads these; the embedding takes them from it
+    order = _sample_order(every, settings) if fitting else np.zeros(0, dtype=np.int64)
+    first = _first_step(order, settings)
+    # the fit reads these (more if its sample doubles: _read_sample adds them); the embedding
+    # takes them from it
+    skip = {every[int(i)] for i in order[:first]}
 
     def parts() -> Iterator[list[str]]:
         for i in range(start, n, BUILD_BATCH):
@@ -1200,7 +1291,9 @@ def build_index(
         # collector runs rarely meanwhile (kgprobe.runtime; docs/benchmarks.md)
         stack.enter_context(rare_collections())
         # a fit on the whole graph reads every bag itself; otherwise the embedding's reads start
-        # now, beside the fit
+        # now, beside the sample's reads and the fit (an entity the sample takes after it
+        # doubles may then be read twice: merged() keeps the fit's)
+        fits_whole = fitting and first == every.n_rows
         reader = None if fits_whole else stack.enter_context(_ReadAhead(parts(), read))
         if resume:
             model = Model.load(work)
@@ -1214,9 +1307,14 @@ def build_index(
             shutil.rmtree(work, ignore_errors=True)
             private_dir(work)
             if model is None:
-                model, whole, sampled = _fit_sample(src, chosen, fits_whole, settings, stats)
-                write_private_text(work / SAMPLE_FILE, json.dumps(chosen))
-                del chosen
+                bags, sample_counts = _read_sample(src, every, order, settings, stats, skip)
+                if len(bags) == every.n_rows and reader is not None:  # doubled up to every entity
+                    fits_whole = True
+                    reader.close()
+                    reader = None
+                model, whole, sampled = _fit_sample(bags, sample_counts, fits_whole, settings, stats)
+                write_private_text(work / SAMPLE_FILE, json.dumps([q for q, _ in bags]))
+                del bags, sample_counts
             model.save(work)
             if mark is not None:
                 write_private_text(work / JOURNAL_FILE, json.dumps(asdict(mark)))
@@ -1273,6 +1371,10 @@ def _embed_all(d: Path, work: Path, ids: QidTable, model: Model,
                 part = ids.slice_ids(i, min(i + BUILD_BATCH, n))
                 at = np.fromiter((sampled.row.get(q, -1) for q in part), dtype=np.int64, count=len(part))
                 mine = at >= 0
+                if len(qs) != len(part) - int(mine.sum()):  # read before the sample doubled
+                    theirs = np.fromiter((q not in sampled.row for q in qs), dtype=bool, count=len(qs))
+                    dg = dg[theirs]
+                    out = out[theirs] if out is not None else None
                 all_dg = np.empty(len(part), dtype=np.uint64)
                 all_out = np.empty((len(part), dim), dtype=np.float32)
                 all_dg[~mine], all_dg[mine] = dg, sampled.digests[at[mine]]
@@ -1473,6 +1575,7 @@ def update_index(graph: Graph, directory: str | Path, settings: IndexSettings, *
     table = old.with_changes(removed, added_ids)
     stats.n_graph, stats.n_entities = n_graph, len(table)
     stats.n_sample = int(manifest.get("build", {}).get("n_sample", 0))
+    stats.sample_steps = [(int(a), float(b)) for a, b in manifest.get("build", {}).get("sample_steps", [])]
     stats.index_kind, stats.dim, stats.n_features = type(index).__name__, dim, len(model.vocab)
     _save_digests(d / HASHES_FILE, digests)
     state = _state(counts, digests_hash(table, digests), mark)

@@ -99,6 +99,7 @@ def test_kgprobe_index_builds_with_chosen_settings_then_keeps_and_updates_them(
 
     first = cli("--dim", "6", "--sample", "10")
     assert (first["action"], first["settings"]["dim"], first["settings"]["sample"]) == ("built", 6, 10)
+    assert first["entities_fitted"] == 10 < first["entities_in_graph"]  # a fixed sample of 10
     assert first["entities_embedded"] == first["entities_indexed"] > 2
     again = cli()
     assert (again["action"], again["entities_embedded"], again["settings"]) == ("current", 0, first["settings"])

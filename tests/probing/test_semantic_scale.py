@@ -245,6 +245,16 @@ def test_an_index_built_with_its_own_settings_is_kept_and_updated_with_them(
     upd = sem.ensure_index(graph, d)
     assert builds == [] and upd.settings == mine
     assert upd.stats.n_embedded == len(later) and all(e["id"] in upd for e in later)
+    # an index from before ``sample_min`` (its manifest has no such key): built with a fixed
+    # sample of ``sample``, and kept as that, not rebuilt because a setting was added
+    m = json.loads((d / sem.MANIFEST).read_text())
+    for key in ("sample_min", "sample_coverage"):
+        del m["settings"][key]
+    m["settings"]["sample"] = 50
+    (d / sem.MANIFEST).write_text(json.dumps(m))
+    old = sem.ensure_index(graph, d)
+    assert builds == [] and old.settings.sample == old.settings.sample_min == 50
+    assert old.settings.sample_coverage == sem.IndexSettings().sample_coverage
     sem.ensure_index(graph, d, sem.IndexSettings(dim=8, sample=60, candidates_only=False))
     assert [b.sample for b in builds] == [60]
     # a manifest this version cannot read settings from: the defaults, as before
@@ -600,6 +610,80 @@ def test_a_build_from_a_fact_source_reads_and_embeds_in_the_workers(
         raw = hashlib.blake2b(f"{q}\0{chr(31).join(sorted(toks))}".encode(), digest_size=8).digest()
         want.append(int.from_bytes(raw, "little"))
     assert np.load(tmp_path / "two" / sem.HASHES_FILE).tolist() == want
+
+
+def test_half_coverage_is_the_share_of_pairwise_cosines_the_half_keeps() -> None:
+    """Three entities {a, b}, {a, c}, {a, b}, sublinear tf, smooth IDF (by hand: idf a = 1,
+    b = 1 + ln(4/3), c = 1 + ln 2). Rows 0 and 2 are the same, cosine 1; each has cosine
+    0.61336 × 0.50854 = 0.31192 with row 1 (feature a only). All ordered pairs' cosines:
+    2 × (1 + 2 × 0.31192) = 3.24767. A half of rows {0, 1} shares a only: a's part of every
+    cosine, 2 × (0.61336² + 2 × 0.31192) = 2.00008, so 0.61585; a half of rows {0, 2} shares a
+    and b: everything."""
+    import scipy.sparse as sp
+
+    counts = sp.csr_matrix(np.array([[1, 1, 0], [1, 0, 1], [1, 1, 0]], dtype=np.float32))
+    assert sem.half_coverage(counts, np.array([True, True, False])) == pytest.approx(0.61585, abs=2e-5)
+    assert sem.half_coverage(counts, np.array([True, False, True])) == pytest.approx(1.0)
+    assert sem.half_coverage(counts, np.array([False, True, False])) == 0.0
+    # the same by brute force over every pair of a larger random matrix (sklearn's TF-IDF)
+    rng = np.random.default_rng(5)
+    m = sp.random(60, 40, density=0.15, random_state=6, format="csr")
+    m.data = rng.integers(1, 4, m.nnz).astype(np.float64)
+    x = TfidfTransformer(sublinear_tf=True).fit_transform(m).toarray()
+    half = rng.random(60) < 0.5
+    kept = (np.asarray(m[half].toarray()) > 0).sum(axis=0) >= 2
+    pairs = [(i, j) for i in range(60) for j in range(60) if i != j]
+    want = sum(float(x[i, kept] @ x[j, kept]) for i, j in pairs) / sum(float(x[i] @ x[j]) for i, j in pairs)
+    assert sem.half_coverage(m, half) == pytest.approx(want, rel=1e-9)
+
+
+def _grouped(n: int, group: int) -> dict[str, list[tuple[str, str]]]:
+    """``n`` entities in groups of ``group``, each group with its own relation and object and
+    nothing shared between groups: what makes two entities similar is a feature of ``group``."""
+    return {f"Q{i}": [(f"P{1000 + i // group}", f"Q{100_000 + i // group}")] for i in range(2, n + 2)}
+
+
+def test_the_sample_doubles_while_its_half_misses_what_makes_entities_similar(
+        tmp_path: Path) -> None:
+    """A fit starts from ``sample_min`` entities and doubles while half of them would miss
+    more than 1 − ``sample_coverage`` of the similarity among them. Groups of 4 among 400: a
+    group is whole in a sample only when most of the graph is sampled, so the sample doubles up
+    to every entity, and that fit is the whole graph's, vector for vector. Groups of 16: 160
+    sampled entities are enough. Types and relations many entities share: the first 40."""
+    s = sem.IndexSettings(dim=8, sample=1000, sample_min=40, candidates_only=False, sample_coverage=0.9)
+    rare = sem.build_index(_DictFacts(_grouped(400, 4), tmp_path / "a.log"), tmp_path / "rare", s)
+    assert [n for n, _ in rare.stats.sample_steps] == [40, 80, 160, 320]
+    assert all(c < 0.9 for _, c in rare.stats.sample_steps) and rare.stats.n_sample == 400
+    whole = sem.build_index(_DictFacts(_grouped(400, 4), tmp_path / "b.log"), tmp_path / "whole",
+                            sem.IndexSettings(dim=8, sample=1000, sample_min=1000, candidates_only=False))
+    assert whole.stats.sample_steps == [] and whole.stats.n_sample == 400
+    assert np.allclose(np.asarray(rare.vecs), np.asarray(whole.vecs), atol=1e-6)
+
+    mid = sem.build_index(_DictFacts(_grouped(400, 16), tmp_path / "c.log"), tmp_path / "mid", s)
+    steps = mid.stats.sample_steps
+    assert [n for n, _ in steps] == [40, 80, 160] and steps[-1][1] >= 0.9 > max(c for _, c in steps[:-1])
+    assert mid.stats.n_sample == 160 and len(mid) == 400  # every entity embedded, 160 fitted
+    # the entities the sample took when it doubled were read ahead by the embedding too: each
+    # has the vector its own bag gives
+    ref = sem.build_index(_DictFacts(_grouped(400, 16), tmp_path / "d.log"), tmp_path / "ref",
+                          sem.IndexSettings(dim=8, sample=1000, sample_min=1000, candidates_only=False),
+                          model=sem.Model.load(tmp_path / "mid"))
+    assert np.allclose(np.asarray(mid.vecs), np.asarray(ref.vecs), atol=1e-6)
+
+    # the half is a uniform sample of the sample, not its lower QIDs: 200 entities alike in
+    # nothing, then 200 alike in everything; the 40 sampled (seed 0) hold 12 of the 200 and
+    # their random half 5, enough; the lower 20 QIDs of the 40 hold none
+    split = {f"Q{i}": [(f"P{1000 + i}", f"Q{100_000 + i}") if i < 202 else ("P7", "Q7")]
+             for i in range(2, 402)}
+    early = sem.build_index(_DictFacts(split, tmp_path / "f.log"), tmp_path / "split", s)
+    assert early.stats.n_sample == 40 and early.stats.sample_steps[0][1] >= 0.9
+
+    rng = np.random.default_rng(4)
+    popular = {f"Q{i}": [(f"P{rng.integers(1, 4)}", f"Q{rng.integers(1, 6)}") for _ in range(3)]
+               for i in range(2, 402)}
+    common = sem.build_index(_DictFacts(popular, tmp_path / "e.log"), tmp_path / "common", s)
+    assert common.stats.n_sample == 40 and len(common.stats.sample_steps) == 1
+    assert common.stats.sample_steps[0][1] >= 0.9
 
 
 def test_ivf_kmeans_is_bounded_and_keeps_recall() -> None:
