@@ -107,9 +107,9 @@ class IndexSettings:
     sublinear_tf: bool = True
     #: the most entities the vocabulary, IDF and SVD are fitted on: a seeded sample of all
     #: entities, the one memory knob of a build (a graph with no more entities may be fitted
-    #: whole). The fit starts from ``sample_min`` of them and doubles the sample while its
-    #: first half's features carry less than ``sample_coverage`` of the pairwise similarity
-    #: within it (:func:`half_coverage`); ``sample`` ≤ ``sample_min`` is a fixed sample.
+    #: whole). The fit starts from ``sample_min`` of them and doubles the sample while the
+    #: features a random half of it shares carry less than ``sample_coverage`` of the pairwise
+    #: similarity within it (:func:`half_coverage`); ``sample`` ≤ ``sample_min`` is a fixed sample.
     sample: int = 200_000
     sample_min: int = 20_000
     sample_coverage: float = 0.96
@@ -159,7 +159,8 @@ class BuildStats:
     #: (fewer than n_entities after an incremental update or a resume)
     n_graph: int = 0
     n_sample: int = 0
-    #: :func:`half_coverage` of each sample size the fit read, in order (empty: fixed sample)
+    #: :func:`half_coverage` of each sample size the fit read, in order (empty: a fixed sample,
+    #: or a graph fitted whole from the start)
     sample_steps: list[tuple[int, float]] = field(default_factory=list)
     n_embedded: int = 0
     resumed_from: int = 0
