@@ -659,6 +659,13 @@ def test_the_sample_doubles_while_its_half_misses_what_makes_entities_similar(
     assert whole.stats.sample_steps == [] and whole.stats.n_sample == 400
     assert np.allclose(np.asarray(rare.vecs), np.asarray(whole.vecs), atol=1e-6)
 
+    # however low the coverage, never more than ``sample``: the build's memory knob
+    capped = sem.build_index(_DictFacts(_grouped(400, 4), tmp_path / "g.log"), tmp_path / "capped",
+                             sem.IndexSettings(dim=8, sample=100, sample_min=40, candidates_only=False,
+                                               sample_coverage=0.9))
+    assert [n for n, _ in capped.stats.sample_steps] == [40, 80] and capped.stats.n_sample == 100
+    assert len(capped) == 400
+
     mid = sem.build_index(_DictFacts(_grouped(400, 16), tmp_path / "c.log"), tmp_path / "mid", s)
     steps = mid.stats.sample_steps
     assert [n for n, _ in steps] == [40, 80, 160] and steps[-1][1] >= 0.9 > max(c for _, c in steps[:-1])
