@@ -1154,24 +1154,31 @@ def _first_step(order: np.ndarray, settings: IndexSettings) -> int:
 
 
 def _read_sample(src: FactSource, every: QidTable, order: np.ndarray, settings: IndexSettings,
-                 stats: BuildStats, taken: set[str]) -> tuple[list[tuple[str, list[str]]], sp.csr_matrix]:
+                 stats: BuildStats, taken: set[str], progress: bool = False
+                 ) -> tuple[list[tuple[str, list[str]]], sp.csr_matrix]:
     """The bags the model is fitted on, in ``every``'s row order, and their term counts: the
     first :func:`_first_step` entities of ``order`` (:func:`_sample_order`), then twice as
     many, and so on up to ``settings.sample``, while :func:`half_coverage` of the bags read so
     far (their half: the sample before the last doubling) is below ``sample_coverage``. A graph
     whose similarities come from features many entities share stops early; one of sparse, rare
-    features reads more. Each step's ids are added to ``taken`` before they are read."""
+    features reads more. Each step's ids are added to ``taken`` before they are read; each
+    step shows its own progress (``progress``), saying why the sample doubled."""
     size = _first_step(order, settings)
     bags: list[tuple[str, list[str]]] = []
     rows: list[np.ndarray] = []
 
-    def read(lo: int, hi: int) -> None:
+    def read(lo: int, hi: int, why: str) -> None:
         rows.append(np.sort(order[lo:hi]))  # row order within a step: the reads' locality
         ids = [every[int(i)] for i in rows[-1]]
         taken.update(ids)
-        bags.extend((q, bag_tokens(q, pairs)) for q, pairs in src.facts(ids, BUILD_BATCH))
+        with Progress(f"reading the semantic index's sample{why}", total=len(ids), unit="entities",
+                      enabled=progress) as bar:
+            for i in range(0, len(ids), BUILD_BATCH):
+                part = ids[i : i + BUILD_BATCH]
+                bags.extend((q, bag_tokens(q, pairs)) for q, pairs in src.facts(part, BUILD_BATCH))
+                bar.advance(len(part))
 
-    read(0, size)
+    read(0, size, "")
     # the first step's half: the first size // 2 of the seeded order (a uniform sample, as every
     # prefix is), not of its rows read in QID order; later, the steps before the last
     half = np.isin(rows[0], order[: size // 2])
@@ -1183,7 +1190,8 @@ def _read_sample(src: FactSource, every: QidTable, order: np.ndarray, settings: 
         if cover >= settings.sample_coverage:
             break
         grown = min(2 * size, len(order))
-        read(size, grown)
+        read(size, grown, f" (doubled to {grown:,}: half of {size:,} keeps {cover:.3f} of their "
+                          f"similarity, under {settings.sample_coverage})")
         half, size, counts = np.arange(grown) < size, grown, None
     if len(rows) > 1:  # the fit sees the rows in ``every``'s order, however many steps
         bags = [bags[i] for i in np.argsort(np.concatenate(rows), kind="stable").tolist()]
@@ -1308,7 +1316,8 @@ def build_index(
             shutil.rmtree(work, ignore_errors=True)
             private_dir(work)
             if model is None:
-                bags, sample_counts = _read_sample(src, every, order, settings, stats, skip)
+                bags, sample_counts = _read_sample(src, every, order, settings, stats, skip,
+                                                   progress)
                 if len(bags) == every.n_rows and reader is not None:  # doubled up to every entity
                     fits_whole = True
                     reader.close()

@@ -644,7 +644,7 @@ def _grouped(n: int, group: int) -> dict[str, list[tuple[str, str]]]:
 
 
 def test_the_sample_doubles_while_its_half_misses_what_makes_entities_similar(
-        tmp_path: Path) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A fit starts from ``sample_min`` entities and doubles while half of them would miss
     more than 1 − ``sample_coverage`` of the similarity among them. Groups of 4 among 400: a
     group is whole in a sample only when most of the graph is sampled, so the sample doubles up
@@ -666,9 +666,14 @@ def test_the_sample_doubles_while_its_half_misses_what_makes_entities_similar(
     assert [n for n, _ in capped.stats.sample_steps] == [40, 80] and capped.stats.n_sample == 100
     assert len(capped) == 400
 
-    mid = sem.build_index(_DictFacts(_grouped(400, 16), tmp_path / "c.log"), tmp_path / "mid", s)
+    capsys.readouterr()
+    mid = sem.build_index(_DictFacts(_grouped(400, 16), tmp_path / "c.log"), tmp_path / "mid", s,
+                          progress=True)
     steps = mid.stats.sample_steps
     assert [n for n, _ in steps] == [40, 80, 160] and steps[-1][1] >= 0.9 > max(c for _, c in steps[:-1])
+    shown = capsys.readouterr().err  # each step's progress says why the sample doubled
+    assert f"doubled to 80: half of 40 keeps {steps[0][1]:.3f}" in shown
+    assert f"doubled to 160: half of 80 keeps {steps[1][1]:.3f}" in shown and "doubled to 320" not in shown
     assert mid.stats.n_sample == 160 and len(mid) == 400  # every entity embedded, 160 fitted
     # the entities the sample took when it doubled were read ahead by the embedding too: each
     # has the vector its own bag gives
