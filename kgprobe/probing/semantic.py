@@ -1171,7 +1171,7 @@ def _read_sample(src: FactSource, every: QidTable, order: np.ndarray, settings: 
         rows.append(np.sort(order[lo:hi]))  # row order within a step: the reads' locality
         ids = [every[int(i)] for i in rows[-1]]
         taken.update(ids)
-        with Progress(f"reading the semantic index's sample{why}", total=len(ids), unit="entities",
+        with Progress(f"semantic index: sample{why}", total=len(ids), unit="entities",
                       enabled=progress) as bar:
             for i in range(0, len(ids), BUILD_BATCH):
                 part = ids[i : i + BUILD_BATCH]
@@ -1190,9 +1190,9 @@ def _read_sample(src: FactSource, every: QidTable, order: np.ndarray, settings: 
         if cover >= settings.sample_coverage:
             break
         grown = min(2 * size, len(order))
-        read(size, grown, f" (doubled to {grown:,}: half of {size:,} keeps {cover:.3f} of their "
-                          f"similarity, under {settings.sample_coverage})")
-        half, size, counts = np.arange(grown) < size, grown, None
+        # short enough for the bar on a 100-column terminal; the step's size is the bar's total
+        read(size, grown, f" x2 ({cover:.3f} < {settings.sample_coverage})")
+        half, size = np.arange(grown) < size, grown
     if len(rows) > 1:  # the fit sees the rows in ``every``'s order, however many steps
         bags = [bags[i] for i in np.argsort(np.concatenate(rows), kind="stable").tolist()]
         counts = None

@@ -672,8 +672,9 @@ def test_the_sample_doubles_while_its_half_misses_what_makes_entities_similar(
     steps = mid.stats.sample_steps
     assert [n for n, _ in steps] == [40, 80, 160] and steps[-1][1] >= 0.9 > max(c for _, c in steps[:-1])
     shown = capsys.readouterr().err  # each step's progress says why the sample doubled
-    assert f"doubled to 80: half of 40 keeps {steps[0][1]:.3f}" in shown
-    assert f"doubled to 160: half of 80 keeps {steps[1][1]:.3f}" in shown and "doubled to 320" not in shown
+    assert shown.count("semantic index: sample x2") == 2
+    assert f"x2 ({steps[0][1]:.3f} < 0.9) 40/40" in shown
+    assert f"x2 ({steps[1][1]:.3f} < 0.9) 80/80" in shown
     assert mid.stats.n_sample == 160 and len(mid) == 400  # every entity embedded, 160 fitted
     # the entities the sample took when it doubled were read ahead by the embedding too: each
     # has the vector its own bag gives
