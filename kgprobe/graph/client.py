@@ -177,9 +177,11 @@ class Graph:
             # statement error.
             if self._answers():
                 raise
+            # the same report as a connection lost: which of the two a shutdown gives is a race
             raise GraphUnavailable(
-                f"the graph server at {self.uri} failed: {_first_line(exc)}; nothing of the failed "
-                "batch was written — run the command again to resume"
+                f"lost the graph server at {self.uri}: it stopped or went away while this command "
+                f"ran ({_first_line(exc)}); nothing of the failed batch was written — start the "
+                "server and run the command again to resume"
             ) from exc
 
     def _answers(self) -> bool:
