@@ -12,12 +12,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from kgprobe.errors import ConfigError
 from kgprobe.probing.backends import BACKENDS, CausalBackend, EngineStats, ScoringBackend
-from kgprobe.probing.backends.base import ModelInfo
+from kgprobe.probing.backends.base import Finish, ModelInfo
 from kgprobe.probing.backends.hf import HFBackend, HFCausal, hf_backend
 from kgprobe.probing.cache import ScoreCache
 from kgprobe.probing.models import DEFAULT_MODEL, HF_LOADER, LOAD_DEFAULTS, LoadedModel, from_model
@@ -39,6 +39,37 @@ KINDS: tuple[type, ...] = (LogProbRequest, SpanScoreRequest, NextTokenRequest,
                            BeamSearchRequest, GenerateRequest, TokenScoresRequest)
 
 
+#: a chunk launched (its requests, and what reads their results)
+_Launched = tuple[list[Request], Callable[[], dict[Request, Result]]]
+
+
+class Submitted:
+    """A run launched by :meth:`Engine.submit`: ``result()`` waits for it the first time and
+    returns one result per request, in the order given (an error of the run, every time)."""
+
+    def __init__(self, read: Callable[[], list[Result]]) -> None:
+        self._read: Callable[[], list[Result]] | None = read
+        self._results: list[Result] | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def done(self) -> bool:
+        return self._read is None
+
+    def result(self) -> list[Result]:
+        if self._read is not None:
+            read, self._read = self._read, None
+            try:
+                self._results = read()
+            except BaseException as exc:
+                self._error = exc
+                raise
+        if self._error is not None:
+            raise self._error
+        assert self._results is not None
+        return self._results
+
+
 class Engine:
     """Runs scoring requests against one model: a loaded transformers model (its ``hf-*``
     backend is built here), an in-memory transformers model (``model``, ``tokenizer``), or
@@ -52,6 +83,10 @@ class Engine:
     one full sequence instead (the reference path, ``batch_size`` rows padded on
     ``padding_side``). Masked and seq2seq models batch ``batch_size`` rows, more for short rows
     up to ``batch_tokens``. ``cache`` makes results persistent."""
+
+    #: launch a chunk before reading the one before it (None: ``launches_ahead`` decides)
+    ahead: bool | None = None
+    _in_flight: Submitted | None = None
 
     def __init__(
         self,
@@ -114,23 +149,90 @@ class Engine:
 
     def run(self, requests: Sequence[Request]) -> list[Result]:
         """One result per request, in the order given. Duplicates are computed once."""
+        self.settle()
+        done, chunks = self._lookup(requests)
+        # kgprobe's one progress path: stderr, plain lines off a terminal, nothing with --quiet
+        with Progress("scoring", sum(map(len, chunks)), "requests",
+                      enabled=self.progress and len(chunks) > 1) as bar:
+            last = self._pipeline(chunks, done, bar)
+            if last is not None:
+                self._finish(last, done, bar)
+        return [done[r] for r in requests]
+
+    def submit(self, requests: Sequence[Request]) -> Submitted:
+        """``run`` in two phases: launch the requests now, read them with ``.result()``. On a
+        GPU the host goes on meanwhile (a probe writes the previous batch's values while the
+        device scores this one). Each chunk is planned as ``run`` plans it, so every value is
+        the same. A run still in flight is read first (its results reach the cache before
+        this one looks there, as if run one after the other)."""
+        self.settle()
+        done, chunks = self._lookup(requests)
+        last = self._pipeline(chunks, done, None)
+
+        def result() -> list[Result]:
+            if last is not None:
+                self._finish(last, done, None)
+            return [done[r] for r in requests]
+
+        self._in_flight = Submitted(result)
+        return self._in_flight
+
+    def settle(self) -> None:
+        """Read the run in flight (``submit``), if any: its results reach the cache."""
+        if self._in_flight is not None:
+            self._in_flight.result()
+
+    @property
+    def launches_ahead(self) -> bool:
+        """Whether a chunk (or a probe's batch) is launched before the one before it is read:
+        ``ahead`` if set, else where the backend launches work that runs on while the host goes
+        on (a CUDA device). On the CPU a launch computes, so reading ahead would only delay
+        storing what is done."""
+        return self.ahead if self.ahead is not None else self.backend.launches_ahead()
+
+    def _lookup(self, requests: Sequence[Request]) -> tuple[dict[Request, Result], list[list[Request]]]:
+        """The results the cache has, and the rest in chunks of ``chunk_size``."""
         unique = list(dict.fromkeys(requests))
         done: dict[Request, Result] = {}
         if self.cache is not None:
             done = self.cache.get_many(self.fingerprint, unique)
             self.stats.cache_hits += len(done)
         todo = [r for r in unique if r not in done]
-        chunks = [todo[i : i + self.chunk_size] for i in range(0, len(todo), self.chunk_size)]
-        # kgprobe's one progress path: stderr, plain lines off a terminal, nothing with --quiet
-        with Progress("scoring", len(todo), "requests", enabled=self.progress and len(chunks) > 1) as bar:
-            for chunk in chunks:
-                new = self._compute(chunk)
-                self.stats.computed += len(new)
-                if self.cache is not None:
-                    self.cache.put_many(self.fingerprint, new.items())
-                done.update(new)
-                bar.advance(len(chunk))
-        return [done[r] for r in requests]
+        return done, [todo[i : i + self.chunk_size] for i in range(0, len(todo), self.chunk_size)]
+
+    def _pipeline(self, chunks: list[list[Request]], done: dict[Request, Result],
+                  bar: Progress | None) -> _Launched | None:
+        """Launch every chunk; with ``launches_ahead`` chunk c+1 is tokenized, planned and
+        launched before chunk c is read (the device computes c meanwhile), else each is read
+        before the next. Each chunk read is stored (a killed run resumes from the cache). The
+        last one is returned unread."""
+        ahead = self.launches_ahead
+        prev: _Launched | None = None
+        for chunk in chunks:
+            if prev is not None and not ahead:
+                self._finish(prev, done, bar)
+                prev = None
+            try:
+                launched = (chunk, self._launch(chunk))
+            except BaseException:
+                if prev is not None:  # what was computed before the error is stored
+                    self._finish(prev, done, bar)
+                raise
+            if prev is not None:
+                self._finish(prev, done, bar)
+            prev = launched
+        return prev
+
+    def _finish(self, launched: _Launched, done: dict[Request, Result],
+                bar: Progress | None) -> None:
+        chunk, read = launched
+        new = read()
+        self.stats.computed += len(new)
+        if self.cache is not None:
+            self.cache.put_many(self.fingerprint, new.items())
+        done.update(new)
+        if bar is not None:
+            bar.advance(len(chunk))
 
     def score(self, context: str, candidates: Sequence[str], add_eos: bool = False) -> list[LogProbResult]:
         """Shorthand: log P(candidate | context) for each candidate."""
@@ -139,19 +241,28 @@ class Engine:
 
     # -- dispatch -------------------------------------------------------------------------
 
-    def _compute(self, reqs: list[Request]) -> dict[Request, Result]:
-        """Each kind of the chunk through the backend's table; a kind it does not serve is an
-        error naming both before anything is computed."""
+    def _launch(self, reqs: list[Request]) -> Callable[[], dict[Request, Result]]:
+        """Each kind of the chunk launched through the backend's table (a kind it does not
+        serve is an error naming both before anything is computed); the function returned
+        reads them all."""
         by_kind: dict[type, list[Request]] = {}
         for r in reqs:
             by_kind.setdefault(type(r), []).append(r)
-        handlers = {kind: self.backend.handler(kind) for kind in by_kind}
-        out: dict[Request, Result] = {}
-        for kind in sorted(by_kind, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS)):
-            batch = by_kind[kind]
-            with self._timed(kind.__name__, len(batch)):
-                out.update(zip(batch, handlers[kind](batch), strict=True))
-        return out
+        launchers = {kind: self.backend.launcher(kind) for kind in by_kind}
+        order = sorted(by_kind, key=lambda k: KINDS.index(k) if k in KINDS else len(KINDS))
+        reads: list[tuple[type, Finish]] = []
+        for kind in order:
+            with self._timed(kind.__name__, len(by_kind[kind])):
+                reads.append((kind, launchers[kind](by_kind[kind])))
+
+        def read() -> dict[Request, Result]:
+            out: dict[Request, Result] = {}
+            for kind, finish in reads:
+                with self._timed(kind.__name__, 0):
+                    out.update(zip(by_kind[kind], finish(), strict=True))
+            return out
+
+        return read
 
     @contextlib.contextmanager
     def _timed(self, kind: str, n: int) -> Iterator[None]:

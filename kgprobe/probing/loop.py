@@ -238,15 +238,53 @@ def score_batch(
     engine in ONE run (deduplicated); each measure then reads its values off the results. What
     a measure returns is checked against the contract here (:func:`checked_values`), before
     anything of the batch is written, and a plug-in's own exception is one line naming it."""
-    facts = [p.fact for p in planned]
-    wanted: list[Any] = []
-    for m in measures:
-        wanted.extend(guarded(m, facts, functools.partial(m.requests, facts, ctx)))
-    unique = list(dict.fromkeys(wanted))
-    results = dict(zip(unique, runner.run(unique), strict=True)) if unique else {}
-    replay = Replay(runner, results)
-    return [checked_values(m, facts, guarded(m, facts, functools.partial(m.values, facts, ctx, replay)))
-            for m in measures]
+    scoring = BatchScoring(measures, planned, ctx)
+    scoring.launch(runner)
+    return scoring.values(runner)
+
+
+class BatchScoring:
+    """:func:`score_batch` in three steps, so that a probe on a GPU keeps the device fed: the
+    measures' first-round requests (built at once), their launch (``launch``: one engine run,
+    submitted where the runner can, :meth:`~kgprobe.probing.engine.Engine.submit`), and the
+    values (``values``: waits for the results, then the measures' later rounds run)."""
+
+    def __init__(self, measures: Sequence[Any], planned: list[Planned], ctx: Any) -> None:
+        self.measures, self.ctx = measures, ctx
+        self.facts = [p.fact for p in planned]
+        wanted: list[Any] = []
+        for m in measures:
+            wanted.extend(guarded(m, self.facts, functools.partial(m.requests, self.facts, ctx)))
+        self.unique = list(dict.fromkeys(wanted))
+        self._read: Callable[[], Sequence[Any]] | None = None
+
+    def launch(self, runner: Runner, ahead: bool = False) -> None:
+        """The batch's one engine run: submitted (read in ``values``) when ``ahead``, else
+        run now."""
+        if not self.unique:
+            return
+        if ahead:
+            self._read = cast(Any, runner).submit(self.unique).result
+        else:
+            got = runner.run(self.unique)
+            self._read = lambda: got
+
+    def values(self, runner: Runner) -> list[list[MeasureValue]]:
+        results = dict(zip(self.unique, self._read(), strict=True)) if self._read else {}
+        replay = Replay(runner, results)
+        facts, ctx = self.facts, self.ctx
+        return [checked_values(m, facts, guarded(m, facts, functools.partial(m.values, facts, ctx, replay)))
+                for m in self.measures]
+
+
+def launches_ahead(runner: Runner) -> bool:
+    """Whether the loop launches batch k+1 before it writes batch k: where the runner's
+    launches run on a device while the host goes on (``Engine.launches_ahead``, CUDA) and the
+    runner has ``submit`` of its own. A wrapper that forwards what it does not define (e.g. a
+    ``run`` that records) is called through its ``run``, as before."""
+    own = "submit" in getattr(runner, "__dict__", {}) or any(
+        "submit" in vars(k) for k in type(runner).__mro__)
+    return own and bool(getattr(runner, "launches_ahead", False))
 
 
 @dataclass
@@ -317,8 +355,11 @@ def score_and_write(
         behind.submit(job)
 
     try:
+        # a gather that runs the engine (ApprOpt) runs between a batch's launch and its
+        # later rounds if batches are launched ahead: then they are not
         score_batches(runner, plan, ((b, p) for b, p in ahead), len(todo), ctx, outcome, write,
-                      progress=progress, on_fact=on_fact)
+                      progress=progress, on_fact=on_fact,
+                      launch_ahead=None if gather.engine is None else False)
         behind.finish()
     except BaseException:
         # stop reading ahead; drop the writes still waiting (their facts are scored again by
@@ -333,26 +374,27 @@ def score_batches(
     runner: Runner, plan: LoopPlan, batches: Iterable[tuple[Sequence[Any], list[Planned]]],
     total: int, ctx: Any, outcome: LoopOutcome,
     write: Callable[[list[FactScores], int], None], *, progress: bool = True,
-    on_fact: OnFact | None = None,
+    on_fact: OnFact | None = None, launch_ahead: bool | None = None,
 ) -> None:
     """score -> write, for batches already gathered: from the graph (:func:`score_and_write`)
     or from a probe set's file (:mod:`kgprobe.probing.probe_set`). ``write(rows, scored)``
     takes ``plan.write_facts`` facts' ``{key, s, props}`` rows at a time and the number of them
-    that got a value; the reasons of the others are counted in ``outcome``.
+    that got a value; the reasons of the others are counted in ``outcome``. ``launch_ahead``:
+    launch batch k+1 before writing batch k (None: where the runner launches ahead).
 
     Python's cyclic collector runs rarely meanwhile (:func:`kgprobe.runtime.rare_collections`):
     a batch's requests, results and item plans are tens of thousands of objects, and at the
     default threshold its full passes took 40 % of the loop's own CPU (docs/benchmarks.md)."""
     with rare_collections():
         _score_batches(runner, plan, batches, total, ctx, outcome, write, progress=progress,
-                       on_fact=on_fact)
+                       on_fact=on_fact, launch_ahead=launch_ahead)
 
 
 def _score_batches(
     runner: Runner, plan: LoopPlan, batches: Iterable[tuple[Sequence[Any], list[Planned]]],
     total: int, ctx: Any, outcome: LoopOutcome,
     write: Callable[[list[FactScores], int], None], *, progress: bool,
-    on_fact: OnFact | None,
+    on_fact: OnFact | None, launch_ahead: bool | None,
 ) -> None:
     pending: list[FactScores] = []
     pending_ok = 0
@@ -363,43 +405,68 @@ def _score_batches(
         pending, pending_ok = [], 0
         write(rows, ok)
 
+    def emit(batch: Sequence[Any], planned: list[Planned], wanted: dict[FactKey, set[str]],
+             active: list[Any], per_measure: list[list[MeasureValue]]) -> None:
+        """A batch's values: FACT properties, the run's counters, the writes."""
+        nonlocal pending_ok
+        for i, p in enumerate(planned):
+            fact_props: Properties = {}
+            got_any = False
+            why = p.reason
+            for m, values in zip(active, per_measure, strict=True):
+                if m.name not in wanted[p.row["key"]]:
+                    continue
+                v = values[i] if p.reason is None else MeasureValue.unscored(p.reason)
+                fact_props.update(_fact_props(plan.props[m.name], m, v, plan.run_id,
+                                              plan.cfg_by[m.name][p.row["pid"]], plan.threshold))
+                if v.score is not None:
+                    got_any = True
+                elif why is None:
+                    why = f"{m.name}: {v.reason or 'no value'}"
+            first = plan.measures[0] if plan.measures else None
+            if first is not None and first.name in wanted[p.row["key"]] and first in active:
+                score = per_measure[active.index(first)][i].score if p.reason is None else None
+                outcome.first_scores.setdefault(p.row["pid"], []).append(
+                    None if score is None else float(score))
+            if on_fact is not None:
+                on_fact(p, {m.name: (values[i] if p.reason is None
+                                     else MeasureValue.unscored(p.reason))
+                            for m, values in zip(active, per_measure, strict=True)})
+            if got_any:
+                pending_ok += 1
+            else:
+                outcome.reasons[(why or "no value").split(";")[0][:120]] += 1
+            pending.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
+        if len(pending) >= plan.write_facts:
+            write_pending()
+        bar.advance(len(batch))
+
+    # On a GPU (``launches_ahead``) batch k+1's requests are built while batch k is scored,
+    # and batch k+1 is launched before batch k's values are written: the device scores one
+    # batch while the host writes the other. Batch k's later rounds run before batch k+1 is
+    # launched, so the engine (and its cache) see the same runs in the same order as one
+    # batch after the other, and every value is the same.
+    ahead = launches_ahead(runner) if launch_ahead is None else (
+        launch_ahead and hasattr(runner, "submit"))
+    prev: tuple[Sequence[Any], list[Planned], dict[FactKey, set[str]], list[Any],
+                BatchScoring] | None = None
     with Progress("probing", total, "facts", enabled=progress) as bar:
         for batch, planned in batches:
             # a measure already stored with this configuration is not recomputed
             wanted = {p.row["key"]: {m.name for m in plan.stale(p.row)} for p in planned}
             active = [m for m in plan.measures if any(m.name in w for w in wanted.values())]
-            per_measure = score_batch(runner, active, planned, ctx)
-            for i, p in enumerate(planned):
-                fact_props: Properties = {}
-                got_any = False
-                why = p.reason
-                for m, values in zip(active, per_measure, strict=True):
-                    if m.name not in wanted[p.row["key"]]:
-                        continue
-                    v = values[i] if p.reason is None else MeasureValue.unscored(p.reason)
-                    fact_props.update(_fact_props(plan.props[m.name], m, v, plan.run_id,
-                                                  plan.cfg_by[m.name][p.row["pid"]], plan.threshold))
-                    if v.score is not None:
-                        got_any = True
-                    elif why is None:
-                        why = f"{m.name}: {v.reason or 'no value'}"
-                first = plan.measures[0] if plan.measures else None
-                if first is not None and first.name in wanted[p.row["key"]] and first in active:
-                    score = per_measure[active.index(first)][i].score if p.reason is None else None
-                    outcome.first_scores.setdefault(p.row["pid"], []).append(
-                        None if score is None else float(score))
-                if on_fact is not None:
-                    on_fact(p, {m.name: (values[i] if p.reason is None
-                                         else MeasureValue.unscored(p.reason))
-                                for m, values in zip(active, per_measure, strict=True)})
-                if got_any:
-                    pending_ok += 1
-                else:
-                    outcome.reasons[(why or "no value").split(";")[0][:120]] += 1
-                pending.append({"key": p.row["key"], "s": p.row["s"], "props": fact_props})
-            if len(pending) >= plan.write_facts:
-                write_pending()
-            bar.advance(len(batch))
+            scoring = BatchScoring(active, planned, ctx)
+            if not ahead:
+                scoring.launch(runner)
+                emit(batch, planned, wanted, active, scoring.values(runner))
+                continue
+            done = prev[4].values(runner) if prev is not None else None
+            scoring.launch(runner, ahead=True)
+            if prev is not None and done is not None:
+                emit(*prev[:4], done)
+            prev = (batch, planned, wanted, active, scoring)
+        if prev is not None:
+            emit(*prev[:4], prev[4].values(runner))
         if pending:
             write_pending()
 

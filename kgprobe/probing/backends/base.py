@@ -110,6 +110,10 @@ class Backend:
 
 #: answers a batch of requests of one kind, one result per request, in order
 Handler = Callable[[list[Any]], Sequence[Result]]
+#: a launched batch's results: calling it waits for them (on a GPU, for the device)
+Finish = Callable[[], Sequence[Result]]
+#: launches a batch of one kind and returns its :data:`Finish` (two-phase handling)
+Launcher = Callable[[list[Any]], Finish]
 
 
 class UnsupportedRequest(ConfigError):
@@ -211,6 +215,32 @@ class ScoringBackend(ABC):
                 "use a model/backend that does, or leave out the measures that need it"
             )
         return found
+
+    def launchers(self) -> Mapping[type, Launcher]:
+        """The request kinds whose batches can be launched now and read later: the host goes
+        on (tokenizes and plans the next batch, runs a probe's Python) while the device
+        computes. None by default; every kind here must also be in ``handlers``."""
+        return {}
+
+    def launches_ahead(self) -> bool:
+        """Whether launched work runs on its device while the host goes on (a GPU): then the
+        engine launches a chunk, and a probe its next batch, before reading the one before.
+        False by default: a launch that computes gains nothing from it."""
+        return False
+
+    def launcher(self, kind: type) -> Launcher:
+        """How a batch of ``kind`` is launched: its two-phase function (``launchers``), else
+        its handler run now, its results handed back when asked for (same values)."""
+        handle = self.handler(kind)  # the error for a kind this backend does not serve
+        found = self.launchers().get(kind)
+        if found is not None:
+            return found
+
+        def now(batch: list[Any]) -> Finish:
+            results = handle(batch)
+            return lambda: results
+
+        return now
 
 
 def _name_backend(name: str, cls: type[ScoringBackend]) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -642,12 +642,24 @@ class CausalBackend(Backend):
 
         Returns per item the log p of each continuation token and whether every token is
         the argmax; for an item with an empty continuation, its fp32 next-token log-prob
-        vector instead (second value, by item index).
+        vector instead (second value, by item index). ``launch_items``, then its results."""
+        return self.launch_items(contexts, continuations)()
+
+    def launch_items(
+        self,
+        contexts: Sequence[tuple[int, ...]],
+        continuations: Sequence[Sequence[int]],
+    ) -> Callable[[], tuple[list[ScoredTokens], dict[int, torch.Tensor]]]:
+        """``score_items`` in two phases: plan the items and launch every row, then return
+        the function that reads the results (on CUDA it waits for this batch's copies, not for
+        the stream: work launched after it runs on).
 
         On a GPU the host keeps ahead of the device: row r+1's inputs (read positions, ids,
         masks) are built and sent while row r's forward runs, results stay on the device
-        until the last row is launched, and one synchronisation reads them all back
-        (``overlap`` off: one per row, for timing forwards or localising a device error)."""
+        until the last row is launched, and one wait reads them all back, when the caller
+        asks for them (``overlap`` off: a wait after every forward and head, for timing
+        forwards or localising a device error). On the CPU the rows have run when this
+        returns. The plan, the rows and every value are the same in both phases as in one."""
         p = plan(contexts, continuations,
                  self.batch_tokens or default_batch_tokens(str(self.device), self.model))
         n_reads = len(p.read_pos)
@@ -683,13 +695,18 @@ class CausalBackend(Backend):
             if events:
                 events[r][2].record()
             del out, work
-        vals, hits = self._read_back(vals_dev, hits_dev, events)
-        greedy = (np.logical_and.reduceat(hits, p.read_start[:-1]) if n_reads else hits).tolist()
-        starts = p.read_start.tolist()
-        flat = vals.tolist()
-        results = [ScoredTokens(flat[lo:hi], g)
-                   for lo, hi, g in zip(starts, starts[1:], greedy, strict=False)]
-        return results, dists
+        read_back = self._copy_back(vals_dev, hits_dev, events)
+
+        def results() -> tuple[list[ScoredTokens], dict[int, torch.Tensor]]:
+            vals, hits = read_back()
+            greedy = (np.logical_and.reduceat(hits, p.read_start[:-1]) if n_reads
+                      else hits).tolist()
+            starts = p.read_start.tolist()
+            flat = vals.tolist()
+            return ([ScoredTokens(flat[lo:hi], g)
+                     for lo, hi, g in zip(starts, starts[1:], greedy, strict=False)], dists)
+
+        return results
 
     def _row_events(self, n: int) -> list[tuple[Any, Any, Any]]:
         """CUDA events around each row's forward and head (none off CUDA): device time,
@@ -699,25 +716,35 @@ class CausalBackend(Backend):
         return [tuple(torch.cuda.Event(enable_timing=True) for _ in range(3))  # type: ignore[misc]
                 for _ in range(n)]
 
-    def _read_back(self, vals: torch.Tensor, hits: torch.Tensor,
-                   events: list[tuple[Any, Any, Any]]) -> tuple[np.ndarray, np.ndarray]:
-        """The run's results on the host: on CUDA two asynchronous copies into pinned memory
-        and one wait (timed as ``wait_cpu_seconds``), then the rows' event times."""
+    def _copy_back(self, vals: torch.Tensor, hits: torch.Tensor, events: list[tuple[Any, Any, Any]],
+                   ) -> Callable[[], tuple[np.ndarray, np.ndarray]]:
+        """Start the copies of a run's results to the host and return what waits for them: on
+        CUDA two asynchronous copies into pinned memory and an event recorded after them; the
+        wait (timed as ``wait_cpu_seconds``) is on that event alone, then the rows' event
+        times are read. Elsewhere the values are there already."""
         if self.device.type == "cpu":
-            return vals.numpy(), hits.numpy()
-        c0 = time.process_time()
+            return lambda: (vals.numpy(), hits.numpy())
         pin = self.device.type == "cuda"
         host_v = torch.empty(vals.shape, dtype=vals.dtype, pin_memory=pin)
         host_h = torch.empty(hits.shape, dtype=hits.dtype, pin_memory=pin)
         host_v.copy_(vals, non_blocking=pin)
         host_h.copy_(hits, non_blocking=pin)
+        copied: Any = None
         if pin:
-            torch.cuda.current_stream(self.device).synchronize()
-        self.stats.wait_cpu_seconds += time.process_time() - c0
-        for start, fwd, head in events:
-            self.stats.forward_gpu_seconds += start.elapsed_time(fwd) / 1000
-            self.stats.head_gpu_seconds += fwd.elapsed_time(head) / 1000
-        return host_v.numpy(), host_h.numpy()
+            copied = torch.cuda.Event()
+            copied.record()
+
+        def wait() -> tuple[np.ndarray, np.ndarray]:
+            c0 = time.process_time()
+            if copied is not None:
+                copied.synchronize()
+            self.stats.wait_cpu_seconds += time.process_time() - c0
+            for start, fwd, head in events:
+                self.stats.forward_gpu_seconds += start.elapsed_time(fwd) / 1000
+                self.stats.head_gpu_seconds += fwd.elapsed_time(head) / 1000
+            return host_v.numpy(), host_h.numpy()
+
+        return wait
 
     def packing_works(self) -> bool:
         """Whether this architecture honours the packed rows' custom 4D mask and position

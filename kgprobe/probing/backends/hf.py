@@ -7,7 +7,7 @@ and runs them through its model-call class (:class:`CausalBackend`, :class:`Mask
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypedDict
 
 import numpy as np
@@ -17,6 +17,7 @@ from kgprobe.errors import ConfigError
 from kgprobe.probing.backends.base import (
     EngineStats,
     Handler,
+    Launcher,
     ModelInfo,
     ScoredTokens,
     ScoringBackend,
@@ -180,38 +181,75 @@ class HFCausal(HFBackend):
         """Whether requests go through packed rows (see ``CausalBackend.score_items``)."""
         return self.model.pack and self.model.packing_works()
 
+    def launches_ahead(self) -> bool:
+        """On CUDA, packed rows are launched without waiting (``launch_items``)."""
+        return self.model.device.type == "cuda" and self.model.overlap
+
+    def launchers(self) -> Mapping[type, Launcher]:
+        """Continuation log-probs, sentences and next-token distributions are launched and read
+        later where they go through packed rows (``CausalBackend.launch_items``)."""
+        return {LogProbRequest: self._launch_logprobs, SpanScoreRequest: self._launch_spans,
+                NextTokenRequest: self._launch_next_tokens}
+
     def _logprobs(self, reqs: list[LogProbRequest]) -> list[LogProbResult]:
+        return self._launch_logprobs(reqs)()
+
+    def _launch_logprobs(self, reqs: list[LogProbRequest]) -> Callable[[], list[LogProbResult]]:
         encs = self.tok.causal_pairs([(r.context, r.continuation, r.add_eos) for r in reqs])
         pairs = [(e.context_ids, e.continuation_ids) for e in encs]
         if self.share_prefix and self._packed():
-            scored, _ = self.model.score_items([c for c, _ in pairs], [x for _, x in pairs])
+            launched = self.model.launch_items([c for c, _ in pairs], [x for _, x in pairs])
+
+            def scored_now() -> list[ScoredTokens]:
+                return launched()[0]
         elif self.share_prefix:
-            scored = self.model.score_pairs_shared(pairs)
+            shared = self.model.score_pairs_shared(pairs)
+
+            def scored_now() -> list[ScoredTokens]:
+                return shared
         else:
             seqs = [list(c) + list(x) for c, x in pairs]
-            scored = self.model.score_sequences(seqs, [len(c) for c, _ in pairs])
-        decode = self.tok.decode_tokens  # ``_lp_result``, inlined: one result per request
-        return [
-            LogProbResult(float(sum(s.logprobs)), tuple(s.logprobs),
-                          decode(e.continuation_ids), s.is_greedy, e.boundary_merged,
-                          tuple(map(int, e.continuation_ids)))
-            for s, e in zip(scored, encs, strict=True)
-        ]
+            whole = self.model.score_sequences(seqs, [len(c) for c, _ in pairs])
+
+            def scored_now() -> list[ScoredTokens]:
+                return whole
+
+        def results() -> list[LogProbResult]:
+            decode = self.tok.decode_tokens  # ``_lp_result``, inlined: one result per request
+            return [
+                LogProbResult(float(sum(s.logprobs)), tuple(s.logprobs),
+                              decode(e.continuation_ids), s.is_greedy, e.boundary_merged,
+                              tuple(map(int, e.continuation_ids)))
+                for s, e in zip(scored_now(), encs, strict=True)
+            ]
+
+        return results
 
     def _spans(self, reqs: list[SpanScoreRequest]) -> list[SpanScoreResult]:
+        return self._launch_spans(reqs)()
+
+    def _launch_spans(self, reqs: list[SpanScoreRequest]) -> Callable[[], list[SpanScoreResult]]:
         encs = self.tok.causal_spans([(r.text, r.start, r.end) for r in reqs])
         if self._packed():
             # every sentence continues the same prefix token: one trie, so the sentences
             # of one fact share everything up to the object (DESIGN §3)
-            scored, _ = self.model.score_items([e.ids[:1] for e in encs],
+            launched = self.model.launch_items([e.ids[:1] for e in encs],
                                                [e.ids[1:] for e in encs])
+
+            def scored_now() -> list[ScoredTokens]:
+                return launched()[0]
         else:
-            scored = self.model.score_sequences([e.ids for e in encs], [1] * len(encs))
-        out = []
-        for s, e in zip(scored, encs, strict=True):
+            whole = self.model.score_sequences([e.ids for e in encs], [1] * len(encs))
+
+            def scored_now() -> list[ScoredTokens]:
+                return whole
+
+        def results() -> list[SpanScoreResult]:
             # position 0 is the prefix token, never scored
-            out.append(self._span_result(s.logprobs, e.in_span[1:], e.ids[1:], sum(s.logprobs)))
-        return out
+            return [self._span_result(s.logprobs, e.in_span[1:], e.ids[1:], sum(s.logprobs))
+                    for s, e in zip(scored_now(), encs, strict=True)]
+
+        return results
 
     def _context_ids(self, context: str, room: int = 1) -> list[int]:
         """Context ids as a LogProbRequest would see them (trailing space removed), cut from
@@ -223,13 +261,24 @@ class HFCausal(HFBackend):
         return self.tok._fit(ids, max(1, room), cut=True)
 
     def _next_tokens(self, reqs: list[NextTokenRequest]) -> list[NextTokenResult]:
+        return self._launch_next_tokens(reqs)()
+
+    def _launch_next_tokens(self, reqs: list[NextTokenRequest]
+                            ) -> Callable[[], list[NextTokenResult]]:
         if self._packed():
             ctxs = [tuple(self._context_ids(r.context)) for r in reqs]
-            _, found = self.model.score_items(ctxs, [()] * len(ctxs))
-            dists = [found[i] for i in range(len(reqs))]
+            launched = self.model.launch_items(ctxs, [()] * len(ctxs))
+
+            def dists_now() -> list[torch.Tensor]:
+                found = launched()[1]
+                return [found[i] for i in range(len(reqs))]
         else:
-            dists = self.model.next_token([self._context_ids(r.context) for r in reqs])
-        return self._next_results(reqs, dists)
+            unpacked = self.model.next_token([self._context_ids(r.context) for r in reqs])
+
+            def dists_now() -> list[torch.Tensor]:
+                return unpacked
+
+        return lambda: self._next_results(reqs, dists_now())
 
     def _beams(self, reqs: list[BeamSearchRequest]) -> list[BeamSearchResult]:
         """All beam searches of a chunk decoded together (``CausalBackend.beam_search_many``)."""
