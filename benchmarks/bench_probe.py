@@ -107,7 +107,13 @@ class Parts:
         self.t: dict[str, list[float]] = {k: [0.0, 0.0, 0] for k in ("gather", "score", "write", "engine",
                                                                   "collector")}
         loop.Gatherer.batch = self._timed("gather", loop.Gatherer.batch)  # type: ignore[method-assign]
-        loop.score_batch = self._timed("score", loop.score_batch)  # type: ignore[assignment]
+        # the score part: the measures' requests, the batch's launch, its values (two-phase
+        # since issue 43; ``score_batch`` before it)
+        if hasattr(loop, "BatchScoring"):
+            for name in ("__init__", "launch", "values"):
+                setattr(loop.BatchScoring, name, self._timed("score", getattr(loop.BatchScoring, name)))
+        else:
+            loop.score_batch = self._timed("score", loop.score_batch)  # type: ignore[assignment]
         pr.write_scores = self._timed("write", pr.write_scores)  # type: ignore[assignment]
         gc.callbacks.append(self._collector)
         self._gc_start = (0.0, 0.0)
@@ -141,6 +147,15 @@ class Parts:
         class Timed:
             def __init__(self) -> None:
                 self.run = parts._timed("engine", runner.run)
+                if hasattr(runner, "submit"):  # a launch and, later, the wait for its results
+                    submit = parts._timed("engine", runner.submit)
+
+                    def timed_submit(requests: Any) -> Any:
+                        launched = submit(requests)
+                        launched.result = parts._timed("engine", launched.result)
+                        return launched
+
+                    self.submit = timed_submit
 
             def __getattr__(self, name: str) -> Any:
                 return getattr(runner, name)
@@ -263,6 +278,9 @@ def main() -> None:
     ap.add_argument("--write-batch", type=int, default=None, help="facts per write transaction")
     ap.add_argument("--pipeline", type=int, default=None, help="pipeline depth (0: one thread)")
     ap.add_argument("--repeat", type=int, default=1, help="probe runs per measure set (--force)")
+    ap.add_argument("--launch-ahead", choices=("auto", "on", "off"), default="auto",
+                    help="launch batch k+1 before writing batch k (issue 43): auto = on CUDA; "
+                         "on/off to compare the two in one call")
     ap.add_argument("--statements", action="store_true", help="wall time of every Cypher statement")
     ap.add_argument("--gather-threads", type=int, default=None,
                     help="batches gathered at once (kgprobe.probing.loop.GATHER_THREADS)")
@@ -339,6 +357,16 @@ def _model_info(lm: Any) -> dict[str, Any]:
             "end_marker": {"kind": end.kind, "text": end.text}}
 
 
+def _set_ahead(engine: Any, choice: str) -> None:
+    """``--launch-ahead``: on/off sets ``Engine.ahead`` (an engine from before issue 43 has none:
+    only auto runs there)."""
+    if choice == "auto":
+        return
+    if not hasattr(engine, "submit"):
+        raise SystemExit("--launch-ahead on/off: this checkout's engine has no two-phase launch")
+    engine.ahead = choice == "on"
+
+
 def _report(measures: Any, done: int, scored: int, unscorable: int, relations: int,
             wall: float, cpu: float, engine: Any, runner: Any, parts: Parts, server: str = "") -> None:
     """A probe's lines: facts, wall and CPU, the engine's share (what the GPU is fed)."""
@@ -355,8 +383,14 @@ def _report(measures: Any, done: int, scored: int, unscorable: int, relations: i
     print(f"  per fact: {wall / per:.2f} ms wall, {cpu / per:.2f} CPU-ms (this process)"
           f"{server}; {done / max(wall, 1e-9):.1f} facts/s{free}", flush=True)
     print(f"  loop parts: {parts.line(done)}", flush=True)
-    print(f"  in the engine (runner.run, wall): {100 * parts.t['engine'][0] / max(wall, 1e-9):.1f} % "
-          f"of the probe's wall", flush=True)
+    ahead = bool(getattr(runner, "launches_ahead", False))
+    print(f"  in the engine (runner.run, submit and the wait for its results, wall): "
+          f"{100 * parts.t['engine'][0] / max(wall, 1e-9):.1f} % of the probe's wall; "
+          f"batches launched ahead: {'yes' if ahead else 'no'}", flush=True)
+    device = getattr(st, "forward_gpu_seconds", 0.0) + getattr(st, "head_gpu_seconds", 0.0)
+    if device > 0:  # CUDA: the stream's spans over the rows (events), what the device was fed
+        print(f"  device on the rows (CUDA events): {device:.2f} s, "
+              f"{100 * device / max(wall, 1e-9):.1f} % of the probe's wall", flush=True)
 
 
 def _export(args: argparse.Namespace, graph: Any, index_dir: str | None) -> None:
@@ -389,6 +423,7 @@ def _bench_set(args: argparse.Namespace) -> None:
     parts = Parts()
     for _ in range(args.repeat):
         engine = Engine(lm)  # a fresh engine per run: its counters cover that run only
+        _set_ahead(engine, args.launch_ahead)
         runner = ModelFree(engine) if args.model_free else engine
         parts.reset()
         w0, c0 = _clock()
@@ -426,6 +461,7 @@ def _bench(args: argparse.Namespace, graph: Any, index_dir: str | None, server_p
                   if v is not None}
     for measures in [m for m in runs for _ in range(args.repeat)]:
         engine = Engine(lm)  # a fresh engine per run: its counters cover that run only
+        _set_ahead(engine, args.launch_ahead)
         runner = ModelFree(engine) if args.model_free else engine
         cfg = ProbeConfig(
             model=lm.name if args.random_init else args.model, relations=relations, sample=args.sample, n=args.n,

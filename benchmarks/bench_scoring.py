@@ -205,11 +205,14 @@ def plan_figures(lm: LoadedModel, reqs: list[LogProbRequest], batch_tokens: int)
 
 def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
                 batch_tokens: int | None, attention: str = "auto", gpu_profile: bool = True,
+                chunk_size: int | None = None,
                 ) -> tuple[float, float, list[float], dict[str, Any]]:
     """kgprobe's engine on ``reqs``: wall and process CPU seconds, log-probs, and its
     counters. Runs on any checkout's engine (counters an older engine lacks read as None),
     so the same command compares two checkouts (``PYTHONPATH``)."""
-    engine = Engine(lm, batch_size=batch, batch_tokens=batch_tokens or "auto", attention=attention)
+    extra = {"chunk_size": chunk_size} if chunk_size else {}  # chunks launched ahead on CUDA
+    engine = Engine(lm, batch_size=batch, batch_tokens=batch_tokens or "auto", attention=attention,
+                    **extra)
     assert engine.causal is not None
     engine.causal.packing_works()  # the one-off self-check is not part of the run
     path = engine.causal.attention_path()
@@ -241,6 +244,8 @@ def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
             "warmup_seconds": cold,
             "batch_tokens": engine.causal.batch_tokens,
             "forward_calls": st.forward_calls, "tokens_fed_engine": st.tokens_fed,
+            "chunk_size": engine.chunk_size,
+            "launches_ahead": getattr(engine, "launches_ahead", None),
             "tokens_per_forward": st.tokens_fed / max(1, st.forward_calls),
             "forward_cpu_seconds": st.forward_cpu_seconds,
             "head_cpu_seconds": st.head_cpu_seconds,
@@ -337,6 +342,10 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32, help="kgprobe's padded-path rows")
     ap.add_argument("--batch-tokens", type=int, default=None,
                     help="kgprobe's row budget (default: the engine's, 512 on CPU, 8192 on CUDA)")
+    ap.add_argument("--chunk-size", type=int, default=None,
+                    help="kgprobe's requests per chunk (default: the engine's, 16384); on CUDA a "
+                         "chunk is tokenized, planned and launched while the one before runs "
+                         "(issue 43), so a smaller chunk starts the device sooner but packs less")
     ap.add_argument("--attention", default="auto", choices=["auto", "flex", "segments", "dense"],
                     help="kgprobe's attention path over packed rows (auto: flex on CUDA, "
                     "segments elsewhere)")
@@ -415,7 +424,8 @@ def main() -> None:
             info: dict[str, float] = {}
             if system == "kgprobe":
                 dt, cpu, vals, info = run_kgprobe(lm, sub, args.batch_size, args.batch_tokens,
-                                                  args.attention, not args.no_gpu_profile)
+                                                  args.attention, not args.no_gpu_profile,
+                                                  args.chunk_size)
             elif system == "naive":
                 dt, cpu, vals = run_naive(lm, sub)
             else:

@@ -82,6 +82,15 @@ engine() {
       # probes compiles FlexAttention's row shapes, the second is the warm figure
       step "probe loop $shape" 150 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
         --random-init "$shape" --tokenizer .device/tok "${dev[@]}" --repeat 2
+      # the same loop with batch k+1 launched only after batch k is written (as before the
+      # two-phase loop): the side-by-side figure for "launched ahead"
+      step "probe loop $shape, not ahead" 90 "${PY[@]}" benchmarks/bench_probe.py \
+        --set .device/probe-set.parquet --random-init "$shape" --tokenizer .device/tok "${dev[@]}" \
+        --repeat 2 --launch-ahead off
+      # one call split in chunks of 2,500 requests, each launched while the one before runs
+      step "engine $shape, chunks of 2500" 90 "${PY[@]}" benchmarks/bench_scoring.py "${dev[@]}" \
+        --random-init "$shape" --tokenizer .device/tok --data .device/P19.jsonl "${size[@]}" \
+        --systems kgprobe --chunk-size 2500 --json "$OUT/engine-$shape-chunks.json"
       # the same loop without a model (real tokenization and plan, made-up scores): its own
       # Python per fact on this host's CPU, beside this machine's figures in docs/benchmarks.md
       step "probe loop, model-free" 60 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
