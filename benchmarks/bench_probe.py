@@ -278,9 +278,10 @@ def main() -> None:
     ap.add_argument("--write-batch", type=int, default=None, help="facts per write transaction")
     ap.add_argument("--pipeline", type=int, default=None, help="pipeline depth (0: one thread)")
     ap.add_argument("--repeat", type=int, default=1, help="probe runs per measure set (--force)")
-    ap.add_argument("--launch-ahead", choices=("auto", "on", "off"), default="auto",
+    ap.add_argument("--launch-ahead", choices=("auto", "on", "off", "both"), default="auto",
                     help="launch batch k+1 before writing batch k (issue 43): auto = on CUDA; "
-                         "on/off to compare the two in one call")
+                         "on/off to force it; both (--set): each repeat probes off, then on, "
+                         "in one process (one model load, kernels compiled once)")
     ap.add_argument("--statements", action="store_true", help="wall time of every Cypher statement")
     ap.add_argument("--gather-threads", type=int, default=None,
                     help="batches gathered at once (kgprobe.probing.loop.GATHER_THREADS)")
@@ -362,6 +363,9 @@ def _set_ahead(engine: Any, choice: str) -> None:
     only auto runs there)."""
     if choice == "auto":
         return
+    if choice == "both":
+        raise SystemExit("--launch-ahead both: with --set only (a probe of the graph writes "
+                         "its scores, so a second probe in the process would skip the facts)")
     if not hasattr(engine, "submit"):
         raise SystemExit("--launch-ahead on/off: this checkout's engine has no two-phase launch")
     engine.ahead = choice == "on"
@@ -421,9 +425,10 @@ def _bench_set(args: argparse.Namespace) -> None:
           f"{cfg['strategy']} n={cfg['n']}, {cfg['batch_facts']} facts per batch")
     lm = _model(args)
     parts = Parts()
-    for _ in range(args.repeat):
+    modes = ["off", "on"] if args.launch_ahead == "both" else [args.launch_ahead]
+    for mode in [m for _ in range(args.repeat) for m in modes]:
         engine = Engine(lm)  # a fresh engine per run: its counters cover that run only
-        _set_ahead(engine, args.launch_ahead)
+        _set_ahead(engine, mode)
         runner = ModelFree(engine) if args.model_free else engine
         parts.reset()
         w0, c0 = _clock()

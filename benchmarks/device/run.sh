@@ -78,15 +78,12 @@ engine() {
       --tokenizer .device/tok --data .device/P19.jsonl "${size[@]}" --systems kgprobe,harness \
       --json "$OUT/engine-$shape.json"
     if [ "$shape" = "$loop_shape" ]; then
-      # issue 43: the probe loop's share of the wall in the engine; the first of the two
-      # probes compiles FlexAttention's row shapes, the second is the warm figure
-      step "probe loop $shape" 150 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
-        --random-init "$shape" --tokenizer .device/tok "${dev[@]}" --repeat 2
-      # the same loop with batch k+1 launched only after batch k is written (as before the
-      # two-phase loop): the side-by-side figure for "launched ahead"
-      step "probe loop $shape, not ahead" 90 "${PY[@]}" benchmarks/bench_probe.py \
-        --set .device/probe-set.parquet --random-init "$shape" --tokenizer .device/tok "${dev[@]}" \
-        --repeat 2 --launch-ahead off
+      # issue 43: the probe loop's share of the wall in the engine. Each repeat probes with
+      # batch k+1 launched only after batch k is written (as before the two-phase loop), then
+      # launched ahead: side by side in one process. The first probe compiles FlexAttention's
+      # row shapes; the second repeat's pair is the warm figure
+      step "probe loop $shape" 200 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
+        --random-init "$shape" --tokenizer .device/tok "${dev[@]}" --repeat 2 --launch-ahead both
       # one call split in chunks of 2,500 requests, each launched while the one before runs
       step "engine $shape, chunks of 2500" 90 "${PY[@]}" benchmarks/bench_scoring.py "${dev[@]}" \
         --random-init "$shape" --tokenizer .device/tok --data .device/P19.jsonl "${size[@]}" \
