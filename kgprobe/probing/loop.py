@@ -231,23 +231,13 @@ class Gatherer:
         return self._all_templates
 
 
-def score_batch(
-    runner: Runner, measures: Sequence[Any], planned: list[Planned], ctx: Any,
-) -> list[list[MeasureValue]]:
-    """Per measure, per fact: its values. Every measure's first-round requests go to the
-    engine in ONE run (deduplicated); each measure then reads its values off the results. What
-    a measure returns is checked against the contract here (:func:`checked_values`), before
-    anything of the batch is written, and a plug-in's own exception is one line naming it."""
-    scoring = BatchScoring(measures, planned, ctx)
-    scoring.launch(runner)
-    return scoring.values(runner)
-
-
 class BatchScoring:
-    """:func:`score_batch` in three steps, so that a probe on a GPU keeps the device fed: the
-    measures' first-round requests (built at once), their launch (``launch``: one engine run,
-    submitted where the runner can, :meth:`~kgprobe.probing.engine.Engine.submit`), and the
-    values (``values``: waits for the results, then the measures' later rounds run)."""
+    """A batch's scoring, in three steps so that a probe on a GPU keeps the device fed: every
+    measure's first-round requests (built at once, deduplicated), their launch (``launch``: ONE
+    engine run, or :meth:`~kgprobe.probing.engine.Engine.submit` when launched ahead), and the
+    values (``values``: waits for the results, then the measures' later rounds run). What a
+    measure returns is checked against the contract (:func:`checked_values`) before anything
+    of the batch is written, and a plug-in's own exception is one line naming it."""
 
     def __init__(self, measures: Sequence[Any], planned: list[Planned], ctx: Any) -> None:
         self.measures, self.ctx = measures, ctx
