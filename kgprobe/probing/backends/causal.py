@@ -489,19 +489,22 @@ class CausalBackend(Backend):
         own: the same values the block would read from the whole row's mask."""
         neg = np.float32(torch.finfo(next(self.model.parameters()).dtype).min)
         bl = row.blocks.astype(np.int64).reshape(-1, 4)
-        a, t0 = bl[:, 0], bl[:, 2]
-        nq, tl = bl[:, 1] - a, bl[:, 3] - t0
-        nkv = tl + nq
+        nq = bl[:, 1] - bl[:, 0]
+        nkv = bl[:, 3] - bl[:, 2] + nq
         sizes = nq * nkv
-        # every block's (query, key) pairs in one flat array, block after block, row-major:
-        # the keys of block i are its trunk's t0..t1-1, then its own a..b-1
-        blk = np.repeat(np.arange(len(bl)), sizes)
-        off = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-        qpos = a[blk] + off // nkv[blk]
-        kj = off % nkv[blk]
-        kvpos = np.where(kj < tl[blk], t0[blk] + kj, a[blk] + kj - tl[blk])
-        allowed = (kvpos <= qpos) & (qpos < row.end[kvpos])
-        flat = torch.from_numpy(np.where(allowed, np.float32(0.0), neg))
+        # all blocks' masks in one flat buffer, block after block, row-major; block i's keys are
+        # its trunk's t0..t1-1, then its own a..b-1. One broadcast comparison per block: a
+        # flat index array over every (query, key) pair cost 15x the CPU on 100-candidate rows
+        # (docs/benchmarks.md), more than the attention it masks
+        buf = np.empty(int(sizes.sum()), np.float32)
+        end, o = row.end, 0
+        for (a, b, t0, t1), n in zip(bl.tolist(), sizes.tolist(), strict=True):
+            q = np.arange(a, b)
+            kv = np.concatenate((np.arange(t0, t1), q))
+            allowed = (kv <= q[:, None]) & (q[:, None] < end[kv])
+            buf[o : o + n].reshape(allowed.shape)[...] = np.where(allowed, np.float32(0.0), neg)
+            o += n
+        flat = torch.from_numpy(buf)
         # on an H100 in bf16, float32 masks viewed out of one flat buffer gave log-probs 0.8
         # nats off (docs/benchmarks.md); masks in the model's dtype, each its own tensor, agree
         # with FlexAttention (which of the two mattered is not isolated). The CPU's views
