@@ -21,10 +21,17 @@ the engine's own CPU. That remainder is split by timing its parts alone on the s
   extra CPU of storing every result (first run) and of answering every request from it
   (second run). Not part of the target (a run's cache is optional).
 
+``--workload zero`` / ``few`` take instead ``bench_scoring.py``'s workload (BEAR P19,
+``--prompts`` subjects x ``--candidates`` multi-token labels, zero-shot or with 4 demonstrations):
+each context with its 100 candidates packs into one attention block of some 280 tokens, whose
+segment mask the engine builds on the host (docs/benchmarks.md, session 32).
+
 All figures are process CPU time (``time.process_time``), minimum over ``--repeat`` runs after
 one warm-up run (the per-model token-string memo is warm, as in any run after its first chunk).
 
     PYTHONPATH=$PWD python benchmarks/bench_engine_overhead.py --contexts 1000 --candidates 6
+    PYTHONPATH=$PWD python benchmarks/bench_engine_overhead.py --workload few --prompts 100 \
+        --candidates 100 --data ../shared/data/bear/BEAR/P19.jsonl
 """
 
 from __future__ import annotations
@@ -122,13 +129,23 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--data", type=Path, default=BEAR)
+    ap.add_argument("--data", type=Path, default=BEAR,
+                    help="BEAR's directory (bear), or a relation file such as P19.jsonl (zero, few)")
+    ap.add_argument("--workload", choices=["bear", "zero", "few"], default="bear",
+                    help="bear: cloze contexts over all relations; zero / few: bench_scoring.py's")
+    ap.add_argument("--prompts", type=int, default=100, help="subjects of the zero / few workload")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     lm = stand_in(args.threads)
-    reqs = workload(args.data, args.contexts, args.candidates, args.seed)
+    if args.workload == "bear":
+        reqs = workload(args.data, args.contexts, args.candidates, args.seed)
+    else:
+        from benchmarks.bench_scoring import workload as scoring_workload
+
+        zero, few = scoring_workload(lm, args.data, args.prompts, args.candidates, 4, args.seed)
+        reqs = zero if args.workload == "zero" else few
     n = len(reqs)
     tok = lm.tokenization
     ctx_tokens = [len(e.context_ids) for e in tok.causal_pairs(
