@@ -15,6 +15,7 @@ import torch
 from test_scoring_packing import DEMOS  # the same few-shot demonstrations
 from tiny_models import TinyModel
 
+from kgprobe.probing.backends import causal as causal_module
 from kgprobe.probing.backends.packing import plan
 from kgprobe.probing.cache import ScoreCache, _dump, request_key
 from kgprobe.probing.engine import Engine
@@ -82,15 +83,24 @@ def test_the_default_tokenizer_takes_the_apart_route_and_agrees() -> None:
     assert tok.split_many(pairs) == tok.split_joint_many(pairs)
 
 
-def test_block_masks_are_the_row_mask_sliced(causal: LoadedModel) -> None:
+@pytest.mark.parametrize("small_blocks", ["none", "some", "all"])
+def test_block_masks_are_the_row_mask_sliced(causal: LoadedModel, small_blocks: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """What each attention block reads: its own mask equals the dense row mask's slice
-    (trunk keys, then its own), so the attention sees exactly what it saw before."""
+    (trunk keys, then its own), so the attention sees exactly what it saw before — whether
+    the block's mask is built with the small blocks at once, on its own, or both in one row."""
     engine = Engine(causal, attention="segments", batch_tokens=96)
     assert engine.causal is not None and engine.causal.attention_path() == "segments"
     encs = causal.tokenization.causal_pairs([(c, x, False) for c, x in _pairs() if x.strip()])
     p = plan([e.context_ids for e in encs], [e.continuation_ids for e in encs], 96)
     assert len(p.rows) > 1 and any(len(r.blocks) > 1 for r in p.rows)
     assert any(int(b[3]) > int(b[2]) for r in p.rows for b in r.blocks)  # trunks present
+    pairs = sorted((int(b[1]) - int(b[0])) * (int(b[3]) - int(b[2]) + int(b[1]) - int(b[0]))
+                   for b in p.rows[0].blocks)
+    some = pairs[len(pairs) // 2]
+    assert pairs[0] <= some < pairs[-1]  # "some": the first row has blocks of both kinds
+    monkeypatch.setattr(causal_module, "SMALL_BLOCK",
+                        {"none": 0, "some": some, "all": 10**9}[small_blocks])
     for row in p.rows:
         full = engine.causal._row_mask(row)
         segs = engine.causal._block_masks(row)

@@ -108,6 +108,30 @@ PACKING_TOLERANCE = 5e-2
 PACKING_TOLERANCE_HALF = 0.25
 
 
+#: blocks of at most this many (query, key) pairs get their masks in one vectorised pass over
+#: all of them (a flat index per pair); larger ones one broadcast comparison each. The flat
+#: pass costs about 20 ns a pair, the per-block one about 8 µs a block plus 1 ns a pair: on
+#: 100-candidate rows (blocks of ~280 x 320) the flat pass alone was 15x the CPU, on rows of
+#: one candidate per context (blocks of ~10 x 10) the loop alone was 2-3x (docs/benchmarks.md)
+SMALL_BLOCK = 4096
+
+
+def _small_blocks_allowed(bl: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Whether each query of each block ``(a, b, t0, t1)`` may see each of its keys (its
+    trunk's t0..t1-1, then its own a..b-1): kv <= q < end[kv], block after block, row-major."""
+    a, t0 = bl[:, 0], bl[:, 2]
+    nq, tl = bl[:, 1] - a, bl[:, 3] - t0
+    nkv = tl + nq
+    sizes = nq * nkv
+    blk = np.repeat(np.arange(len(bl)), sizes)
+    off = np.arange(int(sizes.sum())) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    qpos = a[blk] + off // nkv[blk]
+    kj = off % nkv[blk]
+    kvpos = np.where(kj < tl[blk], t0[blk] + kj, a[blk] + kj - tl[blk])
+    allowed: np.ndarray = (kvpos <= qpos) & (qpos < end[kvpos])
+    return allowed
+
+
 def _segment_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
     """SDPA block by block over a packed row (``PackedRow.blocks``): segments never see each
@@ -492,18 +516,27 @@ class CausalBackend(Backend):
         nq = bl[:, 1] - bl[:, 0]
         nkv = bl[:, 3] - bl[:, 2] + nq
         sizes = nq * nkv
-        # all blocks' masks in one flat buffer, block after block, row-major; block i's keys are
-        # its trunk's t0..t1-1, then its own a..b-1. One broadcast comparison per block: a
-        # flat index array over every (query, key) pair cost 15x the CPU on 100-candidate rows
-        # (docs/benchmarks.md), more than the attention it masks
-        buf = np.empty(int(sizes.sum()), np.float32)
-        end, o = row.end, 0
-        for (a, b, t0, t1), n in zip(bl.tolist(), sizes.tolist(), strict=True):
+        # every mask in one flat float32 buffer, row-major (block i's keys: its trunk's t0..t1-1,
+        # then its own a..b-1): the small blocks first, all at once, then each large one
+        small = sizes <= SMALL_BLOCK
+        n_small = int(sizes[small].sum())
+        large = sizes[~small]
+        end = row.end
+        total = int(sizes.sum())
+        if n_small == total:  # every block small: no copy
+            buf = np.where(_small_blocks_allowed(bl, end), np.float32(0.0), neg)
+        else:
+            buf = np.empty(total, np.float32)
+            if n_small:
+                buf[:n_small] = np.where(_small_blocks_allowed(bl[small], end), np.float32(0.0),
+                                         neg)
+        for (a, b, t0, t1), o, n in zip(bl[~small].tolist(),
+                                        (n_small + np.cumsum(large) - large).tolist(),
+                                        large.tolist(), strict=True):
             q = np.arange(a, b)
             kv = np.concatenate((np.arange(t0, t1), q))
             allowed = (kv <= q[:, None]) & (q[:, None] < end[kv])
             buf[o : o + n].reshape(allowed.shape)[...] = np.where(allowed, np.float32(0.0), neg)
-            o += n
         flat = torch.from_numpy(buf)
         # on an H100 in bf16, float32 masks viewed out of one flat buffer gave log-probs 0.8
         # nats off (docs/benchmarks.md); masks in the model's dtype, each its own tensor, agree
@@ -517,8 +550,14 @@ class CausalBackend(Backend):
             cuda = self.device.type == "cuda"
             flat = (flat.pin_memory() if cuda else flat).to(self.device, non_blocking=cuda)
         blocks: list[tuple[int, int, int, int]] = [tuple(b) for b in bl.tolist()]  # type: ignore[misc]
-        masks = [m.view(1, 1, q, k) for m, q, k in
-                 zip(torch.split(flat, sizes.tolist()), nq.tolist(), nkv.tolist(), strict=True)]
+        # the buffer holds the small blocks' masks, then the large ones': split in that order,
+        # then listed in block order
+        stored = np.concatenate((np.flatnonzero(small), np.flatnonzero(~small)))
+        parts = [m.view(1, 1, q, k) for m, q, k in
+                 zip(torch.split(flat, sizes[stored].tolist()), nq[stored].tolist(),
+                     nkv[stored].tolist(), strict=True)]
+        masks = (parts if n_small in (0, total)
+                 else [parts[i] for i in np.argsort(stored).tolist()])
         if gpu:
             masks = [m.clone() for m in masks]
         return _RowSegments(blocks, masks)
