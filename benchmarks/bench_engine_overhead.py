@@ -13,8 +13,9 @@ the engine's own CPU. That remainder is split by timing its parts alone on the s
 
 - tokenization: ``Tokenization.causal_pairs`` on the whole batch;
 - plan: ``packing.plan`` on the encodings (rows, reads);
-- rest (result assembly): everything else in ``Engine.run`` (dedupe, dispatch, gathering the
-  read log-probs, building ``LogProbResult`` objects), the remainder;
+- rest (result assembly): everything else in ``Engine.run`` (dedupe, dispatch, the segment
+  path's masks, gathering the read log-probs, building ``LogProbResult`` objects), the
+  remainder; of which masks: ``CausalBackend._block_masks`` on every row of the plan, timed alone;
 - scores: a digest of every result (scores, tokens, flags), to check that a change of the
   engine leaves every score identical;
 - cache: separately, an engine with a SQLite ``ScoreCache`` in a temporary directory: the
@@ -177,6 +178,13 @@ def main() -> None:
                                    [e.continuation_ids for e in encs], budget or 8192),
                       args.repeat)
     rest = outside - tokenization - planning
+    # the segment path's masks alone (part of the rest), built for every row of the plan
+    causal = engine.causal
+    masks = None
+    if causal is not None and causal.attention_path() == "segments":
+        rows = plan([e.context_ids for e in encs], [e.continuation_ids for e in encs],
+                    budget or 8192).rows
+        masks = cpu_of(lambda: [causal._block_masks(r) for r in rows], args.repeat)
 
     # the cache: storing every result, then answering every request from it
     puts: list[float] = []
@@ -201,6 +209,7 @@ def main() -> None:
             "total_run": total * us, "forward_excluded": forward * us, "head_excluded": head * us,
             "outside_model": outside * us, "tokenization": tokenization * us,
             "plan": planning * us, "rest_result_assembly": rest * us,
+            "of_which_masks": masks * us if masks is not None else None,
             "cache_store": min(puts) * us, "cache_answer_all": min(gets) * us,
         },
         "requests_per_cpu_second_outside_model": n / outside,
@@ -218,7 +227,7 @@ def main() -> None:
           f"{figures['forward_calls']} forward calls")
     print(f"CPU µs per request (process time, best of {args.repeat}):")
     for k, v in figures["us_per_request"].items():  # type: ignore[attr-defined]
-        print(f"  {k:<22} {v:8.2f}")
+        print(f"  {k:<22} {v:8.2f}" if v is not None else f"  {k:<22} {'-':>8}")
     print(f"scores digest: {figures['scores_sha256']} (equal before and after a change)")
     print(f"outside the model: {figures['requests_per_cpu_second_outside_model']:,.0f} "
           "requests per CPU-second (target: <= 25 µs, 40,000/s)")
