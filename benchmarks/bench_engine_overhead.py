@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench_scoring import workload as scoring_workload  # this directory: run as a script
 
 from kgprobe.probing.backends.packing import plan
 from kgprobe.probing.cache import ScoreCache
@@ -143,8 +144,6 @@ def main() -> None:
     if args.workload == "bear":
         reqs = workload(args.data, args.contexts, args.candidates, args.seed)
     else:
-        from benchmarks.bench_scoring import workload as scoring_workload
-
         zero, few = scoring_workload(lm, args.data, args.prompts, args.candidates, 4, args.seed)
         reqs = zero if args.workload == "zero" else few
     n = len(reqs)
