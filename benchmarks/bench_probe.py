@@ -391,6 +391,11 @@ def _report(measures: Any, done: int, scored: int, unscorable: int, relations: i
     print(f"  in the engine (runner.run, submit and the wait for its results, wall): "
           f"{100 * parts.t['engine'][0] / max(wall, 1e-9):.1f} % of the probe's wall; "
           f"batches launched ahead: {'yes' if ahead else 'no'}", flush=True)
+    causal = getattr(engine, "causal", None)
+    if causal is not None and st.forward_calls:  # which attention the rows ran on, and why not flex
+        fell = causal.attention_fallback
+        print(f"  attention: {causal.attention_path()}"
+              + (f" (FlexAttention fell back: {fell})" if fell else ""), flush=True)
     device = getattr(st, "forward_gpu_seconds", 0.0) + getattr(st, "head_gpu_seconds", 0.0)
     if device > 0:  # CUDA: the stream's spans over the rows (events), what the device was fed
         print(f"  device on the rows (CUDA events): {device:.2f} s, "

@@ -80,6 +80,15 @@ def workload(lm: LoadedModel, data: Path, prompts: int, candidates: int, shots: 
                 pool.append(lab)
         if len(pool) >= candidates:
             break
+    if len(pool) < candidates:
+        # a P19.jsonl without its sibling relations' files has 5 such labels: the workload
+        # would shrink 20x and its figures be taken for the 10,000-request ones
+        raise SystemExit(f"bench_scoring: {len(pool)} multi-token candidate labels in "
+                         f"{data.parent}/*.jsonl, {candidates} asked for (--candidates); "
+                         "point --data into a whole BEAR directory")
+    if len(rows) < prompts + shots:
+        raise SystemExit(f"bench_scoring: {data} has {len(rows)} facts, "
+                         f"{prompts + shots} asked for (--prompts + --shots)")
     labels = pool[:candidates]
     facts = rows[: prompts + shots]
     demos = "".join(f"{f['sub_label']} was born in {f['obj_label']}.\n" for f in facts[:shots])

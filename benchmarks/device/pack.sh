@@ -2,7 +2,8 @@
 # Prepare, on this machine, what the device checks (benchmarks/device/run.sh) carry to a lent
 # GPU machine, which reaches no package index and no model hub:
 #   .whl/     wheels of the distributions in benchmarks/device/wheels.txt, for its Python;
-#   .device/  the default model's tokenizer (tok/), the BEAR P19 prompts, the commit (code.txt) and
+#   .device/  the default model's tokenizer (tok/), BEAR (bear/: bench_scoring's P19 prompts take
+#             their 100 candidates from every relation's file; P19's alone has 5), the commit (code.txt) and
 #             a probe set of the demo graph (probe-set.parquet: SET_FACTS facts, default 3000,
 #             temp+sem, n = 5, 256 per batch), exported through a throwaway managed server.
 # Both paths are git-ignored; name them in the device call's carry. Usage, from the repo root:
@@ -30,7 +31,7 @@ rm -rf .device/tok && "$PY" - <<'PYEOF'
 from kgprobe.probing.models import load_model
 load_model("smollm2-135m", device="cpu").tokenizer.save_pretrained(".device/tok")
 PYEOF
-cp "$BEAR/P19.jsonl" .device/P19.jsonl
+rm -rf .device/bear .device/P19.jsonl && mkdir -p .device/bear && cp "$BEAR"/*.jsonl .device/bear/
 # the probe loop's facts, gathered here (the GPU machine has no Java for a graph server); a set
 # records the scoring code it was exported for, so it is packed with the code that scores it
 rm -f .device/probe-set.parquet
@@ -40,7 +41,7 @@ rm -f .device/probe-set.parquet
 { git log -1 --format='code %H %s'; git status --short | sed 's/^/  changed: /'; } > .device/code.txt
 
 size=$(du -cb "$WHL" .device | tail -1 | cut -f1)
-echo "pack: ${#specs[@]} wheels in $WHL, tokenizer, P19 and the probe set in .device: $((size / 1024 / 1024)) MiB"
+echo "pack: ${#specs[@]} wheels in $WHL, tokenizer, BEAR and the probe set in .device: $((size / 1024 / 1024)) MiB"
 if [ "$size" -gt "$LIMIT" ]; then
   echo "pack: over the device call's transfer limit ($((LIMIT / 1024 / 1024)) MiB with the tree)" >&2
   exit 1

@@ -8,6 +8,7 @@
 #
 #   bash benchmarks/device/run.sh engine     # ~7 min: 8B, 1.7B, 135M shapes x {kgprobe, harness};
 #                                            #   the 8B probe loop on .device/probe-set.parquet
+#   SHAPES="8b 135m" bash benchmarks/device/run.sh engine   # some shapes, in this order
 #   bash benchmarks/device/run.sh cpu        # ~4 min: parse 1/4/8/16 workers, bulk files, index sweep
 #
 # (two calls back to back: each fits the device's 10-minute call, the machine stays warm between
@@ -66,16 +67,20 @@ step() {  # step NAME SECONDS COMMAND...: one benchmark, its own time limit, its
 }
 
 engine() {
-  local shapes=(8b 1.7b 135m) size=(--prompts 100 --candidates 100) dev=(--device cuda --dtype bfloat16)
+  # SHAPES picks and orders the shapes (default all three); the steps after them come last, so
+  # a call cut short by the device time left loses the least
+  local shapes size=(--prompts 100 --candidates 100) dev=(--device cuda --dtype bfloat16)
+  read -ra shapes <<< "${SHAPES:-8b 1.7b 135m}"
   local loop_shape=8b
   if [ "$SMOKE" = 1 ]; then
     shapes=(135m); size=(--prompts 3 --candidates 3); dev=(--device cpu); loop_shape=135m
   fi
   need lm_eval.models.huggingface pyarrow || return 3
   [ -f .device/probe-set.parquet ] || { echo "run.sh: .device/probe-set.parquet missing (pack.sh)" >&2; return 3; }
+  [ -f .device/bear/P19.jsonl ] || { echo "run.sh: .device/bear missing (pack.sh)" >&2; return 3; }
   for shape in "${shapes[@]}"; do  # one process per shape, as in docs/benchmarks.md
     step "engine $shape" 150 "${PY[@]}" benchmarks/bench_scoring.py "${dev[@]}" --random-init "$shape" \
-      --tokenizer .device/tok --data .device/P19.jsonl "${size[@]}" --systems kgprobe,harness \
+      --tokenizer .device/tok --data .device/bear/P19.jsonl "${size[@]}" --systems kgprobe,harness \
       --json "$OUT/engine-$shape.json"
     if [ "$shape" = "$loop_shape" ]; then
       # issue 43: the probe loop's share of the wall in the engine. Each repeat probes with
@@ -84,16 +89,16 @@ engine() {
       # row shapes; the second repeat's pair is the warm figure
       step "probe loop $shape" 200 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
         --random-init "$shape" --tokenizer .device/tok "${dev[@]}" --repeat 2 --launch-ahead both
-      # one call split in chunks of 2,500 requests, each launched while the one before runs
-      step "engine $shape, chunks of 2500" 90 "${PY[@]}" benchmarks/bench_scoring.py "${dev[@]}" \
-        --random-init "$shape" --tokenizer .device/tok --data .device/P19.jsonl "${size[@]}" \
-        --systems kgprobe --chunk-size 2500 --json "$OUT/engine-$shape-chunks.json"
-      # the same loop without a model (real tokenization and plan, made-up scores): its own
-      # Python per fact on this host's CPU, beside this machine's figures in docs/benchmarks.md
-      step "probe loop, model-free" 60 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
-        --random-init 135m --tokenizer .device/tok --device cpu --model-free --repeat 2
     fi
   done
+  # one call split in chunks of 2,500 requests, each launched while the one before runs
+  step "engine $loop_shape, chunks of 2500" 90 "${PY[@]}" benchmarks/bench_scoring.py "${dev[@]}" \
+    --random-init "$loop_shape" --tokenizer .device/tok --data .device/bear/P19.jsonl "${size[@]}" \
+    --systems kgprobe --chunk-size 2500 --json "$OUT/engine-$loop_shape-chunks.json"
+  # the same loop without a model (real tokenization and plan, made-up scores): its own
+  # Python per fact on this host's CPU, beside this machine's figures in docs/benchmarks.md
+  step "probe loop, model-free" 60 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
+    --random-init 135m --tokenizer .device/tok --device cpu --model-free --repeat 2
 }
 
 cpu() {
