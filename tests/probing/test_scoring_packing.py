@@ -7,6 +7,7 @@ Llama models (fp32), for every row budget and batch composition.
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -324,6 +325,82 @@ def test_segment_attention_matches_plain_forwards(causal: LoadedModel, budget: i
         after = torch.log_softmax(causal.model(torch.tensor([ids])).logits[0].float(), -1)
     causal.model.set_attn_implementation("sdpa")
     assert torch.allclose(after, _plain_logprobs(causal, ids), atol=TOL)
+
+
+def test_padded_row_masks_every_pad_out_of_the_real_tokens() -> None:
+    """FlexAttention's rows are padded to whole blocks (``_padded``): by the plan's own mask
+    definition (what position q sees: kv <= q < end[kv]), every real position sees what it
+    saw unpadded, no real position sees a pad, and each pad sees itself alone (no row all
+    masked, which SDPA would turn into NaN)."""
+    rng = random.Random(5)
+    ctxs = [tuple(rng.randint(0, 50) for _ in range(rng.randint(1, 9))) for _ in range(40)]
+    conts = [tuple(rng.randint(0, 50) for _ in range(rng.randint(1, 4))) for _ in range(40)]
+    rows = plan(ctxs, conts, 60).rows
+    assert len(rows) > 1 and any(len(r.ids) < 128 for r in rows)  # a one-block row is padded
+    for row in rows:
+        n = len(row.ids)
+        ids, pos, end = causal_backend._padded(row, 128)
+        m = len(ids)
+        assert m == max(128 * math.ceil(n / 128), 256)  # the fewest whole blocks, two at least
+        assert ids[:n].tolist() == row.ids.tolist() and pos[:n].tolist() == row.positions.tolist()
+        kv = np.arange(m)
+        for q in range(m):
+            seen = kv[(kv <= q) & (q < end)]
+            if q < n:
+                assert seen.tolist() == np.arange(n)[(np.arange(n) <= q) & (q < row.end)].tolist()
+            else:
+                assert seen.tolist() == [q]
+
+
+@pytest.mark.parametrize("attention", ["dense", "flex"])
+def test_padded_rows_score_as_unpadded(causal: LoadedModel, attention: str,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows padded to whole blocks give every score the unpadded rows give. The padding is
+    FlexAttention's (``row_block`` None pads on the flex path alone), forced here onto the
+    dense path, which the CPU runs; asked for flex, the CPU's compile falls back
+    (``attention_fallback``) and the fallen-back rows run unpadded. The rows handed to the
+    model are seen padded (or not) where they are sent to the device."""
+    reqs = _requests()
+    want = Engine(causal, attention="dense", batch_tokens=64).run(reqs)
+    engine = Engine(causal, attention=attention, batch_tokens=64)
+    assert engine.causal is not None
+    if attention == "dense":
+        engine.causal.row_block = 128
+    sent: list[int] = []
+    upload = engine.causal._upload
+    monkeypatch.setattr(engine.causal, "_upload",
+                        lambda arrays: sent.append(len(arrays[0])) or upload(arrays))
+    try:
+        got = engine.run(reqs)
+    finally:
+        causal.model.set_attn_implementation("sdpa")
+    # (one more row than forwards: the packing self-check's)
+    assert engine.stats.forward_calls > 1 and len(sent) > engine.stats.forward_calls
+    padded = [n % 128 == 0 and n >= 256 for n in sent]
+    if attention == "dense" or "llama" in causal.name:
+        # forced; or flex, which Llama has: every row padded for it (the CPU's compile may
+        # fail on the first: that row and the rest then run unpadded, and it says why)
+        assert all(padded)
+        assert engine.causal.attention_path() == attention or engine.causal.attention_fallback
+    else:  # GPT-2 has no FlexAttention: another path from the start, never padded
+        assert not any(padded) and engine.causal.attention_path() != "flex"
+    assert engine.stats.tokens_fed < sum(sent)  # the pad is not counted as fed
+    for r, g, w in zip(reqs, got, want, strict=True):
+        assert isinstance(g, LogProbResult) and isinstance(w, LogProbResult)
+        assert np.allclose(g.token_logprobs, w.token_logprobs, atol=TOL, rtol=0), r
+
+
+def test_compile_failures_are_told_from_other_errors() -> None:
+    """A later FlexAttention row falls back on torch's compiler failing, not on any error
+    (an out-of-memory error is raised, not hidden behind another path)."""
+    import torch._dynamo.exc as dynamo_exc
+    import torch._inductor.exc as inductor_exc
+
+    assert causal_backend._compile_failure(dynamo_exc.TorchDynamoException("x"))
+    assert causal_backend._compile_failure(
+        inductor_exc.InductorError(RuntimeError("NoValidChoicesError"), None))
+    assert not causal_backend._compile_failure(RuntimeError("x"))
+    assert not causal_backend._compile_failure(torch.OutOfMemoryError("x"))
 
 
 # -- the host ahead of the device (issue 43) -----------------------------------------------

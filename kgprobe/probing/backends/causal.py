@@ -115,6 +115,37 @@ PACKING_TOLERANCE_HALF = 0.25
 #: one candidate per context (blocks of ~10 x 10) the loop alone was 2-3x (docs/benchmarks.md)
 SMALL_BLOCK = 4096
 
+#: FlexAttention rows are padded to a multiple of its sparse block (128 tokens), two blocks at
+#: least. Dynamo compiles FlexAttention again for a new row length, for any length once it
+#: has seen two (dynamic shapes), but it specialises a dimension of size 1: a row of one block
+#: (<= 128 tokens, e.g. a probe batch whose other requests the cache held) then compiled on
+#: its own, and on an H200 (torch 2.11, an 8B shape) that compile failed ("NoValidChoicesError"
+#: in the flex_attention lowering) and took the probe down. Whole blocks also bound the number
+#: of row shapes; the pad costs at most one block's projections per row
+FLEX_ROW_BLOCK = 128
+
+
+def _compile_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's compiler failing (dynamo or inductor, e.g. ``InductorError``),
+    told by the class's module so that nothing of the compiler is imported to ask."""
+    return any(c.__module__.startswith(("torch._dynamo", "torch._inductor"))
+               for c in type(exc).__mro__)
+
+
+def _padded(row: PackedRow, block: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A row's ids, positions and ``end`` padded to a multiple of ``block`` tokens, two blocks
+    at least. Each pad token is a segment of its own (``end[p] = p + 1``): no real token
+    attends to it, it attends to itself alone (no row is all masked: finite everywhere), and
+    no read is taken there, so every real position's score is the unpadded row's."""
+    n = len(row.ids)
+    m = max(-(-n // block) * block, 2 * block)
+    if m == n:
+        return row.ids, row.positions, row.end
+    pad = np.arange(n, m)
+    return (np.concatenate((row.ids, np.zeros(m - n, row.ids.dtype))),
+            np.concatenate((row.positions, np.zeros(m - n, row.positions.dtype))),
+            np.concatenate((row.end, (pad + 1).astype(row.end.dtype))))
+
 
 def _small_blocks_allowed(bl: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Whether each query of each block ``(a, b, t0, t1)`` may see each of its keys (its
@@ -278,6 +309,9 @@ class CausalBackend(Backend):
     #: (``score_items``); off: wait for the device after every forward (its host clocks
     #: then split forward and head; a device error surfaces at the row that caused it)
     overlap: bool = True
+    #: pad each packed row to a multiple of this many tokens (``_padded``); None: FlexAttention's
+    #: block (``FLEX_ROW_BLOCK``) on the flex path, no padding on the others
+    row_block: int | None = None
 
     def _with_cache(self, cache: Any) -> dict[str, Any]:
         """The forward's keyword arguments that pass ``cache`` (None: none), under the name
@@ -471,10 +505,10 @@ class CausalBackend(Backend):
 
     def _row_mask(self, row: PackedRow, end: torch.Tensor | None = None) -> Any:
         """The row's mask from its ``end`` array: allowed[q, kv] = kv <= q < end[kv]
-        (``end``: that array already on the device)."""
-        length = len(row.ids)
+        (``end``: that array already on the device, padded or not: its length is the row's)."""
         if end is None:
             end = torch.from_numpy(row.end).to(self.device)
+        length = len(end)
         if self.attention_path() == "flex":
             from torch.nn.attention.flex_attention import create_block_mask
 
@@ -490,22 +524,37 @@ class CausalBackend(Backend):
             mask = torch.zeros(mask.shape, device=self.device).masked_fill(~mask, neg)
         return mask
 
+    def _row_block(self, path: str) -> int:
+        """The multiple a row on ``path`` is padded to (1: none). Segment attention reads the
+        row's own blocks, so it never pads."""
+        if path == "segments":
+            return 1
+        return self.row_block or (FLEX_ROW_BLOCK if path == "flex" else 1)
+
     def _row_forward(self, work: _RowWork) -> tuple[torch.Tensor, bool]:
         """One forward of a packed row; hidden states (or logits) at its kept positions only.
         The first FlexAttention forward is synchronised inside its check, so a kernel that
-        fails on the device is caught there and the row reruns on the fallback path."""
-        if self.attention_path() == "flex" and not self._flex_checked:
-            try:
-                out = self._row_forward_once(work)
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                return out
-            except Exception as exc:  # noqa: BLE001 - any compile/kernel failure: go dense
-                # e.g. torch 2.13's CPU inductor fails to compile FlexAttention with GQA
-                self.attention_fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                self._attention_resolved = self._fallback()
-            finally:
-                self._flex_checked = True
+        fails on the device is caught there and the row reruns on the fallback path. A later
+        row of a new length compiles FlexAttention again (dynamo): a failed compile there
+        falls back the same way, for this row and the rest (``attention_fallback`` says why;
+        rows scored before stay flex's), where it took the whole run down before."""
+        if self.attention_path() != "flex":
+            return self._row_forward_once(work)
+        first = not self._flex_checked
+        try:
+            out = self._row_forward_once(work)
+            if first and self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            return out
+        except Exception as exc:  # noqa: BLE001 - the first row: any compile/kernel failure
+            # e.g. torch 2.13's CPU inductor fails to compile FlexAttention with GQA; later
+            # rows: compile failures only (an out-of-memory error is not the path's fault)
+            if not first and not _compile_failure(exc):
+                raise
+            self.attention_fallback = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            self._attention_resolved = self._fallback()
+        finally:
+            self._flex_checked = True
         return self._row_forward_once(work)
 
     def _block_masks(self, row: PackedRow) -> _RowSegments:
@@ -594,14 +643,17 @@ class CausalBackend(Backend):
         by = np.argsort(inv, kind="stable")
         sel, inv = sel[by], inv[by]
         cuts = _head_cuts(sel, inv, len(uniq), vocab, target, read_item)
-        arrays = [row.ids, row.positions, uniq, row.end]
+        path = self.attention_path()
+        block = self._row_block(path)
+        row_ids, row_pos, row_end = (_padded(row, block) if block > 1
+                                     else (row.ids, row.positions, row.end))
+        arrays = [row_ids, row_pos, uniq, row_end]
         for c in cuts:
             arrays.extend(c[2:5])
         dev = self._upload(arrays)
         ids, positions, keep, end = dev[:4]
         chunks = [_HeadChunk(start, size, dev[4 + 3 * i], dev[5 + 3 * i], dev[6 + 3 * i], dists)
                   for i, (start, size, _, _, _, dists) in enumerate(cuts)]
-        path = self.attention_path()
         mask: Any = None
         segments = None
         if path != "flex" or self._flex_checked:  # else built inside the flex check
@@ -611,17 +663,22 @@ class CausalBackend(Backend):
 
     def _row_forward_once(self, work: _RowWork) -> tuple[torch.Tensor, bool]:
         path = self.attention_path()
+        n = len(work.row.ids)
+        ids, pos, end = work.ids, work.pos, work.end
+        if len(ids) != n and self._row_block(path) == 1:
+            # padded for the flex path, which fell back since: the row runs unpadded (the
+            # pad is at the end: views, no copy)
+            ids, pos, end = ids[:n], pos[:n], end[:n]
         if work.mask is None or work.path != path:  # the path fell back since it was built
-            work.mask, work.segments = self._masks(work.row, path, work.end)
+            work.mask, work.segments = self._masks(work.row, path, end)
             work.path = path
         self.stats.forward_calls += 1
-        self.stats.tokens_fed += len(work.row.ids)
+        self.stats.tokens_fed += n
         split = self.head_splits()  # its own check forward runs outside the row's segments
         token = _SEGMENTS.set(work.segments)
         c0 = time.process_time()
         try:
-            return self._row_forward_model(work.ids[None], work.pos[None], work.keep,
-                                           work.mask, c0, split)
+            return self._row_forward_model(ids[None], pos[None], work.keep, work.mask, c0, split)
         finally:
             _SEGMENTS.reset(token)
 
