@@ -26,7 +26,6 @@ from kgprobe.app.db import db_stop as db_stop
 from kgprobe.app.db import db_wipe as db_wipe
 from kgprobe.app.distractors import distractors as distractors
 from kgprobe.app.evaluation import evaluate as evaluate
-from kgprobe.app.factor_pipeline import factor as factor
 from kgprobe.app.index import IndexReport as IndexReport
 from kgprobe.app.index import index as index
 from kgprobe.app.options import (
@@ -54,6 +53,7 @@ from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
 from kgprobe.types import GraphRow
 
 if TYPE_CHECKING:
+    from kgprobe.app.factor_pipeline import factor as factor
     from kgprobe.app.probe_sets import SetResults
     from kgprobe.graph.server import ManagedServer
     from kgprobe.probing.config import ProbeSummary
@@ -64,6 +64,17 @@ if TYPE_CHECKING:
     from kgprobe.reports.data import Report
     from kgprobe.reports.ladder import Ladder
     from kgprobe.reports.results import Results
+
+
+def __getattr__(name: str) -> Any:
+    """``factor`` is imported when first asked for: FACTOR's pipeline imports the scoring
+    engine and with it torch (1.3 of the 1.9 CPU-s this module took to import), which an
+    ``ingest``, ``db`` or ``stats`` call never needs (a bulk load's main process paid it too)."""
+    if name == "factor":
+        from kgprobe.app.factor_pipeline import factor
+
+        return factor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- old keyword names (issue 40 #7) ----------------------------------------------------------
