@@ -247,7 +247,7 @@ def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
     st = engine.stats
     wait = getattr(st, "wait_cpu_seconds", 0.0)
     outside = cpu - st.forward_cpu_seconds - st.head_cpu_seconds - wait
-    info = {"attention": path, "attention_fallback": engine.causal.attention_fallback,
+    info: dict[str, Any] = {"attention": path, "attention_fallback": engine.causal.attention_fallback,
             "packed": engine.causal.packing_works(),
             "packing_check_diff": engine.causal.packing_check_diff,
             "warmup_seconds": cold,
@@ -266,35 +266,49 @@ def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
             "cpu_outside_model_share_of_wall": outside / dt,
             "forward_gpu_seconds": getattr(st, "forward_gpu_seconds", None) if cuda else None,
             "head_gpu_seconds": getattr(st, "head_gpu_seconds", None) if cuda else None,
-            "gpu_kernel_seconds": None, "gpu_idle_share_of_wall": None}
+            "gpu_kernel_seconds": None, "gpu_idle_share_of_wall": None, "host_cuda_api_seconds": {}}
     if cuda and gpu_profile:
-        busy = gpu_kernel_seconds(engine, reqs)
+        busy, api = gpu_kernel_seconds(engine, reqs)
         info["gpu_kernel_seconds"] = busy
         info["gpu_idle_share_of_wall"] = None if busy is None else 1 - busy / dt
+        info["host_cuda_api_seconds"] = api
     return dt, cpu, [r.logprob for r in res if isinstance(r, LogProbResult)], info
 
 
-def gpu_kernel_seconds(engine: Engine, reqs: list[LogProbRequest]) -> float | None:
+def gpu_kernel_seconds(engine: Engine, reqs: list[LogProbRequest]) -> tuple[float | None, dict[str, float]]:
     """Device seconds of every kernel and copy of one more run of ``reqs``, from torch's
     profiler (CUDA activity only): the device's busy time, which the timed run's wall minus
     it leaves idle. Kernel times barely move under the profiler (its cost is the host's), so
-    they are set against the unprofiled run's wall. None where the profiler fails."""
+    they are set against the unprofiled run's wall. None where the profiler fails.
+
+    Also the host's seconds in the CUDA runtime's calls of that run, the five largest
+    (``cudaLaunchKernel``, ``cudaStreamSynchronize``, ``cudaMemcpyAsync``, ``cudaHostAlloc``
+    ...): on an H200 the host spent most of a forward's device time inside its launch
+    (session 33), and these say in which call it waits."""
     try:
         from torch.profiler import ProfilerActivity, profile
 
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             engine.run(reqs)
             torch.cuda.synchronize()
+        events = prof.key_averages()
         total = 0.0
-        for evt in prof.key_averages():
+        for evt in events:
             us = getattr(evt, "self_device_time_total", None)
             if us is None:
                 us = getattr(evt, "self_cuda_time_total", 0.0)
             total += float(us)
-        return total / 1e6
     except Exception as exc:  # noqa: BLE001 - a figure the run can do without
         print(f"  (gpu profile failed: {type(exc).__name__}: {exc})", flush=True)
-        return None
+        return None, {}
+    api: dict[str, float] = {}
+    try:  # apart: a profiler whose events lack these fields keeps the kernel seconds
+        calls = sorted(((float(e.self_cpu_time_total or 0.0) / 1e6, str(e.key)) for e in events
+                        if str(e.key).startswith("cuda")), reverse=True)
+        api = {name: round(sec, 4) for sec, name in calls[:5]}
+    except Exception as exc:  # noqa: BLE001
+        print(f"  (CUDA runtime calls not read: {type(exc).__name__}: {exc})", flush=True)
+    return total / 1e6, api
 
 
 def run_naive(lm: LoadedModel, reqs: list[LogProbRequest]) -> tuple[float, float, list[float]]:
@@ -430,7 +444,7 @@ def main() -> None:
             sub = reqs
             if system == "naive" and args.naive_prompts is not None:
                 sub = reqs[: args.naive_prompts * args.candidates]
-            info: dict[str, float] = {}
+            info: dict[str, Any] = {}
             if system == "kgprobe":
                 dt, cpu, vals, info = run_kgprobe(lm, sub, args.batch_size, args.batch_tokens,
                                                   args.attention, not args.no_gpu_profile,
@@ -474,6 +488,10 @@ def main() -> None:
                           f"{info['gpu_kernel_seconds']} s (profiled run), idle "
                           f"{'n/a' if idle is None else f'{100 * idle:.0f}%'} of the wall",
                           flush=True)
+                    if info.get("host_cuda_api_seconds"):
+                        calls = ", ".join(f"{k} {v:.3f} s" for k, v in info["host_cuda_api_seconds"].items())
+                        print(f"[{label}] {system:8} host in CUDA runtime calls (profiled run): {calls}",
+                              flush=True)
         if "kgprobe" in scores:
             for other in ("naive", "harness"):
                 if other in scores:
