@@ -142,6 +142,9 @@ def main() -> None:
     ap.add_argument("--pq-m", type=int, default=None, help="bytes per compressed vector")
     ap.add_argument("--exact-threshold", type=int, default=None,
                     help="entities up to which the index is exact (IVF above; default 50,000)")
+    ap.add_argument("--nlist", type=int, default=None, help="IVF lists (default 4·sqrt(N))")
+    ap.add_argument("--hnsw-from", type=int, default=None,
+                    help="IVF lists from which the centroids are searched through HNSW (default 16,384)")
     ap.add_argument("--queries", type=int, default=1000)
     ap.add_argument("--readers", type=int, default=None,
                     help="threads reading the graph's batches at once (semantic.READERS)")
@@ -205,6 +208,10 @@ def main() -> None:
                 kw["pq_m"] = args.pq_m
             if args.exact_threshold is not None:
                 kw["exact_threshold"] = args.exact_threshold
+            if args.nlist is not None:
+                kw["nlist"] = args.nlist
+            if args.hnsw_from is not None:
+                kw["hnsw_from"] = args.hnsw_from
             settings = sem.IndexSettings(**kw)  # type: ignore[arg-type]
             if args.profile:
                 import cProfile
@@ -228,6 +235,12 @@ def main() -> None:
         out["sample"] = getattr(st, "n_sample", None)
         out["sample_steps"] = getattr(st, "sample_steps", None)  # (size, half_coverage) per step
         out["index_kind"] = st.index_kind
+        quantizer = getattr(idx.index, "quantizer", None)
+        if quantizer is not None:  # an IVF index: its lists and how their centroids are searched
+            import faiss
+
+            out["nlist"] = int(idx.index.nlist)
+            out["quantizer"] = type(faiss.downcast_index(quantizer)).__name__
         out["build_wall_s"] = round(wall, 1)
         out["ms_per_indexed_entity"] = round(1000 * wall / max(len(idx), 1), 3)
         out["ms_per_graph_entity"] = round(1000 * wall / max(int(out["entities_in_graph"]), 1), 3)  # type: ignore[call-overload]
@@ -247,6 +260,19 @@ def main() -> None:
                 got = {row(n.qid) for n in idx.neighbours(idx.qids[q], 10)}
                 hits += len(got & set(int(x) for x in w if x != q and x >= 0))
             out["recall_at_10"] = round(hits / (10 * len(qs)), 4)
+            if out.get("quantizer") == "IndexHNSWFlat":  # the same lists' count, centroids compared one by one
+                import dataclasses
+
+                t = time.perf_counter()
+                flat_q = sem.SemanticIndex(idx.qids, sem.make_faiss_index(
+                    vecs, dataclasses.replace(idx.settings, hnsw_from=10**9)), idx.settings, vecs=vecs)
+                out["flat_quantizer_faiss_s"] = round(time.perf_counter() - t, 1)
+                hits = 0
+                qrow = flat_q.row if callable(flat_q.row) else flat_q.row.__getitem__
+                for q, w in zip(qs, want, strict=True):
+                    got = {qrow(n.qid) for n in flat_q.neighbours(flat_q.qids[q], 10)}
+                    hits += len(got & set(int(x) for x in w if x != q and x >= 0))
+                out["recall_at_10_flat_quantizer_same_vectors"] = round(hits / (10 * len(qs)), 4)
             if idx.stats.index_kind == "IndexIVFPQ":  # the same vectors in IVF-Flat, same nprobe
                 flat = sem.SemanticIndex(idx.qids, sem.make_faiss_index(
                     vecs, sem.IndexSettings(compress_from=10**12)), sem.IndexSettings(), vecs=vecs)

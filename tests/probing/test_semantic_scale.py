@@ -389,18 +389,24 @@ def test_several_readers_give_the_one_readers_index(graph: Any, tmp_path: Path,
                           np.load(tmp_path / "many" / sem.HASHES_FILE))
 
 
-def test_compressed_index_reranks_on_exact_vectors() -> None:
+@pytest.mark.parametrize("hnsw_from", [10**9, 16])
+def test_compressed_index_reranks_on_exact_vectors(hnsw_from: int) -> None:
     """Above compress_from the index is IVF-PQ, its codebooks trained in 10 k-means iterations;
     its neighbours carry exact cosines (re-ranked on the stored vectors) and, every list probed,
-    find most of the exact top 10."""
+    find most of the exact top 10; the same with its lists' centroids in an HNSW graph."""
+    import faiss
+
     rng = np.random.default_rng(0)
     centers = rng.normal(size=(20, 16))
     vecs = (centers[rng.integers(0, 20, 3000)] + 0.3 * rng.normal(size=(3000, 16))).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     qids = [f"Q{i + 1}" for i in range(3000)]
-    s = sem.IndexSettings(dim=16, exact_threshold=100, compress_from=1000, pq_m=8, nlist=16, nprobe=16)
+    s = sem.IndexSettings(dim=16, exact_threshold=100, compress_from=1000, pq_m=8, nlist=16, nprobe=16,
+                          hnsw_from=hnsw_from)
     idx = sem.SemanticIndex(qids, sem.make_faiss_index(vecs, s), s, vecs=vecs)
     assert type(idx.index).__name__ == "IndexIVFPQ"
+    quantizer = faiss.downcast_index(idx.index.quantizer)
+    assert isinstance(quantizer, faiss.IndexHNSWFlat if hnsw_from == 16 else faiss.IndexFlatIP)
     # the codebooks' k-means runs 10 iterations, not FAISS's 25 (issue 44 step 3: 9x less
     # training for the same recall); the recall below still holds
     assert idx.index.pq.cp.niter == 10 and idx.index.cp.niter == 10
@@ -734,6 +740,67 @@ def test_ivf_kmeans_is_bounded_and_keeps_recall() -> None:
         top = {qids[int(i)] for i in [j for j in np.argsort(-sims) if j != row][:10]}
         hits += len(top & {n.qid for n in idx.neighbours(qids[row], 10)})
     assert hits / (10 * 20) >= 0.95
+
+
+def test_many_lists_are_found_through_an_hnsw_graph(tmp_path: Path) -> None:
+    """From ``hnsw_from`` lists on, the centroids are searched through an HNSW graph: the k-means
+    assigns with HNSW_EF_TRAIN candidates, the fill places each vector with HNSW_EF_ADD, queries
+    use HNSW_EF_SEARCH, the graph is
+    saved and loaded with the index, and the neighbours still find the exact top 10 (numpy's,
+    computed apart) as the flat quantizer's do. Below ``hnsw_from`` the quantizer stays flat."""
+    import faiss
+
+    rng = np.random.default_rng(1)
+    centers = rng.normal(size=(60, 24))
+    vecs = (centers[rng.integers(0, 60, 12000)] + 0.3 * rng.normal(size=(12000, 24))).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    qids = [f"Q{i + 1}" for i in range(len(vecs))]
+    ef_at_fill: list[int] = []
+    ef_at_train: list[int] = []
+    orig, orig_train = faiss.IndexIVFFlat.add, faiss.IndexIVFFlat.train
+
+    def ef(index: Any) -> int:
+        q = faiss.downcast_index(index.quantizer)
+        return int(q.hnsw.efSearch) if isinstance(q, faiss.IndexHNSWFlat) else -1
+
+    def add(self: Any, x: np.ndarray) -> None:
+        ef_at_fill.append(ef(self))
+        orig(self, x)
+
+    def train(self: Any, x: np.ndarray) -> None:
+        ef_at_train.append(ef(self))
+        orig_train(self, x)
+
+    recalls = {}
+    for hnsw_from in (10**9, 128):
+        s = sem.IndexSettings(dim=24, exact_threshold=100, nlist=128, nprobe=16, hnsw_from=hnsw_from)
+        ef_at_fill.clear()
+        ef_at_train.clear()
+        faiss.IndexIVFFlat.add, faiss.IndexIVFFlat.train = add, train
+        try:
+            index = sem.make_faiss_index(vecs, s)
+        finally:
+            faiss.IndexIVFFlat.add, faiss.IndexIVFFlat.train = orig, orig_train
+        quantizer = faiss.downcast_index(index.quantizer)
+        if hnsw_from == 128:
+            assert isinstance(quantizer, faiss.IndexHNSWFlat) and quantizer.ntotal == 128
+            assert ef_at_train == [sem.HNSW_EF_TRAIN] and set(ef_at_fill) == {sem.HNSW_EF_ADD}
+            assert quantizer.hnsw.efSearch == sem.HNSW_EF_SEARCH
+        else:
+            assert isinstance(quantizer, faiss.IndexFlatIP) and set(ef_at_fill) == {-1}
+        idx = sem.SemanticIndex(qids, index, s, vecs=vecs)
+        if hnsw_from == 128:  # saved and loaded: the same graph, the same neighbours
+            idx.save(tmp_path / "hnsw")
+            back = faiss.read_index(str(tmp_path / "hnsw" / sem.INDEX_FILE))  # (holds its quantizer)
+            loaded = faiss.downcast_index(back.quantizer)
+            assert isinstance(loaded, faiss.IndexHNSWFlat) and loaded.hnsw.efSearch == sem.HNSW_EF_SEARCH
+        hits = 0
+        for row in range(0, len(vecs), 300):
+            sims = vecs @ vecs[row]
+            top = {qids[int(i)] for i in [j for j in np.argsort(-sims) if j != row][:10]}
+            hits += len(top & {n.qid for n in idx.neighbours(qids[row], 10)})
+        recalls[hnsw_from] = hits / (10 * 40)
+    assert recalls[128] >= 0.95 and recalls[10**9] >= 0.95
 
 
 def test_the_build_benchmark_sweeps_workers_without_a_graph(tmp_path: Path) -> None:
