@@ -135,11 +135,11 @@ def main() -> None:
                                                          / float(row["flat_fill_vectors_per_s"]), 2)  # type: ignore[arg-type]
             row["hnsw_quantizer_build_s"] = round(built, 2)
             if points is not None:
-                for kind in ("flat", "hnsw"):
-                    row[f"{kind}_kmeans_iteration_s"] = round(kmeans_iteration(nlist, points, kind), 1)
+                took = {kind: kmeans_iteration(nlist, points, kind) for kind in ("flat", "hnsw")}
+                for kind, secs in took.items():
+                    row[f"{kind}_kmeans_iteration_s"] = round(secs, 3)
                 row["kmeans_points"] = len(points)
-                row["kmeans_speedup"] = round(float(row["flat_kmeans_iteration_s"])  # type: ignore[arg-type]
-                                              / float(row["hnsw_kmeans_iteration_s"]), 2)  # type: ignore[arg-type]
+                row["kmeans_speedup"] = round(took["flat"] / max(took["hnsw"], 1e-9), 2)
             print(json.dumps(row), flush=True)
 
 

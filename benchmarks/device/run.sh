@@ -9,7 +9,7 @@
 #   bash benchmarks/device/run.sh engine     # ~7 min: 8B, 1.7B, 135M shapes x {kgprobe, harness};
 #                                            #   the 8B probe loop on .device/probe-set.parquet
 #   SHAPES="8b 135m" bash benchmarks/device/run.sh engine   # some shapes, in this order
-#   bash benchmarks/device/run.sh cpu        # ~4 min: parse 1/4/8/16 workers, bulk files, index sweep
+#   bash benchmarks/device/run.sh cpu        # ~6 min: parse 1/4/8/16 workers, bulk files, IVF quantizer, index sweep
 #
 # (two calls back to back: each fits the device's 10-minute call, the machine stays warm between
 # them). Everything is written under $OUT: env.txt, engine.log (the probe loop's lines too),
@@ -105,8 +105,10 @@ engine() {
 
 cpu() {
   local entities=40000 synthetic=300000 sample=20000 counts=4,8,16 sweep=1,2,4,8,16 repeats=2
+  local nlist=40000 vectors=200000 threads=1,4,16
   if [ "$SMOKE" = 1 ]; then
     entities=1500 synthetic=5000 sample=1000 counts=2 sweep=1,2 repeats=1
+    nlist=256 vectors=5000 threads=1,2
   fi
   need msgspec isal.isal_zlib orjson faiss || return 3
   local dump="$WORK/real.json.gz"
@@ -118,6 +120,12 @@ cpu() {
   step "bulk files" 180 "${PY[@]}" benchmarks/bench_bulk_workers.py --dump "$dump" \
     --workers 1 ${counts//,/ } --tmp "$WORK"
   rm -f "$dump" "${dump%.gz}"
+  # issue 44: the IVF fill and k-means at 100M entities' 40,000 lists, flat quantizer against
+  # the HNSW graph, by threads (on 2 cores: docs/benchmarks.md, "Semantic index at scale, step 8")
+  step "ivf quantizer" 150 "${PY[@]}" benchmarks/bench_ivf_quantizer.py --nlist "$nlist" \
+    --vectors "$vectors" --threads "$threads" --pq
+  step "ivf k-means" 90 "${PY[@]}" benchmarks/bench_ivf_quantizer.py --nlist "$nlist" \
+    --vectors "$vectors" --threads "${threads##*,}" --train
   # issue 44: the semantic index, no graph server: one fresh process per worker count
   step "semantic sweep" 240 "${PY[@]}" benchmarks/bench_semantic_build.py --synthetic "$synthetic" \
     --sample "$sample" --workers "$sweep" --json > "$OUT/semantic.json"

@@ -823,6 +823,32 @@ def test_the_build_benchmark_sweeps_workers_without_a_graph(tmp_path: Path) -> N
         assert o["build_wall_s"] > 0 and "speedup_vs_first" in o
 
 
+def test_the_quantizer_benchmark_compares_both_quantizers_at_a_list_count(tmp_path: Path) -> None:
+    """The command the GPU machine's CPU run uses for the 16-core figures (benchmarks/device/run.sh
+    cpu): a row per thread count, the flat fill against the graph's at each ``--ef``, and a
+    k-means iteration on nlist × KMEANS_PER_LIST points each way."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "KGPROBE_HOME": str(tmp_path / "nohome"), "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "bench_ivf_quantizer.py"),
+                        "--nlist", "64", "--vectors", "3000", "--threads", "1,2", "--ef", "16,32",
+                        "--train"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    head, *rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert head["hnsw"]["ef_fill"] == sem.HNSW_EF_ADD and head["index"] == "IVF-Flat"
+    assert [(o["nlist"], o["threads"]) for o in rows] == [(64, 1), (64, 2)]
+    for o in rows:
+        assert o["kmeans_points"] == 64 * sem.KMEANS_PER_LIST
+        for ef in (16, 32):
+            assert 0.5 < o[f"hnsw_ef{ef}_same_list_as_flat"] <= 1.0
+            assert o[f"hnsw_ef{ef}_fill_speedup"] == pytest.approx(
+                o[f"hnsw_ef{ef}_fill_vectors_per_s"] / o["flat_fill_vectors_per_s"], abs=0.006)
+        assert o["flat_kmeans_iteration_s"] > 0 and o["hnsw_kmeans_iteration_s"] > 0
+
+
 def _mapped_kb(path: Path) -> int:
     """Resident kB of this process's mappings of ``path`` (/proc/self/smaps)."""
     total, mine = 0, False
