@@ -8,7 +8,9 @@ A realistic dump (`benchmarks/gen_dump.py --realistic`, gzip) is loaded into imp
 (no Neo4j: the import tool's time is not the question) by ``kgprobe ingest --bulk`` in a
 subprocess, once per number of workers. The subprocess reports its own CPU (``RUSAGE_SELF``: the
 main process — reading, gunzip, coordination, whatever it still formats and writes) apart from
-its workers' (``RUSAGE_CHILDREN``). With the main process's CPU per MB of JSON, the load cannot
+its workers' (``RUSAGE_CHILDREN``), and each of its threads' own CPU (``threads_cpu_s``: the
+main thread, the decompressing thread, the pool's threads, the writer), whose busiest one is the
+serial part on many cores. With the main process's CPU per MB of JSON, the load cannot
 go faster than ``MB / main CPU`` whatever the cores: that bound is printed too. Figures go to
 docs/benchmarks.md.
 """
@@ -33,13 +35,24 @@ from benchmarks.gen_dump import write_realistic_dump  # noqa: E402
 
 #: run in the subprocess: the CLI, then its own CPU and its children's on the last stderr line
 _RUN = """
-import resource, sys
+import json, re, resource, sys, threading, time
+threads = {}
+inner = threading.Thread._bootstrap_inner
+def counted(self):  # each thread's own CPU when it ends, by name (numbers dropped)
+    try:
+        inner(self)
+    finally:
+        name = re.sub(r"[-_]?[0-9]+", "", self.name)
+        threads[name] = threads.get(name, 0.0) + time.thread_time()
+threading.Thread._bootstrap_inner = counted
 from kgprobe.cli import main
 try:
     main()
 except SystemExit:
     pass
+threads["main thread"] = time.thread_time()
 me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print("THREADS", json.dumps({k: round(v, 2) for k, v in threads.items()}), file=sys.stderr)
 print("CPU", me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, file=sys.stderr)
 """
 
@@ -60,10 +73,13 @@ def run(code: Path, dump: Path, out: Path, workers: int) -> dict[str, object]:
     if proc.returncode != 0 or not cpu:
         raise SystemExit(f"ingest failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     _, main_cpu, child_cpu = cpu[-1].split()
+    threads = json.loads([ln for ln in proc.stderr.splitlines() if ln.startswith("THREADS ")][-1][8:])
     facts = json.loads(proc.stdout)["facts"]
     shutil.rmtree(out, ignore_errors=True)
     return {"workers": workers, "wall_s": round(wall, 1), "main_cpu_s": round(float(main_cpu), 2),
-            "workers_cpu_s": round(float(child_cpu), 2), "facts": facts}
+            "workers_cpu_s": round(float(child_cpu), 2), "facts": facts,
+            # the main process's threads: its busiest one bounds the load on many cores
+            "threads_cpu_s": threads, "busiest_thread_cpu_s": max(threads.values())}
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import multiprocessing
 import os
+import queue
 import signal
 import threading
 import time
@@ -32,6 +33,9 @@ CHUNK_MB = 4
 ENV_CHUNK_MB = "KGPROBE_INGEST_CHUNK_MB"
 #: chunks in flight per worker: one being parsed, one waiting, so that no worker idles
 AHEAD = 2
+#: chunks of a compressed file that its reading thread keeps ready (`read_ahead`): memory, at
+#: most this many chunks more
+READ_AHEAD = 2
 
 
 def chunk_bytes() -> int:
@@ -135,6 +139,62 @@ def read_chunks(fh: BinaryIO, lineno: int, offset: int, size: int) -> Iterator[C
         yield Chunk(data, lineno, offset, after, len(data))
         lineno = after
         offset += len(data)
+
+
+T = TypeVar("T")
+
+
+def read_ahead(items: Iterator[T], depth: int = READ_AHEAD, name: str = "kgprobe-read") -> Iterator[T]:
+    """``items``, produced in a thread of their own up to ``depth`` ahead, handed on in order.
+
+    Why: a compressed dump is decompressed by the one process that hands its chunks to the
+    workers, and there the decompression (ISA-L's, zlib's, bz2's: each releases the GIL) ran in
+    the same thread as everything else the process does (submitting chunks, taking the workers'
+    results in, writing the import files). In a thread of its own it runs beside that work: the
+    bulk load of a 554 MB realistic .gz with 2 workers took the main thread 0.69-0.80 CPU-s
+    instead of 1.34-1.48, for the same CPU in all (docs/benchmarks.md, "The .gz chunks read in
+    a thread of their own"). What stays serial on many cores is then the longer of the two.
+
+    An exception of ``items`` is raised here after the items before it, as by ``items``
+    itself. Closing this generator (an entity limit, an error downstream) stops the thread and
+    waits for it, so that the file is never read after its owner closed it. A compressed
+    file's progress (`common.stored_tell`, read in the consuming thread) then runs ahead by at
+    most ``depth`` chunks."""
+    box: queue.Queue[tuple[int, Any]] = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+
+    def put(item: tuple[int, Any]) -> bool:
+        while not stop.is_set():
+            try:
+                box.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in items:
+                if not put((0, item)):
+                    return
+            put((1, None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            put((2, exc))
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    try:
+        while True:
+            kind, item = box.get()
+            if kind == 0:
+                yield item
+            elif kind == 1:
+                return
+            else:
+                raise item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _exit_with_parent(parent: int) -> None:

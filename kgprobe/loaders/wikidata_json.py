@@ -47,7 +47,7 @@ from kgprobe.loaders.common import (
     stored_tell,
     time_from_json,
 )
-from kgprobe.loaders.parallel import chunk_bytes, ordered_map, plain_chunks, read_chunks
+from kgprobe.loaders.parallel import chunk_bytes, ordered_map, plain_chunks, read_ahead, read_chunks
 from kgprobe.loaders.streams import (
     PROBE_BYTES,
     Run,
@@ -840,8 +840,10 @@ def _chunked(
     else:
         # a plain file's chunk is read again by its worker (from the page cache): only where it
         # lies crosses the process boundary, not its megabytes (they cost the main process as
-        # much CPU as unpickling the records); a compressed file's text can only be sent
-        chunks = (plain_chunks if plain else read_chunks)(fh, lineno, offset, chunk_bytes())
+        # much CPU as unpickling the records); a compressed file's text can only be sent, and
+        # is decompressed in a thread of its own, beside this one's work
+        chunks = (plain_chunks(fh, lineno, offset, chunk_bytes()) if plain
+                  else read_ahead(read_chunks(fh, lineno, offset, chunk_bytes()), name="kgprobe-decompress"))
         jobs = (_Chunk(str(p), c.data, c.lineno, c.offset, f, source, c.next_lineno, c.size,
                        read.post)
                 for c in chunks)

@@ -29,6 +29,7 @@ from kgprobe.loaders.parallel import (
     default_workers,
     ordered_map,
     plain_chunks,
+    read_ahead,
     read_chunks,
 )
 from kgprobe.loaders.wikidata_json import load_json
@@ -182,6 +183,60 @@ def test_two_workers_give_the_records_of_one(tmp_path: Path, monkeypatch: pytest
     assert len([r for r in one if isinstance(r, Position)]) >= 5  # many chunks
     # and the records are those of the reader without positions
     assert [r for r in two if not isinstance(r, Position)] == list(load_json(path))
+
+
+def test_read_ahead_hands_on_in_order_raises_in_place_and_stops_when_closed() -> None:
+    """Items made in another thread, handed on in their order; the source's exception raised
+    after the items before it; a consumer that stops early stops the thread, which has made
+    at most ``depth`` + 1 items beyond what was taken (one being made while the box was full)."""
+    import threading
+
+    made: list[tuple[int, str]] = []
+
+    def source(n: int, fail_at: int | None = None) -> Any:
+        for i in range(n):
+            if i == fail_at:
+                raise ValueError(f"broken at {i}")
+            made.append((i, threading.current_thread().name))
+            yield i
+
+    assert list(read_ahead(source(50), depth=2, name="t-read")) == list(range(50))
+    assert {name for _, name in made} == {"t-read"}
+    got: list[int] = []
+    with pytest.raises(ValueError, match="broken at 7"):
+        got.extend(read_ahead(source(20, fail_at=7)))
+    assert got == list(range(7))
+    made.clear()
+    before = threading.active_count()
+    ahead = read_ahead(source(1000), depth=2)
+    assert [next(ahead) for _ in range(3)] == [0, 1, 2]
+    time.sleep(0.3)  # the thread fills the box and waits
+    ahead.close()
+    assert threading.active_count() == before  # the thread stopped, and was waited for
+    assert 3 <= len(made) <= 3 + 2 + 1
+
+
+def test_a_compressed_files_chunks_are_read_in_a_thread_of_their_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With workers, a .gz is decompressed and cut into chunks beside the main thread (which
+    submits them and takes the results in), and the records are those of one reader."""
+    import threading
+
+    import kgprobe.loaders.wikidata_json as wj
+
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.2")
+    path = _dump(tmp_path / "dump.json.gz", _real_lines())
+    threads: set[str] = set()
+    real = wj.read_chunks
+
+    def watched(*args: Any) -> Any:
+        for chunk in real(*args):
+            threads.add(threading.current_thread().name)
+            yield chunk
+
+    monkeypatch.setattr(wj, "read_chunks", watched)
+    assert list(load_json(path, workers=2)) == list(load_json(path, workers=1))
+    assert threads == {"kgprobe-decompress"}
 
 
 def test_two_workers_on_a_generated_realistic_dump(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

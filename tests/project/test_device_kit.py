@@ -22,7 +22,8 @@ _spec.loader.exec_module(image_site)
 
 #: what run.sh's steps import: the benchmarks it runs and the kgprobe code they reach
 STEPS = ("benchmarks.bench_scoring", "benchmarks.bench_loaders", "benchmarks.bench_bulk_workers",
-         "benchmarks.bench_semantic_build", "benchmarks.gen_dump", "benchmarks.bench_probe",
+         "benchmarks.bench_semantic_build", "benchmarks.bench_ivf_quantizer", "benchmarks.gen_dump",
+         "benchmarks.bench_probe",
          "kgprobe.cli", "kgprobe.probing.engine", "kgprobe.probing.semantic",
          "kgprobe.probing.probe_set", "kgprobe.loaders.wikidata_json", "kgprobe.loaders.parallel",
          "kgprobe.graph.bulk", "faiss", "pyarrow.parquet")
