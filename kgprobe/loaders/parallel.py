@@ -150,10 +150,10 @@ def read_ahead(items: Iterator[T], depth: int = READ_AHEAD, name: str = "kgprobe
     Why: a compressed dump is decompressed by the one process that hands its chunks to the
     workers, and there the decompression (ISA-L's, zlib's, bz2's: each releases the GIL) ran in
     the same thread as everything else the process does (submitting chunks, taking the workers'
-    results in, writing the import files). In a thread of its own it runs beside that work: the
-    bulk load of a 554 MB realistic .gz with 2 workers took the main thread 0.69-0.80 CPU-s
-    instead of 1.34-1.48, for the same CPU in all (docs/benchmarks.md, "The .gz chunks read in
-    a thread of their own"). What stays serial on many cores is then the longer of the two.
+    results in, writing the import files). In a thread of its own it runs beside that work: in
+    the bulk load of a 554 MB realistic .gz with 2 workers the busiest thread took 0.73-0.78
+    CPU-s instead of 1.57-1.72, for the same CPU in all (docs/benchmarks.md, "The .gz chunks
+    read in a thread of their own"). What stays serial on many cores is the longer of the two.
 
     An exception of ``items`` is raised here after the items before it, as by ``items``
     itself. Closing this generator (an entity limit, an error downstream) stops the thread and
