@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +50,17 @@ def cpu_s() -> float:
         r = resource.getrusage(who)
         t += r.ru_utime + r.ru_stime
     return t
+
+
+def recall_at_10(idx: Any, qs: np.ndarray, want: np.ndarray) -> float:
+    """The share of the exact top 10 (``want``: each query row's exact top 11, itself among
+    them) that ``idx``'s neighbours of the rows ``qs`` find."""
+    row = idx.row if callable(idx.row) else idx.row.__getitem__  # a dict before step 2
+    hits = 0
+    for q, w in zip(qs, want, strict=True):
+        got = {row(n.qid) for n in idx.neighbours(idx.qids[q], 10)}
+        hits += len(got & set(int(x) for x in w if x != q and x >= 0))
+    return round(hits / (10 * len(qs)), 4)
 
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -254,12 +266,7 @@ def main() -> None:
             rng = np.random.default_rng(0)
             qs = rng.choice(len(idx), size=min(args.queries, len(idx)), replace=False)
             _, want = exact.search(vecs[qs], 11)
-            hits = 0
-            row = idx.row if callable(idx.row) else idx.row.__getitem__  # a dict before step 2
-            for q, w in zip(qs, want, strict=True):
-                got = {row(n.qid) for n in idx.neighbours(idx.qids[q], 10)}
-                hits += len(got & set(int(x) for x in w if x != q and x >= 0))
-            out["recall_at_10"] = round(hits / (10 * len(qs)), 4)
+            out["recall_at_10"] = recall_at_10(idx, qs, want)
             if out.get("quantizer") == "IndexHNSWFlat":  # the same lists' count, centroids compared one by one
                 import dataclasses
 
@@ -267,21 +274,11 @@ def main() -> None:
                 flat_q = sem.SemanticIndex(idx.qids, sem.make_faiss_index(
                     vecs, dataclasses.replace(idx.settings, hnsw_from=10**9)), idx.settings, vecs=vecs)
                 out["flat_quantizer_faiss_s"] = round(time.perf_counter() - t, 1)
-                hits = 0
-                qrow = flat_q.row if callable(flat_q.row) else flat_q.row.__getitem__
-                for q, w in zip(qs, want, strict=True):
-                    got = {qrow(n.qid) for n in flat_q.neighbours(flat_q.qids[q], 10)}
-                    hits += len(got & set(int(x) for x in w if x != q and x >= 0))
-                out["recall_at_10_flat_quantizer_same_vectors"] = round(hits / (10 * len(qs)), 4)
+                out["recall_at_10_flat_quantizer_same_vectors"] = recall_at_10(flat_q, qs, want)
             if idx.stats.index_kind == "IndexIVFPQ":  # the same vectors in IVF-Flat, same nprobe
                 flat = sem.SemanticIndex(idx.qids, sem.make_faiss_index(
                     vecs, sem.IndexSettings(compress_from=10**12)), sem.IndexSettings(), vecs=vecs)
-                hits = 0
-                frow = flat.row if callable(flat.row) else flat.row.__getitem__
-                for q, w in zip(qs, want, strict=True):
-                    got = {frow(n.qid) for n in flat.neighbours(flat.qids[q], 10)}
-                    hits += len(got & set(int(x) for x in w if x != q and x >= 0))
-                out["recall_at_10_ivfflat_same_vectors"] = round(hits / (10 * len(qs)), 4)
+                out["recall_at_10_ivfflat_same_vectors"] = recall_at_10(flat, qs, want)
         if args.update and not args.baseline and hasattr(sem, "build_index"):
             import random
 
