@@ -82,8 +82,8 @@ KMEANS_PER_LIST = 39
 #: ``nprobe`` lists. Why a graph: a flat quantizer compares every vector with every centroid,
 #: N·nlist products, and at 100M entities (nlist 40,000) the fill and the k-means are most of the
 #: build. Measured on 2 cores at 40,000 lists (docs/benchmarks.md, "Semantic index at scale, step
-#: 8"): a k-means iteration on 1.56M points 94.6 -> 33.3 s; the fill 16.7k vectors/s flat, 27.7k/s
-#: with 32 candidates, 56.0k/s with 16. The fill keeps 32: with 16, recall@10 fell 0.030 at 8,192
+#: 8"): a k-means iteration on 1.56M points 94.6 -> 33.3 s; the fill 19.5k vectors/s flat, 37.7k/s
+#: with 32 candidates, 64.6k/s with 16. The fill keeps 32: with 16, recall@10 fell 0.030 at 8,192
 #: lists (with 32: 0.012, and searched with 128 candidates; at 2,048 lists 0.0004); the k-means'
 #: 16 cost no recall there.
 HNSW_M = 32
