@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -281,6 +282,7 @@ class _ForkServer:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[str] | None = None
         self.sock_path = ""
+        self.tmp = ""  # the socket's directory, removed when the server stops
         self.env: dict[str, str] = {}
         self.why_not: str | None = None
         self.modules: set[str] = set()  # top-level names of what the server has imported
@@ -311,7 +313,7 @@ class _ForkServer:
             return True
 
     def _start(self) -> None:
-        tmp = tempfile.mkdtemp(prefix="kgprobe-fork-")
+        tmp = self.tmp = tempfile.mkdtemp(prefix="kgprobe-fork-")
         self.sock_path = str(Path(tmp) / "s")
         self.env = dict(BASE_ENV)
         code = f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import _kgprobe_process as z; z._serve({self.sock_path!r}, {os.getpid()})"
@@ -336,6 +338,9 @@ class _ForkServer:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        if self.tmp:  # the socket's directory (each test process made one; none was removed)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.tmp = ""
 
 
 _SERVER = _ForkServer()

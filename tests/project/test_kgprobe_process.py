@@ -91,3 +91,17 @@ def test_a_plugin_on_pythonpath_is_found_by_a_forked_command(tmp_path: Path) -> 
     had = kp.COUNTS.get(key, 0)
     assert kp.run_kgprobe(["--version"], {**env, "PYTHONPATH": str(shadow)}).returncode == 0
     assert kp.COUNTS.get(key, 0) == had + 1
+
+
+def test_a_stopped_fork_server_leaves_no_socket_directory(tmp_path: Path) -> None:
+    """Each test process starts a fork server whose socket lives in a directory of its own under
+    the temporary directory; stopping the server removes it (they used to pile up in /tmp)."""
+    server = kp._ForkServer()
+    try:
+        assert server.usable_for(kp.BASE_ENV, str(tmp_path))
+        sock_dir = Path(server.sock_path).parent
+        assert sock_dir.is_dir() and Path(server.sock_path).is_socket()
+    finally:
+        server.stop()
+    assert server.proc is not None and server.proc.poll() is not None
+    assert not sock_dir.exists()
