@@ -33,7 +33,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -41,21 +43,31 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from benchmarks.gen_dump import write_realistic_dump  # noqa: E402
 from benchmarks.servers import fresh_graph  # noqa: E402
+from kgprobe.api import _records_for  # noqa: E402
 from kgprobe.config import Settings  # noqa: E402
-from kgprobe.graph.bulk import run_import, write_import_files  # noqa: E402
+from kgprobe.graph.bulk import build_chunk, run_import, write_import_files  # noqa: E402
 from kgprobe.graph.client import connect  # noqa: E402
 from kgprobe.graph.ingest import _ingest_tuning, ingest  # noqa: E402
 from kgprobe.loaders import open_source  # noqa: E402
 from kgprobe.loaders.common import Filters  # noqa: E402
 
 
-def bulk_side(root: Path, dump: Path, heap: str, batch_size: int) -> dict[str, object]:
+def records(dump: Path, workers: int) -> Iterable[Any]:
+    """The dump's records as `kgprobe ingest --bulk --workers N` reads them: with workers > 1
+    each worker also formats its chunk's import rows (`graph.bulk.build_chunk`)."""
+    if workers == 1:
+        return open_source(dump, Filters.make())
+    return _records_for([dump], sparql=None, relations=None, subjects=None, language="en", ranks=None,
+                        limit=None, workers=workers, post=build_chunk)
+
+
+def bulk_side(root: Path, dump: Path, heap: str, batch_size: int, workers: int = 1) -> dict[str, object]:
     from neo4j_server import USER, Neo4jTestServer, install_admin
 
     home = root / "home"
     install_admin(home, heap=heap)
     t0 = time.monotonic()
-    files = write_import_files(open_source(dump, Filters.make()), root / "import", batch_size=batch_size)
+    files = write_import_files(records(dump, workers), root / "import", batch_size=batch_size)
     t1 = time.monotonic()
     run_import(files, home)
     t2 = time.monotonic()
@@ -71,13 +83,13 @@ def bulk_side(root: Path, dump: Path, heap: str, batch_size: int) -> dict[str, o
         server.stop()
     s = files.summary
     assert facts == s.facts, (facts, s.facts)
-    return {"side": "bulk", "facts": s.facts, "entities": s.entities,
+    return {"side": "bulk", "workers": workers, "facts": s.facts, "entities": s.entities,
             "files_s": round(t1 - t0, 1), "import_s": round(t2 - t1, 1),
             "server_start_s": round(t3 - t2, 1), "schema_s": round(t4 - t3, 1), "wall_s": round(t4 - t0, 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
 
 
-def arcadedb_bulk_side(root: Path, dump: Path, heap: str, batch_size: int) -> dict[str, object]:
+def arcadedb_bulk_side(root: Path, dump: Path, heap: str, batch_size: int, workers: int = 1) -> dict[str, object]:
     from kgprobe.graph.bulk_arcadedb import (
         run_graph_importer,
         write_after_import,
@@ -98,7 +110,7 @@ def arcadedb_bulk_side(root: Path, dump: Path, heap: str, batch_size: int) -> di
 
     try:
         t0 = time.monotonic()
-        files = write_import_files(open_source(dump, Filters.make()), root / "import", batch_size=batch_size)
+        files = write_import_files(records(dump, workers), root / "import", batch_size=batch_size)
         t1 = time.monotonic()
         arcade = write_arcadedb_files(files)
         t2 = time.monotonic()
@@ -113,7 +125,7 @@ def arcadedb_bulk_side(root: Path, dump: Path, heap: str, batch_size: int) -> di
         server.stop()
     s = files.summary
     assert facts == s.facts, (facts, s.facts)
-    return {"side": "bulk", "facts": s.facts, "entities": s.entities,
+    return {"side": "bulk", "workers": workers, "facts": s.facts, "entities": s.entities,
             "files_s": round(t1 - t0, 1), "jsonl_s": round(t2 - t1, 1), "stop_s": round(marks[0] - t2, 1),
             "import_s": round(marks[1] - marks[0], 1), "server_start_s": round(t3 - marks[1], 1),
             "schema_s": round(t4 - t3, 1), "after_s": round(t5 - t4, 1), "patched": arcade.patched,
@@ -138,14 +150,26 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=5000)
     ap.add_argument("--server", choices=("neo4j", "arcadedb"), default="neo4j")
     ap.add_argument("--tmp", default=None, help="where the dump, import files and servers go")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="the bulk side's parse workers (rows formatted in them, as `kgprobe ingest "
+                         "--bulk --workers N`); the online side runs in one process, the default "
+                         "for an online load on 2 cores")
+    ap.add_argument("--dump", type=Path, default=None,
+                    help="a dump made before by gen_dump.py --realistic (with --statements: its count)")
+    ap.add_argument("--statements", type=int, default=None, help="the --dump's statement count")
     args = ap.parse_args()
+    if (args.dump is None) != (args.statements is None):
+        ap.error("--dump and --statements go together")
     tmp = Path(tempfile.mkdtemp(prefix="kgprobe-bench-bulk-", dir=args.tmp))
     try:
-        dump = tmp / "dump.json.gz"
-        stats = write_realistic_dump(dump, args.entities, args.seed)
+        if args.dump is not None:
+            dump, stats = args.dump.resolve(), {"statements": args.statements, "path": str(args.dump)}
+        else:
+            dump = tmp / "dump.json.gz"
+            stats = write_realistic_dump(dump, args.entities, args.seed)
         print(json.dumps({"dump": stats}), flush=True)
         bulk = arcadedb_bulk_side if args.server == "arcadedb" else bulk_side
-        rows = [bulk(tmp / "bulk", dump, args.heap, args.batch_size),
+        rows = [bulk(tmp / "bulk", dump, args.heap, args.batch_size, args.workers),
                 online_side(tmp / "online", dump, args.heap, args.batch_size, args.server)]
         for row in rows:
             wall = float(row["wall_s"])  # type: ignore[arg-type]
