@@ -157,6 +157,7 @@ def main() -> None:
     ap.add_argument("--dump", type=Path, default=None,
                     help="a dump made before by gen_dump.py --realistic (with --statements: its count)")
     ap.add_argument("--statements", type=int, default=None, help="the --dump's statement count")
+    ap.add_argument("--bulk-only", action="store_true", help="the bulk side alone (code against code)")
     args = ap.parse_args()
     if (args.dump is None) != (args.statements is None):
         ap.error("--dump and --statements go together")
@@ -169,13 +170,16 @@ def main() -> None:
             stats = write_realistic_dump(dump, args.entities, args.seed)
         print(json.dumps({"dump": stats}), flush=True)
         bulk = arcadedb_bulk_side if args.server == "arcadedb" else bulk_side
-        rows = [bulk(tmp / "bulk", dump, args.heap, args.batch_size, args.workers),
-                online_side(tmp / "online", dump, args.heap, args.batch_size, args.server)]
+        rows = [bulk(tmp / "bulk", dump, args.heap, args.batch_size, args.workers)]
+        if not args.bulk_only:
+            rows.append(online_side(tmp / "online", dump, args.heap, args.batch_size, args.server))
         for row in rows:
             wall = float(row["wall_s"])  # type: ignore[arg-type]
             row["statements_per_s"] = round(stats["statements"] / wall)
             row["facts_per_s"] = round(int(row["facts"]) / wall)  # type: ignore[call-overload]
             print(json.dumps(row), flush=True)
+        if args.bulk_only:
+            return
         print(json.dumps({"statements": stats["statements"], "server": args.server,
                           "bulk_over_online": round(float(rows[1]["wall_s"]) / float(rows[0]["wall_s"]), 2)}))  # type: ignore[arg-type]
     finally:

@@ -20,8 +20,17 @@ Why not the CSV files as they are, and what goes over Bolt (measured on 26.10.2)
 * An empty string is left out (no row builder writes one: labels, descriptions and FACT
   properties are written only when not empty).
 
-The constraints and indexes come from the first connection afterwards (`ensure_schema`), built
-from the imported data, before the patch (which finds nodes by ``qid`` through them).
+The constraints and indexes of the imported labels are built by GraphImporter itself once its
+rows are in (its ``postImportCommands``), with ArcadeDB's sorted build (``buildMode: SORTED``: an
+external sort of the keys, then the index pages written in order). The first connection's
+`ensure_schema` afterwards finds them (``IF NOT EXISTS``) and creates the rest, before the patch
+(which finds nodes by ``qid`` through them). Cypher's ``CREATE CONSTRAINT`` and ``CREATE INDEX``
+build an index on existing records one record at a time; a unique index so built costs more per
+record as it grows (5M statements: 28 s for each of FactSlot's two, 71 s for the schema in all;
+the sorted build: 2 s; docs/benchmarks.md). The sorted build is an ArcadeDB SQL option only, so
+the commands are SQL and name each index and constraint as the Cypher of graph/schema.py does
+(a unique constraint's name is ArcadeDB's Cypher registry entry on the type); the suite compares
+the schema with the online ingest's (``SHOW CONSTRAINTS``, ``SHOW INDEXES``).
 """
 
 from __future__ import annotations
@@ -39,6 +48,13 @@ import orjson
 
 from kgprobe.errors import ConfigError, KgprobeError
 from kgprobe.graph.bulk import ARRAY_DELIMITER, ImportFiles
+from kgprobe.graph.schema import (
+    FACT_INDEXES,
+    NODE_INDEXES,
+    UNIQUE_KEYS,
+    constraint_name,
+    index_name,
+)
 from kgprobe.types import Properties
 
 #: The importer's class; its ``main`` takes (config file, database path, data directory).
@@ -208,9 +224,36 @@ def write_arcadedb_files(files: ImportFiles) -> ArcadeFiles:
             h.close()
     if result.patched:
         result.patch = patch
-    result.config.write_text(json.dumps({"vertices": vertices, "edgeSources": edges}, indent=1) + "\n",
+    commands = schema_commands({v["type"] for v in vertices}, {e["edge"] for e in edges})
+    result.config.write_text(json.dumps({"vertices": vertices, "edgeSources": edges,
+                                         "postImportCommands": commands}, indent=1) + "\n",
                              encoding="utf-8")
     return result
+
+
+def schema_commands(vertex_types: set[str], edge_types: set[str]) -> list[dict[str, str]]:
+    """GraphImporter's post-import SQL: graph/schema.py's constraints and indexes on the types it
+    imported, each built sorted (``buildMode: SORTED``), named as its Cypher names them. The
+    names come from schema.py's constants, never from data."""
+    sorted_build = '{"buildMode": "SORTED"}'
+    out: list[str] = []
+    for label, prop in UNIQUE_KEYS:
+        if label not in vertex_types:
+            continue  # not imported: ensure_schema's Cypher creates it, on an empty type
+        # what ArcadeDB's Cypher CREATE CONSTRAINT records on the type (SHOW CONSTRAINTS' name)
+        owner = json.dumps({"kind": "UNIQUE", "properties": [prop], "index": f"{label}[{prop}]",
+                            "mandatory": [], "declared": [prop]}, separators=(",", ":"))
+        out += [f"CREATE PROPERTY `{label}`.`{prop}` IF NOT EXISTS STRING",
+                f"CREATE INDEX ON `{label}` (`{prop}`) UNIQUE METADATA {sorted_build}",
+                f"ALTER TYPE `{label}` CUSTOM `cypher.constraint.{constraint_name(label, prop)}` = "
+                f"{json.dumps(owner)}"]
+    lookups = [("FACT", prop) for prop in FACT_INDEXES] + list(NODE_INDEXES)
+    for label, prop in lookups:
+        if label in vertex_types or label in edge_types:
+            out += [f"CREATE PROPERTY `{label}`.`{prop}` IF NOT EXISTS STRING",
+                    f"CREATE INDEX `{index_name(label, prop)}` ON `{label}` (`{prop}`) NOTUNIQUE "
+                    f"METADATA {sorted_build}"]
+    return [{"language": "sql", "command": c} for c in out]
 
 
 def run_graph_importer(files: ArcadeFiles, java: Path, classpath: str, database: Path, heap: str) -> str:

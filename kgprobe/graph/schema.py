@@ -33,16 +33,28 @@ FACT_INDEXES: tuple[str, ...] = ("key", "pid")
 NODE_INDEXES: tuple[tuple[str, str], ...] = (("Entity", "label"),)
 
 
+def constraint_name(label: str, prop: str) -> str:
+    """The uniqueness constraint's name (one spelling for the Cypher below and the ArcadeDB bulk
+    load's own build of the same index, graph/bulk_arcadedb.py)."""
+    return f"{label.lower()}_{prop}"
+
+
+def index_name(label: str, prop: str) -> str:
+    """A lookup index's name, for a node label or the FACT relationship type."""
+    return f"{label.lower()}_{prop}"
+
+
 def schema_statements() -> list[str]:
     stmts = [
-        f"CREATE CONSTRAINT {label.lower()}_{prop} IF NOT EXISTS FOR (n:{label}) REQUIRE n.{prop} IS UNIQUE"
+        f"CREATE CONSTRAINT {constraint_name(label, prop)} IF NOT EXISTS FOR (n:{label}) REQUIRE n.{prop} IS UNIQUE"
         for label, prop in UNIQUE_KEYS
     ]
     stmts += [
-        f"CREATE INDEX fact_{prop} IF NOT EXISTS FOR ()-[f:FACT]-() ON (f.{prop})" for prop in FACT_INDEXES
+        f"CREATE INDEX {index_name('FACT', prop)} IF NOT EXISTS FOR ()-[f:FACT]-() ON (f.{prop})"
+        for prop in FACT_INDEXES
     ]
     stmts += [
-        f"CREATE INDEX {label.lower()}_{prop} IF NOT EXISTS FOR (n:{label}) ON (n.{prop})"
+        f"CREATE INDEX {index_name(label, prop)} IF NOT EXISTS FOR (n:{label}) ON (n.{prop})"
         for label, prop in NODE_INDEXES
     ]
     return stmts

@@ -84,6 +84,12 @@ def schema(graph: Any) -> list[tuple[str, str, list[str], list[str]]]:
     return sorted((r["name"], r["type"], r["labelsOrTypes"] or [], r["properties"] or []) for r in rows)
 
 
+def constraints(graph: Any) -> list[tuple[str, str, list[str], list[str]]]:
+    rows = graph.read("SHOW CONSTRAINTS YIELD name, type, labelsOrTypes, properties "
+                      "RETURN name, type, labelsOrTypes, properties")
+    return sorted((r["name"], r["type"], r["labelsOrTypes"] or [], r["properties"] or []) for r in rows)
+
+
 def online_ingest_goes_on(env: dict[str, str], online_env: dict[str, str], awkward: Path,
                           graph: Any, bulk_graph: Any, expected: tuple[list[str], list[str]]) -> None:
     """After a bulk load (reached through ``env``): the online ingest of the same input adds
@@ -144,9 +150,22 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
             assert got == expected
             facts = bulk_graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"]
             assert facts == summary["facts"] > 6000
+            # the importer's own sorted builds made the schema the online ingest's Cypher makes:
+            # the same names, kinds, labels and properties (graph/bulk_arcadedb.schema_commands)
+            # (GraphImporter declares the types of the properties it writes, which ArcadeDB lists
+            # as property-type constraints, as it did before the indexes were built there)
+            typed = [c for c in constraints(bulk_graph) if c[1].endswith("PROPERTY_TYPE")]
+            assert [c[2:] for c in typed] == [(["Entity"], ["label"]), (["FACT"], ["key"]), (["FACT"], ["pid"])]
+            assert [c for c in constraints(bulk_graph) if c not in typed] == constraints(graph)
+            assert schema(bulk_graph) == schema(graph)
+            assert ("factslot_key", "UNIQUENESS", ["FactSlot"], ["key"]) in constraints(bulk_graph)
+            assert "Executing post-import command [sql]: CREATE INDEX `fact_key`" in (
+                tmp_path / "import" / "arcadedb" / "import.log").read_text(encoding="utf-8")
             # the unique constraints hold on the imported data: a second Entity with a QID is refused
             with pytest.raises(Exception, match="(?i)duplicate|unique|already"):
                 bulk_graph.write("CREATE (:Entity {qid: 'Q990000001'})")
+            with pytest.raises(Exception, match="(?i)duplicate|unique|already"):
+                bulk_graph.write("MATCH (s:FactSlot) WITH s LIMIT 1 CREATE (:FactSlot {id: s.id})")
             online_ingest_goes_on(env, kgprobe_env, awkward, graph, bulk_graph, expected)
         # a database that holds data is refused, in one line, before any file is written
         refused = run("ingest", str(DEMO), "--bulk", str(tmp_path / "again"), env=env)
