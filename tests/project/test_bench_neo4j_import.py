@@ -24,7 +24,7 @@ Relationship import COMPLETED in 5s 646ms
 Relationship linking COMPLETED in 1s 188ms
 (4/4) Post processing 2026-11-28 20:29:18.749+0000
 Post processing COMPLETED in 929ms
-IMPORT DONE in 14s 243ms. 
+IMPORT DONE in 14s 243ms.\x20
 Imported:
   2060403 nodes
   1710231 relationships
