@@ -277,7 +277,11 @@ def run_graph_importer(files: ArcadeFiles, java: Path, classpath: str, database:
     warned = [ln for ln in lines if "were skipped" in ln or "name an identity no" in ln]
     if warned:
         raise KgprobeError(f"ArcadeDB GraphImporter left edges out: {warned[0][:300]} (full output: {log})")
-    return "\n".join(lines[-2:])
+    # its own closing lines come before the post-import builds' log
+    done = max((i for i, ln in enumerate(lines) if "Import complete" in ln), default=len(lines) - 1)
+    closing = "\n".join(lines[max(0, done - 1):done + 1])
+    built = sum("Published sorted index" in ln for ln in lines)
+    return closing + (f"\nthen {built} constraints and indexes built sorted" if built else "")
 
 
 def write_after_import(graph: Any, files: ArcadeFiles, batch_size: int = 5000) -> None:

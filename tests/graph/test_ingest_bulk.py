@@ -144,6 +144,8 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
         assert {k: v for k, v in summary.items() if k != "redirects_resolved"} == {
             k: v for k, v in json.loads(online.stdout).items() if k != "redirects_resolved"}
         assert "GraphImporter" in bulk.stderr
+        # its own closing line, then the builds (not the last lines of their log)
+        assert "Import complete" in bulk.stderr and "then 8 constraints and indexes built sorted" in bulk.stderr
         with connect(settings) as bulk_graph:
             got = graph_dump(bulk_graph)
             assert len(got[0]) == len(expected[0]) and len(got[1]) == len(expected[1])
