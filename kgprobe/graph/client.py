@@ -68,6 +68,11 @@ class Graph:
         #: the server's rule: which refusals of a write a retry of the whole batch can cure
         #: (``GraphServer.transient``; ingest's ``write_retrying`` asks it)
         self.transient = transient
+        # how to open the same connection again, in a forked process (`reopened`): a driver's
+        # sockets and threads are the parent's and must not be used there
+        self._reopen: Callable[[], Graph] = lambda: Graph(
+            uri, user, password, database, lockout_wait=lockout_wait, locked_out=locked_out,
+            shown_user=shown_user, transient=transient)
         try:
             self._driver = GraphDatabase.driver(
                 uri, auth=(user, password), connection_timeout=10, max_transaction_retry_time=15
@@ -104,6 +109,13 @@ class Graph:
     # --- context management ----------------------------------------------------------------
     def close(self) -> None:
         self._driver.close()
+
+    def reopened(self) -> Graph:
+        """A new connection to the same server, database and user, with a driver of its own:
+        what a process forked from this one reads through (kgprobe/probing/semantic.py's
+        workers), since the inherited driver's connections belong to the parent. The
+        credentials stay in memory: nothing is passed through a pipe or an argument."""
+        return self._reopen()
 
     def __enter__(self) -> Graph:
         return self

@@ -26,6 +26,7 @@ import importlib
 import itertools
 import json
 import mmap
+import multiprocessing
 import os
 import time
 from collections import deque
@@ -918,10 +919,23 @@ class FactSource(Protocol):
 
 @dataclass
 class GraphFacts:
-    """The graph as a :class:`FactSource`."""
+    """The graph as a :class:`FactSource`. With ``in_workers`` the build's worker processes
+    read their own batches: a worker forked from the building process opens its own
+    connection (`Graph.reopened`) at its first read. The reads' decoding then runs in the
+    workers, beside their embedding, instead of in the building process's reader threads under
+    one GIL (docs/benchmarks.md, "Semantic index at scale, step 9")."""
 
     graph: Graph
     in_workers: bool = False
+    _pid: int = field(default_factory=os.getpid, repr=False)
+    _own: Graph | None = field(default=None, repr=False)
+
+    def _graph(self) -> Graph:
+        if os.getpid() == self._pid:
+            return self.graph
+        if self._own is None:  # a forked worker: the parent's driver is not ours to use
+            self._own = self.graph.reopened()
+        return self._own
 
     def counts(self) -> dict[str, int]:
         return graph_counts(self.graph)
@@ -930,11 +944,17 @@ class GraphFacts:
         return index_ids(self.graph, settings)
 
     def facts(self, qids: Sequence[str], batch: int) -> Iterator[tuple[str, list[tuple[str, str]]]]:
-        return entity_facts(self.graph, qids, batch)
+        return entity_facts(self._graph(), qids, batch)
+
+
+#: whether worker processes are forked (Linux): a forked worker inherits the graph's connection
+#: settings in memory and opens its own; a spawned one would need them pickled, which a driver
+#: and its credentials are not, so there the building process reads for its workers
+FORKED_WORKERS = "fork" in multiprocessing.get_all_start_methods()
 
 
 def _source(graph: Graph | FactSource) -> FactSource:
-    return graph if isinstance(graph, FactSource) else GraphFacts(graph)
+    return graph if isinstance(graph, FactSource) else GraphFacts(graph, in_workers=FORKED_WORKERS)
 
 
 def index_ids(graph: Graph, settings: IndexSettings) -> tuple[QidTable, QidTable]:
@@ -1047,9 +1067,7 @@ def _embed_batches(tasks: Iterable[_Task], model: Model | None, source: FactSour
         for by_id, part in tasks:
             yield _embed_items(model, list(source.facts(part, len(part))) if by_id else part)
         return
-    import multiprocessing as mp
-
-    ctx = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    ctx = multiprocessing.get_context("fork" if FORKED_WORKERS else "spawn")
     shared = source if source.in_workers else None
     with ctx.Pool(workers, initializer=_init_worker, initargs=(model, shared)) as pool:
         pending: deque[Any] = deque()

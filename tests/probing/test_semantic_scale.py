@@ -389,6 +389,39 @@ def test_several_readers_give_the_one_readers_index(graph: Any, tmp_path: Path,
                           np.load(tmp_path / "many" / sem.HASHES_FILE))
 
 
+def test_workers_read_the_graph_through_connections_of_their_own(graph: Any, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With workers (forked), each reads its own batches through a connection it opens itself
+    (`Graph.reopened`), not through the building process's driver: the same rows, vectors and
+    digests as one process's build, and the batches past the sample read in the workers."""
+    import os
+
+    synthetic(graph, tmp_path, 3000)
+    s = sem.IndexSettings(dim=8, sample=60, candidates_only=False)
+    monkeypatch.setattr(sem, "BUILD_BATCH", 40)
+    log = tmp_path / "readers.log"
+    real = sem.entity_facts
+
+    def logged(g: Any, qids: Any = None, batch: int = 5000) -> Any:
+        with open(log, "a") as fh:  # a file: the forked workers' reads show here too
+            fh.write(f"{os.getpid()} {id(g) == id(graph)}\n")
+        return real(g, qids, batch)
+
+    monkeypatch.setattr(sem, "entity_facts", logged)
+    one = sem.build_index(graph, tmp_path / "one", s, workers=1)
+    log.unlink()
+    two = sem.build_index(graph, tmp_path / "two", s, workers=2)
+    assert sem.FORKED_WORKERS  # Linux, where the suite runs
+    assert len(one) > 5 * 40 and one.qids.tolist() == two.qids.tolist()
+    assert np.allclose(np.asarray(one.vecs), np.asarray(two.vecs), atol=1e-6)
+    assert np.array_equal(np.load(tmp_path / "one" / sem.HASHES_FILE),
+                          np.load(tmp_path / "two" / sem.HASHES_FILE))
+    reads = [line.split() for line in log.read_text().splitlines()]
+    in_workers = [r for r in reads if r[0] != str(os.getpid())]
+    assert len(in_workers) >= (len(two) - 60) // 40  # every batch past the sample
+    assert all(shared == "False" for _, shared in in_workers)  # never the parent's driver
+
+
 @pytest.mark.parametrize("hnsw_from", [10**9, 16])
 def test_compressed_index_reranks_on_exact_vectors(hnsw_from: int) -> None:
     """Above compress_from the index is IVF-PQ, its codebooks trained in 10 k-means iterations;
