@@ -118,7 +118,7 @@ def schema(base: Path, heap: str) -> dict[str, object]:
             facts = graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"]
     finally:
         server.stop()
-    return {"server_start_s": round(t1 - t0, 1), "schema_s": round(t2 - t1, 1), "facts": facts}
+    return {"server_start_s": round(t1 - t0, 1), "schema_s": round(t2 - t1, 1), "facts": int(facts)}
 
 
 def main() -> None:
