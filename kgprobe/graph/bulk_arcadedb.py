@@ -281,7 +281,7 @@ def run_graph_importer(files: ArcadeFiles, java: Path, classpath: str, database:
     done = max((i for i, ln in enumerate(lines) if "Import complete" in ln), default=len(lines) - 1)
     closing = "\n".join(lines[max(0, done - 1):done + 1])
     built = sum("Published sorted index" in ln for ln in lines)
-    return closing + (f"\nthen {built} constraints and indexes built sorted" if built else "")
+    return closing + (f"; then {built} constraints and indexes built sorted" if built else "")
 
 
 def write_after_import(graph: Any, files: ArcadeFiles, batch_size: int = 5000) -> None:
