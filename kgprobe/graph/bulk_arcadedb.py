@@ -52,8 +52,7 @@ from kgprobe.graph.schema import (
     FACT_INDEXES,
     NODE_INDEXES,
     UNIQUE_KEYS,
-    constraint_name,
-    index_name,
+    schema_name,
 )
 from kgprobe.types import Properties
 
@@ -245,13 +244,13 @@ def schema_commands(vertex_types: set[str], edge_types: set[str]) -> list[dict[s
                             "mandatory": [], "declared": [prop]}, separators=(",", ":"))
         out += [f"CREATE PROPERTY `{label}`.`{prop}` IF NOT EXISTS STRING",
                 f"CREATE INDEX ON `{label}` (`{prop}`) UNIQUE METADATA {sorted_build}",
-                f"ALTER TYPE `{label}` CUSTOM `cypher.constraint.{constraint_name(label, prop)}` = "
+                f"ALTER TYPE `{label}` CUSTOM `cypher.constraint.{schema_name(label, prop)}` = "
                 f"{json.dumps(owner)}"]
     lookups = [("FACT", prop) for prop in FACT_INDEXES] + list(NODE_INDEXES)
     for label, prop in lookups:
         if label in vertex_types or label in edge_types:
             out += [f"CREATE PROPERTY `{label}`.`{prop}` IF NOT EXISTS STRING",
-                    f"CREATE INDEX `{index_name(label, prop)}` ON `{label}` (`{prop}`) NOTUNIQUE "
+                    f"CREATE INDEX `{schema_name(label, prop)}` ON `{label}` (`{prop}`) NOTUNIQUE "
                     f"METADATA {sorted_build}"]
     return [{"language": "sql", "command": c} for c in out]
 

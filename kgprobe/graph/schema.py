@@ -33,28 +33,24 @@ FACT_INDEXES: tuple[str, ...] = ("key", "pid")
 NODE_INDEXES: tuple[tuple[str, str], ...] = (("Entity", "label"),)
 
 
-def constraint_name(label: str, prop: str) -> str:
-    """The uniqueness constraint's name (one spelling for the Cypher below and the ArcadeDB bulk
-    load's own build of the same index, graph/bulk_arcadedb.py)."""
-    return f"{label.lower()}_{prop}"
-
-
-def index_name(label: str, prop: str) -> str:
-    """A lookup index's name, for a node label or the FACT relationship type."""
+def schema_name(label: str, prop: str) -> str:
+    """The name of the constraint or index on ``label``'s ``prop`` (a node label or the FACT
+    type): one spelling for the Cypher below and the ArcadeDB bulk load's own builds of the
+    same indexes (graph/bulk_arcadedb.py)."""
     return f"{label.lower()}_{prop}"
 
 
 def schema_statements() -> list[str]:
     stmts = [
-        f"CREATE CONSTRAINT {constraint_name(label, prop)} IF NOT EXISTS FOR (n:{label}) REQUIRE n.{prop} IS UNIQUE"
+        f"CREATE CONSTRAINT {schema_name(label, prop)} IF NOT EXISTS FOR (n:{label}) REQUIRE n.{prop} IS UNIQUE"
         for label, prop in UNIQUE_KEYS
     ]
     stmts += [
-        f"CREATE INDEX {index_name('FACT', prop)} IF NOT EXISTS FOR ()-[f:FACT]-() ON (f.{prop})"
+        f"CREATE INDEX {schema_name('FACT', prop)} IF NOT EXISTS FOR ()-[f:FACT]-() ON (f.{prop})"
         for prop in FACT_INDEXES
     ]
     stmts += [
-        f"CREATE INDEX {index_name(label, prop)} IF NOT EXISTS FOR (n:{label}) ON (n.{prop})"
+        f"CREATE INDEX {schema_name(label, prop)} IF NOT EXISTS FOR (n:{label}) ON (n.{prop})"
         for label, prop in NODE_INDEXES
     ]
     return stmts
