@@ -52,15 +52,43 @@ def cpu_s() -> float:
     return t
 
 
-def recall_at_10(idx: Any, qs: np.ndarray, want: np.ndarray) -> float:
+def recall_at_10(idx: Any, qs: np.ndarray, want: np.ndarray, cut: np.ndarray | None = None) -> float:
     """The share of the exact top 10 (``want``: each query row's exact top 11, itself among
-    them) that ``idx``'s neighbours of the rows ``qs`` find."""
+    them) that ``idx``'s neighbours of the rows ``qs`` find. With ``cut`` (each query's exact
+    10th similarity, itself apart) a neighbour at least that similar counts too: an entity tied
+    with the exact 10th is as right as the one the exact search happened to list (synthetic
+    graphs hold many entities with the same bag, so ties at the cut are common)."""
     row = idx.row if callable(idx.row) else idx.row.__getitem__  # a dict before step 2
     hits = 0
-    for q, w in zip(qs, want, strict=True):
-        got = {row(n.qid) for n in idx.neighbours(idx.qids[q], 10)}
+    for i, (q, w) in enumerate(zip(qs, want, strict=True)):
+        found = idx.neighbours(idx.qids[q], 10)
+        if cut is not None:
+            hits += sum(n.similarity >= cut[i] - 1e-5 for n in found)
+            continue
+        got = {row(n.qid) for n in found}
         hits += len(got & set(int(x) for x in w if x != q and x >= 0))
     return round(hits / (10 * len(qs)), 4)
+
+
+def by_nprobe(idx: Any, qs: np.ndarray, want: np.ndarray, cut: np.ndarray,
+              probes: list[int]) -> list[dict[str, float]]:
+    """recall@10 and the mean wall ms of an unfiltered ``neighbours`` query with each ``nprobe``
+    (the lists a query visits) on the same built index: how many lists a given recall needs at
+    this index's list occupancy (N / nlist)."""
+    kept = idx.stats.nprobe
+    out = []
+    try:
+        for p in probes:
+            idx.stats.nprobe = p
+            t = time.perf_counter()
+            r = recall_at_10(idx, qs, want)
+            ms = 1000 * (time.perf_counter() - t) / len(qs)
+            out.append({"nprobe": p, "share_of_lists": round(p / int(idx.index.nlist), 5),
+                        "recall_at_10": r, "recall_at_10_ties": recall_at_10(idx, qs, want, cut),
+                        "ms_per_query": round(ms, 3)})
+    finally:
+        idx.stats.nprobe = kept
+    return out
 
 
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -158,6 +186,11 @@ def main() -> None:
     ap.add_argument("--hnsw-from", type=int, default=None,
                     help="IVF lists from which the centroids are searched through HNSW (default 16,384)")
     ap.add_argument("--queries", type=int, default=1000)
+    ap.add_argument("--recall-target", type=float, default=None,
+                    help="the recall@10 an IVF build calibrates its nprobe to (default 0.95; 0: nprobe as set)")
+    ap.add_argument("--nprobe", default=None, metavar="LIST",
+                    help="with --recall: also recall@10 and ms a query at each of these nprobe "
+                         "(a comma list), on the same index (what a query visits, not what is built)")
     ap.add_argument("--readers", type=int, default=None,
                     help="threads reading the graph's batches at once (semantic.READERS)")
     ap.add_argument("--update-deep", action="store_true",
@@ -224,6 +257,8 @@ def main() -> None:
                 kw["nlist"] = args.nlist
             if args.hnsw_from is not None:
                 kw["hnsw_from"] = args.hnsw_from
+            if args.recall_target is not None:
+                kw["recall_target"] = args.recall_target
             settings = sem.IndexSettings(**kw)  # type: ignore[arg-type]
             if args.profile:
                 import cProfile
@@ -253,6 +288,8 @@ def main() -> None:
 
             out["nlist"] = int(idx.index.nlist)
             out["quantizer"] = type(faiss.downcast_index(quantizer)).__name__
+            out["nprobe"] = int(getattr(idx, "nprobe", idx.settings.nprobe))  # (a property since calibration)
+            out["recall_steps"] = getattr(st, "recall_steps", None)  # (nprobe, recall@10) the build tried
         out["build_wall_s"] = round(wall, 1)
         out["ms_per_indexed_entity"] = round(1000 * wall / max(len(idx), 1), 3)
         out["ms_per_graph_entity"] = round(1000 * wall / max(int(out["entities_in_graph"]), 1), 3)  # type: ignore[call-overload]
@@ -265,19 +302,27 @@ def main() -> None:
             exact = sem.make_faiss_index(vecs, sem.IndexSettings(exact_threshold=10**12))
             rng = np.random.default_rng(0)
             qs = rng.choice(len(idx), size=min(args.queries, len(idx)), replace=False)
-            _, want = exact.search(vecs[qs], 11)
+            sims, want = exact.search(vecs[qs], 11)
+            t = time.perf_counter()
             out["recall_at_10"] = recall_at_10(idx, qs, want)
+            out["ms_per_query"] = round(1000 * (time.perf_counter() - t) / len(qs), 3)
+            out["recall_at_10_ties"] = recall_at_10(idx, qs, want, sims[:, 10])
+            if args.nprobe and out.get("nlist"):
+                out["by_nprobe"] = by_nprobe(idx, qs, want, sims[:, 10],
+                                             [int(x) for x in args.nprobe.split(",")])
             if out.get("quantizer") == "IndexHNSWFlat":  # the same lists' count, centroids compared one by one
                 import dataclasses
 
                 t = time.perf_counter()
                 flat_q = sem.SemanticIndex(idx.qids, sem.make_faiss_index(
-                    vecs, dataclasses.replace(idx.settings, hnsw_from=10**9)), idx.settings, vecs=vecs)
+                    vecs, dataclasses.replace(idx.settings, hnsw_from=10**9)), idx.settings,
+                    stats=sem.BuildStats(nprobe=idx.stats.nprobe), vecs=vecs)
                 out["flat_quantizer_faiss_s"] = round(time.perf_counter() - t, 1)
                 out["recall_at_10_flat_quantizer_same_vectors"] = recall_at_10(flat_q, qs, want)
             if idx.stats.index_kind == "IndexIVFPQ":  # the same vectors in IVF-Flat, same nprobe
                 flat = sem.SemanticIndex(idx.qids, sem.make_faiss_index(
-                    vecs, sem.IndexSettings(compress_from=10**12)), sem.IndexSettings(), vecs=vecs)
+                    vecs, sem.IndexSettings(compress_from=10**12)), sem.IndexSettings(),
+                    stats=sem.BuildStats(nprobe=idx.stats.nprobe), vecs=vecs)
                 out["recall_at_10_ivfflat_same_vectors"] = recall_at_10(flat, qs, want)
         if args.update and not args.baseline and hasattr(sem, "build_index"):
             import random
