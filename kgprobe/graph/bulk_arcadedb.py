@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -63,6 +64,8 @@ OVER_BOLT = ("Relation", "SampleIndex")
 #: Sub-directory of the --bulk directory with the importer's files.
 SUBDIR = "arcadedb"
 _ID_COLUMNS = {":ID": "qid", ":START_ID": "s", ":END_ID": "o"}
+#: the start of an ArcadeDB log line: "2026-11-28 23:18:16.201 INFO  [GraphImporter] "
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ +[A-Z]+ +\[[^\]]*\] +")
 
 
 class _VertexSource(TypedDict):
@@ -276,9 +279,10 @@ def run_graph_importer(files: ArcadeFiles, java: Path, classpath: str, database:
     warned = [ln for ln in lines if "were skipped" in ln or "name an identity no" in ln]
     if warned:
         raise KgprobeError(f"ArcadeDB GraphImporter left edges out: {warned[0][:300]} (full output: {log})")
-    # its own closing lines come before the post-import builds' log
-    done = max((i for i, ln in enumerate(lines) if "Import complete" in ln), default=len(lines) - 1)
-    closing = "\n".join(lines[max(0, done - 1):done + 1])
+    # its own closing line comes before the post-import builds' log; without its log prefix
+    # (time, level, class) it reads as a sentence
+    closing = next((ln for ln in reversed(lines) if "Import complete" in ln), lines[-1] if lines else "")
+    closing = _LOG_PREFIX.sub("", closing)
     built = sum("Published sorted index" in ln for ln in lines)
     return closing + (f"; then {built} constraints and indexes built sorted" if built else "")
 

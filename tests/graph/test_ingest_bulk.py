@@ -146,6 +146,7 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
         assert "GraphImporter" in bulk.stderr
         # its own closing line, then the builds (not the last lines of their log)
         assert "Import complete" in bulk.stderr and "then 8 constraints and indexes built sorted" in bulk.stderr
+        assert " INFO [GraphImporter]" not in bulk.stderr  # its line without the log's prefix
         with connect(settings) as bulk_graph:
             got = graph_dump(bulk_graph)
             assert len(got[0]) == len(expected[0]) and len(got[1]) == len(expected[1])
