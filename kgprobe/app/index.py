@@ -44,6 +44,10 @@ class IndexReport:
     index_kind: str
     settings: dict[str, object]
     seconds: float
+    #: IVF lists a query visits (0: an exact index), and the recall@10 against exact search the
+    #: build measured there (None: not measured; the index is exact or was built before)
+    nprobe: int = 0
+    recall_at_10: float | None = None
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -88,5 +92,8 @@ def index(index_dir: str | Path | None = None, *, sample: int | None = None, dim
         action = "built" if embedded + st.resumed_from >= len(idx) or st.retrained else "updated"
     record = _build_record(d)
     fitted = int(record.get("n_sample", 0)) if isinstance(record, dict) else 0
+    ivf = st.index_kind.startswith("IndexIVF")
     return IndexReport(os.fspath(d), action, len(idx), st.n_graph or len(idx), embedded,
-                       fitted, st.index_kind, asdict(idx.settings), round(seconds, 3))
+                       fitted, st.index_kind, asdict(idx.settings), round(seconds, 3),
+                       idx.nprobe if ivf else 0,
+                       next((r for p, r, _ in reversed(st.recall_steps) if p == idx.nprobe), None))

@@ -8,8 +8,9 @@ by the same things' neighbours, end up close.
 
 Bags → TF-IDF (scikit-learn) → truncated SVD (randomized, seeded) → L2 normalization → FAISS
 inner product, which is then cosine similarity. Below ``exact_threshold`` entities the index is
-exact (``IndexFlatIP``); above it it is an inverted file (``IndexIVFFlat``, k-means seeded,
-``nprobe`` a setting) with a direct map so an entity's own vector can be read back.
+exact (``IndexFlatIP``); above it it is an inverted file (``IndexIVFFlat``, k-means seeded; the
+lists a query visits, ``nprobe``, measured on the built index to reach ``recall_target``:
+:func:`calibrate_nprobe`) with a direct map so an entity's own vector can be read back.
 
 The index lives in a directory with a JSON manifest that ties it to the graph state (counts and
 a hash of the feature bags) and to its settings and library versions, so that a stale index is
@@ -92,6 +93,24 @@ HNSW_EF_CONSTRUCTION = 40
 HNSW_EF_TRAIN = 16
 HNSW_EF_ADD = 32
 HNSW_EF_SEARCH = 128
+#: The queries an IVF build asks to set its ``nprobe`` (:func:`calibrate_nprobe`): seeded indexed
+#: entities, each one's Sem neighbours against the exact top 10. At recall 0.95 the measured
+#: recall's standard error over 200 queries (2,000 neighbours) is about 0.005.
+CALIBRATION_QUERIES = 200
+CALIBRATION_K = 10
+#: a count is kept when the recall's lower one-sided 95 % bound over the queries reaches the
+#: target, not the sample mean alone: at 1M synthetic entities a mean of 0.951 on 200 queries
+#: was 0.943 on 1,000 others (docs/benchmarks.md)
+CALIBRATION_Z = 1.645
+#: the calibration stops doubling once a doubling gained less recall than this: what is missing
+#: is then not in the lists a query skips (an IVF-PQ index's codes lose some neighbours that no
+#: count of lists brings back), and every further doubling would double each query's cost.
+CALIBRATION_MIN_GAIN = 0.005
+#: A compressed (IVF-PQ) index's query fetches this many times the neighbours asked for by
+#: their approximate distances, then keeps the best by the exact vectors. The exact products
+#: are cheap beside visiting more lists: at 4M synthetic entities (nlist 8,000) recall@10 0.969
+#: in 4.3 ms a query with 16 and 256 lists, where 4 needed 1,024 lists (11.6 ms) for 0.956.
+RERANK_FACTOR = 16
 #: Filter sets larger than this become an IDSelectorBitmap, smaller ones an IDSelectorBatch.
 BITMAP_FROM = 2048
 #: an update that would change (add, re-embed or remove) more than this share of the indexed
@@ -115,8 +134,14 @@ class IndexSettings:
     exact_threshold: int = 50_000
     #: IVF lists; 0 = about 4·sqrt(N), clipped to [16, 65536].
     nlist: int = 0
-    #: lists visited per query (recall/latency trade-off of the approximate index).
+    #: lists visited per query, at least (recall/latency trade-off of the approximate index): an
+    #: IVF build doubles it, up to every list, until its queries reach ``recall_target``.
     nprobe: int = 32
+    #: recall@10 of Sem neighbours against the exact search that an IVF build makes its queries
+    #: reach (:func:`calibrate_nprobe`): how many lists that takes depends on the vectors (on
+    #: the synthetic benchmark graph 32 lists gave 0.85, on the graphs of the dump's distribution
+    #: 0.99), so it is measured on the built index, not assumed. 0: ``nprobe`` as it is.
+    recall_target: float = 0.95
     seed: int = 0
     #: randomized-SVD power iterations (sklearn's default is 5).
     svd_iter: int = 5
@@ -189,6 +214,11 @@ class BuildStats:
     n_bags_read: int = 0
     #: an update that exceeded RETRAIN_FRACTION (or was asked to) and rebuilt in full
     retrained: bool = False
+    #: the lists an IVF index's query visits, as :func:`calibrate_nprobe` set them (0: the
+    #: settings' ``nprobe``, as for an exact index or an index built before calibration), and
+    #: each nprobe it tried with the recall@10 measured there and its lower 95 % bound
+    nprobe: int = 0
+    recall_steps: list[tuple[int, float, float]] = field(default_factory=list)
 
 
 # --- feature bags -------------------------------------------------------------------------------
@@ -486,6 +516,80 @@ def make_faiss_index(vecs: np.ndarray, settings: IndexSettings, *, direct_map: b
     return index
 
 
+def exact_cuts(vecs: np.ndarray, rows: np.ndarray, k: int = CALIBRATION_K,
+               live: np.ndarray | None = None) -> np.ndarray:
+    """Each of ``rows``' k-th highest inner product with any other (live) row of ``vecs``, by
+    exact search over ``vecs`` in blocks (a disk array is read once, ``ADD_BATCH`` rows at a
+    time): the least similarity a right neighbour has. -inf where fewer than k others exist."""
+    q = np.asarray(vecs[rows], dtype=np.float32)
+    best = np.full((len(rows), k), -np.inf, dtype=np.float32)
+    n = vecs.shape[0]
+    for lo in range(0, n, ADD_BATCH):
+        block = np.asarray(vecs[lo : lo + ADD_BATCH], dtype=np.float32)
+        sims = q @ block.T
+        mine = np.flatnonzero((rows >= lo) & (rows < lo + len(block)))
+        sims[mine, rows[mine] - lo] = -np.inf  # not itself
+        if live is not None:
+            sims[:, ~live[lo : lo + len(block)]] = -np.inf
+        above = sims > best[:, -1:]  # (each row of best is sorted, highest first)
+        if int(above.sum()) > 4 * best.size:  # the first blocks: each query's k best of the block
+            top = np.partition(sims, -k, axis=1)[:, -k:] if sims.shape[1] > k else sims
+            best = -np.sort(-np.concatenate([best, top], axis=1), axis=1)[:, :k]
+        else:  # then a few values a block beat the k-th: merged query by query
+            qi, col = np.nonzero(above)  # (row-major: grouped by query)
+            for grp, cols in zip(np.split(qi, np.flatnonzero(np.diff(qi)) + 1),
+                                 np.split(col, np.flatnonzero(np.diff(qi)) + 1), strict=True):
+                if grp.size:
+                    i = int(grp[0])
+                    best[i] = -np.sort(-np.concatenate([best[i], sims[i, cols]]))[:k]
+        drop_pages(vecs, lo, lo + len(block))
+    return best[:, -1]
+
+
+def calibrate_nprobe(index: SemanticIndex, target: float, queries: int = CALIBRATION_QUERIES) -> None:
+    """Set ``index``'s lists visited per query (``stats.nprobe``): from the settings' ``nprobe``,
+    doubled (up to every list) until the Sem neighbours of ``queries`` seeded indexed entities
+    reach recall@10 ``target`` against the exact search over the exact vectors (a neighbour at
+    least as similar as the exact 10th counts: ties at the cut are as right), with 95 %
+    confidence (the lower bound of the mean over the queries, ``CALIBRATION_Z``), or until a doubling
+    gains less than ``CALIBRATION_MIN_GAIN`` (then the last doubling is undone: it did not pay
+    for its cost). Each nprobe tried and its recall go to ``stats.recall_steps``. An exact index, or a target of 0, is left as
+    it is. Why measured: the lists that hold a query's neighbours depend on the vectors, and
+    so does what a fixed nprobe finds (32 lists: 0.85 on the synthetic benchmark graph, 0.99 on
+    the dump's distribution; docs/benchmarks.md)."""
+    import faiss
+
+    if target <= 0 or not isinstance(index.index, faiss.IndexIVF):
+        return
+    vecs = index.vecs
+    if vecs is None:  # an in-memory index: its direct map gives the vectors back
+        vecs = index.vectors(np.arange(index.qids.n_rows))
+    live = index.qids.live_mask() if index.qids.n_rows > len(index.qids) else None
+    pool = np.flatnonzero(live) if live is not None else np.arange(index.qids.n_rows)
+    rng = np.random.default_rng([index.settings.seed, 44])
+    rows = np.sort(rng.choice(pool, size=min(queries, len(pool)), replace=False))
+    cuts = exact_cuts(vecs, rows, CALIBRATION_K, live)
+    ask = [(index.qids[int(r)], float(c)) for r, c in zip(rows, cuts, strict=True) if np.isfinite(c)]
+    nlist = int(index.index.nlist)
+    nprobe = min(max(int(index.settings.nprobe), 1), nlist)
+    steps = index.stats.recall_steps = []
+    while True:
+        index.stats.nprobe = nprobe
+        each = np.array([sum(nb.similarity >= cut - 1e-5 for nb in index.neighbours(qid, CALIBRATION_K))
+                         for qid, cut in ask], dtype=np.float64) / CALIBRATION_K
+        recall = float(each.mean()) if len(each) else 1.0
+        # what the recall of all queries is at least, at 95 % confidence (one-sided, normal)
+        low = recall - CALIBRATION_Z * float(each.std(ddof=1)) / float(np.sqrt(len(each))) if len(each) > 1 else recall
+        steps.append((nprobe, round(recall, 4), round(low, 4)))
+        if len(steps) > 1 and recall - steps[-2][1] < CALIBRATION_MIN_GAIN and low < target:
+            nprobe = index.stats.nprobe = steps[-2][0]
+            break
+        if low >= target or nprobe >= nlist:
+            break
+        nprobe = min(nlist, 2 * nprobe)
+    index.index.nprobe = nprobe
+
+
 class IndexManifest(TypedDict):
     """What a saved index records of itself (``manifest.json``, written last by ``save``)."""
 
@@ -561,7 +665,9 @@ class SemanticIndex:
         index = make_faiss_index(vecs, settings)
         stats.seconds["faiss"] = time.perf_counter() - t0
         stats.index_kind = type(index).__name__
-        return cls(table, index, settings, state, stats)
+        out = cls(table, index, settings, state, stats, vecs=None)
+        calibrate_nprobe(out, settings.recall_target)
+        return out
 
     @classmethod
     def from_bags(
@@ -588,6 +694,11 @@ class SemanticIndex:
 
     def __len__(self) -> int:
         return len(self.qids)
+
+    @property
+    def nprobe(self) -> int:
+        """The IVF lists a query visits: the build's calibrated count, else the settings'."""
+        return int(self.stats.nprobe or self.settings.nprobe)
 
     def __contains__(self, qid: object) -> bool:
         return qid in self.qids
@@ -625,7 +736,7 @@ class SemanticIndex:
         gone = self.qids.n_rows - len(self.qids)  # rows emptied by updates, still in a flat index
         sims, ids = self.index.search(np.asarray(vec, dtype=np.float32).reshape(1, -1), k + gone)
         if self.vecs is not None and _compressed(self.index):
-            sims = [[float(self.vecs[i] @ vec) if i >= 0 else -1.0 for i in ids[0]]]
+            sims = _exact_sims(self.vecs, ids, np.asarray(vec, dtype=np.float32).ravel())
         live = self.qids.live_mask()
         return [
             Neighbour(self.qids[i], float(s))
@@ -693,12 +804,12 @@ class SemanticIndex:
             pool = int(rows.size)
         ivf = isinstance(self.index, faiss.IndexIVF)
         nlist = int(self.index.nlist) if ivf else 0
-        nprobe = min(int(self.settings.nprobe), nlist) if ivf else 0
+        nprobe = min(self.nprobe, nlist) if ivf else 0
         k = min(pool, (max(4 * n, 32) if predicate is not None else n) + (1 if sel is None else 0))
         vecs = self.vecs
         rerank = vecs is not None and _compressed(self.index)
-        if rerank:  # compressed distances are approximate: fetch 4x, keep the best exact ones
-            k = min(pool, max(k, 4 * n + 1))
+        if rerank:  # compressed distances are approximate: fetch more, keep the best exact ones
+            k = min(pool, max(k, RERANK_FACTOR * n + 1))
         found: dict[int, float] = {}
         checked: set[int] = set()
         while True:
@@ -713,7 +824,7 @@ class SemanticIndex:
                 params = faiss.SearchParameters(sel=sel)
             sims, ids = self.index.search(q, k, params=params)
             if rerank and vecs is not None:  # re-rank on the exact vectors
-                sims = np.asarray([[float(vecs[i] @ q[0]) if i >= 0 else -1.0 for i in ids[0]]])
+                sims = _exact_sims(vecs, ids, q[0])
             got = int((ids[0] >= 0).sum())
             fresh = [
                 (int(i), float(d))
@@ -788,8 +899,6 @@ class SemanticIndex:
         if problems:
             raise StaleIndexError(f"semantic index in {d} is stale: " + "; ".join(problems))
         index = faiss.read_index(str(d / INDEX_FILE))
-        if isinstance(index, faiss.IndexIVF):
-            index.nprobe = manifest["settings"]["nprobe"]
         qids = QidTable.load(d / QIDS_FILE)
         gs = manifest.get("graph_state")
         state = GraphState(counts=gs["counts"], bags_hash=gs["bags_hash"],
@@ -797,11 +906,14 @@ class SemanticIndex:
                            journal_writes=gs.get("journal_writes"),
                            journal_epoch=gs.get("journal_epoch")) if gs else None
         stats = BuildStats(**manifest.get("build", {}))
+        stats.recall_steps = [(int(a), float(b), float(c)) for a, b, c in stats.recall_steps]
         settings = settings_of(manifest.get("settings"))
         if settings is None:
             raise StaleIndexError(f"semantic index in {d}: settings this version does not read")
-        return cls(qids, index, settings, state, stats,
-                   _open_vectors(d, qids.n_rows, int(manifest["dim"])))
+        out = cls(qids, index, settings, state, stats, _open_vectors(d, qids.n_rows, int(manifest["dim"])))
+        if isinstance(index, faiss.IndexIVF):
+            index.nprobe = out.nprobe
+        return out
 
 
 def read_manifest(directory: str | Path) -> JSONObject:
@@ -831,12 +943,15 @@ def recorded_settings(directory: str | Path) -> IndexSettings | None:
 def settings_of(recorded: object) -> IndexSettings | None:
     """A manifest's settings as :class:`IndexSettings`; None if this version does not read
     them. A manifest from before ``sample_min`` recorded a fixed sample of ``sample`` (the fit
-    did not double then), which is what ``sample_min = sample`` says now: such an index is kept
-    as it was built, not rebuilt because a setting was added."""
+    did not double then), which is what ``sample_min = sample`` says now; one from before
+    ``recall_target`` visited ``nprobe`` lists, which ``recall_target = 0`` says: such an index is
+    kept as it was built, not rebuilt because a setting was added."""
     if not isinstance(recorded, dict):
         return None
     if "sample_min" not in recorded and "sample" in recorded:
         recorded = {**recorded, "sample_min": recorded["sample"]}
+    if "recall_target" not in recorded:  # built before calibration: its nprobe as it was set
+        recorded = {**recorded, "recall_target": 0.0}
     try:
         return IndexSettings(**recorded)
     except TypeError:
@@ -886,6 +1001,19 @@ def staleness(
             problems.append(f"kgprobe wrote to the graph since the index was built (journaled "
                             f"writes {have_writes} -> {expect_state.journal_writes})")
     return problems
+
+
+def _exact_sims(vecs: np.ndarray, ids: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """The exact inner products of ``q`` with the rows ``ids[0]`` of ``vecs`` (-1 where FAISS
+    found none), shaped as FAISS's distances: one matrix product, the rows read in file order
+    (``vecs`` is a disk array)."""
+    row = ids[0]
+    out = np.full((1, len(row)), -1.0, dtype=np.float32)
+    ok = np.flatnonzero(row >= 0)
+    if ok.size:
+        order = np.argsort(row[ok], kind="stable")
+        out[0, ok[order]] = np.asarray(vecs[row[ok][order]], dtype=np.float32) @ q
+    return out
 
 
 def _compressed(index: Any) -> bool:
@@ -1515,6 +1643,9 @@ def _finish(d: Path, work: Path, ids: QidTable, vecs: np.ndarray, model: Model,
     _save_digests(d / HASHES_FILE, digests)
     shutil.rmtree(work, ignore_errors=True)
     out = SemanticIndex(ids, index, settings, state, stats, _open_vectors(d, ids.n_rows, dim))
+    t = time.perf_counter()
+    calibrate_nprobe(out, settings.recall_target)
+    stats.seconds["calibrate"] = time.perf_counter() - t
     out.save(d)
     return out
 
@@ -1634,6 +1765,11 @@ def update_index(graph: Graph, directory: str | Path, settings: IndexSettings, *
     stats.n_graph, stats.n_entities = n_graph, len(table)
     stats.n_sample = int(manifest.get("build", {}).get("n_sample", 0))
     stats.sample_steps = [(int(a), float(b)) for a, b in manifest.get("build", {}).get("sample_steps", [])]
+    # the trained lists are kept, and so is the count a query visits (at most RETRAIN_FRACTION
+    # of the entities changed: a full build calibrates again)
+    stats.nprobe = int(manifest.get("build", {}).get("nprobe", 0))
+    stats.recall_steps = [(int(a), float(b), float(c))
+                          for a, b, c in manifest.get("build", {}).get("recall_steps", [])]
     stats.index_kind, stats.dim, stats.n_features = type(index).__name__, dim, len(model.vocab)
     _save_digests(d / HASHES_FILE, digests)
     state = _state(counts, digests_hash(table, digests), mark)

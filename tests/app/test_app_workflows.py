@@ -101,6 +101,8 @@ def test_kgprobe_index_builds_with_chosen_settings_then_keeps_and_updates_them(
     assert (first["action"], first["settings"]["dim"], first["settings"]["sample"]) == ("built", 6, 10)
     assert first["entities_fitted"] == 10 < first["entities_in_graph"]  # a fixed sample of 10
     assert first["entities_embedded"] == first["entities_indexed"] > 2
+    # an exact index (a few entities): no lists to visit, no recall measured
+    assert (first["index_kind"], first["nprobe"], first["recall_at_10"]) == ("IndexFlatIP", 0, None)
     again = cli()
     assert (again["action"], again["entities_embedded"], again["settings"]) == ("current", 0, first["settings"])
     same = api.index(d, progress=False).to_dict()

@@ -4,6 +4,7 @@ graph (the session's server)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tracemalloc
 from pathlib import Path
@@ -941,3 +942,115 @@ def test_a_build_collects_cycles_rarely_and_restores_the_collector(
     assert len(idx) > 0 and len(seen) >= len(idx)
     assert min(seen) >= 100_000  # Python's default is 700
     assert gc.get_threshold() == before
+
+
+def _clustered(n: int, dim: int, seed: int) -> np.ndarray:
+    """Unit vectors around 30 centres with wide spread: a query's 10 nearest lie in several
+    IVF lists, so how many lists a query visits decides its recall."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(30, dim))
+    vecs = (centers[rng.integers(0, 30, n)] + 0.8 * rng.normal(size=(n, dim))).astype(np.float32)
+    return vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+
+
+def _recall_by_numpy(idx: sem.SemanticIndex, vecs: np.ndarray, rows: range, nprobe: int) -> float:
+    """recall@10 of ``idx``'s neighbours at ``nprobe`` lists, against numpy's exact search (a
+    neighbour at least as similar as the exact 10th counts), on rows the build did not ask."""
+    kept = idx.stats.nprobe
+    idx.stats.nprobe = nprobe
+    hits = 0
+    for r in rows:
+        sims = vecs @ vecs[r]
+        sims[r] = -np.inf
+        cut = np.sort(sims)[-10]
+        hits += sum(n.similarity >= cut - 1e-5 for n in idx.neighbours(idx.qids[r], 10))
+    idx.stats.nprobe = kept
+    return hits / (10 * len(rows))
+
+
+def test_an_ivf_index_visits_the_lists_its_recall_target_needs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An IVF index's queries visit as many lists as reach ``recall_target``: from the settings'
+    nprobe, doubled. Measured apart by numpy on 300 other queries: the count chosen reaches the
+    target, the settings' count (1 list) stays far below it, and an index whose codes lose
+    neighbours (IVF-PQ, 2-byte codes, 4 times the neighbours re-ranked) stops doubling once a
+    doubling gains less than ``CALIBRATION_MIN_GAIN``: every list would find no more; the
+    default re-ranking depth (``RERANK_FACTOR`` 16) finds them. The count is saved and loaded."""
+    import faiss
+
+    vecs = _clustered(6000, 16, 5)
+    qids = [f"Q{i + 1}" for i in range(len(vecs))]
+    s = sem.IndexSettings(dim=16, exact_threshold=100, nlist=64, nprobe=1)
+    idx = sem.SemanticIndex(qids, sem.make_faiss_index(vecs, s), s, vecs=vecs)
+    assert idx.nprobe == 1
+    sem.calibrate_nprobe(idx, s.recall_target)
+    steps = idx.stats.recall_steps
+    assert [p for p, _, _ in steps] == [2**i for i in range(len(steps))] and len(steps) > 1
+    assert all(low < r for _, r, low in steps)  # (a bound below the mean)
+    assert steps[-1][2] >= 0.95 > max(low for _, _, low in steps[:-1])
+    assert idx.nprobe == steps[-1][0] == idx.index.nprobe
+    others = range(1, len(vecs), 20)
+    assert _recall_by_numpy(idx, vecs, others, idx.nprobe) >= 0.94
+    assert _recall_by_numpy(idx, vecs, others, 1) < 0.8
+    idx.save(tmp_path / "ivf")
+    back = sem.SemanticIndex.load(tmp_path / "ivf")
+    assert back.nprobe == idx.nprobe and faiss.downcast_index(back.index).nprobe == idx.nprobe
+    assert back.stats.recall_steps == steps
+
+    monkeypatch.setattr(sem, "RERANK_FACTOR", 4)
+    pq = sem.IndexSettings(dim=16, exact_threshold=100, nlist=64, nprobe=1, compress_from=0, pq_m=2)
+    lossy = sem.SemanticIndex(qids, sem.make_faiss_index(vecs, pq), pq, vecs=vecs)
+    sem.calibrate_nprobe(lossy, pq.recall_target)
+    (p_prev, r_prev, _), (p_last, r_last, low_last) = lossy.stats.recall_steps[-2:]
+    assert low_last < 0.95 and r_last - r_prev < sem.CALIBRATION_MIN_GAIN
+    assert lossy.nprobe == p_prev == p_last // 2
+    every = _recall_by_numpy(lossy, vecs, others, 64)
+    assert every < 0.9 and every - _recall_by_numpy(lossy, vecs, others, lossy.nprobe) < 0.02
+    # what the codes lose, the re-ranking of 16 times the neighbours asked for finds again
+    monkeypatch.undo()  # the default depth
+    assert _recall_by_numpy(lossy, vecs, others, 64) > 0.97
+
+    fixed = dataclasses.replace(s, recall_target=0.0)  # nprobe as set
+    as_set = sem.SemanticIndex(qids, sem.make_faiss_index(vecs, fixed), fixed, vecs=vecs)
+    sem.calibrate_nprobe(as_set, fixed.recall_target)
+    assert as_set.nprobe == 1 and as_set.stats.recall_steps == []
+
+
+def test_exact_cuts_are_each_rows_tenth_best_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration's exact side, block by block (7 rows a block), against numpy's sort: a
+    duplicate row counts as another entity (similarity 1), the row itself does not, an emptied
+    row does not, and fewer than 10 others give -inf."""
+    monkeypatch.setattr(sem, "ADD_BATCH", 7)
+    vecs = _clustered(300, 8, 2)
+    vecs[3] = vecs[1]
+    live = np.ones(300, dtype=bool)
+    live[[5, 40, 41]] = False
+    rows = np.array([0, 1, 3, 6, 150, 299])
+    got = sem.exact_cuts(vecs, rows, 10, live)
+    for r, c in zip(rows, got, strict=True):
+        sims = vecs @ vecs[r]
+        sims[r] = -np.inf
+        sims[~live] = -np.inf
+        assert abs(np.sort(sims)[-10] - c) < 1e-6
+    assert np.isneginf(sem.exact_cuts(vecs[:8], np.array([0]), 10)).all()
+
+
+def test_a_built_index_records_its_calibrated_lists_and_an_old_one_keeps_its_own(tmp_path: Path) -> None:
+    """build_index calibrates an IVF index (its time in ``stats.seconds``) and the manifest
+    records the count; an index from before calibration (no ``recall_target`` in its settings)
+    reads as ``recall_target`` 0 and visits its settings' ``nprobe``, as it was built to."""
+    rng = np.random.default_rng(4)
+    pairs = {f"Q{i}": [(f"P{rng.integers(1, 9)}", f"Q{rng.integers(1, 300)}") for _ in range(5)]
+             for i in range(1, 2001)}
+    s = sem.IndexSettings(dim=16, sample=2000, exact_threshold=100, nlist=32, nprobe=1)
+    idx = sem.build_index(_DictFacts(pairs, tmp_path / "a.log"), tmp_path / "i", s)
+    assert idx.stats.index_kind == "IndexIVFFlat" and "calibrate" in idx.stats.seconds
+    manifest = json.loads((tmp_path / "i" / sem.MANIFEST).read_text())
+    assert manifest["build"]["nprobe"] == idx.nprobe > 1
+    assert manifest["settings"]["recall_target"] == 0.95
+    assert sem.SemanticIndex.load(tmp_path / "i").nprobe == idx.nprobe
+    del manifest["settings"]["recall_target"]
+    del manifest["build"]["nprobe"], manifest["build"]["recall_steps"]
+    (tmp_path / "i" / sem.MANIFEST).write_text(json.dumps(manifest))
+    old = sem.SemanticIndex.load(tmp_path / "i")
+    assert old.settings.recall_target == 0.0 and old.nprobe == 1
