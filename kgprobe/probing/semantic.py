@@ -111,6 +111,11 @@ CALIBRATION_MIN_GAIN = 0.005
 #: are cheap beside visiting more lists: at 4M synthetic entities (nlist 8,000) recall@10 0.969
 #: in 4.3 ms a query with 16 and 256 lists, where 4 needed 1,024 lists (11.6 ms) for 0.956.
 RERANK_FACTOR = 16
+#: An approximate (IVF) index's query filtered to at most this many allowed entities (and no
+#: predicate) scores each of them on its vector instead of searching the lists: exact, and no
+#: slower at this size (docs/benchmarks.md, step 10). Sem's plan B passes Ω(f) when it holds at
+#: most 50,000 members (``distractors.OMEGA_READ_LIMIT``).
+EXACT_FILTER_MAX = 50_000
 #: Filter sets larger than this become an IDSelectorBitmap, smaller ones an IDSelectorBatch.
 BITMAP_FROM = 2048
 #: an update that would change (add, re-embed or remove) more than this share of the indexed
@@ -780,7 +785,9 @@ class SemanticIndex:
         sel = None
         pool = len(self.qids)
         n_rows = self.qids.n_rows
+        scored_whole = predicate is None and max_checked is None and isinstance(self.index, faiss.IndexIVF)
         if allowed is None and allowed_rows is None and n_rows > pool:
+            scored_whole = False  # (the live rows are no caller's filter)
             allowed_rows = self.qids.live_rows()  # rows emptied by an update are never found
         if allowed is not None or allowed_rows is not None:
             if allowed_rows is not None:
@@ -793,6 +800,12 @@ class SemanticIndex:
             rows = rows[(rows >= 0) & (rows != self_row)]
             if rows.size == 0:
                 return []
+            if scored_whole and rows.size <= EXACT_FILTER_MAX:
+                # every allowed entity scored on its vector: exact, where the lists a query
+                # visits hold few of a small set's nearest (recall 0.74 at 0.1 % of 1M)
+                sims = np.asarray(self.vectors(rows) @ q[0], dtype=np.float32)
+                top = np.lexsort((rows, -sims))[:n]
+                return [Neighbour(self.qids[int(rows[i])], float(sims[i])) for i in top]
             if rows.size > BITMAP_FROM:
                 # a bitmap over all rows: O(1) membership and cheap to build for large sets
                 bits = np.zeros(n_rows, dtype=bool)

@@ -101,11 +101,22 @@ def test_filtered_query_is_brute_force_over_the_allowed_set(
     assert idx.neighbours(qids[10], 8, allowed_rows=idx.rows(allowed)) == got
     monkeypatch.setattr("kgprobe.probing.semantic.BITMAP_FROM", 10)  # the bitmap selector agrees
     assert idx.neighbours(qids[10], 8, allowed=allowed) == got
-    # IVF whose one probed list holds fewer than 8 allowed entities: nprobe is widened, so the
-    # filter never starves it; similarities are exact for what it returns
+    # IVF, a filter small enough to score whole (EXACT_FILTER_MAX): the exact top 8 of the
+    # allowed set, whatever the lists a query visits
     unit = vecs / np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
     for nprobe in (1, 32):
-        s = IndexSettings(dim=24, exact_threshold=10, nlist=32, nprobe=nprobe)
+        s = IndexSettings(dim=24, exact_threshold=10, nlist=32, nprobe=nprobe, recall_target=0)
+        ivf = SemanticIndex.from_bags(bags, s)
+        got = ivf.neighbours(qids[10], 8, allowed=allowed)
+        assert [g.similarity for g in got] == pytest.approx([w[1] for w in want], abs=1e-5)
+        assert [g.qid for g in got] == [qids[w[0]] for w in want]
+        assert ivf.neighbours(qids[10], 8, allowed_rows=ivf.rows(allowed)) == got
+    # the same through the lists (a filter above EXACT_FILTER_MAX): where the one probed list
+    # holds fewer than 8 allowed entities nprobe is widened, so the filter never starves it;
+    # similarities are exact for what it returns
+    monkeypatch.setattr("kgprobe.probing.semantic.EXACT_FILTER_MAX", 10)
+    for nprobe in (1, 32):
+        s = IndexSettings(dim=24, exact_threshold=10, nlist=32, nprobe=nprobe, recall_target=0)
         got = SemanticIndex.from_bags(bags, s).neighbours(qids[10], 8, allowed=allowed)
         assert len(got) == 8 and {g.qid for g in got} <= set(allowed)
         for g in got:
