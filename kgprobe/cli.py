@@ -327,7 +327,9 @@ def _print_summary(data: Mapping[str, object], as_json: bool) -> None:
 
     table = Table(show_header=False, box=None)
     for key, value in data.items():
-        if isinstance(value, dict):
+        if value is None:  # not measured, not applicable: a dash, as an empty setting
+            value = "-"
+        elif isinstance(value, dict):
             value = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
         elif isinstance(value, list):
             if not value:

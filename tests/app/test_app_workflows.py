@@ -104,6 +104,9 @@ def test_kgprobe_index_builds_with_chosen_settings_then_keeps_and_updates_them(
     # an exact index (a few entities): no lists to visit, no recall measured
     assert (first["index_kind"], first["nprobe"], first["recall_at_10"]) == ("IndexFlatIP", 0, None)
     again = cli()
+    shown = kgprobe("index", "--index-dir", str(d), env=kgprobe_env)
+    assert shown.returncode == 0 and "nprobe" in shown.stdout
+    assert "None" not in shown.stdout  # what was not measured is a dash
     assert (again["action"], again["entities_embedded"], again["settings"]) == ("current", 0, first["settings"])
     same = api.index(d, progress=False).to_dict()
     assert {k: v for k, v in same.items() if k != "seconds"} == {k: v for k, v in again.items() if k != "seconds"}
