@@ -144,8 +144,8 @@ class IndexSettings:
     nprobe: int = 32
     #: recall@10 of Sem neighbours against the exact search that an IVF build makes its queries
     #: reach (:func:`calibrate_nprobe`): how many lists that takes depends on the vectors (on
-    #: the synthetic benchmark graph 32 lists gave 0.85, on the graphs of the dump's distribution
-    #: 0.99), so it is measured on the built index, not assumed. 0: ``nprobe`` as it is.
+    #: the synthetic benchmark graph 32 lists gave 0.84, on the realistic dump's graph 0.9998),
+    #: so it is measured on the built index, not assumed. 0: ``nprobe`` as it is.
     recall_target: float = 0.95
     seed: int = 0
     #: randomized-SVD power iterations (sklearn's default is 5).
@@ -552,16 +552,19 @@ def exact_cuts(vecs: np.ndarray, rows: np.ndarray, k: int = CALIBRATION_K,
 
 
 def calibrate_nprobe(index: SemanticIndex, target: float, queries: int = CALIBRATION_QUERIES) -> None:
-    """Set ``index``'s lists visited per query (``stats.nprobe``): from the settings' ``nprobe``,
-    doubled (up to every list) until the Sem neighbours of ``queries`` seeded indexed entities
-    reach recall@10 ``target`` against the exact search over the exact vectors (a neighbour at
-    least as similar as the exact 10th counts: ties at the cut are as right), with 95 %
-    confidence (the lower bound of the mean over the queries, ``CALIBRATION_Z``), or until a doubling
-    gains less than ``CALIBRATION_MIN_GAIN`` (then the last doubling is undone: it did not pay
-    for its cost). Each nprobe tried and its recall go to ``stats.recall_steps``. An exact index, or a target of 0, is left as
-    it is. Why measured: the lists that hold a query's neighbours depend on the vectors, and
-    so does what a fixed nprobe finds (32 lists: 0.85 on the synthetic benchmark graph, 0.99 on
-    the dump's distribution; docs/benchmarks.md)."""
+    """Set ``index``'s lists visited per query (``stats.nprobe``).
+
+    From the settings' ``nprobe``, doubled (up to every list) until the Sem neighbours of
+    ``queries`` seeded indexed entities reach recall@10 ``target`` against the exact search over
+    the exact vectors (a neighbour at least as similar as the exact 10th counts: ties at the cut
+    are as right), with 95 % confidence (the lower bound of the mean over the queries,
+    ``CALIBRATION_Z``); or until a doubling gains less than ``CALIBRATION_MIN_GAIN``, when the
+    last doubling is undone (it did not pay for its cost). Each count tried, its recall and the
+    bound go to ``stats.recall_steps``. An exact index, or a target of 0, is left as it is.
+
+    Why measured: the lists that hold a query's neighbours depend on the vectors, and so does
+    what a fixed nprobe finds (32 lists: 0.84 on the synthetic benchmark graph, 0.9998 on the
+    realistic dump's; docs/benchmarks.md, step 10)."""
     import faiss
 
     if target <= 0 or not isinstance(index.index, faiss.IndexIVF):
@@ -584,7 +587,8 @@ def calibrate_nprobe(index: SemanticIndex, target: float, queries: int = CALIBRA
                          for qid, cut in ask], dtype=np.float64) / CALIBRATION_K
         recall = float(each.mean()) if len(each) else 1.0
         # what the recall of all queries is at least, at 95 % confidence (one-sided, normal)
-        low = recall - CALIBRATION_Z * float(each.std(ddof=1)) / float(np.sqrt(len(each))) if len(each) > 1 else recall
+        spread = float(each.std(ddof=1)) / float(np.sqrt(len(each))) if len(each) > 1 else 0.0
+        low = recall - CALIBRATION_Z * spread
         steps.append((nprobe, round(recall, 4), round(low, 4)))
         if len(steps) > 1 and recall - steps[-2][1] < CALIBRATION_MIN_GAIN and low < target:
             nprobe = index.stats.nprobe = steps[-2][0]
@@ -802,7 +806,7 @@ class SemanticIndex:
                 return []
             if scored_whole and rows.size <= EXACT_FILTER_MAX:
                 # every allowed entity scored on its vector: exact, where the lists a query
-                # visits hold few of a small set's nearest (recall 0.74 at 0.1 % of 1M)
+                # visits hold few of a small set's nearest (recall 0.70 at 1,000 allowed of 1M)
                 sims = np.asarray(self.vectors(rows) @ q[0], dtype=np.float32)
                 top = np.lexsort((rows, -sims))[:n]
                 return [Neighbour(self.qids[int(rows[i])], float(sims[i])) for i in top]
