@@ -106,6 +106,10 @@ CALIBRATION_Z = 1.645
 #: is then not in the lists a query skips (an IVF-PQ index's codes lose some neighbours that no
 #: count of lists brings back), and every further doubling would double each query's cost.
 CALIBRATION_MIN_GAIN = 0.005
+#: and it visits at most this share of the lists: past it a query costs that share of a scan of
+#: every vector, the inverted file no longer pays, and the calibration's last steps would cost
+#: minutes at 100M entities (200 queries each over a share of 100M codes)
+CALIBRATION_MAX_SHARE = 1 / 8
 #: A compressed (IVF-PQ) index's query fetches this many times the neighbours asked for by
 #: their approximate distances, then keeps the best by the exact vectors. The exact products
 #: are cheap beside visiting more lists: at 4M synthetic entities (nlist 8,000) recall@10 0.969
@@ -554,11 +558,11 @@ def exact_cuts(vecs: np.ndarray, rows: np.ndarray, k: int = CALIBRATION_K,
 def calibrate_nprobe(index: SemanticIndex, target: float, queries: int = CALIBRATION_QUERIES) -> None:
     """Set ``index``'s lists visited per query (``stats.nprobe``).
 
-    From the settings' ``nprobe``, doubled (up to every list) until the Sem neighbours of
-    ``queries`` seeded indexed entities reach recall@10 ``target`` against the exact search over
-    the exact vectors (a neighbour at least as similar as the exact 10th counts: ties at the cut
-    are as right), with 95 % confidence (the lower bound of the mean over the queries,
-    ``CALIBRATION_Z``); or until a doubling gains less than ``CALIBRATION_MIN_GAIN``, when the
+    From the settings' ``nprobe``, doubled (up to ``CALIBRATION_MAX_SHARE`` of the lists) until
+    the Sem neighbours of ``queries`` seeded indexed entities reach recall@10 ``target`` against
+    the exact search over the exact vectors (a neighbour at least as similar as the exact 10th
+    counts: ties at the cut are as right), with 95 % confidence (the lower bound of the mean
+    over the queries, ``CALIBRATION_Z``); or until a doubling gains less than ``CALIBRATION_MIN_GAIN``, when the
     last doubling is undone (it did not pay for its cost). Each count tried, its recall and the
     bound go to ``stats.recall_steps``. An exact index, or a target of 0, is left as it is.
 
@@ -580,6 +584,7 @@ def calibrate_nprobe(index: SemanticIndex, target: float, queries: int = CALIBRA
     ask = [(index.qids[int(r)], float(c)) for r, c in zip(rows, cuts, strict=True) if np.isfinite(c)]
     nlist = int(index.index.nlist)
     nprobe = min(max(int(index.settings.nprobe), 1), nlist)
+    most = max(nprobe, int(nlist * CALIBRATION_MAX_SHARE))
     steps = index.stats.recall_steps = []
     while True:
         index.stats.nprobe = nprobe
@@ -593,9 +598,9 @@ def calibrate_nprobe(index: SemanticIndex, target: float, queries: int = CALIBRA
         if len(steps) > 1 and recall - steps[-2][1] < CALIBRATION_MIN_GAIN and low < target:
             nprobe = index.stats.nprobe = steps[-2][0]
             break
-        if low >= target or nprobe >= nlist:
+        if low >= target or nprobe >= most:
             break
-        nprobe = min(nlist, 2 * nprobe)
+        nprobe = min(most, 2 * nprobe)
     index.index.nprobe = nprobe
 
 

@@ -1010,6 +1010,17 @@ def test_an_ivf_index_visits_the_lists_its_recall_target_needs(
     monkeypatch.undo()  # the default depth
     assert _recall_by_numpy(lossy, vecs, others, 64) > 0.97
 
+    # vectors with no clusters: recall grows with every doubling, which stops at an eighth of
+    # the lists (CALIBRATION_MAX_SHARE), below the target
+    rng = np.random.default_rng(6)
+    flat = rng.normal(size=(6000, 16)).astype(np.float32)
+    flat /= np.linalg.norm(flat, axis=1, keepdims=True)
+    wide = sem.SemanticIndex(qids, sem.make_faiss_index(flat, s), s, vecs=flat)
+    sem.calibrate_nprobe(wide, 0.99)
+    assert [p for p, _, _ in wide.stats.recall_steps] == [1, 2, 4, 8] and wide.nprobe == 8
+    assert wide.stats.recall_steps[-1][1] - wide.stats.recall_steps[-2][1] > sem.CALIBRATION_MIN_GAIN
+    assert _recall_by_numpy(wide, flat, others, 8) < 0.9
+
     fixed = dataclasses.replace(s, recall_target=0.0)  # nprobe as set
     as_set = sem.SemanticIndex(qids, sem.make_faiss_index(vecs, fixed), fixed, vecs=vecs)
     sem.calibrate_nprobe(as_set, fixed.recall_target)
