@@ -260,7 +260,8 @@ def schema_commands(vertex_types: set[str], edge_types: set[str]) -> list[dict[s
 
 def run_graph_importer(files: ArcadeFiles, java: Path, classpath: str, database: Path, heap: str) -> str:
     """Run GraphImporter into ``database`` (it deletes and creates it: the server must be
-    stopped); returns its closing lines. A failure is one line, the output kept in a log."""
+    stopped); returns its closing line and the count of sorted builds. A failure is one line,
+    the output kept in a log."""
     cmd = [str(java), f"-Xmx{heap}", "-cp", classpath, IMPORTER_CLASS, str(files.config),
            str(database), str(files.config.parent)]
     # in its own directory: ArcadeDB writes its log/ under the working directory

@@ -794,7 +794,8 @@ class SemanticIndex:
         sel = None
         pool = len(self.qids)
         n_rows = self.qids.n_rows
-        scored_whole = predicate is None and max_checked is None and isinstance(self.index, faiss.IndexIVF)
+        ivf = isinstance(self.index, faiss.IndexIVF)
+        scored_whole = predicate is None and max_checked is None and ivf
         if allowed is None and allowed_rows is None and n_rows > pool:
             scored_whole = False  # (the live rows are no caller's filter)
             allowed_rows = self.qids.live_rows()  # rows emptied by an update are never found
@@ -824,7 +825,6 @@ class SemanticIndex:
             else:
                 sel = faiss.IDSelectorBatch(rows)
             pool = int(rows.size)
-        ivf = isinstance(self.index, faiss.IndexIVF)
         nlist = int(self.index.nlist) if ivf else 0
         nprobe = min(self.nprobe, nlist) if ivf else 0
         k = min(pool, (max(4 * n, 32) if predicate is not None else n) + (1 if sel is None else 0))
