@@ -28,6 +28,10 @@ TARGET = PROJECT / "target"
 JAR = TARGET / "neo4j-test-server-1.jar"
 CLASSPATH_FILE = TARGET / "classpath.txt"
 MAIN_CLASS = "kgprobe.testserver.Launcher"
+#: a Neo4j runtime prepared on another machine (benchmarks/device/java_kit.py): DIR/jre/bin/java
+#: and DIR/classpath.txt (entries relative to DIR, one a line). Where it is set neither Maven nor
+#: a Java on PATH is used: the GPU machine has neither, and the device kit carries this instead.
+ENV_RUNTIME = "KGPROBE_NEO4J_RUNTIME"
 USER = "neo4j"
 BUILD_TIMEOUT_S = 1800
 START_TIMEOUT_S = 180
@@ -40,7 +44,8 @@ def is_neo4j_agent(agent: str) -> bool:
 
 
 class Unavailable(RuntimeError):
-    """Java 17+ or Maven is missing: the Neo4j test server cannot be built here."""
+    """Java 17+ or Maven (or the prepared runtime of ``KGPROBE_NEO4J_RUNTIME``) is missing: the
+    Neo4j test server cannot be built here."""
 
 
 def java_major(java: str) -> int | None:
@@ -56,8 +61,27 @@ def java_major(java: str) -> int | None:
     return int(m.group(2) or 0) if major == 1 else major
 
 
+def runtime() -> Path | None:
+    """The prepared runtime of ``KGPROBE_NEO4J_RUNTIME``, or None (Maven and the PATH's Java)."""
+    value = os.environ.get(ENV_RUNTIME)
+    return Path(value) if value else None
+
+
+def java_command() -> str:
+    """The `java` that runs Neo4j: the prepared runtime's, else the one on PATH."""
+    rt = runtime()
+    return str(rt / "jre" / "bin" / "java") if rt is not None else "java"
+
+
 def missing_prerequisite() -> str | None:
     """Why the Neo4j test server cannot be built here (one line), or None when it can."""
+    rt = runtime()
+    if rt is not None:
+        prepared = java_command()
+        if not (rt / "classpath.txt").is_file() or not os.access(prepared, os.X_OK):
+            return f"{ENV_RUNTIME}={rt}: no jre/bin/java and classpath.txt there"
+        major = java_major(prepared)
+        return None if major is not None and major >= 17 else f"{prepared}: not Java 17+"
     java = shutil.which("java")
     if java is None:
         return "no `java` on PATH (the Neo4j test server needs Java 17+)"
@@ -78,6 +102,9 @@ def build(*, force: bool = False) -> list[str]:
     why = missing_prerequisite()
     if why:
         raise Unavailable(why)
+    rt = runtime()
+    if rt is not None:
+        return [str(rt / e) for e in (rt / "classpath.txt").read_text(encoding="utf-8").split("\n") if e]
     built = JAR.exists() and CLASSPATH_FILE.exists()
     if force or not built or max(p.stat().st_mtime for p in _sources()) > min(
         JAR.stat().st_mtime, CLASSPATH_FILE.stat().st_mtime
@@ -109,7 +136,7 @@ def install_admin(home: Path, heap: str = "512m") -> Path:
         "#!/bin/sh\n"
         'if [ "$1 $2 $3" = "database import full" ]; then shift 3; '
         f'set -- database import full --max-off-heap-memory={heap} "$@"; fi\n'
-        f'exec java -Xmx{heap} -XX:+UseSerialGC "@{argfile}" org.neo4j.cli.AdminTool "$@"\n',
+        f'exec "{java_command()}" -Xmx{heap} -XX:+UseSerialGC "@{argfile}" org.neo4j.cli.AdminTool "$@"\n',
         encoding="utf-8")
     admin.chmod(0o755)
     return admin
@@ -158,7 +185,7 @@ class Neo4jTestServer:
         argfile.write_text("-cp\n" + os.pathsep.join(classpath) + "\n", encoding="utf-8")
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
-            ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC", f"@{argfile}", MAIN_CLASS,
+            [java_command(), f"-Xmx{self.heap}", "-XX:+UseSerialGC", f"@{argfile}", MAIN_CLASS,
              str(self.base / "home"), str(ready), str(conf)],
             stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT, cwd=self.base,
             start_new_session=True,

@@ -30,6 +30,11 @@ HERE = Path(__file__).resolve().parent
 STAND_INS = ("httpx2", "httpcore2", "truststore")
 
 
+#: what the Java kit (pack.sh with KIT=java, run.sh's neo4j step) leaves out of wheels.txt: the
+#: step parses a dump and writes import files, and the Java runtime needs the room
+JAVA_KIT_LEAVES = ("faiss-cpu", "lm-eval")
+
+
 def norm(name: str) -> str:
     """A distribution name as pip compares them (PEP 503)."""
     return re.sub(r"[-_.]+", "-", name).lower().strip()
@@ -51,14 +56,19 @@ def image_packages() -> list[str]:
     return listed(HERE / "image_packages.txt")
 
 
-def carried() -> list[str]:
-    return listed(HERE / "wheels.txt")
+def carried(kit: str = "gpu") -> list[str]:
+    """wheels.txt's names, less `JAVA_KIT_LEAVES` for the Java kit."""
+    names = listed(HERE / "wheels.txt")
+    return [n for n in names if kit != "java" or norm(n) not in JAVA_KIT_LEAVES]
 
 
-def carried_specs() -> list[str]:
-    """wheels.txt as ``NAME==VERSION``: the version written there, else the one installed here."""
+def carried_specs(kit: str = "gpu") -> list[str]:
+    """wheels.txt as ``NAME==VERSION`` (the version written there, else the one installed here),
+    less `JAVA_KIT_LEAVES` for the Java kit."""
     specs = []
     for spec in entries(HERE / "wheels.txt"):
+        if kit == "java" and norm(spec.split("==", 1)[0]) in JAVA_KIT_LEAVES:
+            continue
         if "==" not in spec:
             try:
                 spec = f"{spec}=={md.version(spec)}"
@@ -103,9 +113,10 @@ def main() -> None:
     ap.add_argument("out", type=Path, nargs="?")
     ap.add_argument("--carried", action="store_true", help="wheels.txt's distributions too")
     ap.add_argument("--specs", action="store_true", help="print wheels.txt as NAME==VERSION")
+    ap.add_argument("--kit", choices=("gpu", "java"), default="gpu", help="the kit's wheels (--specs)")
     args = ap.parse_args()
     if args.specs:
-        print("\n".join(carried_specs()))
+        print("\n".join(carried_specs(args.kit)))
         return
     if args.out is None:
         ap.error("DIR is required")

@@ -8,6 +8,10 @@
 #             temp+sem, n = 5, 256 per batch), exported through a throwaway managed server.
 # Both paths are git-ignored; name them in the device call's carry. Usage, from the repo root:
 #   bash benchmarks/device/pack.sh [BEAR_DIR]          # BEAR_DIR default ../shared/data/bear/BEAR
+#   KIT=java bash benchmarks/device/pack.sh            # for `run.sh neo4j` instead: .device/java/
+#             holds a Java runtime and Neo4j's classes (benchmarks/device/java_kit.py, ~45 MiB,
+#             checked here), .whl only what `kgprobe ingest --bulk` needs (no FAISS, no harness),
+#             so that both fit one call; the other kit's files are removed from .device.
 # DEVICE_PYTHON (default 3.12, the GPU image's) picks the wheels' Python; 3.11 here lets the
 # kit be tried on this machine (benchmarks/device/try_here.sh).
 set -euo pipefail
@@ -18,8 +22,12 @@ BEAR=${1:-../shared/data/bear/BEAR}
 WHL=${WHL_DIR:-.whl}
 LIMIT=$((60 * 1024 * 1024))  # the device call's 64 MiB, less the working tree's few MiB
 
+KIT=${KIT:-gpu}
+case "$KIT" in gpu|java) ;; *) echo "pack: KIT is gpu or java" >&2; exit 2 ;; esac
+
 rm -rf "$WHL" && mkdir -p "$WHL" .device
-mapfile -t specs < <("$PY" benchmarks/device/image_site.py --specs)
+# the Java kit's wheels: no FAISS, no harness (image_site.JAVA_KIT_LEAVES)
+mapfile -t specs < <("$PY" benchmarks/device/image_site.py --specs --kit "$KIT")
 [ "${#specs[@]}" -gt 0 ] || exit 2
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
@@ -27,7 +35,11 @@ mapfile -t specs < <("$PY" benchmarks/device/image_site.py --specs)
   --platform manylinux_2_24_x86_64 --platform manylinux_2_31_x86_64 --platform manylinux_2_34_x86_64 \
   -d "$WHL" "${specs[@]}"
 
-rm -rf .device/tok && "$PY" - <<'PYEOF'
+if [ "$KIT" = java ]; then
+  rm -rf .device/tok .device/bear .device/probe-set.parquet .device/java
+  "$PY" benchmarks/device/java_kit.py pack .device/java
+else
+rm -rf .device/java .device/tok && "$PY" - <<'PYEOF'
 from kgprobe.probing.models import load_model
 load_model("smollm2-135m", device="cpu").tokenizer.save_pretrained(".device/tok")
 PYEOF
@@ -37,11 +49,14 @@ rm -rf .device/bear .device/P19.jsonl && mkdir -p .device/bear && cp "$BEAR"/*.j
 rm -f .device/probe-set.parquet
 "$PY" benchmarks/bench_probe.py --server arcadedb --export-set .device/probe-set.parquet \
   --sample "${SET_FACTS:-3000}" --strategy temp+sem -n 5 --batch-facts 256 | tail -1
+fi
 # the code measured: the working tree travels without .git
 { git log -1 --format='code %H %s'; git status --short | sed 's/^/  changed: /'; } > .device/code.txt
 
 size=$(du -cb "$WHL" .device | tail -1 | cut -f1)
-echo "pack: ${#specs[@]} wheels in $WHL, tokenizer, BEAR and the probe set in .device: $((size / 1024 / 1024)) MiB"
+what="tokenizer, BEAR and the probe set"
+[ "$KIT" = java ] && what="the Java kit"
+echo "pack ($KIT): ${#specs[@]} wheels in $WHL, $what in .device: $((size / 1024 / 1024)) MiB"
 if [ "$size" -gt "$LIMIT" ]; then
   echo "pack: over the device call's transfer limit ($((LIMIT / 1024 / 1024)) MiB with the tree)" >&2
   exit 1

@@ -10,6 +10,9 @@
 #                                            #   the 8B probe loop on .device/probe-set.parquet
 #   SHAPES="8b 135m" bash benchmarks/device/run.sh engine   # some shapes, in this order
 #   bash benchmarks/device/run.sh cpu        # ~6 min: parse 1/4/8/16 workers, bulk files, IVF quantizer, index sweep
+#   bash benchmarks/device/run.sh neo4j      # ~4 min, packed with KIT=java (Java and Neo4j carried):
+#                                            #   import files on every core, neo4j-admin import at
+#                                            #   1/2/4/8/16 cores, the server's start and schema
 #
 # (two calls back to back: each fits the device's 10-minute call, the machine stays warm between
 # them). Everything is written under $OUT: env.txt, engine.log (the probe loop's lines too),
@@ -31,7 +34,12 @@ install() {
   "${PIPCMD[@]}" install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
     .whl/*.whl || { echo "run.sh: installing .whl failed (was .whl carried?)" >&2; exit 3; }
   export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
-  [ -d .device/tok ] || { echo "run.sh: .device/tok missing (pack.sh, then carry .device)" >&2; exit 3; }
+  if [ "$1" = neo4j ]; then  # the Java kit (pack.sh with KIT=java)
+    [ -f .device/java/neo4j-runtime.tar.xz ] || {
+      echo "run.sh: .device/java missing (KIT=java bash benchmarks/device/pack.sh, then carry .device)" >&2; exit 3; }
+  else
+    [ -d .device/tok ] || { echo "run.sh: .device/tok missing (pack.sh, then carry .device)" >&2; exit 3; }
+  fi
 }
 
 environment() {
@@ -132,11 +140,37 @@ cpu() {
   cat "$OUT/semantic.json"
 }
 
+neo4j() {
+  # issue 37's figures that need Java, on every core: the import files (`kgprobe ingest --bulk`,
+  # one worker per core), Neo4j's import tool pinned to 1..16 cores, then the server started on
+  # the last import and kgprobe's constraints and indexes built (benchmarks/bench_neo4j_import.py).
+  # The runtime is carried (benchmarks/device/java_kit.py): the machine has no Java
+  local entities=150000 threads=1,2,4,8,16 rounds=2 heap=4g
+  [ "$SMOKE" = 1 ] && { entities=1500 threads=1,2 rounds=1 heap=1g; }
+  need orjson msgspec isal.isal_zlib neo4j typer || return 3
+  export KGPROBE_NEO4J_RUNTIME="$WORK/neo4j-runtime"
+  step "unpack the Java kit" 60 "${PY[@]}" benchmarks/device/java_kit.py unpack .device/java "$KGPROBE_NEO4J_RUNTIME"
+  "$KGPROBE_NEO4J_RUNTIME/jre/bin/java" -version >> "$OUT/env.txt" 2>&1
+  local dump="$WORK/neo4j.json" files="$WORK/neo4j-imp"
+  rm -rf "$files"
+  step "realistic dump (plain)" 200 "${PY[@]}" benchmarks/gen_dump.py "$dump" --realistic --entities "$entities"
+  # the import files on every core; the URI names a Neo4j and is never reached
+  step "import files, $(nproc) workers" 150 env NEO4J_URI=bolt://127.0.0.1:9 NEO4J_PASSWORD=unused \
+    KGPROBE_HOME="$WORK/home" "${PY[@]}" -c "from kgprobe.cli import main; main()" ingest "$dump" \
+    --bulk "$files" --workers "$(nproc)" --json
+  rm -f "$dump"
+  du -sb "$files"
+  step "neo4j-admin import by cores, then the schema" 330 "${PY[@]}" benchmarks/bench_neo4j_import.py \
+    --files "$files" --threads "$threads" --rounds "$rounds" --pin --gc default --heap "$heap" \
+    --schema --tmp "$WORK"
+  rm -rf "$files"
+}
+
 what=${1:-}
 case "$what" in
-  engine|cpu) ;;
-  *) echo "usage: bash benchmarks/device/run.sh engine|cpu" >&2; exit 2 ;;
+  engine|cpu|neo4j) ;;
+  *) echo "usage: bash benchmarks/device/run.sh engine|cpu|neo4j" >&2; exit 2 ;;
 esac
-install
+install "$what"
 environment
 "$what" 2>&1 | tee -a "$OUT/$what.log"

@@ -5,6 +5,7 @@
 # run.sh installs them, then both steps of run.sh at smoke size on the CPU. A module the image
 # lacks and wheels.txt forgets fails here, not there. Usage, from the repo root:
 #   bash benchmarks/device/try_here.sh        # output in /tmp/kgprobe-device-try/out
+#   KIT=java bash benchmarks/device/try_here.sh   # the Java kit and `run.sh neo4j` instead
 # Then pack for the device (DEVICE_PYTHON=3.12, the default) before the call:
 #   bash benchmarks/device/pack.sh
 # The .venv's versions are newer than the image's; a few distributions the image holds are not in
@@ -14,15 +15,18 @@ cd "$(dirname "$0")/../.."
 TRY=${TRY:-/tmp/kgprobe-device-try}
 rm -rf "$TRY" && mkdir -p "$TRY/image" "$TRY/out"
 BARE=$(.venv/bin/python benchmarks/device/image_site.py "$TRY/image")
+KIT=${KIT:-gpu}
+steps="engine cpu"
+[ "$KIT" = java ] && steps=neo4j
 DEVICE_PYTHON=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])') \
-  WHL_DIR="$TRY/whl" SET_FACTS=${SET_FACTS:-20} bash benchmarks/device/pack.sh "${1:-../shared/data/bear/BEAR}"
+  KIT=$KIT WHL_DIR="$TRY/whl" SET_FACTS=${SET_FACTS:-20} bash benchmarks/device/pack.sh "${1:-../shared/data/bear/BEAR}"
 # run.sh reads .whl: point it at this machine's wheels for the try, then put the link back
 had_whl=0
 if [ -L .whl ]; then rm -f .whl; elif [ -e .whl ]; then mv .whl "$TRY/whl.saved"; had_whl=1; fi
 ln -s "$TRY/whl" .whl
 restore() { rm -f .whl; [ "$had_whl" = 1 ] && mv "$TRY/whl.saved" .whl; return 0; }
 trap restore EXIT
-for what in engine cpu; do
+for what in $steps; do
   OUT="$TRY/out" SITE="$TRY/site" WORK="$TRY/work" DEVICE_SMOKE=1 PYTHONPATH="$TRY/image/site" \
     PYTHON="$BARE" PIP=".venv/bin/python -m pip" \
     bash benchmarks/device/run.sh "$what"

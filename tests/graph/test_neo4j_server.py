@@ -14,11 +14,12 @@ import signal
 from collections.abc import Mapping
 from pathlib import Path
 
+import neo4j_server
 import pytest
 import yaml
 from neo4j import GraphDatabase
 from neo4j.exceptions import AuthError
-from neo4j_server import ROOT, USER, Neo4jTestServer, missing_prerequisite
+from neo4j_server import ENV_RUNTIME, ROOT, USER, Neo4jTestServer, missing_prerequisite
 
 COMPOSE = ROOT / "docker-compose.yml"
 
@@ -120,6 +121,36 @@ def test_stops_cleanly_on_stdin_close_and_on_sigterm_and_keeps_its_data(tmp_path
     with third:
         assert third.uri is not None
         assert agent_and_count(third.uri, third.password)[1] == 1
+
+
+def test_a_prepared_runtime_runs_the_server_and_the_import_tool_with_no_java_on_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``KGPROBE_NEO4J_RUNTIME`` (the device kit's Java, benchmarks/device/java_kit.py): its
+    `java` starts the server and runs neo4j-admin, Maven is not asked, PATH has no java."""
+    classpath = neo4j_server.build()  # Maven's, before the runtime is named
+    real_java = Path(neo4j_server.shutil.which("java") or "java").resolve()
+    rt = tmp_path / "rt"
+    (rt / "jre" / "bin").mkdir(parents=True)
+    calls = tmp_path / "java-calls"
+    java = rt / "jre" / "bin" / "java"  # the real java, behind a wrapper that counts its calls
+    java.write_text(f'#!/bin/sh\necho "$1" >> "{calls}"\nexec "{real_java}" "$@"\n', encoding="utf-8")
+    java.chmod(0o755)
+    monkeypatch.setenv(ENV_RUNTIME, str(rt))
+    assert "classpath.txt" in (missing_prerequisite() or "")  # named, and why it is refused
+    (rt / "classpath.txt").write_text("\n".join(classpath) + "\n", encoding="utf-8")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-java-here"))
+    assert missing_prerequisite() is None
+    assert neo4j_server.build() == classpath
+
+    with Neo4jTestServer(tmp_path / "s") as server:
+        assert server.uri is not None
+        assert calls.read_text().count("-Xmx") == 1  # the wrapper started it (heap: its first argument)
+        assert agent_and_count(server.uri, server.password)[1] == 0
+    admin = neo4j_server.install_admin(tmp_path / "home")
+    out = neo4j_server.subprocess.run([str(admin), "--version"], capture_output=True, text=True,
+                                      env={**os.environ, "NEO4J_HOME": str(tmp_path / "home")}, timeout=120)
+    assert out.returncode == 0 and "5.26." in out.stdout + out.stderr, out.stdout + out.stderr
+    assert calls.read_text().count("-Xmx") == 2  # the server's start, then neo4j-admin's
 
 
 def test_an_unknown_setting_stops_the_start_with_its_name(tmp_path: Path) -> None:

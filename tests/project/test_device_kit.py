@@ -23,7 +23,7 @@ _spec.loader.exec_module(image_site)
 #: what run.sh's steps import: the benchmarks it runs and the kgprobe code they reach
 STEPS = ("benchmarks.bench_scoring", "benchmarks.bench_loaders", "benchmarks.bench_bulk_workers",
          "benchmarks.bench_semantic_build", "benchmarks.bench_ivf_quantizer", "benchmarks.gen_dump",
-         "benchmarks.bench_probe",
+         "benchmarks.bench_probe", "benchmarks.bench_neo4j_import",
          "kgprobe.cli", "kgprobe.probing.engine", "kgprobe.probing.semantic",
          "kgprobe.probing.probe_set", "kgprobe.loaders.wikidata_json", "kgprobe.loaders.parallel",
          "kgprobe.graph.bulk", "faiss", "pyarrow.parquet")
@@ -31,7 +31,18 @@ STEPS = ("benchmarks.bench_scoring", "benchmarks.bench_loaders", "benchmarks.ben
 #: the parser's fast paths, imported where present (a missing one degrades, it does not fail)
 FAST_PATHS = (("kgprobe.loaders.wikidata_json", "msgspec"), ("kgprobe.loaders.common", "isal_zlib"))
 
-def _import_alone(python: Path, site: Path) -> subprocess.CompletedProcess[str]:
+#: what run.sh's neo4j step imports (the Java kit: image_site.JAVA_KIT_LEAVES are not carried)
+JAVA_STEPS = ("benchmarks.gen_dump", "benchmarks.bench_neo4j_import", "kgprobe.cli",
+              "kgprobe.loaders.wikidata_json", "kgprobe.loaders.parallel", "kgprobe.graph.bulk",
+              "kgprobe.graph.client", "kgprobe.config", "neo4j_server")
+
+_kit_spec = importlib.util.spec_from_file_location("java_kit", ROOT / "benchmarks/device/java_kit.py")
+assert _kit_spec and _kit_spec.loader
+java_kit = importlib.util.module_from_spec(_kit_spec)
+_kit_spec.loader.exec_module(java_kit)
+
+
+def _import_alone(python: Path, site: Path, steps: tuple[str, ...] = STEPS) -> subprocess.CompletedProcess[str]:
     code = ("import importlib, sys\nfor m in sys.argv[1:]:\n    importlib.import_module(m)\n"
             # optional imports that fall back silently: the figures would be the fallback's
             + "\n".join(f"assert importlib.import_module({m!r}).{a} is not None, {m + '.' + a!r}"
@@ -40,8 +51,8 @@ def _import_alone(python: Path, site: Path) -> subprocess.CompletedProcess[str]:
             + "\nsys.argv = ['kgprobe', 'ingest', '--help']\ntry:\n    importlib.import_module("
               "'kgprobe.cli').main()\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    env["PYTHONPATH"] = f"{site}{os.pathsep}{ROOT}"
-    return subprocess.run([str(python), "-c", code, *STEPS], env=env, cwd=ROOT,
+    env["PYTHONPATH"] = os.pathsep.join((str(site), str(ROOT), str(ROOT / "tests")))
+    return subprocess.run([str(python), "-c", code, *steps], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -61,6 +72,47 @@ def test_the_device_steps_import_with_the_image_and_the_carried_wheels_alone(tmp
     without = _import_alone(python, bare)
     assert without.returncode != 0
     assert "ModuleNotFoundError" in without.stderr
+
+
+def test_the_java_kits_step_imports_without_faiss_and_the_harness(tmp_path: Path) -> None:
+    carried = image_site.carried("java")
+    assert "faiss-cpu" not in carried and "lm-eval" not in carried and "orjson" in carried
+    assert [s.split("==")[0] for s in image_site.carried_specs("java")] == carried
+    python = image_site.bare_python(tmp_path / "venv")
+    site = tmp_path / "image"
+    image_site.link(site, image_site.image_packages() + carried + list(image_site.STAND_INS))
+    got = _import_alone(python, site, JAVA_STEPS)
+    assert got.returncode == 0, got.stderr[-3000:]
+
+
+def test_the_java_kit_keeps_what_the_class_load_log_names_and_every_jar_entry() -> None:
+    """java_kit.pack's two pieces of its own: the log's jars and modules, and a jar rewritten
+    uncompressed with every entry, in order, byte for byte (the kit itself is made and checked
+    by ``java_kit.py pack``: a JVM run, too long for the suite)."""
+    import tempfile
+    import zipfile
+
+    log = ("[0.011s][info][class,load] java.lang.Object source: shared objects file\n"
+           "[0.050s][info][class,load] org.neo4j.cli.AdminTool source: file:/m2/neo4j-5.26.30.jar\n"
+           "[0.051s][info][class,load] org.neo4j.X source: file:/m2/neo4j-5.26.30.jar\n"
+           "[0.060s][info][class,load] javax.management.ObjectName source: jrt:/java.management\n"
+           "[0.070s][info][class,load] Foo$$Lambda/0x0000 source: org.neo4j.Foo\n"
+           "[0.080s][info][class,load] java.sql.Date source: jrt:/java.sql\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        (d / "1.txt").write_text(log, encoding="utf-8")
+        assert java_kit.loaded([d / "1.txt"]) == ({"java.management", "java.sql"}, {"/m2/neo4j-5.26.30.jar"})
+
+        entries = [("META-INF/", b""), ("META-INF/MANIFEST.MF", b"Manifest-Version: 1.0\n"),
+                   ("org/x/A.class", bytes(range(256)) * 40), ("org/x/", b""), ("z.txt", b"z" * 5000)]
+        with zipfile.ZipFile(d / "a.jar", "w", zipfile.ZIP_DEFLATED) as z:
+            for name, data in entries:
+                z.writestr(name, data)
+        java_kit.stored(d / "a.jar", d / "out" / "a.jar")
+        with zipfile.ZipFile(d / "out" / "a.jar") as z:
+            assert [(i.filename, z.read(i)) for i in z.infolist()] == entries
+            assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
+            assert z.testzip() is None
 
 
 def test_the_lists_name_distributions_once() -> None:
