@@ -83,11 +83,36 @@ _EdgeSource = TypedDict("_EdgeSource", {"edge": str, "file": str, "from": str, "
                                         "properties": dict[str, str]})
 
 
+#: GraphImporter's heap need, measured on realistic dumps (docs/benchmarks.md, "GraphImporter's
+#: heap"): (nodes + edges imported, the least -Xmx of those tried that it completed in). Its edge
+#: pass holds what it writes until the pass ends: the 350,000-entity dump's vertices alone ran in
+#: 256 MB, its whole import needed 896 MB. Used to say what heap a load that ran out would need.
+IMPORTER_HEAP_MEASURED: tuple[tuple[int, int], ...] = (
+    (22_459, 96 << 20), (759_656, 384 << 20), (3_770_585, 896 << 20), (7_560_960, 1280 << 20))
+
+
+def importer_heap_need(vertices: int, edges: int) -> int:
+    """Bytes of heap GraphImporter needed for a load of this size: the measured points,
+    interpolated, and past the last one the last step's growth per row (the need grew more
+    slowly with each size measured, so this errs high)."""
+    rows = vertices + edges
+    points = IMPORTER_HEAP_MEASURED
+    if rows <= points[0][0]:
+        return points[0][1]
+    for (r0, h0), (r1, h1) in zip(points, points[1:], strict=False):
+        if rows <= r1 or (r1, h1) == points[-1]:
+            return int(h0 + (h1 - h0) * (rows - r0) / (r1 - r0))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 @dataclass
 class ArcadeFiles:
     """What GraphImporter reads (``config``, files beside it) and what goes over Bolt after."""
 
     config: Path
+    #: the nodes and edges GraphImporter writes
+    vertices: int = 0
+    edges: int = 0
     #: per label created over Bolt, its rows
     created: dict[str, list[Properties]] = field(default_factory=dict)
     #: JSON lines of ``{"qid": ..., "props": {...}}``: Entity numeric properties
@@ -197,6 +222,7 @@ def write_arcadedb_files(files: ImportFiles) -> ArcadeFiles:
                             handles["p"].write(_line({"qid": row["qid"], "props": numbers}))
                             result.patched += 1
                         fh.write(_line(row))
+                        result.vertices += 1
             source = _VertexSource(type=label, file=target.name, properties=props)
             if label == "Entity":
                 source["id"] = "qid"
@@ -221,6 +247,7 @@ def write_arcadedb_files(files: ImportFiles) -> ArcadeFiles:
                                       "properties": {c: _spec(c, k) for c, k in kinds.items()
                                                      if k in ("string", "string[]") or c in present}})
                     out_fh.write(_line(row))
+                    result.edges += 1
     finally:
         for h in handles.values():
             h.close()
@@ -273,6 +300,14 @@ def run_graph_importer(files: ArcadeFiles, java: Path, classpath: str, database:
     lines = [ln.strip() for ln in out.splitlines() if ln.strip()]
     if proc.returncode != 0:
         shutil.rmtree(database, ignore_errors=True)  # the server starts on an empty one again
+        if "java.lang.OutOfMemoryError" in out:
+            need = importer_heap_need(files.vertices, files.edges)
+            raise KgprobeError(
+                f"ArcadeDB GraphImporter ran out of its heap ({heap}, KGPROBE_DB_HEAP) importing "
+                f"{files.vertices:,} nodes and {files.edges:,} edges; loads of realistic dumps needed "
+                f"about {need / 2**30:.1f} GB at that size (docs/benchmarks.md): set "
+                f"KGPROBE_DB_HEAP={_suggest(need)} and load again into an empty --bulk directory "
+                f"(full output: {log})")
         last = next((ln for ln in reversed(lines) if "rror" in ln or "xception" in ln),
                     lines[-1] if lines else "no output")
         raise KgprobeError(f"ArcadeDB GraphImporter failed (exit {proc.returncode}): {last[:300]} "
@@ -286,6 +321,12 @@ def run_graph_importer(files: ArcadeFiles, java: Path, classpath: str, database:
     closing = _LOG_PREFIX.sub("", closing)
     built = sum("Published sorted index" in ln for ln in lines)
     return closing + (f"; then {built} constraints and indexes built sorted" if built else "")
+
+
+def _suggest(need: int) -> str:
+    """A heap setting with a quarter's margin over ``need``, in whole MB or GB."""
+    mb = -(-need * 5 // 4 // 2**20)
+    return f"{mb}m" if mb < 1024 else f"{-(-mb // 1024)}g"
 
 
 def write_after_import(graph: Any, files: ArcadeFiles, batch_size: int = 5000) -> None:

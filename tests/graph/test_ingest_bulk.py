@@ -293,6 +293,41 @@ def test_a_failed_import_is_one_line_and_leaves_no_database_behind(tmp_path: Pat
     assert not (home / "data" / "transactions" / "neo4j").exists()
 
 
+@pytest.mark.skipif(TEST_SERVER != "arcadedb", reason="ArcadeDB's importer, no server: the ArcadeDB half")
+def test_graphimporter_out_of_heap_names_the_heap_a_load_like_it_needs(tmp_path: Path) -> None:
+    """GraphImporter in too small a heap: one line with the heap it had, the nodes and edges it
+    was importing, and a KGPROBE_DB_HEAP to set; no database left; that setting then imports."""
+    import re
+
+    from kgprobe.errors import KgprobeError
+    from kgprobe.graph.bulk import ImportFiles
+    from kgprobe.graph.bulk_arcadedb import run_graph_importer, write_arcadedb_files
+    from kgprobe.graph.server import _package_dir
+
+    r = run("ingest", str(DEMO), "--bulk", str(tmp_path / "import"), "--json")
+    assert r.returncode == 0, r.stderr
+    d = tmp_path / "import"
+    arcade = write_arcadedb_files(ImportFiles(d, (d / "import.args").read_text(encoding="utf-8").split(), None))
+    # counted apart: the lines of the importer's files
+    lines = {kind: sum(f.read_bytes().count(b"\n") for f in (d / "arcadedb").glob(f"{kind}-*.jsonl"))
+             for kind in ("nodes", "rels")}
+    assert (arcade.vertices, arcade.edges) == (lines["nodes"], lines["rels"]) and arcade.edges > 7000
+    pkg = _package_dir()
+    java, classpath, database = pkg / "jre" / "bin" / "java", f"{pkg / 'jars'}/*", tmp_path / "db"
+    with pytest.raises(KgprobeError) as failed:
+        run_graph_importer(arcade, java, classpath, database, "40m")
+    message = str(failed.value)
+    assert message.startswith(
+        f"ArcadeDB GraphImporter ran out of its heap (40m, KGPROBE_DB_HEAP) importing "
+        f"{lines['nodes']:,} nodes and {lines['rels']:,} edges; ")
+    assert "java.lang.OutOfMemoryError" in (d / "arcadedb" / "import.log").read_text(encoding="utf-8")
+    assert not database.exists()
+    suggested = re.search(r"set KGPROBE_DB_HEAP=(\d+[mg]) and load again", message)
+    assert suggested, message
+    closing = run_graph_importer(arcade, java, classpath, database, suggested.group(1))
+    assert closing.startswith(f"Import complete: {lines['nodes']:,} vertices, {lines['rels']:,} edges")
+
+
 def test_bulk_workers_hand_back_rows_not_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With --bulk and several workers, what crosses back to the main process per chunk is one
     `ChunkRows` (the chunk's rows, formatted by its worker) and its error records, never the
