@@ -43,6 +43,9 @@ _PHASE = re.compile(r"^(Node import|Relationship import|Relationship linking|Pos
 _DONE = re.compile(r"^IMPORT DONE in (.+?)\.?\s*$")
 _COUNT = re.compile(r"^\s*(\d+) (nodes|relationships|properties)\s*$")
 _UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+#: the tool's memory: its first estimate for the whole import, and the peak it reports at the end
+_MEMORY = re.compile(r"^(Estimated required memory usage|Peak memory usage): ([\d.]+)(GiB|MiB|KiB)$")
+_BYTES = {"GiB": 2**30, "MiB": 2**20, "KiB": 2**10}
 
 
 def duration(text: str) -> float:
@@ -56,6 +59,7 @@ def duration(text: str) -> float:
 def parse_log(out: str) -> dict[str, object]:
     phases: dict[str, float] = {}
     counts: dict[str, int] = {}
+    memory: dict[str, float] = {}
     done = None
     for line in out.splitlines():
         if m := _PHASE.match(line.strip()):
@@ -64,7 +68,9 @@ def parse_log(out: str) -> dict[str, object]:
             done = duration(m.group(1))
         elif m := _COUNT.match(line):
             counts[m.group(2)] = int(m.group(1))
-    return {"tool_s": done, **phases, **counts}
+        elif (m := _MEMORY.match(line.strip())) and (key := m.group(1).split()[0].lower() + "_memory_gib") not in memory:
+            memory[key] = round(float(m.group(2)) * _BYTES[m.group(3)] / 2**30, 3)
+    return {"tool_s": done, **phases, **counts, **memory}
 
 
 def admin_script(home: Path, heap: str, gc: str) -> Path:
