@@ -160,8 +160,10 @@ neo4j() {
     --bulk "$files" --workers "$(nproc)" --json
   rm -f "$dump"
   du -sb "$files"
+  local pin=(--pin)  # the JVM on as many cores as threads; without taskset, threads alone
+  command -v taskset > /dev/null || { pin=(); echo "run.sh: no taskset: the import runs unpinned" >&2; }
   step "neo4j-admin import by cores, then the schema" 330 "${PY[@]}" benchmarks/bench_neo4j_import.py \
-    --files "$files" --threads "$threads" --rounds "$rounds" --pin --gc default --heap "$heap" \
+    --files "$files" --threads "$threads" --rounds "$rounds" "${pin[@]}" --gc default --heap "$heap" \
     --schema --tmp "$WORK"
   rm -rf "$files"
 }

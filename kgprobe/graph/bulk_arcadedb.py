@@ -85,24 +85,27 @@ _EdgeSource = TypedDict("_EdgeSource", {"edge": str, "file": str, "from": str, "
 
 #: GraphImporter's heap need, measured on realistic dumps (docs/benchmarks.md, "GraphImporter's
 #: heap"): (nodes + edges imported, the least -Xmx of those tried that it completed in). Its edge
-#: pass holds what it writes until the pass ends: the 350,000-entity dump's vertices alone ran in
-#: 256 MB, its whole import needed 896 MB. Used to say what heap a load that ran out would need.
+#: pass needs the heap (the 350,000-entity dump's vertices alone ran in 256 MB, the whole import
+#: in 896 MB), and the need grew as the square root of the count: 427 MB x sqrt(million rows)
+#: fits every size from 0.76M to 15M rows within the step tried.
 IMPORTER_HEAP_MEASURED: tuple[tuple[int, int], ...] = (
-    (22_459, 96 << 20), (759_656, 384 << 20), (3_770_585, 896 << 20), (7_560_960, 1280 << 20))
+    (22_459, 96 << 20), (759_656, 384 << 20), (3_770_585, 896 << 20), (7_560_960, 1280 << 20),
+    (15_147_344, 1664 << 20))
 
 
-def importer_heap_need(vertices: int, edges: int) -> int:
-    """Bytes of heap GraphImporter needed for a load of this size: the measured points,
-    interpolated, and past the last one the last step's growth per row (the need grew more
-    slowly with each size measured, so this errs high)."""
+def importer_heap_need(vertices: int, edges: int) -> tuple[int, bool]:
+    """Bytes of heap GraphImporter needs for a load of this size, and whether that is measured
+    (the points above, interpolated) or projected (past the last point: its need times the
+    square root of the ratio of the counts, the growth every measured step followed)."""
     rows = vertices + edges
     points = IMPORTER_HEAP_MEASURED
     if rows <= points[0][0]:
-        return points[0][1]
+        return points[0][1], True
     for (r0, h0), (r1, h1) in zip(points, points[1:], strict=False):
-        if rows <= r1 or (r1, h1) == points[-1]:
-            return int(h0 + (h1 - h0) * (rows - r0) / (r1 - r0))
-    raise AssertionError("unreachable")  # pragma: no cover
+        if rows <= r1:
+            return int(h0 + (h1 - h0) * (rows - r0) / (r1 - r0)), True
+    last_rows, last_heap = points[-1]
+    return int(last_heap * (rows / last_rows) ** 0.5), False
 
 
 @dataclass
@@ -301,12 +304,14 @@ def run_graph_importer(files: ArcadeFiles, java: Path, classpath: str, database:
     if proc.returncode != 0:
         shutil.rmtree(database, ignore_errors=True)  # the server starts on an empty one again
         if "java.lang.OutOfMemoryError" in out:
-            need = importer_heap_need(files.vertices, files.edges)
+            need, measured = importer_heap_need(files.vertices, files.edges)
+            size = (f"loads of realistic dumps needed about {need / 2**30:.1f} GB at that size" if measured
+                    else f"about {need / 2**30:.1f} GB is projected for that size from loads of up to "
+                         f"{IMPORTER_HEAP_MEASURED[-1][0] / 1e6:.0f}M")
             raise KgprobeError(
                 f"ArcadeDB GraphImporter ran out of its heap ({heap}, KGPROBE_DB_HEAP) importing "
-                f"{files.vertices:,} nodes and {files.edges:,} edges; loads of realistic dumps needed "
-                f"about {need / 2**30:.1f} GB at that size (docs/benchmarks.md): set "
-                f"KGPROBE_DB_HEAP={_suggest(need)} and load again into an empty --bulk directory "
+                f"{files.vertices:,} nodes and {files.edges:,} edges; {size} (docs/benchmarks.md): "
+                f"set KGPROBE_DB_HEAP={_suggest(need)} and load again into an empty --bulk directory "
                 f"(full output: {log})")
         last = next((ln for ln in reversed(lines) if "rror" in ln or "xception" in ln),
                     lines[-1] if lines else "no output")

@@ -328,6 +328,22 @@ def test_graphimporter_out_of_heap_names_the_heap_a_load_like_it_needs(tmp_path:
     assert closing.startswith(f"Import complete: {lines['nodes']:,} vertices, {lines['rels']:,} edges")
 
 
+def test_graphimporter_heap_need_follows_the_measured_points_and_their_square_root_beyond() -> None:
+    """The heap a GraphImporter load needs: the measured completing heaps at their sizes
+    (docs/benchmarks.md), between them in between, and beyond the last one the growth every
+    measured step followed, 427 MB x sqrt(million nodes and edges) (fitted by hand to the
+    table: 0.76M 384, 3.8M 896, 7.6M 1,280, 15.1M 1,664 MB)."""
+    from kgprobe.graph.bulk_arcadedb import importer_heap_need
+
+    mb = 2**20
+    assert importer_heap_need(2_060_354, 1_710_231) == (896 * mb, True)  # the 350,000-entity dump
+    assert importer_heap_need(8_273_724, 6_873_620) == (1664 * mb, True)  # the 1.4M-entity dump
+    between, measured = importer_heap_need(3_000_000, 2_000_000)
+    assert measured and 896 * mb < between < 1280 * mb
+    full, measured = importer_heap_need(700_000_000, 600_000_000)  # ~all of Wikidata
+    assert not measured and abs(full / (427 * mb * 1300**0.5) - 1) < 0.05
+
+
 def test_bulk_workers_hand_back_rows_not_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """With --bulk and several workers, what crosses back to the main process per chunk is one
     `ChunkRows` (the chunk's rows, formatted by its worker) and its error records, never the
