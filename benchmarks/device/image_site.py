@@ -65,9 +65,10 @@ def carried(kit: str = "gpu") -> list[str]:
 def carried_specs(kit: str = "gpu") -> list[str]:
     """wheels.txt as ``NAME==VERSION`` (the version written there, else the one installed here),
     less `JAVA_KIT_LEAVES` for the Java kit."""
+    kept = {norm(n) for n in carried(kit)}
     specs = []
     for spec in entries(HERE / "wheels.txt"):
-        if kit == "java" and norm(spec.split("==", 1)[0]) in JAVA_KIT_LEAVES:
+        if norm(spec.split("==", 1)[0]) not in kept:
             continue
         if "==" not in spec:
             try:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import shutil
 import signal
+import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -128,7 +130,7 @@ def test_a_prepared_runtime_runs_the_server_and_the_import_tool_with_no_java_on_
     """``KGPROBE_NEO4J_RUNTIME`` (the device kit's Java, benchmarks/device/java_kit.py): its
     `java` starts the server and runs neo4j-admin, Maven is not asked, PATH has no java."""
     classpath = neo4j_server.build()  # Maven's, before the runtime is named
-    real_java = Path(neo4j_server.shutil.which("java") or "java").resolve()
+    real_java = Path(shutil.which("java") or "java").resolve()
     rt = tmp_path / "rt"
     (rt / "jre" / "bin").mkdir(parents=True)
     calls = tmp_path / "java-calls"
@@ -147,8 +149,8 @@ def test_a_prepared_runtime_runs_the_server_and_the_import_tool_with_no_java_on_
         assert calls.read_text().count("-Xmx") == 1  # the wrapper started it (heap: its first argument)
         assert agent_and_count(server.uri, server.password)[1] == 0
     admin = neo4j_server.install_admin(tmp_path / "home")
-    out = neo4j_server.subprocess.run([str(admin), "--version"], capture_output=True, text=True,
-                                      env={**os.environ, "NEO4J_HOME": str(tmp_path / "home")}, timeout=120)
+    out = subprocess.run([str(admin), "--version"], capture_output=True, text=True,
+                         env={**os.environ, "NEO4J_HOME": str(tmp_path / "home")}, timeout=120)
     assert out.returncode == 0 and "5.26." in out.stdout + out.stderr, out.stdout + out.stderr
     assert calls.read_text().count("-Xmx") == 2  # the server's start, then neo4j-admin's
 

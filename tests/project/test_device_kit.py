@@ -11,6 +11,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,34 +86,30 @@ def test_the_java_kits_step_imports_without_faiss_and_the_harness(tmp_path: Path
     assert got.returncode == 0, got.stderr[-3000:]
 
 
-def test_the_java_kit_keeps_what_the_class_load_log_names_and_every_jar_entry() -> None:
+def test_the_java_kit_keeps_what_the_class_load_log_names_and_every_jar_entry(tmp_path: Path) -> None:
     """java_kit.pack's two pieces of its own: the log's jars and modules, and a jar rewritten
     uncompressed with every entry, in order, byte for byte (the kit itself is made and checked
     by ``java_kit.py pack``: a JVM run, too long for the suite)."""
-    import tempfile
-    import zipfile
-
     log = ("[0.011s][info][class,load] java.lang.Object source: shared objects file\n"
            "[0.050s][info][class,load] org.neo4j.cli.AdminTool source: file:/m2/neo4j-5.26.30.jar\n"
            "[0.051s][info][class,load] org.neo4j.X source: file:/m2/neo4j-5.26.30.jar\n"
            "[0.060s][info][class,load] javax.management.ObjectName source: jrt:/java.management\n"
            "[0.070s][info][class,load] Foo$$Lambda/0x0000 source: org.neo4j.Foo\n"
            "[0.080s][info][class,load] java.sql.Date source: jrt:/java.sql\n")
-    with tempfile.TemporaryDirectory() as tmp:
-        d = Path(tmp)
-        (d / "1.txt").write_text(log, encoding="utf-8")
-        assert java_kit.loaded([d / "1.txt"]) == ({"java.management", "java.sql"}, {"/m2/neo4j-5.26.30.jar"})
+    d = tmp_path
+    (d / "1.txt").write_text(log, encoding="utf-8")
+    assert java_kit.loaded([d / "1.txt"]) == ({"java.management", "java.sql"}, {"/m2/neo4j-5.26.30.jar"})
 
-        entries = [("META-INF/", b""), ("META-INF/MANIFEST.MF", b"Manifest-Version: 1.0\n"),
-                   ("org/x/A.class", bytes(range(256)) * 40), ("org/x/", b""), ("z.txt", b"z" * 5000)]
-        with zipfile.ZipFile(d / "a.jar", "w", zipfile.ZIP_DEFLATED) as z:
-            for name, data in entries:
-                z.writestr(name, data)
-        java_kit.stored(d / "a.jar", d / "out" / "a.jar")
-        with zipfile.ZipFile(d / "out" / "a.jar") as z:
-            assert [(i.filename, z.read(i)) for i in z.infolist()] == entries
-            assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
-            assert z.testzip() is None
+    entries = [("META-INF/", b""), ("META-INF/MANIFEST.MF", b"Manifest-Version: 1.0\n"),
+               ("org/x/A.class", bytes(range(256)) * 40), ("org/x/", b""), ("z.txt", b"z" * 5000)]
+    with zipfile.ZipFile(d / "a.jar", "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in entries:
+            z.writestr(name, data)
+    java_kit.stored(d / "a.jar", d / "out" / "a.jar")
+    with zipfile.ZipFile(d / "out" / "a.jar") as z:
+        assert [(i.filename, z.read(i)) for i in z.infolist()] == entries
+        assert {i.compress_type for i in z.infolist()} == {zipfile.ZIP_STORED}
+        assert z.testzip() is None
 
 
 def test_the_lists_name_distributions_once() -> None:
