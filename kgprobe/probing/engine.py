@@ -45,12 +45,23 @@ _Launched = tuple[list[Request], Callable[[], dict[Request, Result]]]
 
 class Submitted:
     """A run launched by :meth:`Engine.submit`: ``result()`` waits for it the first time and
-    returns one result per request, in the order given (an error of the run, every time)."""
+    returns one result per request, in the order given (an error of the run, every time).
+    ``computes``: the requests it launched; ``value(r)`` one of their results."""
 
-    def __init__(self, read: Callable[[], list[Result]]) -> None:
+    def __init__(self, read: Callable[[], list[Result]],
+                 computes: frozenset[Request] = frozenset(),
+                 done: Mapping[Request, Result] | None = None) -> None:
         self._read: Callable[[], list[Result]] | None = read
         self._results: list[Result] | None = None
         self._error: BaseException | None = None
+        self.computes = computes
+        self._done = done
+
+    def value(self, request: Request) -> Result:
+        """The result of one of the requests it computes (read first if it is not yet)."""
+        self.result()
+        assert self._done is not None
+        return self._done[request]
 
     @property
     def done(self) -> bool:
@@ -86,7 +97,6 @@ class Engine:
 
     #: launch a chunk before reading the one before it (None: ``launches_ahead`` decides)
     ahead: bool | None = None
-    _in_flight: Submitted | None = None
 
     def __init__(
         self,
@@ -103,6 +113,8 @@ class Engine:
         attention: str = "auto",
     ) -> None:
         self.cache = cache
+        #: runs submitted and not yet read, oldest first
+        self._in_flight: list[Submitted] = []
         self.share_prefix = share_prefix
         self.chunk_size = chunk_size
         self.progress = progress
@@ -150,7 +162,7 @@ class Engine:
     def run(self, requests: Sequence[Request]) -> list[Result]:
         """One result per request, in the order given. Duplicates are computed once."""
         self.settle()
-        done, chunks = self._lookup(requests)
+        done, chunks, _ = self._lookup(requests)
         # kgprobe's one progress path: stderr, plain lines off a terminal, nothing with --quiet
         with Progress("scoring", sum(map(len, chunks)), "requests",
                       enabled=self.progress and len(chunks) > 1) as bar:
@@ -161,26 +173,31 @@ class Engine:
 
     def submit(self, requests: Sequence[Request]) -> Submitted:
         """``run`` in two phases: launch the requests now, read them with ``.result()``. On a
-        GPU the host goes on meanwhile (a probe writes the previous batch's values while the
-        device scores this one). Each chunk is planned as ``run`` plans it, so every value is
-        the same. A run still in flight is read first (its results reach the cache before
-        this one looks there, as if run one after the other)."""
-        self.settle()
-        done, chunks = self._lookup(requests)
+        GPU the host goes on meanwhile (a probe reads and writes the previous batch's values
+        while the device scores this one). Each chunk is planned as ``run`` plans it, so every
+        value is the same. Runs still in flight are not waited for: the device takes this run
+        right after them. With a cache, a request one of them computes is not launched again
+        but taken from it when this run is read (counted as the cache hit it would be had that
+        run been read first), so the same requests are computed as one run after the other."""
+        done, chunks, waits = self._lookup(requests, in_flight=True)
         last = self._pipeline(chunks, done, None)
 
         def result() -> list[Result]:
             if last is not None:
                 self._finish(last, done, None)
+            for r, run in waits.items():
+                done[r] = run.value(r)
             return [done[r] for r in requests]
 
-        self._in_flight = Submitted(result)
-        return self._in_flight
+        sub = Submitted(result, frozenset(r for c in chunks for r in c), done)
+        self._in_flight = [s for s in self._in_flight if not s.done] + [sub]
+        return sub
 
     def settle(self) -> None:
-        """Read the run in flight (``submit``), if any: its results reach the cache."""
-        if self._in_flight is not None:
-            self._in_flight.result()
+        """Read every run in flight (``submit``), oldest first: their results reach the cache."""
+        while self._in_flight:
+            self._in_flight[0].result()
+            self._in_flight.pop(0)
 
     @property
     def launches_ahead(self) -> bool:
@@ -190,15 +207,24 @@ class Engine:
         storing what is done."""
         return self.ahead if self.ahead is not None else self.backend.launches_ahead()
 
-    def _lookup(self, requests: Sequence[Request]) -> tuple[dict[Request, Result], list[list[Request]]]:
-        """The results the cache has, and the rest in chunks of ``chunk_size``."""
+    def _lookup(self, requests: Sequence[Request], in_flight: bool = False,
+                ) -> tuple[dict[Request, Result], list[list[Request]], dict[Request, Submitted]]:
+        """The results the cache has, the rest in chunks of ``chunk_size``, and (``in_flight``,
+        with a cache) which of the rest a run in flight computes, left out of the chunks."""
         unique = list(dict.fromkeys(requests))
         done: dict[Request, Result] = {}
+        waits: dict[Request, Submitted] = {}
         if self.cache is not None:
             done = self.cache.get_many(self.fingerprint, unique)
-            self.stats.cache_hits += len(done)
-        todo = [r for r in unique if r not in done]
-        return done, [todo[i : i + self.chunk_size] for i in range(0, len(todo), self.chunk_size)]
+            if in_flight:
+                for run in self._in_flight:
+                    if not run.done:
+                        waits.update((r, run) for r in unique
+                                     if r in run.computes and r not in done and r not in waits)
+            self.stats.cache_hits += len(done) + len(waits)
+        todo = [r for r in unique if r not in done and r not in waits]
+        chunks = [todo[i : i + self.chunk_size] for i in range(0, len(todo), self.chunk_size)]
+        return done, chunks, waits
 
     def _pipeline(self, chunks: list[list[Request]], done: dict[Request, Result],
                   bar: Progress | None) -> _Launched | None:

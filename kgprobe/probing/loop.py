@@ -432,10 +432,12 @@ def _score_batches(
         bar.advance(len(batch))
 
     # On a GPU (``launches_ahead``) batch k+1's requests are built while batch k is scored,
-    # and batch k+1 is launched before batch k's values are written: the device scores one
-    # batch while the host writes the other. Batch k's later rounds run before batch k+1 is
-    # launched, so the engine (and its cache) see the same runs in the same order as one
-    # batch after the other, and every value is the same.
+    # and batch k+1 is launched before batch k's values are read and written: the device
+    # scores one batch while the host reads and writes the other, and takes batch k+1 right
+    # after batch k. Where a measure of batch k may have a later round (``later_rounds``),
+    # batch k's values are read first, so that its later rounds run before batch k+1 is
+    # launched. Either way the engine (and its cache) compute the same requests as one batch
+    # after the other, and every value is the same.
     ahead = launches_ahead(runner) if launch_ahead is None else (
         launch_ahead and hasattr(runner, "submit"))
     prev: tuple[Sequence[Any], list[Planned], dict[FactKey, set[str]], list[Any],
@@ -450,8 +452,13 @@ def _score_batches(
                 scoring.launch(runner)
                 emit(batch, planned, wanted, active, scoring.values(runner))
                 continue
-            done = prev[4].values(runner) if prev is not None else None
-            scoring.launch(runner, ahead=True)
+            done: list[list[MeasureValue]] | None
+            if prev is not None and any(getattr(m, "later_rounds", True) for m in prev[3]):
+                done = prev[4].values(runner)
+                scoring.launch(runner, ahead=True)
+            else:
+                scoring.launch(runner, ahead=True)
+                done = prev[4].values(runner) if prev is not None else None
             if prev is not None and done is not None:
                 emit(*prev[:4], done)
             prev = (batch, planned, wanted, active, scoring)

@@ -115,27 +115,37 @@ def test_chunks_launched_ahead_give_the_values_and_cache_of_one_after_the_other(
     assert again.stats.cache_hits == sum(isinstance(r, LogProbRequest) for r in set(reqs)) == 64
 
 
-def test_a_submitted_run_is_read_once_and_the_next_submit_reads_it_first(
+def test_a_second_submit_does_not_wait_for_the_first_and_computes_what_one_after_the_other_would(
     gpt2: LoadedModel, tmp_path: Path
 ) -> None:
-    """``submit`` then ``result``: the values of ``run``; a second ``submit`` before the first is
-    read reads it first, so its cache lookups see the first run's results (cache hits, as one
-    run after the other), and ``result`` gives the same list every time."""
+    """``submit`` then ``result``: the values of ``run``. A second ``submit`` before the first
+    is read does not read it (the device takes the second run right after the first). With a
+    cache, the 10 requests both share are not launched again but taken from the first run, and
+    counted as the cache hits one run after the other gives; without one, both compute them,
+    as one after the other does. ``result`` gives the same list every time."""
     reqs = _requests()
     a, b = reqs[:40], reqs[30:]  # 10 requests in both
-    seq = Engine(gpt2, cache=ScoreCache(tmp_path / "seq.sqlite"))
-    want_a, want_b = seq.run(a), seq.run(b)
-    engine = Engine(gpt2, cache=ScoreCache(tmp_path / "two.sqlite"))
-    engine.ahead = True
-    first = engine.submit(a)
-    assert isinstance(first, Submitted) and not first.done
-    second = engine.submit(b)
-    assert first.done  # read by the second submit, before its cache lookups
-    _same(second.result(), want_b)
-    _same(first.result(), want_a)
-    assert first.result() is first.result()
-    assert (engine.stats.cache_hits, engine.stats.computed) == (seq.stats.cache_hits, seq.stats.computed)
-    assert engine.stats.cache_hits == 10
+    for cached in (True, False):
+        caches = [ScoreCache(tmp_path / f"{n}{cached}.sqlite") if cached else None for n in ("seq", "two")]
+        seq = Engine(gpt2, cache=caches[0])
+        want_a, want_b = seq.run(a), seq.run(b)
+        engine = Engine(gpt2, cache=caches[1])
+        engine.ahead = True
+        first = engine.submit(a)
+        assert isinstance(first, Submitted) and not first.done
+        second = engine.submit(b)
+        assert not first.done  # not waited for by the second submit
+        assert len(second.computes) == (len(set(b)) - 10 if cached else len(set(b)))
+        _same(second.result(), want_b)
+        assert first.done == cached  # read by the second's result, for the requests it took
+        _same(first.result(), want_a)
+        assert first.result() is first.result()
+        assert (engine.stats.cache_hits, engine.stats.computed) == (seq.stats.cache_hits,
+                                                                    seq.stats.computed)
+        assert engine.stats.cache_hits == (10 if cached else 0)
+        third = engine.submit(a[:5])
+        engine.run(b[:2])  # a run reads every run in flight first, oldest first
+        assert third.done and engine._in_flight == []
 
 
 def test_errors_of_a_submitted_run_reach_the_caller(gpt2: LoadedModel) -> None:
@@ -161,6 +171,22 @@ def test_errors_of_a_submitted_run_reach_the_caller(gpt2: LoadedModel) -> None:
         with pytest.raises(ConfigError, match="went away"):
             bad.result()
     assert calls == [1] and bad.done
+
+
+class OneRound(Measure):
+    """TwoRounds's first round alone, said to be one (``later_rounds`` False, as kmin): a
+    request every batch shares, so that a batch launched ahead takes it from the one before."""
+
+    name = "oneround"
+    section = "test"
+    summary = "one round of log-probs"
+    later_rounds = False
+
+    def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[Values]:
+        got = runner.run([LogProbRequest(f"{f.subject.label} is", f" {f.object.label}")
+                          for f in facts] + [LogProbRequest("The city", " is")])
+        return [{"score": float(x.logprob - got[-1].logprob)}  # type: ignore[attr-defined]
+                for x in got[:-1]]
 
 
 class TwoRounds(Measure):
@@ -251,6 +277,111 @@ def test_a_probe_launched_ahead_runs_the_engine_as_one_batch_after_the_other(
     assert squeezed(trace0) == ["run", "run", "write"] * batches
     assert squeezed(trace1) == ["submit"] + ["run", "submit", "write"] * (batches - 1) + ["run", "write"]
     assert trace1.count("write") == trace0.count("write")
+
+
+def _probe_traced(graph: Any, engine: Engine, measures: tuple[str, ...],
+                  monkeypatch: pytest.MonkeyPatch) -> tuple[list[tuple[Request, ...]], list[str], Any]:
+    """A probe of 3-fact batches, with the engine runs it makes (``submit`` noted as the run it
+    is) and the order of runs, submits and batch value reads."""
+    calls: list[tuple[Request, ...]] = []
+    trace: list[str] = []
+    run, submit, values = Engine.run, Engine.submit, loop.BatchScoring.values
+
+    def spy_run(self: Engine, requests: Sequence[Request]) -> Any:
+        calls.append(tuple(requests))
+        trace.append("run")
+        return run(self, requests)
+
+    def spy_submit(self: Engine, requests: Sequence[Request]) -> Any:
+        calls.append(tuple(requests))
+        trace.append("submit")
+        return submit(self, requests)
+
+    def spy_values(self: Any, runner: Any) -> Any:
+        trace.append("values")
+        return values(self, runner)
+
+    with monkeypatch.context() as m:
+        m.setattr(Engine, "run", spy_run)
+        m.setattr(Engine, "submit", spy_submit)
+        m.setattr(loop.BatchScoring, "values", spy_values)
+        cfg = ProbeConfig(model="gpt2", sample=None, n=2, at=REF, batch_facts=3,
+                          strategy="random", measures=measures, force=True)
+        s = run_probe(graph, engine, cfg, fingerprint=engine.fingerprint, progress=False)
+    return calls, trace, s
+
+
+def test_without_a_later_round_batch_k_plus_1_is_launched_before_batch_k_is_read(
+    graph: Any, gpt2: LoadedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With measures of one engine run each (kmin, and a test measure whose batches share a
+    request: ``later_rounds`` False), launched ahead, batch k+1 is submitted before batch k's
+    values are read, so the device takes it right after batch k while the host reads and
+    writes batch k. The engine still computes what batch after batch computes: the same runs
+    in the same order, the same counters, the same values (==) and, with a cache, the same
+    values stored (the request every batch shares is taken from the batch in flight)."""
+    load(graph)
+    register(OneRound)
+    try:
+        for cached in (True, False):
+            seen = {}
+            for ahead in (False, True):
+                cache = ScoreCache(tmp_path / f"c{cached}{ahead}.sqlite") if cached else None
+                engine = Engine(gpt2, cache=cache)
+                engine.ahead = ahead
+                calls, trace, s = _probe_traced(graph, engine, ("oneround", "kmin"), monkeypatch)
+                held = Engine(gpt2, cache=cache).run([r for c in calls for r in c]) if cache else []
+                seen[ahead] = (calls, trace, _fact_scores(graph, s.fact_keys), s.scored,
+                               (engine.stats.cache_hits, engine.stats.computed), held)
+            (calls0, trace0, scores0, n0, stats0, held0) = seen[False]
+            (calls1, trace1, scores1, n1, stats1, held1) = seen[True]
+            assert n0 == n1 >= 8 and scores0 == scores1 and stats0 == stats1
+            assert any(v is not None for p in scores1.values() for v in p.values())
+            assert calls1 == calls0  # the same engine runs, in the same order
+            _same(held1, held0)  # the same values stored
+            assert (stats1[0] >= len(calls1) - 1) == cached  # the shared request: a hit per batch
+            batches = trace1.count("submit")
+            assert batches >= 3 and trace0 == ["run", "values"] * batches
+            assert trace1 == ["submit"] + ["submit", "values"] * (batches - 1) + ["values"]
+    finally:
+        REGISTRY.pop("oneround", None)
+
+
+def test_measures_that_say_they_have_no_later_round_run_the_engine_once(tiny_model: TinyModel) -> None:
+    """What a built-in measure says of itself (``later_rounds`` False) holds: on the shipped
+    demo set's facts its ``score`` calls the runner once; TwoRounds, which has a later round,
+    calls it twice (so the count can see one)."""
+    import json
+
+    from kgprobe.probing.config import run_context
+    from kgprobe.probing.probe_set import fact_input, read_set
+
+    pset = read_set("demo")
+    facts = [fact_input(json.loads(r["fact"])) for r in pset.rows[:8]]
+    ctx = run_context(pset.config("gpt2", "float32", None), "gpt2")
+    # FACTOR's whole sentences need more than the 64 positions of the module's tiny model
+    engine = Engine(load_model(str(tiny_model("gpt2", positions=256)), device="cpu"))
+
+    class Counting:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def run(self, requests: Sequence[Request]) -> list[Any]:
+            self.calls += 1
+            return engine.run(requests)
+
+    single = sorted(n for n, cls in REGISTRY.items() if not cls.later_rounds)
+    assert {"kmin", "kavg", "probability", "precision_at_n", "factor"} <= set(single)
+    for name in [*single, "tworounds"]:
+        if name == "tworounds":
+            register(TwoRounds)
+        try:
+            counting = Counting()
+            REGISTRY[name]().score(counting, facts, ctx)
+        finally:
+            if name == "tworounds":
+                REGISTRY.pop("tworounds", None)
+        assert counting.calls == (2 if name == "tworounds" else 1), name
 
 
 def test_a_wrapper_that_forwards_is_called_through_its_own_run(gpt2: LoadedModel) -> None:

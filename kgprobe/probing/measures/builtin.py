@@ -64,6 +64,7 @@ class _DistractorK(Measure):
     needs = frozenset({"templates", "distractors", "past"})
     uses_distractors = True
     extras = ()
+    later_rounds = False  # one engine run (distractor_measure)
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.distractors import (
@@ -208,6 +209,7 @@ class Probability(Measure):
     section = "Ammar Khodja et al. 2025, Table 2 (Probability)"
     summary = "mean over cloze sentences of Σ_λ Pr(λ | c), the bare label (no end marker)"
     has_known = False
+    later_rounds = False  # one engine run
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.baselines import ProbeItem, probability
@@ -230,6 +232,7 @@ class PrecisionAtN(Measure):
                     "(the authors' code, where ' Paris' never equals 'Paris')", "st",
                     ("yes", "no"), str))
     has_known = False
+    later_rounds = False  # one engine run
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.probing.measures.baselines import ProbeItem, precision_at_n
@@ -702,6 +705,7 @@ class Factor(Measure):
     needs = frozenset({"templates", "distractors"})
     uses_distractors = True
     has_known = False
+    later_rounds = False  # one engine run
 
     def score(self, runner: Runner, facts: Sequence[FactInput], ctx: RunContext) -> list[MeasureValue]:
         from kgprobe.errors import InputError

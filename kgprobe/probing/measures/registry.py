@@ -199,6 +199,12 @@ class Measure:
     uses_labels: ClassVar[bool] = True
     #: whether "known" (score >= threshold) means anything for this measure
     has_known: ClassVar[bool] = True
+    #: whether ``score`` may call the runner more than once (a later round, as BELIEF's): on a
+    #: GPU the loop then reads a batch's values before it launches the next, so that the
+    #: engine and its cache see the runs of one batch after the other. Without one (False)
+    #: the next batch is launched first and the device never waits for the values' Python.
+    #: A measure that says False and asks again still gets every value right.
+    later_rounds: ClassVar[bool] = True
     #: one clear line when the measure cannot run here (e.g. no judge endpoint)
     def available(self) -> str | None:
         return None
