@@ -38,6 +38,11 @@ loop (``loop.score_batches``), measures and engine, no gather thread and no writ
     python benchmarks/bench_probe.py --set set.parquet --random-init 8b --tokenizer DIR \
         --device cuda --dtype bfloat16 --repeat 2
 
+``--instant`` (with ``--set``) answers every request at once, with no tokenization: the probe's
+wall is then the loop's own Python, which issue 43 asks to keep under what the device spends::
+
+    python benchmarks/bench_probe.py --set set.parquet --instant --repeat 3
+
 The set fixes what is sampled and measured (its ``--measure``, ``--strategy``, ``-n`` and
 ``--batch-facts``); those options are refused with ``--set``.
 
@@ -93,6 +98,61 @@ class ModelFree:
             out.update(zip(rest, self.engine.run(rest), strict=True))
         self.requests += len(requests)
         return [out[r] for r in requests]
+
+
+class SimulatedDevice(ModelFree):
+    """A GPU in outline (``--simulate-device MS``): ``submit`` does the host's real work
+    (ModelFree: tokenization, the packing plan) and queues a run that takes MS per unique
+    request on a thread of its own, one run after another as on a CUDA stream; ``result``
+    waits for it. The loop's own Python is real, so how much of it the device waits for is
+    measured here, not modelled. Not modelled: a launch queue that fills, a synchronising
+    call inside a launch (docs/benchmarks.md, session 38)."""
+
+    launches_ahead = True
+
+    def __init__(self, engine: Any, ms: float) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        super().__init__(engine)
+        self.ms = ms
+        self.stream = ThreadPoolExecutor(1, thread_name_prefix="device")
+        self.busy = 0.0
+
+    def _compute(self, n: int) -> None:
+        t = time.perf_counter()
+        time.sleep(n * self.ms / 1000)
+        self.busy += time.perf_counter() - t
+
+    def submit(self, requests: Any) -> Any:
+        from kgprobe.probing.engine import Submitted
+
+        out = ModelFree.run(self, requests)
+        queued = self.stream.submit(self._compute, len(set(requests)))
+
+        def read() -> list[Any]:
+            queued.result()
+            return out
+
+        return Submitted(read)
+
+    def run(self, requests: Any) -> list[Any]:
+        return list(self.submit(requests).result())
+
+
+class Instant:
+    """A runner that answers at once, log p = -(1 + len(continuation) mod 7 / 10) (no
+    tokenization, no plan): what is left of a probe is the loop's own Python (measures,
+    results, the set's rows), which a GPU's engine waits for (issue 43)."""
+
+    requests = 0
+
+    def run(self, requests: Any) -> list[Any]:
+        from kgprobe.probing.requests import LogProbRequest, LogProbResult
+
+        if not all(isinstance(r, LogProbRequest) for r in requests):
+            raise SystemExit("--instant answers log-probability requests only (measure kmin/kavg)")
+        self.requests += len(requests)
+        return [LogProbResult(-(1.0 + (len(r.continuation) % 7) / 10), (), (), False) for r in requests]
 
 
 class Parts:
@@ -274,14 +334,21 @@ def main() -> None:
     ap.add_argument("--heap", default="2g", help="with --server: the server's heap")
     ap.add_argument("--model-free", action="store_true",
                     help="real tokenization and packing plan, made-up scores: the graph side alone")
+    ap.add_argument("--instant", action="store_true",
+                    help="with --set: made-up scores at once, no tokenization: the loop's own Python")
+    ap.add_argument("--simulate-device", type=float, default=None, metavar="MS",
+                    help="with --set: ModelFree's host work, then a device thread taking MS per "
+                         "request (what the device waits for in the loop)")
     ap.add_argument("--batch-facts", type=int, default=16)
     ap.add_argument("--write-batch", type=int, default=None, help="facts per write transaction")
     ap.add_argument("--pipeline", type=int, default=None, help="pipeline depth (0: one thread)")
     ap.add_argument("--repeat", type=int, default=1, help="probe runs per measure set (--force)")
-    ap.add_argument("--launch-ahead", choices=("auto", "on", "off", "both"), default="auto",
+    ap.add_argument("--launch-ahead", choices=("auto", "on", "off", "both", "three"), default="auto",
                     help="launch batch k+1 before writing batch k (issue 43): auto = on CUDA; "
                          "on/off to force it; both (--set): each repeat probes off, then on, "
-                         "in one process (one model load, kernels compiled once)")
+                         "in one process (one model load, kernels compiled once); three (--set): "
+                         "off, read-first (batch k's values read before batch k+1 is launched, "
+                         "as before session 38 and for a measure with a later round), on")
     ap.add_argument("--statements", action="store_true", help="wall time of every Cypher statement")
     ap.add_argument("--gather-threads", type=int, default=None,
                     help="batches gathered at once (kgprobe.probing.loop.GATHER_THREADS)")
@@ -290,6 +357,10 @@ def main() -> None:
     ap.add_argument("--export-set", type=Path, default=None,
                     help="write a probe set of the graph's facts with these options, then stop")
     args = ap.parse_args()
+    if (args.instant or args.simulate_device is not None) and args.set is None:
+        ap.error("--instant and --simulate-device go with --set")
+    if args.launch_ahead == "three" and args.set is None:
+        ap.error("--launch-ahead three goes with --set")
     if args.set is not None:
         fixed = [o for o, v, d in (("--measure", args.measure, None), ("--strategy", args.strategy, "temp+sem"),
                                    ("-n", args.n, 5), ("--batch-facts", args.batch_facts, 16),
@@ -358,6 +429,16 @@ def _model_info(lm: Any) -> dict[str, Any]:
             "end_marker": {"kind": end.kind, "text": end.text}}
 
 
+def _read_first(on: bool) -> None:
+    """``--launch-ahead three``'s middle run: the distractor measures say they may have a later
+    round, so the loop reads each batch's values before it launches the next (its order before
+    session 38)."""
+    from kgprobe.probing.measures import builtin
+
+    if hasattr(builtin._DistractorK, "later_rounds"):
+        builtin._DistractorK.later_rounds = on
+
+
 def _set_ahead(engine: Any, choice: str) -> None:
     """``--launch-ahead``: on/off sets ``Engine.ahead`` (an engine from before issue 43 has none:
     only auto runs there)."""
@@ -383,7 +464,8 @@ def _report(measures: Any, done: int, scored: int, unscorable: int, relations: i
           f"per fact); engine {sum(st.kind_cpu_seconds.values()):.1f} CPU-s ({kinds}), "
           f"{st.forward_calls} forward calls", flush=True)
     per = max(done, 1) / 1000
-    free = f"; {runner.requests / max(done, 1):.1f} requests per fact" if isinstance(runner, ModelFree) else ""
+    free = (f"; {runner.requests / max(done, 1):.1f} requests per fact"
+            if isinstance(runner, ModelFree | Instant) else "")
     print(f"  per fact: {wall / per:.2f} ms wall, {cpu / per:.2f} CPU-ms (this process)"
           f"{server}; {done / max(wall, 1e-9):.1f} facts/s{free}", flush=True)
     print(f"  loop parts: {parts.line(done)}", flush=True)
@@ -391,6 +473,8 @@ def _report(measures: Any, done: int, scored: int, unscorable: int, relations: i
     print(f"  in the engine (runner.run, submit and the wait for its results, wall): "
           f"{100 * parts.t['engine'][0] / max(wall, 1e-9):.1f} % of the probe's wall; "
           f"batches launched ahead: {'yes' if ahead else 'no'}", flush=True)
+    outside = wall - parts.t["engine"][0]  # issue 43: the loop's own Python, which the device waits for
+    print(f"  outside the engine: {outside / per:.3f} ms wall per fact", flush=True)
     causal = getattr(engine, "causal", None)
     if causal is not None and st.forward_calls:  # which attention the rows ran on, and why not flex
         fell = causal.attention_fallback
@@ -430,11 +514,19 @@ def _bench_set(args: argparse.Namespace) -> None:
           f"{cfg['strategy']} n={cfg['n']}, {cfg['batch_facts']} facts per batch")
     lm = _model(args)
     parts = Parts()
-    modes = ["off", "on"] if args.launch_ahead == "both" else [args.launch_ahead]
+    modes = {"both": ["off", "on"], "three": ["off", "read-first", "on"]}.get(
+        args.launch_ahead, [args.launch_ahead])
     for mode in [m for _ in range(args.repeat) for m in modes]:
         engine = Engine(lm)  # a fresh engine per run: its counters cover that run only
-        _set_ahead(engine, mode)
-        runner = ModelFree(engine) if args.model_free else engine
+        _set_ahead(engine, "on" if mode == "read-first" else mode)
+        _read_first(mode == "read-first")
+        runner: Any = (Instant() if args.instant else ModelFree(engine) if args.model_free
+                       else SimulatedDevice(engine, args.simulate_device)
+                       if args.simulate_device is not None else engine)
+        if isinstance(runner, SimulatedDevice) and mode in ("on", "off", "read-first"):
+            runner.launches_ahead = mode != "off"
+        if mode in ("on", "off", "read-first") and args.launch_ahead in ("both", "three"):
+            print(f"launch ahead: {mode}")
         parts.reset()
         w0, c0 = _clock()
         got = score_set(pset, parts.engine(runner), None, model=lm.name, fingerprint=engine.fingerprint,
@@ -444,6 +536,10 @@ def _bench_set(args: argparse.Namespace) -> None:
         s = got.summary
         _report(cfg["measures"], s.scored + s.unscorable, s.scored, s.unscorable, len(s.relations),
                 w1 - w0, c1 - c0, engine, runner, parts)
+        if isinstance(runner, SimulatedDevice):
+            print(f"  simulated device: busy {runner.busy:.2f} s, {100 * runner.busy / max(w1 - w0, 1e-9):.1f} % "
+                  f"of the probe's wall ({runner.ms} ms a request)", flush=True)
+    _read_first(False)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 
 

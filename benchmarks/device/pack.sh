@@ -8,10 +8,12 @@
 #             temp+sem, n = 5, 256 per batch), exported through a throwaway managed server.
 # Both paths are git-ignored; name them in the device call's carry. Usage, from the repo root:
 #   bash benchmarks/device/pack.sh [BEAR_DIR]          # BEAR_DIR default ../shared/data/bear/BEAR
-#   KIT=java bash benchmarks/device/pack.sh            # for `run.sh neo4j` instead: .device/java/
-#             holds a Java runtime and Neo4j's classes (benchmarks/device/java_kit.py, ~45 MiB,
-#             checked here), .whl only what `kgprobe ingest --bulk` needs (no FAISS, no harness),
-#             so that both fit one call; the other kit's files are removed from .device.
+#   KIT=java bash benchmarks/device/pack.sh            # for `run.sh neo4j` and `run.sh parse`:
+#             .device-java/java/ holds a Java runtime and Neo4j's classes
+#             (benchmarks/device/java_kit.py, ~45 MiB, checked here), .whl-java only what
+#             `kgprobe ingest --bulk` needs (no FAISS, no harness), so that both fit one call.
+# The two kits live side by side (.whl + .device, .whl-java + .device-java): pack both before
+# a session, and each call carries its own pair.
 # DEVICE_PYTHON (default 3.12, the GPU image's) picks the wheels' Python; 3.11 here lets the
 # kit be tried on this machine (benchmarks/device/try_here.sh).
 set -euo pipefail
@@ -19,13 +21,14 @@ cd "$(dirname "$0")/../.."
 PY=${PY:-.venv/bin/python}
 PYVER=${DEVICE_PYTHON:-3.12}
 BEAR=${1:-../shared/data/bear/BEAR}
-WHL=${WHL_DIR:-.whl}
 LIMIT=$((60 * 1024 * 1024))  # the device call's 64 MiB, less the working tree's few MiB
 
 KIT=${KIT:-gpu}
 case "$KIT" in gpu|java) ;; *) echo "pack: KIT is gpu or java" >&2; exit 2 ;; esac
+DEV=.device WHL=${WHL_DIR:-.whl}
+[ "$KIT" = java ] && { DEV=.device-java WHL=${WHL_DIR:-.whl-java}; }
 
-rm -rf "$WHL" && mkdir -p "$WHL" .device
+rm -rf "$WHL" && mkdir -p "$WHL" "$DEV"
 # the Java kit's wheels: no FAISS, no harness (image_site.JAVA_KIT_LEAVES)
 mapfile -t specs < <("$PY" benchmarks/device/image_site.py --specs --kit "$KIT")
 [ "${#specs[@]}" -gt 0 ] || exit 2
@@ -36,10 +39,10 @@ mapfile -t specs < <("$PY" benchmarks/device/image_site.py --specs --kit "$KIT")
   -d "$WHL" "${specs[@]}"
 
 if [ "$KIT" = java ]; then
-  rm -rf .device/tok .device/bear .device/probe-set.parquet .device/java
-  "$PY" benchmarks/device/java_kit.py pack .device/java
+  rm -rf "$DEV/java"
+  "$PY" benchmarks/device/java_kit.py pack "$DEV/java"
 else
-rm -rf .device/java .device/tok && "$PY" - <<'PYEOF'
+rm -rf .device/java .device/tok && "$PY" - <<'PYEOF'  # java/: an older pack put the Java kit here
 from kgprobe.probing.models import load_model
 load_model("smollm2-135m", device="cpu").tokenizer.save_pretrained(".device/tok")
 PYEOF
@@ -51,12 +54,12 @@ rm -f .device/probe-set.parquet
   --sample "${SET_FACTS:-3000}" --strategy temp+sem -n 5 --batch-facts 256 | tail -1
 fi
 # the code measured: the working tree travels without .git
-{ git log -1 --format='code %H %s'; git status --short | sed 's/^/  changed: /'; } > .device/code.txt
+{ git log -1 --format='code %H %s'; git status --short | sed 's/^/  changed: /'; } > "$DEV/code.txt"
 
-size=$(du -cb "$WHL" .device | tail -1 | cut -f1)
+size=$(du -cb "$WHL" "$DEV" | tail -1 | cut -f1)
 what="tokenizer, BEAR and the probe set"
 [ "$KIT" = java ] && what="the Java kit"
-echo "pack ($KIT): ${#specs[@]} wheels in $WHL, $what in .device: $((size / 1024 / 1024)) MiB"
+echo "pack ($KIT): ${#specs[@]} wheels in $WHL, $what in $DEV: $((size / 1024 / 1024)) MiB (carry [\"$WHL\", \"$DEV\"])"
 if [ "$size" -gt "$LIMIT" ]; then
   echo "pack: over the device call's transfer limit ($((LIMIT / 1024 / 1024)) MiB with the tree)" >&2
   exit 1

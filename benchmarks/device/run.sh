@@ -4,15 +4,18 @@
 # over 16 cores, issue 44's semantic-index worker sweep; and issue 43's probe loop, scored on a
 # probe set exported here (the loop's score half: no graph server, which needs Java). Prepared here with
 # benchmarks/device/pack.sh, tried here with benchmarks/device/try_here.sh; run there from the
-# repo root, carrying .whl and .device:
+# repo root, carrying .whl and .device (the Java kit's steps: .whl-java and .device-java):
 #
 #   bash benchmarks/device/run.sh engine     # ~7 min: 8B, 1.7B, 135M shapes x {kgprobe, harness};
 #                                            #   the 8B probe loop on .device/probe-set.parquet
 #   SHAPES="8b 135m" bash benchmarks/device/run.sh engine   # some shapes, in this order
 #   bash benchmarks/device/run.sh cpu        # ~6 min: parse 1/4/8/16 workers, bulk files, IVF quantizer, index sweep
-#   bash benchmarks/device/run.sh neo4j      # ~4 min, packed with KIT=java (Java and Neo4j carried):
+#   bash benchmarks/device/run.sh neo4j      # ~4 min, KIT=java's kit (Java and Neo4j carried):
 #                                            #   import files on every core, neo4j-admin import at
 #                                            #   1/2/4/8/16 cores, the server's start and schema
+#   bash benchmarks/device/run.sh parse      # at most 9 min, either kit: cpu's issue-37 half (parse
+#                                            #   and import files at 1/4/8/16 workers), so that one
+#                                            #   Java-kit session takes every 16-core figure of issue 37
 #
 # (two calls back to back: each fits the device's 10-minute call, the machine stays warm between
 # them). Everything is written under $OUT: env.txt, engine.log (the probe loop's lines too),
@@ -29,16 +32,24 @@ WORK=${WORK:-/tmp/kgprobe-device}
 mkdir -p "$OUT" "$WORK"
 export PYTHONUNBUFFERED=1
 
+# the kit a step reads: the GPU kit's .whl and .device (pack.sh), the Java kit's .whl-java and
+# .device-java (KIT=java pack.sh); parse runs with either, the Java kit's where it was carried
+WHL=.whl DEV=.device
+case "${1:-}" in
+  neo4j) WHL=.whl-java DEV=.device-java ;;
+  parse) [ -d .whl-java ] && { WHL=.whl-java DEV=.device-java; } ;;
+esac
+
 install() {
   # the wheels the image lacks (benchmarks/device/wheels.txt), never from a network
   "${PIPCMD[@]}" install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" \
-    .whl/*.whl || { echo "run.sh: installing .whl failed (was .whl carried?)" >&2; exit 3; }
+    "$WHL"/*.whl || { echo "run.sh: installing $WHL failed (was $WHL carried?)" >&2; exit 3; }
   export PYTHONPATH="$SITE:$PWD${PYTHONPATH:+:$PYTHONPATH}"
   if [ "$1" = neo4j ]; then  # the Java kit (pack.sh with KIT=java)
-    [ -f .device/java/neo4j-runtime.tar.xz ] || {
-      echo "run.sh: .device/java missing (KIT=java bash benchmarks/device/pack.sh, then carry .device)" >&2; exit 3; }
-  else
-    [ -d .device/tok ] || { echo "run.sh: .device/tok missing (pack.sh, then carry .device)" >&2; exit 3; }
+    [ -f "$DEV/java/neo4j-runtime.tar.xz" ] || {
+      echo "run.sh: $DEV/java missing (KIT=java bash benchmarks/device/pack.sh, then carry $WHL and $DEV)" >&2; exit 3; }
+  elif [ "$1" != parse ]; then  # parse: wheels only
+    [ -d "$DEV/tok" ] || { echo "run.sh: $DEV/tok missing (pack.sh, then carry $WHL and $DEV)" >&2; exit 3; }
   fi
 }
 
@@ -46,7 +57,7 @@ environment() {
   {
     date -u; uname -m; nproc; free -g 2>/dev/null | head -2
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
-    cat .device/code.txt 2>/dev/null  # written by pack.sh: the tree travels without .git
+    cat "$DEV/code.txt" 2>/dev/null  # written by pack.sh: the tree travels without .git
     "${PY[@]}" - <<'EOF'
 import importlib.metadata as md, sys
 print("python", sys.version.split()[0])
@@ -97,12 +108,13 @@ engine() {
       step "engine $shape, chunks of 2500" 90 "${PY[@]}" benchmarks/bench_scoring.py "${dev[@]}" \
         --random-init "$shape" --tokenizer .device/tok --data .device/bear/P19.jsonl "${size[@]}" \
         --systems kgprobe --chunk-size 2500 --json "$OUT/engine-$shape-chunks.json"
-      # issue 43: the probe loop's share of the wall in the engine. Each repeat probes with
-      # batch k+1 launched only after batch k is written (as before the two-phase loop), then
-      # launched ahead: side by side in one process. The first probe compiles FlexAttention's
-      # row shapes; the second repeat's pair is the warm figure
-      step "probe loop $shape" 200 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
-        --random-init "$shape" --tokenizer .device/tok "${dev[@]}" --repeat 2 --launch-ahead both
+      # issue 43: the probe loop's share of the wall in the engine and the device's. Each
+      # repeat probes with batch k+1 launched only after batch k is written (as before the
+      # two-phase loop), then launched after batch k's values are read (sessions 31-37), then
+      # launched before they are read (session 38): side by side in one process. The first
+      # probe compiles FlexAttention's row shapes; the second repeat's three are warm
+      step "probe loop $shape" 260 "${PY[@]}" benchmarks/bench_probe.py --set .device/probe-set.parquet \
+        --random-init "$shape" --tokenizer .device/tok "${dev[@]}" --repeat 2 --launch-ahead three
     fi
   done
   # the same loop without a model (real tokenization and plan, made-up scores): its own
@@ -111,23 +123,31 @@ engine() {
     --random-init 135m --tokenizer .device/tok --device cpu --model-free --repeat 2
 }
 
-cpu() {
-  local entities=40000 synthetic=300000 sample=20000 counts=4,8,16 sweep=1,2,4,8,16 repeats=2
-  local nlist=40000 vectors=200000 threads=1,4,16
-  if [ "$SMOKE" = 1 ]; then
-    entities=1500 synthetic=5000 sample=1000 counts=2 sweep=1,2 repeats=1
-    nlist=256 vectors=5000 threads=1,2
-  fi
-  need msgspec isal.isal_zlib orjson faiss || return 3
+parse() {
+  # issue 37 on every core, no Java and no FAISS (either kit's wheels): the parse alone, 1 worker
+  # against each count, .json.gz and plain; then the bulk load's import files, the main process's
+  # CPU by thread (what stays serial on many cores)
+  local entities=40000 counts=4,8,16 repeats=2
+  [ "$SMOKE" = 1 ] && { entities=1500 counts=2 repeats=1; }
+  need msgspec isal.isal_zlib orjson || return 3
   local dump="$WORK/real.json.gz"
   step "realistic dump" 120 "${PY[@]}" benchmarks/gen_dump.py "$dump" --realistic --entities "$entities"
-  # issue 37: the parse alone, 1 worker against each count, .json.gz and plain
   step "parse scaling" 240 "${PY[@]}" benchmarks/bench_loaders.py --realistic --path "$dump" \
     --workers "$counts" --repeats "$repeats"
-  # issue 37: the bulk load's Python side (import files for neo4j-admin; the tool needs Java)
   step "bulk files" 180 "${PY[@]}" benchmarks/bench_bulk_workers.py --dump "$dump" \
     --workers 1 ${counts//,/ } --tmp "$WORK"
   rm -f "$dump" "${dump%.gz}"
+}
+
+cpu() {
+  local synthetic=300000 sample=20000 sweep=1,2,4,8,16
+  local nlist=40000 vectors=200000 threads=1,4,16
+  if [ "$SMOKE" = 1 ]; then
+    synthetic=5000 sample=1000 sweep=1,2
+    nlist=256 vectors=5000 threads=1,2
+  fi
+  need faiss || return 3
+  parse
   # issue 44: the IVF fill and k-means at 100M entities' 40,000 lists, flat quantizer against
   # the HNSW graph, by threads (on 2 cores: docs/benchmarks.md, "Semantic index at scale, step 8")
   step "ivf quantizer" 150 "${PY[@]}" benchmarks/bench_ivf_quantizer.py --nlist "$nlist" \
@@ -149,7 +169,7 @@ neo4j() {
   [ "$SMOKE" = 1 ] && { entities=1500 threads=1,2 rounds=1 heap=1g; }
   need orjson msgspec isal.isal_zlib neo4j typer || return 3
   export KGPROBE_NEO4J_RUNTIME="$WORK/neo4j-runtime"
-  step "unpack the Java kit" 60 "${PY[@]}" benchmarks/device/java_kit.py unpack .device/java "$KGPROBE_NEO4J_RUNTIME"
+  step "unpack the Java kit" 60 "${PY[@]}" benchmarks/device/java_kit.py unpack "$DEV/java" "$KGPROBE_NEO4J_RUNTIME"
   "$KGPROBE_NEO4J_RUNTIME/jre/bin/java" -version >> "$OUT/env.txt" 2>&1
   local dump="$WORK/neo4j.json" files="$WORK/neo4j-imp"
   rm -rf "$files"
@@ -170,8 +190,8 @@ neo4j() {
 
 what=${1:-}
 case "$what" in
-  engine|cpu|neo4j) ;;
-  *) echo "usage: bash benchmarks/device/run.sh engine|cpu|neo4j" >&2; exit 2 ;;
+  engine|cpu|neo4j|parse) ;;
+  *) echo "usage: bash benchmarks/device/run.sh engine|cpu|neo4j|parse" >&2; exit 2 ;;
 esac
 install "$what"
 environment

@@ -32,8 +32,10 @@ STEPS = ("benchmarks.bench_scoring", "benchmarks.bench_loaders", "benchmarks.ben
 #: the parser's fast paths, imported where present (a missing one degrades, it does not fail)
 FAST_PATHS = (("kgprobe.loaders.wikidata_json", "msgspec"), ("kgprobe.loaders.common", "isal_zlib"))
 
-#: what run.sh's neo4j step imports (the Java kit: image_site.JAVA_KIT_LEAVES are not carried)
-JAVA_STEPS = ("benchmarks.gen_dump", "benchmarks.bench_neo4j_import", "kgprobe.cli",
+#: what run.sh's neo4j and parse steps import (the Java kit: image_site.JAVA_KIT_LEAVES are not
+#: carried)
+JAVA_STEPS = ("benchmarks.gen_dump", "benchmarks.bench_neo4j_import", "benchmarks.bench_loaders",
+              "benchmarks.bench_bulk_workers", "kgprobe.cli",
               "kgprobe.loaders.wikidata_json", "kgprobe.loaders.parallel", "kgprobe.graph.bulk",
               "kgprobe.graph.client", "kgprobe.config", "neo4j_server")
 
@@ -144,3 +146,25 @@ def test_the_probe_loop_step_scores_a_set_without_a_graph(tmp_path: Path) -> Non
     refused = _bench_probe("--set", "demo", "--model-free", "--measure", "belief", "-n", "3")
     assert refused.returncode == 2
     assert "the probe set fixes --measure, -n: leave them out with --set" in refused.stderr
+
+    # --instant: no tokenization, answers at once; what is left of the wall is outside the engine
+    instant = _bench_probe("--set", "demo", "--instant")
+    assert instant.returncode == 0, instant.stderr[-3000:]
+    out = instant.stdout
+    assert "probe [kmin]: 60 facts (" in out and "), 0 forward calls" in out, out
+    per_fact = float(out.split("  per fact: ")[1].split(" ms wall")[0])
+    outside = float(out.split("outside the engine: ")[1].split(" ms wall")[0])
+    assert 0 < outside <= per_fact, out
+    assert _bench_probe("--instant").returncode == 2  # a set's loop only
+
+    # --simulate-device: the loop's three orders over a device thread, one process
+    sim = _bench_probe("--set", "demo", "--simulate-device", "0.2", "--launch-ahead", "three")
+    assert sim.returncode == 0, sim.stderr[-3000:]
+    blocks = sim.stdout.split("launch ahead: ")[1:]
+    assert [b.split("\n", 1)[0] for b in blocks] == ["off", "read-first", "on"], sim.stdout
+    for b, ahead in zip(blocks, ("no", "yes", "yes"), strict=True):
+        assert f"batches launched ahead: {ahead}" in b, b
+        busy = float(b.split("simulated device: busy ")[1].split(" s,")[0])
+        # the same unique requests each time: at least 60 facts' worth at 0.2 ms a request
+        assert busy >= 60 * 0.2e-3, b
+    assert _bench_probe("--launch-ahead", "three").returncode == 2
