@@ -105,18 +105,21 @@ class SimulatedDevice(ModelFree):
     (ModelFree: tokenization, the packing plan) and queues a run that takes MS per unique
     request on a thread of its own, one run after another as on a CUDA stream; ``result``
     waits for it. The loop's own Python is real, so how much of it the device waits for is
-    measured here, not modelled. Not modelled: a launch queue that fills, a synchronising
-    call inside a launch (docs/benchmarks.md, session 38)."""
+    measured here, not modelled. ``queue`` (``--device-queue S``) models CUDA's bounded launch
+    queue: ``submit`` returns only once the device has at most S seconds of work left, as a
+    host blocked in its last launches would. Not modelled: a synchronising call inside a launch
+    (docs/benchmarks.md, session 38)."""
 
     launches_ahead = True
 
-    def __init__(self, engine: Any, ms: float) -> None:
+    def __init__(self, engine: Any, ms: float, queue: float | None = None) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
         super().__init__(engine)
-        self.ms = ms
+        self.ms, self.queue = ms, queue
         self.stream = ThreadPoolExecutor(1, thread_name_prefix="device")
         self.busy = 0.0
+        self.ends = 0.0  # when the work queued so far ends (perf_counter)
 
     def _compute(self, n: int) -> None:
         t = time.perf_counter()
@@ -127,7 +130,11 @@ class SimulatedDevice(ModelFree):
         from kgprobe.probing.engine import Submitted
 
         out = ModelFree.run(self, requests)
-        queued = self.stream.submit(self._compute, len(set(requests)))
+        n = len(set(requests))
+        queued = self.stream.submit(self._compute, n)
+        self.ends = max(time.perf_counter(), self.ends) + n * self.ms / 1000
+        if self.queue is not None:  # the last launches wait for room in the queue
+            time.sleep(max(0.0, self.ends - self.queue - time.perf_counter()))
 
         def read() -> list[Any]:
             queued.result()
@@ -339,6 +346,9 @@ def main() -> None:
     ap.add_argument("--simulate-device", type=float, default=None, metavar="MS",
                     help="with --set: ModelFree's host work, then a device thread taking MS per "
                          "request (what the device waits for in the loop)")
+    ap.add_argument("--device-queue", type=float, default=None, metavar="S",
+                    help="with --simulate-device: a launch returns once at most S seconds of "
+                         "device work are left (a bounded launch queue)")
     ap.add_argument("--batch-facts", type=int, default=16)
     ap.add_argument("--write-batch", type=int, default=None, help="facts per write transaction")
     ap.add_argument("--pipeline", type=int, default=None, help="pipeline depth (0: one thread)")
@@ -521,7 +531,7 @@ def _bench_set(args: argparse.Namespace) -> None:
         _set_ahead(engine, "on" if mode == "read-first" else mode)
         _read_first(mode == "read-first")
         runner: Any = (Instant() if args.instant else ModelFree(engine) if args.model_free
-                       else SimulatedDevice(engine, args.simulate_device)
+                       else SimulatedDevice(engine, args.simulate_device, args.device_queue)
                        if args.simulate_device is not None else engine)
         if isinstance(runner, SimulatedDevice) and mode in ("on", "off", "read-first"):
             runner.launches_ahead = mode != "off"
@@ -538,7 +548,8 @@ def _bench_set(args: argparse.Namespace) -> None:
                 w1 - w0, c1 - c0, engine, runner, parts)
         if isinstance(runner, SimulatedDevice):
             print(f"  simulated device: busy {runner.busy:.2f} s, {100 * runner.busy / max(w1 - w0, 1e-9):.1f} % "
-                  f"of the probe's wall ({runner.ms} ms a request)", flush=True)
+                  f"of the probe's wall ({runner.ms} ms a request"
+                  f"{'' if runner.queue is None else f', queue {runner.queue} s'})", flush=True)
     _read_first(False)
     print(f"load average after: {os.getloadavg()[0]:.1f}")
 

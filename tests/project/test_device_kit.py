@@ -158,7 +158,8 @@ def test_the_probe_loop_step_scores_a_set_without_a_graph(tmp_path: Path) -> Non
     assert _bench_probe("--instant").returncode == 2  # a set's loop only
 
     # --simulate-device: the loop's three orders over a device thread, one process
-    sim = _bench_probe("--set", "demo", "--simulate-device", "0.2", "--launch-ahead", "three")
+    sim = _bench_probe("--set", "demo", "--simulate-device", "0.2", "--device-queue", "0.001",
+                       "--launch-ahead", "three")
     assert sim.returncode == 0, sim.stderr[-3000:]
     blocks = sim.stdout.split("launch ahead: ")[1:]
     assert [b.split("\n", 1)[0] for b in blocks] == ["off", "read-first", "on"], sim.stdout
@@ -166,5 +167,5 @@ def test_the_probe_loop_step_scores_a_set_without_a_graph(tmp_path: Path) -> Non
         assert f"batches launched ahead: {ahead}" in b, b
         busy = float(b.split("simulated device: busy ")[1].split(" s,")[0])
         # the same unique requests each time: at least 60 facts' worth at 0.2 ms a request
-        assert busy >= 60 * 0.2e-3, b
+        assert busy >= 60 * 0.2e-3 and "(0.2 ms a request, queue 0.001 s)" in b, b
     assert _bench_probe("--launch-ahead", "three").returncode == 2
