@@ -535,7 +535,7 @@ def _bench_set(args: argparse.Namespace) -> None:
                        if args.simulate_device is not None else engine)
         if isinstance(runner, SimulatedDevice) and mode in ("on", "off", "read-first"):
             runner.launches_ahead = mode != "off"
-        if mode in ("on", "off", "read-first") and args.launch_ahead in ("both", "three"):
+        if args.launch_ahead in ("both", "three"):
             print(f"launch ahead: {mode}")
         parts.reset()
         w0, c0 = _clock()

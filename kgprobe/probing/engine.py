@@ -179,7 +179,7 @@ class Engine:
         right after them. With a cache, a request one of them computes is not launched again
         but taken from it when this run is read (counted as the cache hit it would be had that
         run been read first), so the same requests are computed as one run after the other."""
-        done, chunks, waits = self._lookup(requests, in_flight=True)
+        done, chunks, waits = self._lookup(requests)
         last = self._pipeline(chunks, done, None)
 
         def result() -> list[Result]:
@@ -207,20 +207,20 @@ class Engine:
         storing what is done."""
         return self.ahead if self.ahead is not None else self.backend.launches_ahead()
 
-    def _lookup(self, requests: Sequence[Request], in_flight: bool = False,
+    def _lookup(self, requests: Sequence[Request],
                 ) -> tuple[dict[Request, Result], list[list[Request]], dict[Request, Submitted]]:
-        """The results the cache has, the rest in chunks of ``chunk_size``, and (``in_flight``,
-        with a cache) which of the rest a run in flight computes, left out of the chunks."""
+        """The results the cache has, the rest in chunks of ``chunk_size``, and (with a cache)
+        which of the rest a run in flight computes, left out of the chunks (``run`` has read
+        every run in flight first: none)."""
         unique = list(dict.fromkeys(requests))
         done: dict[Request, Result] = {}
         waits: dict[Request, Submitted] = {}
         if self.cache is not None:
             done = self.cache.get_many(self.fingerprint, unique)
-            if in_flight:
-                for run in self._in_flight:
-                    if not run.done:
-                        waits.update((r, run) for r in unique
-                                     if r in run.computes and r not in done and r not in waits)
+            for run in self._in_flight:
+                if not run.done:
+                    waits.update((r, run) for r in unique
+                                 if r in run.computes and r not in done and r not in waits)
             self.stats.cache_hits += len(done) + len(waits)
         todo = [r for r in unique if r not in done and r not in waits]
         chunks = [todo[i : i + self.chunk_size] for i in range(0, len(todo), self.chunk_size)]
