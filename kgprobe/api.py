@@ -324,22 +324,54 @@ def bulk_ingest(
     max_errors: int = 100,
     quiet: bool = False,
     workers: int = 1,
+    resume: bool = False,
 ) -> tuple[IngestSummary, str]:
     """The bulk first load of an empty database: the import files in ``directory``
     (graph/bulk.py), imported into ``neo4j_home``'s Neo4j database when given (the server
     stopped), or, when no ``NEO4J_URI`` is configured, into the managed ArcadeDB through its
     own GraphImporter (graph/bulk_arcadedb.py). Returns the summary and what is left to do, in
-    one line."""
+    one line.
+
+    The files of a JSON dump are written with checkpoints in ``directory`` (at most one a
+    minute, ``KGPROBE_BULK_CHECKPOINT_S``); ``resume`` continues a load that was stopped from
+    its last one (the same sources and options), or, when its files were complete, goes
+    straight to the import."""
+    import sys
+
     from kgprobe.graph.bulk import (
+        CHECKPOINT_FILE,
         DATABASE,
+        BulkCheckpoints,
+        ImportFiles,
         build_chunk,
         check_bulk_dir,
         check_neo4j_home,
+        read_checkpoint,
         run_import,
+        summary_of,
         write_import_files,
     )
+    from kgprobe.loaders import LOADERS, detect_format
+    from kgprobe.loaders.resume import position_of, position_record
 
     _check_sources(sources, sparql, batch_size, max_errors, workers, relation, limit)
+    resumable = not sparql and all(LOADERS[detect_format(s)].resumable for s in sources)
+    if resume and not resumable:
+        raise ConfigError("--bulk --resume continues a load of JSON dumps or JSON lines files only "
+                          "(--sparql and RDF files have no checkpoints): start again with an empty "
+                          "--bulk directory")
+    resolved = [str(Path(s).resolve()) for s in sources]
+    context: dict[str, Any] = {"sources": resolved, "relation": sorted(relation or []),
+               "subject": sorted(subject or []), "language": language, "rank": sorted(rank or []),
+               "limit": limit}
+    state = None
+    if resume:
+        check_bulk_dir(Path(directory), resume=True)
+        state = read_checkpoint(Path(directory))
+        if state.get("context") != context:
+            raise ConfigError(f"--bulk {directory} --resume: the stopped load read other sources or "
+                              f"options ({_context_text(state.get('context'))}); run it with those, "
+                              "or start again with an empty --bulk directory")
     settings = Settings.load() if neo4j_home is None else None
     managed = settings is not None and settings.uri is None
     if neo4j_home is not None:
@@ -347,18 +379,40 @@ def bulk_ingest(
     if settings is not None and managed:
         from kgprobe.graph.bulk_arcadedb import refuse_non_empty
 
-        check_bulk_dir(Path(directory))  # before the server is started
+        check_bulk_dir(Path(directory), resume=resume)  # before the server is started
         _bulk_arcadedb(settings)
         with connect(settings) as graph:  # refused before any file is read
             refuse_non_empty(graph, str(settings.home))
-    records = _records_for(
-        sources, sparql=sparql, relations=relation, subjects=subject, language=language,
-        ranks=rank, limit=limit, workers=workers,
-        post=build_chunk if workers > 1 else None,  # each worker formats its chunk's import rows
-    )
-    with _ingest_progress(quiet) as (watched, on_flush):
-        files = write_import_files(watched(records), Path(directory), batch_size=batch_size,
-                                   error_budget=max_errors, on_flush=on_flush)
+    if state is not None and state.get("finished"):
+        print(f"--bulk {directory}: its import files are complete; importing them", file=sys.stderr)
+        files = ImportFiles(Path(directory), [str(a) for a in state["args"]],
+                            summary_of(state["summary"]), [str(m) for m in state["multiline"]])
+    else:
+        starts: dict[str, Position] = {}
+        todo = list(sources)
+        if state is not None:
+            saved = state.get("position")
+            path = saved.get("path") if isinstance(saved, dict) else None
+            where = Path(directory) / CHECKPOINT_FILE
+            if not isinstance(path, str) or path not in resolved:
+                raise ConfigError(f"--resume: {where} names no position in the sources; start again "
+                                  "with an empty --bulk directory")
+            at = resolved.index(path)
+            source = todo[at]
+            start = position_of(saved, source, where, "start again with an empty --bulk directory")
+            todo, starts = todo[at:], {str(source): start}
+            print(f"{source}: resuming the bulk load at byte {start.offset:,} (line {start.line:,}), "
+                  "its last checkpoint", file=sys.stderr)
+        records = _records_for(
+            todo, sparql=sparql, relations=relation, subjects=subject, language=language,
+            ranks=rank, limit=limit, workers=workers, starts=starts,
+            post=build_chunk if workers > 1 else None,  # each worker formats its chunk's import rows
+        )
+        checkpoints = BulkCheckpoints(position_record, context, _checkpoint_seconds()) if resumable else None
+        with _ingest_progress(quiet) as (watched, on_flush):
+            files = write_import_files(watched(records), Path(directory), batch_size=batch_size,
+                                       error_budget=max_errors, on_flush=on_flush,
+                                       checkpoints=checkpoints, resume=state)
     if managed:
         return files.summary, _arcadedb_import(files, settings, batch_size)
     if neo4j_home is None:
@@ -369,6 +423,44 @@ def bulk_ingest(
     return files.summary, (
         f"imported into {neo4j_home} (database {DATABASE}); start Neo4j: kgprobe's first "
         "connection creates the constraints and indexes")
+
+
+#: Seconds between a bulk load's checkpoints (graph/bulk.py ``CHECKPOINT_SECONDS`` by default).
+ENV_BULK_CHECKPOINT_S = "KGPROBE_BULK_CHECKPOINT_S"
+
+
+def _checkpoint_seconds() -> float:
+    """``KGPROBE_BULK_CHECKPOINT_S`` (a number ≥ 0), or graph/bulk.py's default."""
+    import math
+    import os
+
+    from kgprobe.graph.bulk import CHECKPOINT_SECONDS
+
+    raw = os.environ.get(ENV_BULK_CHECKPOINT_S)
+    if not raw:
+        return CHECKPOINT_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise ConfigError(f"{ENV_BULK_CHECKPOINT_S} must be a number of seconds >= 0, not {raw!r}")
+    return seconds
+
+
+def _context_text(context: Any) -> str:
+    """A stopped bulk load's sources and options, as one line names them."""
+    if not isinstance(context, dict):
+        return "unknown"
+    parts = [", ".join(map(str, context.get("sources") or [])) or "no files"]
+    for k in ("relation", "subject", "rank"):
+        if context.get(k):
+            parts.append(f"--{k} " + ",".join(map(str, context[k])))
+    if context.get("language") not in (None, "en"):
+        parts.append(f"--language {context['language']}")
+    if context.get("limit") is not None:
+        parts.append(f"--limit {context['limit']}")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -405,9 +497,6 @@ def ingest(
 
     if bulk is None and neo4j_home is not None:
         raise ConfigError("--neo4j-home goes with --bulk DIR (the directory of the import files)")
-    if bulk is not None and resume:
-        raise ConfigError("--resume continues an online ingest; a bulk load into an empty "
-                          "database starts again from an empty --bulk directory")
     check_number("--workers", workers, 1)
     if workers is None:
         workers = default_workers(server_here=bulk is None and _server_here(Settings.load()))
@@ -415,7 +504,7 @@ def ingest(
         summary, note = bulk_ingest(
             sources, bulk, neo4j_home=neo4j_home, sparql=sparql, relation=relation, subject=subject,
             language=language, rank=rank, limit=limit, batch_size=batch_size, max_errors=max_errors,
-            quiet=quiet, workers=workers)
+            quiet=quiet, workers=workers, resume=resume)
         return Ingested(summary, note)
     return Ingested(ingest_sources(
         sources, resume=resume, sparql=sparql, relation=relation, subject=subject, language=language,

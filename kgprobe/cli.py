@@ -296,7 +296,7 @@ def ingest(
     batch_size: int = typer.Option(5000, help="Records per transaction (at least 1)."),
     max_errors: int = typer.Option(100, help="Malformed or refused records tolerated before stopping (0 = none)."),
     workers: int | None = typer.Option(None, "--workers", help="Processes that parse a JSON dump or JSON lines file (default: the machine's cores, less one for a graph server on this machine during an online ingest; 1 = in this process). The records are the same for any number; with --bulk the workers also format the import rows. RDF and SPARQL ignore it."),
-    resume: bool = typer.Option(False, "--resume", help="Start each JSON dump or JSON lines file at its checkpoint (after the last committed batch of a load that was stopped) rather than at its start; a file changed since is refused."),
+    resume: bool = typer.Option(False, "--resume", help="Start each JSON dump or JSON lines file at its checkpoint (after the last committed batch of a load that was stopped) rather than at its start; a file changed since is refused. With --bulk DIR: continue the stopped bulk load whose checkpoint is in DIR (the same files and options), or import its files if they were complete."),
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON."),
     bulk: str | None = typer.Option(None, "--bulk", help="First load of an EMPTY database, files written into this new directory: the managed ArcadeDB (no NEO4J_URI) is loaded by its own GraphImporter; for Neo4j, the neo4j-admin import files (run with --neo4j-home)."),
     neo4j_home: str | None = typer.Option(None, "--neo4j-home", help="With --bulk: also run that Neo4j installation's neo4j-admin import (server stopped, database empty)."),
@@ -306,7 +306,8 @@ def ingest(
     A JSON dump's load saves a checkpoint after each committed batch; a load that was killed
     continues with --resume, from the last checkpoint, never from the start. --bulk loads an
     empty database instead: the managed ArcadeDB through its GraphImporter, or Neo4j through
-    neo4j-admin import files (docs/loaders.md).
+    neo4j-admin import files (docs/loaders.md); its checkpoints (one a minute) are kept in the
+    --bulk directory, and --resume continues it from there too.
 
     Example: kgprobe ingest latest-all.json.bz2 -r P36 -r P17 --limit 100000"""
     from kgprobe.api import ingest as run

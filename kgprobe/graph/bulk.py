@@ -44,15 +44,18 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import os
 import shutil
 import subprocess
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NamedTuple, cast
+from typing import IO, Any, NamedTuple, TypedDict, cast
 
+from kgprobe.config import write_private_text
 from kgprobe.errors import ConfigError, KgprobeError
 from kgprobe.graph.ingest import (
     SAMPLE_INDEX_MARKER,
@@ -64,7 +67,7 @@ from kgprobe.graph.ingest import (
     _Written,
     batch_rows,
 )
-from kgprobe.records import ErrorRecord, Record, SkipRecord
+from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
 from kgprobe.runtime import rare_collections
 
 #: Separates the elements of a list property (aliases) in a CSV field: a control character that
@@ -116,6 +119,14 @@ def _field(value: Any) -> Any:
     if isinstance(value, bool):
         return "true" if value else "false"
     return value
+
+
+class FileState(TypedDict):
+    """An import file at a checkpoint (`_CsvFile.saved`)."""
+
+    size: int
+    rows: int
+    multiline: FileState | None
 
 
 class _CsvFile:
@@ -199,6 +210,37 @@ class _CsvFile:
             self._fh = None
         if self.multiline is not None:
             self.multiline.close()
+
+    def saved(self) -> FileState:
+        """What a checkpoint keeps of this file: its bytes so far (written through to the
+        operating system, so that a killed process leaves them) and rows, and its sibling's."""
+        size = 0
+        if self._fh is not None:
+            self._fh.flush()
+            size = os.fstat(self._fh.fileno()).st_size
+        ml = self.multiline.saved() if self.multiline is not None else None
+        return {"size": size, "rows": self.rows, "multiline": ml}
+
+    def restore(self, state: FileState) -> None:
+        """This file as it was at a checkpoint: cut back to its bytes then (rows written after
+        it are gone), appended to from there; a file that had no rows then is removed."""
+        path = self.directory / self.name
+        if state["size"]:
+            if not path.is_file() or path.stat().st_size < state["size"]:
+                raise ConfigError(f"--resume: {path} is shorter than at the checkpoint; the bulk "
+                                  "directory was changed, so start again with an empty one")
+            os.truncate(path, state["size"])
+            self._fh = path.open("a", encoding="utf-8", newline="")
+        else:
+            path.unlink(missing_ok=True)
+        self.rows = state["rows"]
+        ml = state["multiline"]
+        if ml is None:
+            (self.directory / f"{self.name.removesuffix('.csv')}-ml.csv").unlink(missing_ok=True)
+        else:
+            stem = self.name.removesuffix(".csv")
+            self.multiline = _CsvFile(self.directory, f"{stem}-ml.csv", self.header)
+            self.multiline.restore(ml)
 
     def files(self) -> list[_CsvFile]:
         """This file and its multiline sibling, those that hold rows."""
@@ -455,13 +497,78 @@ class QidSet:
         return i < len(self.bits) and bool(self.bits[i] & (1 << (n & 7)))
 
 
-def check_bulk_dir(directory: Path) -> Path:
-    """``directory`` when it is new or empty; `ConfigError` otherwise (the files go there)."""
+def check_bulk_dir(directory: Path, resume: bool = False) -> Path:
+    """``directory`` when it is new or empty, or with ``resume`` when it holds a bulk load's
+    checkpoint; `ConfigError` otherwise (the files go there)."""
     directory = Path(directory)
+    if resume:
+        if not (directory / CHECKPOINT_FILE).is_file():
+            raise ConfigError(f"--bulk {directory} --resume: no checkpoint of a bulk load there "
+                              f"({CHECKPOINT_FILE}); start with an empty directory, without --resume")
+        return directory
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        if (directory / CHECKPOINT_FILE).is_file():
+            raise ConfigError(f"--bulk {directory}: holds a bulk load's checkpoint; --resume "
+                              "continues that load (or imports its files, if they were complete), "
+                              "or give a new or empty directory")
         raise ConfigError(f"--bulk {directory}: not an empty directory (the import files are "
                           "written there; give a new or empty one)")
     return directory
+
+
+#: A bulk load's checkpoint, in its directory: what `kgprobe ingest --bulk DIR --resume` starts
+#: from (`BulkWriter`).
+CHECKPOINT_FILE = "checkpoint.json"
+#: Seconds between two checkpoints of a bulk load: each writes the written entities' bit set
+#: (~15 MB for all of Wikidata) besides a small JSON file, so a killed load loses at most this
+#: much work (``KGPROBE_BULK_CHECKPOINT_S`` overrides it in kgprobe.api).
+CHECKPOINT_SECONDS = 60.0
+CHECKPOINT_VERSION = 1
+
+
+@dataclass
+class BulkCheckpoints:
+    """How a bulk load keeps checkpoints: ``record`` turns a reader's position into what is
+    kept of it (kgprobe.loaders.resume.position_record: the file's identity too); ``context``
+    is the load's sources and options, which a resume must repeat; at most one per
+    ``seconds``."""
+
+    record: Callable[[Position], Mapping[str, Any]]
+    context: Mapping[str, Any]
+    seconds: float = CHECKPOINT_SECONDS
+
+
+def read_checkpoint(directory: Path) -> dict[str, Any]:
+    """The checkpoint of the bulk load in ``directory`` (`check_bulk_dir` with ``resume``
+    first); one line when it cannot be read."""
+    path = Path(directory) / CHECKPOINT_FILE
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+            raise ValueError(f"not a version {CHECKPOINT_VERSION} checkpoint")
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--resume: {path} cannot be read ({exc}); start again with an empty "
+                          "--bulk directory") from None
+    return state
+
+
+def _summary_state(s: IngestSummary) -> dict[str, Any]:
+    return {**{k: getattr(s, k) for k in _SUMMARY_COUNTS}, "skipped": dict(s.skipped),
+            "errors": [[e.location, e.message] for e in s.errors]}
+
+
+def summary_of(state: Mapping[str, Any]) -> IngestSummary:
+    """The summary a checkpoint kept (`_summary_state`)."""
+    s = IngestSummary()
+    for k in _SUMMARY_COUNTS:
+        setattr(s, k, int(state[k]))
+    s.skipped.update({str(k): int(v) for k, v in state["skipped"].items()})
+    s.errors = [ErrorRecord(location=str(loc), message=str(msg)) for loc, msg in state["errors"]]
+    return s
+
+
+_SUMMARY_COUNTS = ("records", "entities", "relations", "facts", "qualifiers", "temporal_facts",
+                   "type_edges", "redirects", "redirects_resolved", "error_count")
 
 
 class BulkWriter(RecordBatcher[BatchText]):
@@ -476,9 +583,14 @@ class BulkWriter(RecordBatcher[BatchText]):
     entity once)."""
 
     def __init__(self, directory: Path, *, batch_size: int = 5000, error_budget: int = 100,
-                 on_flush: Callable[[IngestSummary], None] | None = None) -> None:
-        directory = check_bulk_dir(directory)
+                 on_flush: Callable[[IngestSummary], None] | None = None,
+                 checkpoints: BulkCheckpoints | None = None,
+                 resume: Mapping[str, Any] | None = None) -> None:
+        directory = check_bulk_dir(directory, resume=resume is not None)
         super().__init__(batch_size=batch_size, error_budget=error_budget, on_flush=on_flush)
+        self._checkpoints = checkpoints
+        self._saved_at = time.monotonic()
+        self._bits_file: str | None = None  # the written entities' bit set of the last checkpoint
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
         d = directory
@@ -503,14 +615,94 @@ class BulkWriter(RecordBatcher[BatchText]):
         self._redirects: dict[str, str] = {}
         self._fact_next: dict[str, int] = {}
         self._type_next: dict[str, int] = {}
+        if resume is not None:
+            self._restore(resume)
 
     # --- the batches ----------------------------------------------------------------------
     def add(self, record: Record) -> None:
-        """A record, or a chunk's rows built by a worker (`build_chunk`)."""
+        """A record, or a chunk's rows built by a worker (`build_chunk`), or a position in the
+        input (a checkpoint is saved there when one is due)."""
         if record.__class__ is ChunkRows:
             self._add_chunk(cast(ChunkRows, record))
+        elif (record.__class__ is Position and self._checkpoints is not None
+              and time.monotonic() - self._saved_at >= self._checkpoints.seconds):
+            # everything before the position is written, nothing after it: the files, the
+            # written entities and the counts are those of the input up to there, exactly
+            self.flush()
+            super().add(record)
+            self._save(cast(Position, record))
         else:
             super().add(record)
+
+    # --- checkpoints: a killed load resumes (`kgprobe ingest --bulk DIR --resume`) ----------
+    def _files(self) -> dict[str, _CsvFile]:
+        """The files written as rows arrive, by a name the checkpoint keeps them under."""
+        return {"facts": self._facts, "instance_of": self._instance_of,
+                "subclass_of": self._subclass_of, "inferred": self._inferred,
+                "referred": self._referred, "fact_slots": self._fact_slots,
+                "type_slots": self._type_slots}
+
+    def _save(self, position: Position) -> None:
+        """A checkpoint at ``position`` (the writer idle, every row before it written): each
+        file's length and rows, what the writer keeps in memory, the summary; the written
+        entities' bits in a file of their own, named in the checkpoint, which is written last,
+        atomically (a kill leaves the previous checkpoint or this one)."""
+        assert self._checkpoints is not None
+        d = self.directory
+        n = int(self._bits_file.split("-")[1].split(".")[0]) + 1 if self._bits_file else 0
+        bits = f"entities-{n}.bits"
+        with (d / bits).open("wb") as fh:
+            fh.write(self._entities.bits)
+        state = {
+            "version": CHECKPOINT_VERSION, "finished": False,
+            "context": dict(self._checkpoints.context),
+            "position": dict(self._checkpoints.record(position)),
+            "files": {k: f.saved() for k, f in self._files().items()},
+            "entity_files": [[[list(x) for x in sig], f.saved()] for sig, f in self._entity_files.items()],
+            "entity_multiline": [[q, [list(x) for x in sig], line] for q, sig, line in self._entity_multiline],
+            "entities": {"bits": bits, "other": sorted(self._entities.other)},
+            "relations": self._relations, "redirects": self._redirects,
+            "fact_next": self._fact_next, "type_next": self._type_next,
+            "summary": _summary_state(self.summary),
+        }
+        write_private_text(d / CHECKPOINT_FILE, json.dumps(state))
+        if self._bits_file:
+            (d / self._bits_file).unlink(missing_ok=True)
+        self._bits_file = bits
+        self._saved_at = time.monotonic()
+
+    def _restore(self, state: Mapping[str, Any]) -> None:
+        """The writer as it was at the checkpoint ``state``: files cut back to their length
+        then, files begun after it removed, memory and summary as they were."""
+        try:
+            for k, f in self._files().items():
+                f.restore(state["files"][k])
+            for i, (sig, fs) in enumerate(state["entity_files"]):
+                f = self._entity_file(tuple(tuple(x) for x in sig))
+                if f.name != f"entity-{i}.part":
+                    raise ValueError("entity files out of order")
+                f.restore(fs)
+            known = {f.name for f in (*self._files().values(), *self._entity_files.values())}
+            known.add(str(state["entities"]["bits"]))
+            # begun after the checkpoint, or left by a kill while one was being saved
+            for pattern in ("entity-*.part", "entities-*.bits", f".{CHECKPOINT_FILE}.*.tmp"):
+                for path in self.directory.glob(pattern):
+                    if path.name not in known:
+                        path.unlink()
+            self._entity_multiline = [(q, tuple(tuple(x) for x in sig), line)
+                                      for q, sig, line in state["entity_multiline"]]
+            ents = state["entities"]
+            self._bits_file = str(ents["bits"])
+            self._entities.bits = bytearray((self.directory / self._bits_file).read_bytes())
+            self._entities.other = set(ents["other"])
+            self._relations = dict(state["relations"])
+            self._redirects = dict(state["redirects"])
+            self._fact_next = {str(k): int(v) for k, v in state["fact_next"].items()}
+            self._type_next = {str(k): int(v) for k, v in state["type_next"].items()}
+            self.summary = summary_of(state["summary"])
+        except (KeyError, TypeError, ValueError, OSError) as exc:
+            raise ConfigError(f"--resume: the checkpoint in {self.directory} does not match its "
+                              f"files ({exc!r}); start again with an empty --bulk directory") from None
 
     def _add_chunk(self, chunk: ChunkRows) -> None:
         """A worker's chunk: one batch, written after the records buffered before it (the first
@@ -597,6 +789,7 @@ class BulkWriter(RecordBatcher[BatchText]):
         type_files: list[_CsvFile] = []
         entity_files: list[_CsvFile] = []
         found: set[str] = set()
+        parts: list[Path] = []  # removed once the import files are whole (a resume may need them)
         for i, (sig, part) in enumerate(self._entity_files.items()):
             ef = _CsvFile(d, f"nodes-entity-{i}.csv", part.header)
             tf = _CsvFile(d, f"nodes-type-{i}.csv", part.header + _TYPE_COUNTERS)
@@ -609,7 +802,7 @@ class BulkWriter(RecordBatcher[BatchText]):
                                         types, found, ef, tf)
             lines = [(q, line) for q, s, line in self._entity_multiline if s == sig]
             self._sort_entities(lines, types, found, ef, tf)
-            (d / part.name).unlink(missing_ok=True)
+            parts.append(d / part.name)
             ef.close()
             tf.close()
             type_files.append(tf)
@@ -631,7 +824,7 @@ class BulkWriter(RecordBatcher[BatchText]):
                             stubs.write(rows)
                             rows = []
                 stubs.write(rows)
-        (d / self._referred.name).unlink(missing_ok=True)
+        parts.append(d / self._referred.name)
         stubs.close()
         relations = _CsvFile(d, "nodes-relation.csv",
                              "pid,label,description,aliases:string[],slots_next:long,slots:long")
@@ -668,6 +861,13 @@ class BulkWriter(RecordBatcher[BatchText]):
         if multiline:
             args += ["--multiline-fields-format=v2", f"--multiline-fields={','.join(multiline)}"]
         (d / "import.args").write_text("\n".join(args) + "\n", encoding="utf-8")
+        if self._checkpoints is not None:  # a resume goes straight to the import
+            write_private_text(d / CHECKPOINT_FILE, json.dumps({
+                "version": CHECKPOINT_VERSION, "finished": True,
+                "context": dict(self._checkpoints.context), "args": args, "multiline": multiline,
+                "summary": _summary_state(self.summary)}))
+        for path in (*parts, *d.glob("entities-*.bits")):
+            path.unlink(missing_ok=True)
         return ImportFiles(d, args, self.summary, multiline)
 
     @staticmethod
@@ -685,12 +885,17 @@ class BulkWriter(RecordBatcher[BatchText]):
 
 def write_import_files(records: Iterable[Record], directory: Path, *, batch_size: int = 5000,
                        error_budget: int = 100,
-                       on_flush: Callable[[IngestSummary], None] | None = None) -> ImportFiles:
+                       on_flush: Callable[[IngestSummary], None] | None = None,
+                       checkpoints: BulkCheckpoints | None = None,
+                       resume: Mapping[str, Any] | None = None) -> ImportFiles:
     """Stream ``records`` into import files in ``directory``; `InputError` past the budget.
-    Records and rows are made in bulk, so the cyclic collector runs rarely meanwhile, as in an
-    online ingest (`kgprobe.runtime`): 3.3 of 21.2 CPU-s for a 1M-statement dump in one process
-    at Python's default threshold (docs/benchmarks.md)."""
-    writer = BulkWriter(directory, batch_size=batch_size, error_budget=error_budget, on_flush=on_flush)
+    With ``checkpoints``, a checkpoint at a position of the records now and then; with
+    ``resume`` (a checkpoint: `read_checkpoint`) the files go on from it, and ``records``
+    start at its position. Records and rows are made in bulk, so the cyclic collector runs
+    rarely meanwhile, as in an online ingest (`kgprobe.runtime`): 3.3 of 21.2 CPU-s for a
+    1M-statement dump in one process at Python's default threshold (docs/benchmarks.md)."""
+    writer = BulkWriter(directory, batch_size=batch_size, error_budget=error_budget, on_flush=on_flush,
+                        checkpoints=checkpoints, resume=resume)
     try:
         with rare_collections():
             for record in records:

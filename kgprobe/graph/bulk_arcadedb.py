@@ -192,6 +192,8 @@ def write_arcadedb_files(files: ImportFiles) -> ArcadeFiles:
     """The import files of ``files`` as GraphImporter's JSON lines and configuration."""
     d = files.directory
     out = d / SUBDIR
+    if out.is_dir():  # made by a load that stopped after its import files were complete
+        shutil.rmtree(out)
     out.mkdir()
     result = ArcadeFiles(config=out / "graphimporter.json")
     vertex_files: dict[str, list[str]] = {}

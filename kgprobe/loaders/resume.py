@@ -18,11 +18,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
+from kgprobe.config import write_private_text
 from kgprobe.errors import InputError
 from kgprobe.records import Position
 
@@ -48,21 +47,18 @@ def _identity(source: str | Path) -> FileIdentity:
     return {"path": str(Path(source).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
+def position_record(position: Position) -> dict[str, Any]:
+    """``position`` as a checkpoint keeps it: where in the file, and which file it is (path,
+    size, modification time), so that a changed file is refused (`position_of`)."""
+    return {**_identity(position.source), "offset": position.offset, "line": position.line,
+            "entities": position.entities, "stream": position.stream}
+
+
 def save_checkpoint(home: Path, position: Position) -> None:
     """Record that every line of ``position.source`` before ``position.offset`` is committed."""
     target = checkpoint_file(home, position.source)
     target.parent.mkdir(parents=True, exist_ok=True)
-    data = {**_identity(position.source), "offset": position.offset, "line": position.line,
-            "entities": position.entities, "stream": position.stream}
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_private_text(target, json.dumps(position_record(position)))
 
 
 def load_checkpoint(home: Path, source: str | Path) -> Position | None:
@@ -71,19 +67,29 @@ def load_checkpoint(home: Path, source: str | Path) -> Position | None:
     path = checkpoint_file(home, source)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{source}: the checkpoint {path} cannot be read ({exc}); delete it to "
+                         "start from the beginning") from None
+    return position_of(data, source, path)
+
+
+def position_of(data: Any, source: str | Path, path: Path, remedy: str | None = None) -> Position:
+    """The position a checkpoint (`position_record`, read back from ``path``) names in
+    ``source``; InputError (one line) when it cannot be read or the file changed since.
+    ``remedy``: what the line tells the user to do instead (by default: delete ``path``)."""
+    remedy = remedy or f"delete {path} to start from the beginning"
+    try:
         offset, line, entities = int(data["offset"]), int(data["line"]), int(data["entities"])
         size, mtime_ns = int(data["size"]), int(data["mtime_ns"])
         stream = int(data.get("stream", -1))  # (a checkpoint of an older kgprobe has none)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InputError(f"{source}: the checkpoint {path} cannot be read ({exc}); delete it to "
-                         "start from the beginning") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{source}: the checkpoint {path} cannot be read ({exc}); {remedy}") from None
     now = _identity(source)
     if (now["size"], now["mtime_ns"]) != (size, mtime_ns):
         raise InputError(f"{source}: changed since its checkpoint was taken (size or modification "
-                         f"time differ), so it cannot be resumed; delete {path} to start from the "
-                         "beginning")
+                         f"time differ), so it cannot be resumed; {remedy}")
     return Position(source=str(source), offset=offset, line=line, entities=entities,
                     read=0, size=size, stream=stream)
 

@@ -267,7 +267,9 @@ def test_bulk_import_files_without_a_server(tmp_path: Path) -> None:
     args = (tmp_path / "import" / "import.args").read_text(encoding="utf-8").split()
     files = [a.split("=", 2)[2] for a in args if a.startswith(("--nodes=", "--relationships="))]
     assert files and all((tmp_path / "import" / f).is_file() for f in files)
-    assert sorted(p.name for p in (tmp_path / "import").iterdir()) == sorted([*files, "import.args"])
+    # and the load's last checkpoint: a --resume goes straight to the import (test_bulk_resume.py)
+    assert sorted(p.name for p in (tmp_path / "import").iterdir()) == sorted([*files, "import.args",
+                                                                              "checkpoint.json"])
     # one line per FACT edge, plus the header
     fact_lines = (tmp_path / "import" / "rels-fact.csv").read_text(encoding="utf-8").count("\n")
     assert fact_lines == demo_facts + 1
