@@ -105,7 +105,7 @@ def arcadedb_bulk_side(root: Path, dump: Path, heap: str, batch_size: int, worke
         t0 = time.monotonic()
         files = write_import_files(records(dump, workers), root / "import", batch_size=batch_size)
         t1 = time.monotonic()
-        arcade = write_arcadedb_files(files)
+        arcade = write_arcadedb_files(files, workers)  # as `kgprobe ingest --bulk --workers N`
         t2 = time.monotonic()
         server.while_stopped(importer)
         t3 = time.monotonic()
@@ -144,8 +144,8 @@ def main() -> None:
     ap.add_argument("--server", choices=("neo4j", "arcadedb"), default="neo4j")
     ap.add_argument("--tmp", default=None, help="where the dump, import files and servers go")
     ap.add_argument("--workers", type=int, default=1,
-                    help="the bulk side's parse workers (rows formatted in them, as `kgprobe ingest "
-                         "--bulk --workers N`); the online side runs in one process, the default "
+                    help="the bulk side's parse workers (rows formatted in them, and for ArcadeDB its JSON "
+                         "lines written, as `kgprobe ingest --bulk --workers N`); the online side runs in one process, the default "
                          "for an online load on 2 cores")
     ap.add_argument("--dump", type=Path, default=None,
                     help="a dump made before by gen_dump.py --realistic (with --statements: its count)")

@@ -414,7 +414,7 @@ def bulk_ingest(
                                        error_budget=max_errors, on_flush=on_flush,
                                        checkpoints=checkpoints, resume=state)
     if managed:
-        return files.summary, _arcadedb_import(files, settings, batch_size)
+        return files.summary, _arcadedb_import(files, settings, batch_size, workers)
     if neo4j_home is None:
         return files.summary, (
             f"import files written to {files.directory}; import them with Neo4j stopped: "
@@ -538,16 +538,17 @@ def _bulk_arcadedb(settings: Settings) -> ManagedServer:
     return server
 
 
-def _arcadedb_import(files: Any, settings: Any, batch_size: int) -> str:
+def _arcadedb_import(files: Any, settings: Any, batch_size: int, workers: int = 1) -> str:
     """Import ``files`` into the managed ArcadeDB (stopped for it), then the schema and what
-    the importer cannot write (graph/bulk_arcadedb.py); returns the importer's closing line."""
+    the importer cannot write (graph/bulk_arcadedb.py: its JSON lines written in ``workers``
+    processes); returns the importer's closing line."""
     from kgprobe.graph.bulk_arcadedb import (
         run_graph_importer,
         write_after_import,
         write_arcadedb_files,
     )
     server = _bulk_arcadedb(settings)
-    arcade = write_arcadedb_files(files)
+    arcade = write_arcadedb_files(files, workers)
     closing = server.while_stopped(
         lambda java, classpath, database: run_graph_importer(arcade, java, classpath, database, settings.heap))
     with connect(settings) as graph:  # the first connection creates the constraints and indexes

@@ -57,6 +57,7 @@ from typing import IO, Any, NamedTuple, TypedDict, cast
 
 from kgprobe.config import write_private_text
 from kgprobe.errors import ConfigError, KgprobeError
+from kgprobe.graph.import_rows import ARRAY_DELIMITER
 from kgprobe.graph.ingest import (
     SAMPLE_INDEX_MARKER,
     SAMPLE_INDEX_VERSION,
@@ -70,9 +71,6 @@ from kgprobe.graph.ingest import (
 from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
 from kgprobe.runtime import rare_collections
 
-#: Separates the elements of a list property (aliases) in a CSV field: a control character that
-#: labels and aliases do not hold (an alias that does is refused, as an error record).
-ARRAY_DELIMITER = "\x1f"
 #: The database the import writes (Neo4j Community has one user database).
 DATABASE = "neo4j"
 #: The FACT edge's properties (`fact_properties` builds them) and their Neo4j CSV types.

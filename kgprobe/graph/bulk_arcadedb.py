@@ -10,7 +10,9 @@ it, and writes afterwards over Bolt what it cannot write as the online ingest do
 Why not the CSV files as they are, and what goes over Bolt (measured on 26.10.2):
 
 * Its CSV reader splits on the delimiter with no quoting (a label with a comma breaks a row),
-  so the rows are read back with Python's csv module and written as JSON lines, which it reads.
+  so the rows are read back with Python's csv module and written as JSON lines, which it reads
+  (graph/import_rows.py: each file cut into parts at line ends, converted in the ingest's worker
+  processes, the parts joined in order: the same files for any number of workers).
 * A numeric property missing from a row is written as 0 (``RecordReader.getLong`` and friends),
   where the online graph has none. FACT edges are therefore split into one file per set of
   numeric properties present (several edge sources of one type are allowed); Entity nodes, which
@@ -35,26 +37,26 @@ the schema with the online ingest's (``SHOW CONSTRAINTS``, ``SHOW INDEXES``).
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import shutil
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, NotRequired, TypedDict
 
-import orjson
-
 from kgprobe.errors import ConfigError, KgprobeError
-from kgprobe.graph.bulk import ARRAY_DELIMITER, ImportFiles
+from kgprobe.graph.bulk import ImportFiles
+from kgprobe.graph.import_rows import Job, columns, ranges, read_header, read_rows
+from kgprobe.graph.import_rows import convert as convert_rows
 from kgprobe.graph.schema import (
     FACT_INDEXES,
     NODE_INDEXES,
     UNIQUE_KEYS,
     schema_name,
 )
+from kgprobe.processes import ordered_map
 from kgprobe.types import Properties
 
 #: The importer's class; its ``main`` takes (config file, database path, data directory).
@@ -63,7 +65,6 @@ IMPORTER_CLASS = "com.arcadedb.integration.importer.graph.GraphImporter"
 OVER_BOLT = ("Relation", "SampleIndex")
 #: Sub-directory of the --bulk directory with the importer's files.
 SUBDIR = "arcadedb"
-_ID_COLUMNS = {":ID": "qid", ":START_ID": "s", ":END_ID": "o"}
 #: the start of an ArcadeDB log line: "2026-11-28 23:18:16.201 INFO  [GraphImporter] "
 _LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+ +[A-Z]+ +\[[^\]]*\] +")
 
@@ -123,56 +124,6 @@ class ArcadeFiles:
     patched: int = 0
 
 
-def _columns(header: list[str]) -> list[tuple[str, str]]:
-    """(name, type) of each column of an import file's header (``aliases:string[]``,
-    ``qid:ID``, ``:START_ID``, ``year:long``, ``label``)."""
-    out = []
-    for col in header:
-        name, _, kind = col.partition(":")
-        if not name:
-            out.append((_ID_COLUMNS[":" + kind], "string"))
-        elif kind == "ID":
-            out.append((name, "string"))
-        else:
-            out.append((name, kind or "string"))
-    return out
-
-
-def _split(text: str) -> list[str]:
-    return text.split(ARRAY_DELIMITER)
-
-
-def _true(text: str) -> bool:
-    return text == "true"
-
-
-#: how a column's text becomes its value (None: the text itself)
-_CONVERT: dict[str, Callable[[str], Any] | None] = {
-    "string": None, "string[]": _split, "long": int, "double": float, "boolean": _true}
-
-
-def _rows(path: Path) -> Iterator[Properties]:
-    """An import file's rows as typed properties; an empty field is no property. (Each
-    column's conversion is looked up once per file, not once per value: with the JSON
-    encoding, most of this conversion's time; docs/benchmarks.md.)"""
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh)
-        cols = []
-        for name, kind in _columns(next(reader)):
-            if kind not in _CONVERT:
-                raise KgprobeError(f"bulk load into ArcadeDB: no mapping for a column of type {kind!r}")
-            cols.append((name, _CONVERT[kind]))
-        for row in reader:
-            yield {name: text if conv is None else conv(text)
-                   for (name, conv), text in zip(cols, row, strict=True) if text}
-
-
-def _line(row: Properties) -> bytes:
-    """One JSON line of GraphImporter's input (UTF-8, as ``json.dumps(..., ensure_ascii=False)``
-    writes it, in a tenth of the time)."""
-    return orjson.dumps(row) + b"\n"
-
-
 def _spec(name: str, kind: str) -> str:
     """GraphImporter's property spec for a column type."""
     return {"string": name, "string[]": f"list:{name}", "long": f"long:{name}",
@@ -188,78 +139,100 @@ def _groups(args: list[str]) -> Iterator[tuple[str, str, str]]:
                 yield flag, label, name
 
 
-def write_arcadedb_files(files: ImportFiles) -> ArcadeFiles:
-    """The import files of ``files`` as GraphImporter's JSON lines and configuration."""
+#: Bytes of an import file one conversion job reads. Outside their ``-ml`` siblings the import
+#: files hold one row a line (graph/bulk.py), so a file splits at any line end; the jobs run in
+#: the ingest's worker processes (`kgprobe.processes.ordered_map`) and their parts are joined in
+#: order, so the files are those one process writes.
+PART_BYTES = 8 << 20
+#: Below this many bytes of import files the conversion runs in this process: a worker's start
+#: (spawn, imports: ~0.3 CPU-s) would cost more than it saves.
+PARALLEL_BYTES = 64 << 20
+
+
+def _append(target: IO[bytes], part: Path) -> None:
+    """``part``'s bytes at the end of ``target``; ``part`` removed."""
+    with part.open("rb") as fh:
+        shutil.copyfileobj(fh, target, 1 << 20)
+    part.unlink()
+
+
+def write_arcadedb_files(files: ImportFiles, workers: int = 1, part_bytes: int = PART_BYTES) -> ArcadeFiles:
+    """The import files of ``files`` as GraphImporter's JSON lines and configuration, converted
+    in ``workers`` processes (one where the files are small: `PARALLEL_BYTES`); the same files
+    whatever the number."""
     d = files.directory
     out = d / SUBDIR
     if out.is_dir():  # made by a load that stopped after its import files were complete
         shutil.rmtree(out)
     out.mkdir()
+    parts = out / "parts"
+    parts.mkdir()
     result = ArcadeFiles(config=out / "graphimporter.json")
     vertex_files: dict[str, list[str]] = {}
     edge_files: dict[str, list[str]] = {}
     for flag, label, name in _groups(files.args):
         (vertex_files if flag == "nodes" else edge_files).setdefault(label, []).append(name)
-    vertices: list[_VertexSource] = []
+    jobs: list[Job] = []
+    for edge, groups in ((False, vertex_files), (True, edge_files)):
+        for label, names in groups.items():
+            if label in OVER_BOLT:
+                result.created[label] = [r for n in names for r in read_rows(d / n)]
+                continue
+            for n in names:
+                jobs += [Job(edge, label, str(d / n), a, b, str(parts / str(len(jobs) + i)))
+                         for i, (a, b) in enumerate(ranges(d / n, part_bytes))]
+    big = sum(j.end - j.start for j in jobs) >= PARALLEL_BYTES
+    vertices: dict[str, _VertexSource] = {}
+    edges: list[_EdgeSource] = []
+    kinds: dict[str, dict[str, str]] = {}  # per edge type, the columns of its files met so far
+    split_names: dict[tuple[str, tuple[str, ...]], str] = {}
     handles: dict[str, IO[bytes]] = {}
     patch = out / "entity-numbers.jsonl"
+    seen_files: set[str] = set()
     try:
-        for label, names in vertex_files.items():
-            if label in OVER_BOLT:
-                result.created[label] = [r for n in names for r in _rows(d / n)]
+        for job, done in ordered_map(convert_rows, iter(jobs), workers if big else 1):
+            cols = columns(read_header(Path(job.path)))
+            if not job.edge:
+                source = vertices.get(job.label)
+                if source is None:
+                    source = vertices[job.label] = _VertexSource(
+                        type=job.label, file=f"nodes-{job.label.lower()}.jsonl", properties={})
+                    if job.label == "Entity":
+                        source["id"] = "qid"
+                    handles[source["file"]] = (out / source["file"]).open("wb")
+                numeric = {c for c, k in cols if k not in ("string", "string[]")}
+                source["properties"].update((c, _spec(c, k)) for c, k in cols if c not in numeric)
+                _append(handles[source["file"]], Path(f"{job.out}.v.jsonl"))
+                result.vertices += done.rows
+                if done.patched:
+                    if "p" not in handles:
+                        handles["p"] = patch.open("wb")
+                    _append(handles["p"], Path(f"{job.out}.p.jsonl"))
+                    result.patched += done.patched
                 continue
-            props: dict[str, str] = {}
-            target = out / f"nodes-{label.lower()}.jsonl"
-            with target.open("wb") as fh:
-                for n in names:
-                    with (d / n).open(encoding="utf-8", newline="") as head:
-                        cols = _columns(next(csv.reader(head)))
-                    numeric = [c for c, k in cols if k not in ("string", "string[]")]  # (column order: the same file every run)
-                    if numeric and label != "Entity":
-                        raise KgprobeError(f"bulk load into ArcadeDB: numeric columns {sorted(numeric)} "
-                                           f"on {label} (only Entity's are patched)")
-                    props.update((c, _spec(c, k)) for c, k in cols if c not in numeric)
-                    for row in _rows(d / n):
-                        numbers = {c: row.pop(c) for c in numeric if c in row}
-                        if numbers:
-                            if "p" not in handles:
-                                handles["p"] = patch.open("wb")
-                            handles["p"].write(_line({"qid": row["qid"], "props": numbers}))
-                            result.patched += 1
-                        fh.write(_line(row))
-                        result.vertices += 1
-            source = _VertexSource(type=label, file=target.name, properties=props)
-            if label == "Entity":
-                source["id"] = "qid"
-            vertices.append(source)
-        edges: list[_EdgeSource] = []
-        for etype, names in edge_files.items():
-            # one file per set of numeric columns present: an absent number stays absent
-            kinds: dict[str, str] = {}
-            split: dict[frozenset[str], IO[bytes]] = {}
-            for n in names:
-                with (d / n).open(encoding="utf-8", newline="") as head:
-                    cols = _columns(next(csv.reader(head)))
-                kinds.update((c, k) for c, k in cols if c not in ("s", "o"))
-                numeric = [c for c, k in cols if k not in ("string", "string[]")]
-                for row in _rows(d / n):
-                    present = frozenset(c for c in numeric if c in row)
-                    out_fh = split.get(present)
-                    if out_fh is None:
-                        name = f"rels-{etype.lower()}-{len(split)}.jsonl"
-                        out_fh = split[present] = handles[name] = (out / name).open("wb")
-                        edges.append({"edge": etype, "file": name, "from": "s:Entity", "to": "o:Entity",
-                                      "properties": {c: _spec(c, k) for c, k in kinds.items()
-                                                     if k in ("string", "string[]") or c in present}})
-                    out_fh.write(_line(row))
-                    result.edges += 1
+            etype = job.label
+            if job.path not in seen_files:  # a file's columns count from its first row on
+                seen_files.add(job.path)
+                kinds.setdefault(etype, {}).update((c, k) for c, k in cols if c not in ("s", "o"))
+            for i, (present, _n) in enumerate(done.splits):
+                target = split_names.get((etype, present))
+                if target is None:
+                    n_sets = sum(1 for t, _ in split_names if t == etype)
+                    target = split_names[(etype, present)] = f"rels-{etype.lower()}-{n_sets}.jsonl"
+                    handles[target] = (out / target).open("wb")
+                    edges.append({"edge": etype, "file": target, "from": "s:Entity", "to": "o:Entity",
+                                  "properties": {c: _spec(c, k) for c, k in kinds[etype].items()
+                                                 if k in ("string", "string[]") or c in present}})
+                _append(handles[target], Path(f"{job.out}.e{i}.jsonl"))
+            result.edges += done.rows
     finally:
         for h in handles.values():
             h.close()
+        shutil.rmtree(parts, ignore_errors=True)
     if result.patched:
         result.patch = patch
-    commands = schema_commands({v["type"] for v in vertices}, {e["edge"] for e in edges})
-    result.config.write_text(json.dumps({"vertices": vertices, "edgeSources": edges,
+    commands = schema_commands(set(vertices), {e["edge"] for e in edges})
+    result.config.write_text(json.dumps({"vertices": list(vertices.values()), "edgeSources": edges,
                                          "postImportCommands": commands}, indent=1) + "\n",
                              encoding="utf-8")
     return result

@@ -466,3 +466,37 @@ def test_the_import_files_are_written_with_the_collector_held_back(tmp_path: Pat
     with pytest.raises(InputError, match="truncated"):
         write_import_files(noting(True), tmp_path / "c")
     assert gc.get_threshold() == before
+
+
+def test_graphimporters_files_are_the_same_whatever_the_workers_and_parts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ArcadeDB conversion in 2 worker processes, each import file cut into parts of 2 kB
+    (the rows' line ends; the ``-ml`` file of rows with line breaks whole), writes byte for byte
+    the files one process writes from whole files: the same rows, in the same order, the same
+    edge files by numeric properties present, the same configuration."""
+    import filecmp
+
+    from kgprobe.graph import bulk_arcadedb
+    from kgprobe.graph.bulk import ImportFiles, write_import_files
+    from kgprobe.graph.import_rows import ranges
+    from kgprobe.loaders import open_source
+    from kgprobe.loaders.common import Filters
+
+    awkward = awkward_dump(tmp_path / "awkward.json")
+    made = []
+    for name in ("one", "two"):
+        files = write_import_files((r for src in (DEMO, awkward) for r in open_source(src, Filters.make())),
+                                   tmp_path / name)
+        made.append(ImportFiles(files.directory, files.args, files.summary, files.multiline))
+    assert any(n.endswith("-ml.csv") for n in made[0].multiline)
+    assert len(list(ranges(tmp_path / "two" / "rels-fact.csv", 2048))) > 100
+    one = bulk_arcadedb.write_arcadedb_files(made[0], 1, part_bytes=1 << 40)
+    monkeypatch.setattr(bulk_arcadedb, "PARALLEL_BYTES", 0)  # workers, small as the files are
+    two = bulk_arcadedb.write_arcadedb_files(made[1], 2, part_bytes=2048)
+    assert (one.vertices, one.edges, one.patched) == (two.vertices, two.edges, two.patched)
+    assert one.edges > 7000 and one.patched > 0
+    a, b = tmp_path / "one" / "arcadedb", tmp_path / "two" / "arcadedb"
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir()) and "parts" not in names
+    assert filecmp.cmpfiles(a, b, names, shallow=False)[0] == names
+    assert one.created == two.created
