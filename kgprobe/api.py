@@ -430,22 +430,13 @@ ENV_BULK_CHECKPOINT_S = "KGPROBE_BULK_CHECKPOINT_S"
 
 
 def _checkpoint_seconds() -> float:
-    """``KGPROBE_BULK_CHECKPOINT_S`` (a number ≥ 0), or graph/bulk.py's default."""
-    import math
+    """``KGPROBE_BULK_CHECKPOINT_S`` (0 to 3600 seconds), or graph/bulk.py's default."""
     import os
 
+    from kgprobe.config import seconds_setting
     from kgprobe.graph.bulk import CHECKPOINT_SECONDS
 
-    raw = os.environ.get(ENV_BULK_CHECKPOINT_S)
-    if not raw:
-        return CHECKPOINT_SECONDS
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and seconds >= 0):
-        raise ConfigError(f"{ENV_BULK_CHECKPOINT_S} must be a number of seconds >= 0, not {raw!r}")
-    return seconds
+    return seconds_setting(os.environ.get(ENV_BULK_CHECKPOINT_S), ENV_BULK_CHECKPOINT_S, CHECKPOINT_SECONDS)
 
 
 def _context_text(context: Any) -> str:

@@ -231,7 +231,7 @@ class Settings:
         server = pick(ENV_SERVER, "server")
         server_from = (f"environment variable {ENV_SERVER}" if os.environ.get(ENV_SERVER)
                        else f"key 'server' of {path}" if server not in (None, "") else None)
-        lockout_wait = _seconds(pick(ENV_LOCKOUT_WAIT, "lockout_wait"), ENV_LOCKOUT_WAIT, DEFAULT_LOCKOUT_WAIT)
+        lockout_wait = seconds_setting(pick(ENV_LOCKOUT_WAIT, "lockout_wait"), ENV_LOCKOUT_WAIT, DEFAULT_LOCKOUT_WAIT)
         return cls(
             uri=str(uri) if uri else None,
             user=str(user or "neo4j"),
@@ -263,7 +263,7 @@ def _port(value: object, origin: str) -> int:
     return port
 
 
-def _seconds(value: object | None, name: str, default: float) -> float:
+def seconds_setting(value: object | None, name: str, default: float) -> float:
     """A duration setting: a finite number of seconds in [0, 3600] (NaN and negatives refused)."""
     if value is None or value == "":
         return default

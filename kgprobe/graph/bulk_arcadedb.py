@@ -188,10 +188,13 @@ def write_arcadedb_files(files: ImportFiles, workers: int = 1, part_bytes: int =
     split_names: dict[tuple[str, tuple[str, ...]], str] = {}
     handles: dict[str, IO[bytes]] = {}
     patch = out / "entity-numbers.jsonl"
-    seen_files: set[str] = set()
+    heads: dict[str, list[tuple[str, str]]] = {}  # each file's columns, read once
     try:
         for job, done in ordered_map(convert_rows, iter(jobs), workers if big else 1):
-            cols = columns(read_header(Path(job.path)))
+            cols = heads.get(job.path)
+            first_part = cols is None  # a file's columns count from its first row on
+            if cols is None:
+                cols = heads[job.path] = columns(read_header(Path(job.path)))
             if not job.edge:
                 source = vertices.get(job.label)
                 if source is None:
@@ -211,8 +214,7 @@ def write_arcadedb_files(files: ImportFiles, workers: int = 1, part_bytes: int =
                     result.patched += done.patched
                 continue
             etype = job.label
-            if job.path not in seen_files:  # a file's columns count from its first row on
-                seen_files.add(job.path)
+            if first_part:
                 kinds.setdefault(etype, {}).update((c, k) for c, k in cols if c not in ("s", "o"))
             for i, (present, _n) in enumerate(done.splits):
                 target = split_names.get((etype, present))

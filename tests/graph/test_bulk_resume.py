@@ -13,6 +13,7 @@ import gc
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,7 +38,7 @@ from kgprobe.records import Position, Record
 EVERY = {**FILES_ONLY, ENV_BULK_CHECKPOINT_S: "0", ENV_CHUNK_MB: "0.05"}
 
 
-def run(*args: str, env: dict[str, str] = EVERY):  # type: ignore[no-untyped-def]
+def run(*args: str, env: dict[str, str] = EVERY) -> subprocess.CompletedProcess[str]:
     return run_kgprobe(args, env, timeout=600)
 
 
