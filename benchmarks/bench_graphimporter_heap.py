@@ -5,6 +5,8 @@ and on 1, 2, ... cores: whether it spreads over them.
     NEO4J_URI=bolt://127.0.0.1:9 NEO4J_PASSWORD=unused kgprobe ingest d.json.gz --bulk FILES --workers 2
     python benchmarks/bench_graphimporter_heap.py --files FILES --heaps 1g,1152m,1280m
     python benchmarks/bench_graphimporter_heap.py --files FILES --heaps 3g --cores 1,2 --rounds 2
+    # a carried runtime (the device kit's: benchmarks/device/java_kit.py --server arcadedb)
+    python benchmarks/bench_graphimporter_heap.py --files FILES --heaps 4g --cores 1,16 --runtime DIR
 
 With ``--cores``, each run's JVM is pinned to that many cores (``taskset -c 0-N-1``: the JVM
 sizes its collector and compiler threads, and GraphImporter anything it sizes by
@@ -12,7 +14,8 @@ sizes its collector and compiler threads, and GraphImporter anything it sizes by
 
 The files are turned into GraphImporter's JSON lines once (graph/bulk_arcadedb.py, as
 ``kgprobe ingest --bulk`` does), then GraphImporter runs with each ``-Xmx`` in turn, with the
-managed server's own JRE and jars, into a fresh database that is removed after. Each run prints
+managed server's own JRE and jars (or ``--runtime DIR``'s ``jre/`` and ``classpath.txt``, the
+device kit's, on a machine without the wheel), into a fresh database that is removed after. Each run prints
 one JSON line: whether it completed or ran out of heap, its wall time, and its G1 log's largest
 occupancy after a full collection (what was still live when the heap was full). The least heap
 that completes is what kgprobe's ``importer_heap_need`` is built from (docs/benchmarks.md,
@@ -36,21 +39,32 @@ sys.path.insert(0, str(ROOT))
 
 from kgprobe.graph.bulk import ImportFiles  # noqa: E402
 from kgprobe.graph.bulk_arcadedb import IMPORTER_CLASS, SUBDIR, write_arcadedb_files  # noqa: E402
-from kgprobe.graph.server import _package_dir  # noqa: E402
+from kgprobe.graph.server import _package_dir  # noqa: E402  (its wheel is imported only when called)
 
 _AFTER_FULL = re.compile(r"Pause Full.*?->(\d+)M\(")
 
 
-def one(config: Path, heap: str, work: Path, cores: int | None = None) -> dict[str, object]:
-    pkg = _package_dir()
+def java_runtime(runtime: Path | None) -> tuple[Path, str]:
+    """The ``java`` and classpath GraphImporter runs with: the managed server's (the wheel's JRE
+    and jars), or a carried runtime's (``DIR/jre``, ``DIR/classpath.txt``'s jars in order)."""
+    if runtime is None:
+        pkg = _package_dir()
+        return pkg / "jre" / "bin" / "java", f"{pkg / 'jars'}/*"
+    names = (runtime / "classpath.txt").read_text(encoding="utf-8").split()
+    return runtime / "jre" / "bin" / "java", ":".join(str(runtime / n) for n in names)
+
+
+def one(config: Path, heap: str, work: Path, cores: int | None = None,
+        runtime: Path | None = None) -> dict[str, object]:
+    java, classpath = java_runtime(runtime)
     db = work / "db"
     shutil.rmtree(db, ignore_errors=True)
     gclog = work / f"gc-{heap}.log"
     pinned = ["taskset", "-c", f"0-{cores - 1}"] if cores else []
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
-    proc = subprocess.run([*pinned, str(pkg / "jre" / "bin" / "java"), f"-Xmx{heap}", f"-Xlog:gc:file={gclog}",
-                           "-cp", f"{pkg / 'jars'}/*", IMPORTER_CLASS, str(config), str(db), str(config.parent)],
+    proc = subprocess.run([*pinned, str(java), f"-Xmx{heap}", f"-Xlog:gc:file={gclog}",
+                           "-cp", classpath, IMPORTER_CLASS, str(config), str(db), str(config.parent)],
                           capture_output=True, text=True, cwd=config.parent, check=False)
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -74,6 +88,8 @@ def main() -> None:
     ap.add_argument("--heaps", required=True, help="comma-separated -Xmx values, tried in this order")
     ap.add_argument("--cores", help="comma-separated core counts: each run pinned to that many cores")
     ap.add_argument("--rounds", type=int, default=1, help="runs of every heap (and core count)")
+    ap.add_argument("--runtime", type=Path, help="a carried runtime (jre/, classpath.txt) instead of the wheel's")
+    ap.add_argument("--workers", type=int, default=1, help="processes that write the JSON lines (timed once)")
     args = ap.parse_args()
     files = args.files.resolve()
     if not (files / "import.args").is_file():
@@ -81,9 +97,10 @@ def main() -> None:
     config = files / SUBDIR / "graphimporter.json"
     if not config.is_file():
         t0 = time.monotonic()
-        arcade = write_arcadedb_files(ImportFiles(files, (files / "import.args").read_text(encoding="utf-8").split(), None))
-        print(json.dumps({"json_lines_s": round(time.monotonic() - t0, 1), "vertices": arcade.vertices,
-                          "edges": arcade.edges}), flush=True)
+        arcade = write_arcadedb_files(ImportFiles(files, (files / "import.args").read_text(encoding="utf-8").split(), None),
+                                      workers=args.workers)
+        print(json.dumps({"json_lines_s": round(time.monotonic() - t0, 1), "workers": args.workers,
+                          "vertices": arcade.vertices, "edges": arcade.edges}), flush=True)
     work = files.parent / f".{files.name}-heap"  # the database and the GC logs, removed after
     work.mkdir(exist_ok=True)
     try:
@@ -91,7 +108,7 @@ def main() -> None:
         for r in range(args.rounds):
             for heap in args.heaps.split(","):
                 for n in cores:
-                    print(json.dumps({"round": r + 1, **one(config, heap, work, n)}), flush=True)
+                    print(json.dumps({"round": r + 1, **one(config, heap, work, n, args.runtime)}), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -12,8 +12,11 @@
 #             .device-java/java/ holds a Java runtime and Neo4j's classes
 #             (benchmarks/device/java_kit.py, ~45 MiB, checked here), .whl-java only what
 #             `kgprobe ingest --bulk` needs (no FAISS, no harness), so that both fit one call.
-# The two kits live side by side (.whl + .device, .whl-java + .device-java): pack both before
-# a session, and each call carries its own pair.
+#   KIT=arcadedb bash benchmarks/device/pack.sh        # for `run.sh arcadedb`: .device-arcadedb/
+#             arcadedb/ holds a Java 25 runtime and the classes GraphImporter loads (~27 MiB,
+#             checked here; needs the managed server's wheel and a JDK 21+), with .whl-java's wheels.
+# The kits live side by side (.whl + .device, .whl-java + .device-java, .whl-java +
+# .device-arcadedb): pack them before a session, and each call carries its own pair.
 # DEVICE_PYTHON (default 3.12, the GPU image's) picks the wheels' Python; 3.11 here lets the
 # kit be tried on this machine (benchmarks/device/try_here.sh).
 set -euo pipefail
@@ -24,13 +27,14 @@ BEAR=${1:-../shared/data/bear/BEAR}
 LIMIT=$((60 * 1024 * 1024))  # the device call's 64 MiB, less the working tree's few MiB
 
 KIT=${KIT:-gpu}
-case "$KIT" in gpu|java) ;; *) echo "pack: KIT is gpu or java" >&2; exit 2 ;; esac
-DEV=.device WHL=${WHL_DIR:-.whl}
-[ "$KIT" = java ] && { DEV=.device-java WHL=${WHL_DIR:-.whl-java}; }
+case "$KIT" in gpu|java|arcadedb) ;; *) echo "pack: KIT is gpu, java or arcadedb" >&2; exit 2 ;; esac
+DEV=.device WHL=${WHL_DIR:-.whl} WHEELS=gpu
+[ "$KIT" = java ] && { DEV=.device-java WHL=${WHL_DIR:-.whl-java} WHEELS=java; }
+[ "$KIT" = arcadedb ] && { DEV=.device-arcadedb WHL=${WHL_DIR:-.whl-java} WHEELS=java; }
 
 rm -rf "$WHL" && mkdir -p "$WHL" "$DEV"
-# the Java kit's wheels: no FAISS, no harness (image_site.JAVA_KIT_LEAVES)
-mapfile -t specs < <("$PY" benchmarks/device/image_site.py --specs --kit "$KIT")
+# the Java kits' wheels: no FAISS, no harness (image_site.JAVA_KIT_LEAVES)
+mapfile -t specs < <("$PY" benchmarks/device/image_site.py --specs --kit "$WHEELS")
 [ "${#specs[@]}" -gt 0 ] || exit 2
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version "$PYVER" \
   --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
@@ -41,6 +45,9 @@ mapfile -t specs < <("$PY" benchmarks/device/image_site.py --specs --kit "$KIT")
 if [ "$KIT" = java ]; then
   rm -rf "$DEV/java"
   "$PY" benchmarks/device/java_kit.py pack "$DEV/java"
+elif [ "$KIT" = arcadedb ]; then
+  rm -rf "$DEV/arcadedb"
+  "$PY" benchmarks/device/java_kit.py pack --server arcadedb "$DEV/arcadedb"
 else
 rm -rf .device/java .device/tok && "$PY" - <<'PYEOF'  # java/: an older pack put the Java kit here
 from kgprobe.probing.models import load_model
@@ -59,6 +66,7 @@ fi
 size=$(du -cb "$WHL" "$DEV" | tail -1 | cut -f1)
 what="tokenizer, BEAR and the probe set"
 [ "$KIT" = java ] && what="the Java kit"
+[ "$KIT" = arcadedb ] && what="ArcadeDB's Java kit"
 echo "pack ($KIT): ${#specs[@]} wheels in $WHL, $what in $DEV: $((size / 1024 / 1024)) MiB (carry [\"$WHL\", \"$DEV\"])"
 if [ "$size" -gt "$LIMIT" ]; then
   echo "pack: over the device call's transfer limit ($((LIMIT / 1024 / 1024)) MiB with the tree)" >&2

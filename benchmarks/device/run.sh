@@ -16,6 +16,10 @@
 #   bash benchmarks/device/run.sh parse      # at most 9 min, either kit: cpu's issue-37 half (parse
 #                                            #   and import files at 1/4/8/16 workers), so that one
 #                                            #   Java-kit session takes every 16-core figure of issue 37
+#   bash benchmarks/device/run.sh arcadedb   # ~5 min, KIT=arcadedb's kit (.whl-java, .device-arcadedb):
+#                                            #   the neo4j step's dump's import files on every core,
+#                                            #   GraphImporter's JSON lines, then GraphImporter (its
+#                                            #   sorted index builds included) pinned to 1/2/4/8/16 cores
 #
 # (two calls back to back: each fits the device's 10-minute call, the machine stays warm between
 # them). Everything is written under $OUT: env.txt, engine.log (the probe loop's lines too),
@@ -37,6 +41,7 @@ export PYTHONUNBUFFERED=1
 WHL=.whl DEV=.device
 case "${1:-}" in
   neo4j) WHL=.whl-java DEV=.device-java ;;
+  arcadedb) WHL=.whl-java DEV=.device-arcadedb ;;
   parse) [ -d .whl-java ] && { WHL=.whl-java DEV=.device-java; } ;;
 esac
 
@@ -48,6 +53,9 @@ install() {
   if [ "$1" = neo4j ]; then  # the Java kit (pack.sh with KIT=java)
     [ -f "$DEV/java/neo4j-runtime.tar.xz" ] || {
       echo "run.sh: $DEV/java missing (KIT=java bash benchmarks/device/pack.sh, then carry $WHL and $DEV)" >&2; exit 3; }
+  elif [ "$1" = arcadedb ]; then  # ArcadeDB's Java kit (pack.sh with KIT=arcadedb)
+    [ -f "$DEV/arcadedb/arcadedb-runtime.tar.xz" ] || {
+      echo "run.sh: $DEV/arcadedb missing (KIT=arcadedb bash benchmarks/device/pack.sh, then carry $WHL and $DEV)" >&2; exit 3; }
   elif [ "$1" != parse ]; then  # parse: wheels only
     [ -d "$DEV/tok" ] || { echo "run.sh: $DEV/tok missing (pack.sh, then carry $WHL and $DEV)" >&2; exit 3; }
   fi
@@ -188,10 +196,35 @@ neo4j() {
   rm -rf "$files"
 }
 
+arcadedb() {
+  # issue 37 for the default server: ArcadeDB's bulk importer, GraphImporter, pinned to 1..16
+  # cores (the JVM, and what GraphImporter sizes by availableProcessors, see only those), two
+  # rounds alternated; the dump and the import files are the neo4j step's, so the two importers
+  # compare on one graph. The runtime is carried (java_kit.py --server arcadedb): no Java there
+  local entities=150000 cores=1,2,4,8,16 rounds=2 heap=4g
+  [ "$SMOKE" = 1 ] && { entities=1500 cores=1,2 rounds=1 heap=1g; }
+  need orjson msgspec isal.isal_zlib neo4j typer || return 3
+  command -v taskset > /dev/null || { echo "run.sh: no taskset: GraphImporter cannot be pinned" >&2; return 3; }
+  local rt="$WORK/arcadedb-runtime" dump="$WORK/arcadedb.json" files="$WORK/arcadedb-imp"
+  step "unpack ArcadeDB's Java kit" 60 "${PY[@]}" benchmarks/device/java_kit.py unpack --server arcadedb \
+    "$DEV/arcadedb" "$rt"
+  "$rt/jre/bin/java" -version >> "$OUT/env.txt" 2>&1
+  rm -rf "$files"
+  step "realistic dump (plain)" 200 "${PY[@]}" benchmarks/gen_dump.py "$dump" --realistic --entities "$entities"
+  # the import files on every core (the rows both servers' bulk loads take); the URI is never reached
+  step "import files, $(nproc) workers" 150 env NEO4J_URI=bolt://127.0.0.1:9 NEO4J_PASSWORD=unused \
+    KGPROBE_HOME="$WORK/home" "${PY[@]}" -c "from kgprobe.cli import main; main()" ingest "$dump" \
+    --bulk "$files" --workers "$(nproc)" --json
+  rm -f "$dump"
+  step "GraphImporter by cores" 400 "${PY[@]}" benchmarks/bench_graphimporter_heap.py --files "$files" \
+    --heaps "$heap" --cores "$cores" --rounds "$rounds" --runtime "$rt" --workers "$(nproc)"
+  rm -rf "$files"
+}
+
 what=${1:-}
 case "$what" in
-  engine|cpu|neo4j|parse) ;;
-  *) echo "usage: bash benchmarks/device/run.sh engine|cpu|neo4j|parse" >&2; exit 2 ;;
+  engine|cpu|neo4j|parse|arcadedb) ;;
+  *) echo "usage: bash benchmarks/device/run.sh engine|cpu|neo4j|parse|arcadedb" >&2; exit 2 ;;
 esac
 install "$what"
 environment

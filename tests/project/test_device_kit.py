@@ -32,9 +32,10 @@ STEPS = ("benchmarks.bench_scoring", "benchmarks.bench_loaders", "benchmarks.ben
 #: the parser's fast paths, imported where present (a missing one degrades, it does not fail)
 FAST_PATHS = (("kgprobe.loaders.wikidata_json", "msgspec"), ("kgprobe.loaders.common", "isal_zlib"))
 
-#: what run.sh's neo4j and parse steps import (the Java kit: image_site.JAVA_KIT_LEAVES are not
+#: what run.sh's neo4j, parse and arcadedb steps import (the Java kit: image_site.JAVA_KIT_LEAVES are not
 #: carried)
 JAVA_STEPS = ("benchmarks.gen_dump", "benchmarks.bench_neo4j_import", "benchmarks.bench_loaders",
+              "benchmarks.bench_graphimporter_heap",
               "benchmarks.bench_bulk_workers", "kgprobe.cli",
               "kgprobe.loaders.wikidata_json", "kgprobe.loaders.parallel", "kgprobe.graph.bulk",
               "kgprobe.graph.client", "kgprobe.config", "neo4j_server")
