@@ -24,6 +24,9 @@ What makes the imported graph the online ingest's:
 * The sampling index (graph/sample_index.py) is numbered as one online writer numbers it on an
   empty graph: per relation and per type, ordinals 0, 1, 2 … in input order; the counters on
   Relation and type Entity nodes and the SampleIndex marker are written with them.
+* Every file's rows are in input order (the slots, the referred ids in the order first met),
+  never grouped by batch: where batches are cut (a checkpoint's flush, one worker's batches of
+  records against N workers' chunks) changes no byte of the files.
 
 With ``--workers N`` > 1 the rows are built where the records are parsed: each worker runs
 `build_chunk` on its chunk (the checks, `batch_rows`, `format_batch`: the one formatting code of
@@ -306,6 +309,63 @@ def _each_line(rows: Sequence[Sequence[Any]]) -> list[str]:
     return [_format([row]) for row in rows]
 
 
+class Slots(NamedTuple):
+    """A batch's sampling slots (FactSlot or TypeSlot rows) in input order, each row's text but
+    its ordinal: the ordinal continues its space's count from the batches before, which only
+    `BulkWriter` knows. Row i is ``heads[i] + str(base[spaces[i]] + local[i]) + tails[i]``."""
+
+    spaces: list[str]
+    #: the row's ordinal among its space's rows in this batch
+    local: list[int]
+    heads: list[str]
+    tails: list[str]
+    #: each row's subject, where rows may be dropped by it (`without`); else empty
+    subjects: list[str]
+    #: rows per space
+    counts: dict[str, int]
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[str, str, str]], *, subjects: bool = False) -> Slots:
+        """Slots from (space, key, subject) in input order; ``subjects``: kept, for `without`."""
+        spaces: list[str] = []
+        local: list[int] = []
+        heads: list[str] = []
+        tails: list[str] = []
+        kept: list[str] = []
+        counts: dict[str, int] = {}
+        for space, key, subject in rows:
+            n = counts.get(space, 0)
+            counts[space] = n + 1
+            spaces.append(space)
+            local.append(n)
+            heads.append(f"{_quote(key)},{_quote(space)[:-1]}:")
+            tails.append(f'",{_quote(subject)}\n')
+            if subjects:
+                kept.append(subject)
+        return cls(spaces, local, heads, tails, kept, counts)
+
+    def without(self, refused: set[str]) -> Slots:
+        """These slots less the ``refused`` subjects' rows, the rest numbered again."""
+        keep = [i for i, sub in enumerate(self.subjects) if sub not in refused]
+        counts: dict[str, int] = {}
+        local: list[int] = []
+        for i in keep:
+            n = counts.get(self.spaces[i], 0)
+            counts[self.spaces[i]] = n + 1
+            local.append(n)
+        return Slots([self.spaces[i] for i in keep], local, [self.heads[i] for i in keep],
+                     [self.tails[i] for i in keep], [self.subjects[i] for i in keep], counts)
+
+    def lines(self, next_: dict[str, int]) -> list[str]:
+        """The rows' text, numbered on from ``next_`` (each space's count so far), which is
+        advanced past them."""
+        base = {sp: next_.get(sp, 0) for sp in self.counts}
+        for sp, n in self.counts.items():
+            next_[sp] = base[sp] + n
+        return [f"{h}{base[sp] + i}{t}" for sp, i, h, t
+                in zip(self.spaces, self.local, self.heads, self.tails, strict=True)]
+
+
 @dataclass
 class BatchText:
     """One batch's import rows, formatted: everything but what depends on the batches before
@@ -317,16 +377,14 @@ class BatchText:
     relations: dict[str, RelationProps]
     #: (qid, its file's signature, its row), in input order
     entities: list[tuple[str, Signature, str]]
-    #: every id referred to (sorted, deduplicated within the batch) as ``"Q1"`` lines
+    #: every id referred to (once within the batch, in the order first met) as ``"Q1"`` lines
     referred: Lines
     instance_of: Lines
     subclass_of: Lines
     inferred: Lines
     facts: Lines
-    #: per relation, per fact in input order: its key's and its subject's fields
-    fact_slots: dict[str, list[tuple[str, str]]]
-    #: per type, per member in input order: the member key's and subject's fields, the subject
-    type_slots: dict[str, list[tuple[str, str, str]]]
+    fact_slots: Slots
+    type_slots: Slots
     redirects: list[tuple[str, str]]
     counts: Counter[str]
     errors: list[ErrorRecord]
@@ -370,22 +428,18 @@ def format_batch(b: BatchRows) -> BatchText:
     inferred = format_rows([[s, o, basis] for (s, o), basis in inferred_pairs.items()])
     cols = tuple(FACT_COLUMNS)
     fact_rows = []
-    fact_slots: dict[str, list[tuple[str, str]]] = {}
     for f_ in b.facts:
         props = f_["props"]
         if not props.keys() <= FACT_COLUMNS.keys():  # pragma: no cover - a new property
             raise AssertionError(f"FACT properties not in FACT_COLUMNS: {props.keys() - FACT_COLUMNS.keys()}")
         fact_rows.append([f_["s"], f_["o"], f_["key"], *(props.get(c, ABSENT) for c in cols)])
-    for r in b.fact_slots:
-        fact_slots.setdefault(r["space"], []).append((_quote(r["key"]), _quote(r["s"])))
-    type_slots: dict[str, list[tuple[str, str, str]]] = {}
-    for m, r in b.members.items():
-        if r["s"] not in refused:
-            type_slots.setdefault(r["space"], []).append((_quote(m), _quote(r["s"]), r["s"]))
+    fact_slots = Slots.of((r["space"], r["key"], r["s"]) for r in b.fact_slots)
+    type_slots = Slots.of(((r["space"], m, r["s"]) for m, r in b.members.items() if r["s"] not in refused),
+                          subjects=True)
     counts = b.counts
     counts["entities"] -= len(refused)  # an error, not an entity written
     return BatchText(
-        relations=b.relations, entities=entities, referred=format_rows([[q] for q in sorted(b.stubs)]),
+        relations=b.relations, entities=entities, referred=format_rows([[q] for q in b.stubs]),
         instance_of=instance_of, subclass_of=subclass_of, inferred=inferred,
         facts=format_rows(fact_rows), fact_slots=fact_slots, type_slots=type_slots,
         redirects=[(r["source"], r["target"]) for r in b.redirects], counts=counts, errors=errors)
@@ -754,18 +808,9 @@ class BulkWriter(RecordBatcher[BatchText]):
         self._subclass_of.add(t.subclass_of.without(refused) if refused else t.subclass_of)
         self._inferred.add(t.inferred.without(refused) if refused else t.inferred)
         self._facts.add(t.facts)
-        for space, slots in t.fact_slots.items():
-            n = self._fact_next.get(space, 0)
-            self._fact_next[space] = n + len(slots)
-            sp = _quote(space)[:-1]
-            self._fact_slots.add_lines([f'{k},{sp}:{i}",{subject}\n' for i, (k, subject) in enumerate(slots, n)])
-        for space, members in t.type_slots.items():
-            if refused:
-                members = [m for m in members if m[2] not in refused]
-            n = self._type_next.get(space, 0)
-            self._type_next[space] = n + len(members)
-            sp = _quote(space)[:-1]
-            self._type_slots.add_lines([f'{m},{sp}:{i}",{subject}\n' for i, (m, subject, _q) in enumerate(members, n)])
+        self._fact_slots.add_lines(t.fact_slots.lines(self._fact_next))
+        types = t.type_slots.without(refused) if refused else t.type_slots
+        self._type_slots.add_lines(types.lines(self._type_next))
         self._redirects.update(t.redirects)
         counts = t.counts
         counts["entities"] -= len(refused)  # an error, not an entity written

@@ -422,7 +422,9 @@ class BatchRows:
     relations: dict[PID, RelationProps]
     #: an entity's property map: label, aliases, description and the loader's extras
     entities: dict[QID, Properties]
-    stubs: set[str]
+    #: every id the batch refers to, once, in the order first met (an ordered set: the bulk
+    #: load's files then do not depend on where batches were cut)
+    stubs: dict[str, None]
     instance_of: list[dict[str, str]]
     subclass_of: list[dict[str, str]]
     inferred: list[dict[str, str]]
@@ -437,7 +439,7 @@ def batch_rows(batch: list[Record]) -> BatchRows:
     """The rows ``batch`` writes, and what it counts."""
     relations: dict[PID, RelationProps] = {}
     entities: dict[QID, Properties] = {}
-    stubs: set[str] = set()
+    stubs: dict[str, None] = {}
     instance_of: list[dict[str, str]] = []
     subclass_of: list[dict[str, str]] = []
     inferred: list[dict[str, str]] = []
@@ -450,8 +452,8 @@ def batch_rows(batch: list[Record]) -> BatchRows:
     for rec in batch:
         if isinstance(rec, FactRecord):
             subject, key = rec.subject, rec.key
-            stubs.add(subject)
-            stubs.add(rec.object)
+            stubs[subject] = None
+            stubs[rec.object] = None
             relations.setdefault(rec.pid, RelationProps())
             facts.append(FactRow(s=subject, o=rec.object, key=key, props=fact_properties(rec)))
             fact_slots.append({"space": rec.pid, "key": key, "s": subject})
@@ -472,15 +474,15 @@ def batch_rows(batch: list[Record]) -> BatchRows:
             props.update(rec.extra)
             entities.setdefault(rec.qid, {}).update(props)
             for t in rec.types:
-                stubs.add(t)
+                stubs[t] = None
                 instance_of.append({"s": rec.qid, "o": t})
                 members.setdefault(f"{t}|{rec.qid}", {"space": t, "s": rec.qid})
             for t, basis in rec.inferred_types:
-                stubs.add(t)
+                stubs[t] = None
                 inferred.append({"s": rec.qid, "o": t, "basis": basis})
                 members.setdefault(f"{t}|{rec.qid}", {"space": t, "s": rec.qid})
             for t in rec.superclasses:
-                stubs.add(t)
+                stubs[t] = None
                 subclass_of.append({"s": rec.qid, "o": t})
             n["entities"] += 1
             n["type_edges"] += len(rec.types) + len(rec.superclasses) + len(rec.inferred_types)
@@ -735,7 +737,7 @@ class Ingestor(RecordBatcher[_Built]):
         if entities:
             ent_rows = [{"qid": q, "props": props} for q, props in entities.items()]
             stmts.append((MERGE_ENTITIES, {"rows": ent_rows}))
-        stub_list = sorted(q for q in b.stubs - entities.keys() if q not in known)
+        stub_list = sorted(q for q in b.stubs.keys() - entities.keys() if q not in known)
         if stub_list:
             stmts.append((MERGE_STUBS, {"rows": stub_list}))
         edge_batches: tuple[tuple[str, list[Any]], ...] = (
