@@ -17,9 +17,10 @@
 #                                            #   and import files at 1/4/8/16 workers), so that one
 #                                            #   Java-kit session takes every 16-core figure of issue 37
 #   bash benchmarks/device/run.sh arcadedb   # ~5 min, KIT=arcadedb's kit (.whl-java, .device-arcadedb):
-#                                            #   the neo4j step's dump's import files on every core,
-#                                            #   GraphImporter's JSON lines, then GraphImporter (its
-#                                            #   sorted index builds included) pinned to 1/2/4/8/16 cores
+#                                            #   the neo4j step's import files (its own if it did not
+#                                            #   run first), GraphImporter's JSON lines, then
+#                                            #   GraphImporter (its sorted index builds included)
+#                                            #   pinned to 1/2/4/8/16 cores
 #
 # (two calls back to back: each fits the device's 10-minute call, the machine stays warm between
 # them). Everything is written under $OUT: env.txt, engine.log (the probe loop's lines too),
@@ -168,6 +169,26 @@ cpu() {
   cat "$OUT/semantic.json"
 }
 
+import_files() {
+  # import_files ENTITIES DIR: a realistic dump's bulk import files, written on every core (the
+  # URI names a Neo4j and is never reached), unless an earlier step on this warm machine left
+  # them complete: the neo4j and arcadedb steps, run back to back, take the same files
+  local entities=$1 files=$2 dump="$WORK/bulk-$1.json"
+  if [ -f "$files/.complete" ]; then
+    echo "=== import files: $files from an earlier step ($(du -sb "$files" | cut -f1) bytes)" >&2
+    return 0
+  fi
+  rm -rf "$files"
+  step "realistic dump (plain)" 200 "${PY[@]}" benchmarks/gen_dump.py "$dump" --realistic --entities "$entities"
+  step "import files, $(nproc) workers" 150 env NEO4J_URI=bolt://127.0.0.1:9 NEO4J_PASSWORD=unused \
+    KGPROBE_HOME="$WORK/home" "${PY[@]}" -c "from kgprobe.cli import main; main()" ingest "$dump" \
+    --bulk "$files" --workers "$(nproc)" --json
+  rm -f "$dump"
+  [ -f "$files/import.args" ] || { echo "run.sh: no import files in $files" >&2; return 3; }
+  du -sb "$files"
+  touch "$files/.complete"
+}
+
 neo4j() {
   # issue 37's figures that need Java, on every core: the import files (`kgprobe ingest --bulk`,
   # one worker per core), Neo4j's import tool pinned to 1..16 cores, then the server started on
@@ -179,21 +200,13 @@ neo4j() {
   export KGPROBE_NEO4J_RUNTIME="$WORK/neo4j-runtime"
   step "unpack the Java kit" 60 "${PY[@]}" benchmarks/device/java_kit.py unpack "$DEV/java" "$KGPROBE_NEO4J_RUNTIME"
   "$KGPROBE_NEO4J_RUNTIME/jre/bin/java" -version >> "$OUT/env.txt" 2>&1
-  local dump="$WORK/neo4j.json" files="$WORK/neo4j-imp"
-  rm -rf "$files"
-  step "realistic dump (plain)" 200 "${PY[@]}" benchmarks/gen_dump.py "$dump" --realistic --entities "$entities"
-  # the import files on every core; the URI names a Neo4j and is never reached
-  step "import files, $(nproc) workers" 150 env NEO4J_URI=bolt://127.0.0.1:9 NEO4J_PASSWORD=unused \
-    KGPROBE_HOME="$WORK/home" "${PY[@]}" -c "from kgprobe.cli import main; main()" ingest "$dump" \
-    --bulk "$files" --workers "$(nproc)" --json
-  rm -f "$dump"
-  du -sb "$files"
+  local files="$WORK/bulk-$entities"
+  import_files "$entities" "$files" || return 3
   local pin=(--pin)  # the JVM on as many cores as threads; without taskset, threads alone
   command -v taskset > /dev/null || { pin=(); echo "run.sh: no taskset: the import runs unpinned" >&2; }
   step "neo4j-admin import by cores, then the schema" 330 "${PY[@]}" benchmarks/bench_neo4j_import.py \
     --files "$files" --threads "$threads" --rounds "$rounds" "${pin[@]}" --gc default --heap "$heap" \
     --schema --tmp "$WORK"
-  rm -rf "$files"
 }
 
 arcadedb() {
@@ -205,20 +218,14 @@ arcadedb() {
   [ "$SMOKE" = 1 ] && { entities=1500 cores=1,2 rounds=1 heap=1g; }
   need orjson msgspec isal.isal_zlib neo4j typer || return 3
   command -v taskset > /dev/null || { echo "run.sh: no taskset: GraphImporter cannot be pinned" >&2; return 3; }
-  local rt="$WORK/arcadedb-runtime" dump="$WORK/arcadedb.json" files="$WORK/arcadedb-imp"
+  local rt="$WORK/arcadedb-runtime" files="$WORK/bulk-$entities"
   step "unpack ArcadeDB's Java kit" 60 "${PY[@]}" benchmarks/device/java_kit.py unpack --server arcadedb \
     "$DEV/arcadedb" "$rt"
   "$rt/jre/bin/java" -version >> "$OUT/env.txt" 2>&1
-  rm -rf "$files"
-  step "realistic dump (plain)" 200 "${PY[@]}" benchmarks/gen_dump.py "$dump" --realistic --entities "$entities"
-  # the import files on every core (the rows both servers' bulk loads take); the URI is never reached
-  step "import files, $(nproc) workers" 150 env NEO4J_URI=bolt://127.0.0.1:9 NEO4J_PASSWORD=unused \
-    KGPROBE_HOME="$WORK/home" "${PY[@]}" -c "from kgprobe.cli import main; main()" ingest "$dump" \
-    --bulk "$files" --workers "$(nproc)" --json
-  rm -f "$dump"
+  import_files "$entities" "$files" || return 3
+  rm -rf "$files/arcadedb"  # GraphImporter's JSON lines: written (and timed) afresh
   step "GraphImporter by cores" 400 "${PY[@]}" benchmarks/bench_graphimporter_heap.py --files "$files" \
     --heaps "$heap" --cores "$cores" --rounds "$rounds" --runtime "$rt" --workers "$(nproc)"
-  rm -rf "$files"
 }
 
 what=${1:-}
