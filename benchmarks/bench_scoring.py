@@ -272,7 +272,40 @@ def run_kgprobe(lm: LoadedModel, reqs: list[LogProbRequest], batch: int,
         info["gpu_kernel_seconds"] = busy
         info["gpu_idle_share_of_wall"] = None if busy is None else 1 - busy / dt
         info["host_cuda_api_seconds"] = api
+        info["host_syncs"] = host_syncs(engine, reqs)
     return dt, cpu, [r.logprob for r in res if isinstance(r, LogProbResult)], info
+
+
+def host_syncs(engine: Engine, reqs: list[LogProbRequest]) -> dict[str, int]:
+    """Where the host waits for the device in one more run of ``reqs``: PyTorch's sync debug
+    mode warns at every synchronising call (a value read, a device-to-host copy that blocks,
+    an output sized by values), counted here by the Python line that made it, the eight most
+    frequent. The suite checks on the CPU that nothing Python can see reads a value inside the
+    model's forward (tests/probing/test_scoring_packing.py); this catches what only CUDA can
+    say, e.g. a synchronising op inside a kernel's wrapper. The expected ones: the final
+    read-back, once a call. Empty where the mode is not there."""
+    import warnings
+
+    if not hasattr(torch.cuda, "set_sync_debug_mode"):
+        return {}
+    found: dict[str, int] = {}
+    try:  # a figure the run can do without: never lose the others to it
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                engine.run(reqs)
+                torch.cuda.synchronize()
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+    except Exception as exc:  # noqa: BLE001
+        print(f"  (sync debug run failed: {type(exc).__name__}: {exc})", flush=True)
+        return {}
+    for w in caught:
+        if "synchroniz" in str(w.message):
+            at = f"{Path(w.filename).name}:{w.lineno}"
+            found[at] = found.get(at, 0) + 1
+    return dict(sorted(found.items(), key=lambda kv: -kv[1])[:8])
 
 
 def gpu_kernel_seconds(engine: Engine, reqs: list[LogProbRequest]) -> tuple[float | None, dict[str, float]]:
@@ -491,6 +524,10 @@ def main() -> None:
                     if info.get("host_cuda_api_seconds"):
                         calls = ", ".join(f"{k} {v:.3f} s" for k, v in info["host_cuda_api_seconds"].items())
                         print(f"[{label}] {system:8} host in CUDA runtime calls (profiled run): {calls}",
+                              flush=True)
+                    if "host_syncs" in info:
+                        syncs = ", ".join(f"{k} x{v}" for k, v in info["host_syncs"].items()) or "none"
+                        print(f"[{label}] {system:8} synchronising calls (sync debug mode, one more run): {syncs}",
                               flush=True)
         if "kgprobe" in scores:
             for other in ("naive", "harness"):

@@ -497,6 +497,80 @@ def test_the_next_row_is_built_while_a_row_runs_and_nothing_is_read_back_between
             h.remove()  # type: ignore[attr-defined]
 
 
+#: calls that, on a CUDA tensor, make the host wait for the device: a value read by Python, or an
+#: output whose size depends on the values
+_HOST_READS = ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__",
+               "nonzero", "unique", "any", "all")
+
+
+@pytest.mark.parametrize("attention", ["segments", "dense"])
+def test_nothing_is_read_back_inside_the_models_forward(
+    causal: LoadedModel, attention: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside the model's forward (kgprobe's masks and segment attention, and the model's own
+    code) no tensor value reaches Python and no output size depends on one: on a GPU each
+    such call waits for the device, so the host could not launch ahead of it. Caught here on
+    the CPU by wrapping those calls (and boolean-mask indexing) while a forward runs."""
+    engine = Engine(causal, batch_tokens=40, attention=attention)
+    assert engine.causal is not None
+    engine.run(_requests())  # the packing check and first rows, outside the trace
+    depth = [0]
+    forwards = [0]
+
+    def enter(*_: object) -> None:
+        depth[0] += 1
+        forwards[0] += 1
+
+    base = engine.causal.model.base_model
+    hooks = [base.register_forward_pre_hook(enter),
+             base.register_forward_hook(lambda *_: depth.__setitem__(0, depth[0] - 1))]
+    reads: list[str] = []
+
+    def traced(owner: object, name: str) -> None:
+        orig = getattr(owner, name)
+
+        def call(*a: object, **k: object) -> object:
+            if depth[0]:
+                reads.append(name)
+            return orig(*a, **k)
+
+        monkeypatch.setattr(owner, name, call)
+
+    for name in _HOST_READS:
+        traced(torch.Tensor, name)
+    for name in ("nonzero", "unique", "masked_select", "repeat_interleave"):
+        traced(torch, name)
+    getitem = torch.Tensor.__getitem__
+
+    def index(self: torch.Tensor, key: object) -> object:
+        keys = key if isinstance(key, tuple) else (key,)
+        if depth[0] and any(isinstance(x, torch.Tensor) and x.dtype == torch.bool for x in keys):
+            reads.append("boolean index")
+        return getitem(self, key)  # type: ignore[index]
+
+    monkeypatch.setattr(torch.Tensor, "__getitem__", index)
+    # the check can see: a read inside a layer's forward is caught
+    probe = base.get_submodule(next(n for n, m in base.named_modules() if n and list(m.parameters())))
+
+    def reads_a_value(_m: object, _a: object, out: object) -> None:
+        (out[0] if isinstance(out, tuple) else out).sum().item()  # type: ignore[union-attr]
+
+    seen = probe.register_forward_hook(reads_a_value)
+    try:
+        engine.run(_requests()[:3])
+        assert "item" in reads
+        seen.remove()
+        reads.clear()
+        forwards[0] = 0
+        engine.run([LogProbRequest("So, " + r.context, r.continuation) for r in _requests()])
+    finally:
+        seen.remove()
+        for h in hooks:
+            h.remove()
+    assert forwards[0] > 5  # many rows, none of them cached
+    assert reads == []
+
+
 def _check_row_order(engine: Engine, trace: list[str]) -> None:
     assert engine.causal is not None
     engine.run(_requests())
