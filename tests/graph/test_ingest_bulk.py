@@ -385,6 +385,20 @@ def test_bulk_cli_with_two_workers_writes_the_files_of_one(tmp_path: Path) -> No
     assert import_rows(tmp_path / "one")  # rows were written
 
 
+def test_slots_are_written_in_input_order_and_numbered_on_per_space() -> None:
+    """A batch's slots keep their input order across spaces; each space's ordinals go on from
+    the batches before; a refused subject's rows go, and the rest of its space close up."""
+    from kgprobe.graph.bulk import Slots
+
+    rows = [("P19", "Q1$a", "Q1"), ("P27", "Q1$b", "Q1"), ("P19", "Q2$c", "Q2"), ("P19", "Q3$d", "Q3")]
+    counts = {"P19": 5}  # five P19 slots written by earlier batches
+    assert Slots.of(rows).lines(counts) == [
+        '"Q1$a","P19:5","Q1"\n', '"Q1$b","P27:0","Q1"\n', '"Q2$c","P19:6","Q2"\n', '"Q3$d","P19:7","Q3"\n']
+    assert counts == {"P19": 8, "P27": 1}
+    kept = Slots.of(rows, subjects=True).without({"Q2"}).lines({})
+    assert kept == ['"Q1$a","P19:0","Q1"\n', '"Q1$b","P27:0","Q1"\n', '"Q3$d","P19:1","Q3"\n']
+
+
 def test_bulk_workers_refuse_an_entity_met_in_an_earlier_chunk(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """An entity line met again in a later chunk is an error record: written once (the first),
