@@ -35,10 +35,10 @@ it in the chunks' order, adding only what depends on the chunks before (an entit
 sampling ordinals, relation properties). A chunk is then one batch.
 
 What it assumes (as in a Wikidata dump): each entity and each statement once in the input. An
-entity met again in a later batch is an error record (the online ingest would merge the two). A
-statement key repeated across batches leaves two FactSlot nodes with that key, and the unique
-constraint on ``FactSlot.key`` then cannot be created: the first connection fails with the
-server's refusal (not yet turned into one line; load such an input online). Redirect
+entity line met again in a later batch is an error record, left out whole: its row, type edges,
+facts and slots (the online ingest would merge the two). A statement key repeated across
+batches under another entity's line leaves two FactSlot nodes with that key, and the unique
+constraint on ``FactSlot.key`` then cannot be created (load such an input online). Redirect
 nodes are written; they are resolved (edges moved to the target) by the next online ingest,
 which resolves pending redirects at its end.
 """
@@ -312,26 +312,24 @@ def _each_line(rows: Sequence[Sequence[Any]]) -> list[str]:
 class Slots(NamedTuple):
     """A batch's sampling slots (FactSlot or TypeSlot rows) in input order, each row's text but
     its ordinal: the ordinal continues its space's count from the batches before, which only
-    `BulkWriter` knows. Row i is ``heads[i] + str(base[spaces[i]] + local[i]) + tails[i]``."""
+    `BulkWriter` knows. Row i is ``heads[i] + str(base[spaces[i]] + local[i]) + tails[i]``; a
+    row's tail is its subject's field (``",<subject>\\n``)."""
 
     spaces: list[str]
     #: the row's ordinal among its space's rows in this batch
     local: list[int]
     heads: list[str]
     tails: list[str]
-    #: each row's subject, where rows may be dropped by it (`without`); else empty
-    subjects: list[str]
     #: rows per space
     counts: dict[str, int]
 
     @classmethod
-    def of(cls, rows: Iterable[tuple[str, str, str]], *, subjects: bool = False) -> Slots:
-        """Slots from (space, key, subject) in input order; ``subjects``: kept, for `without`."""
+    def of(cls, rows: Iterable[tuple[str, str, str]]) -> Slots:
+        """Slots from (space, key, subject) in input order."""
         spaces: list[str] = []
         local: list[int] = []
         heads: list[str] = []
         tails: list[str] = []
-        kept: list[str] = []
         counts: dict[str, int] = {}
         for space, key, subject in rows:
             n = counts.get(space, 0)
@@ -340,13 +338,12 @@ class Slots(NamedTuple):
             local.append(n)
             heads.append(f"{_quote(key)},{_quote(space)[:-1]}:")
             tails.append(f'",{_quote(subject)}\n')
-            if subjects:
-                kept.append(subject)
-        return cls(spaces, local, heads, tails, kept, counts)
+        return cls(spaces, local, heads, tails, counts)
 
     def without(self, refused: set[str]) -> Slots:
         """These slots less the ``refused`` subjects' rows, the rest numbered again."""
-        keep = [i for i, sub in enumerate(self.subjects) if sub not in refused]
+        gone = {f'",{_quote(q)}\n' for q in refused}
+        keep = [i for i, tail in enumerate(self.tails) if tail not in gone]
         counts: dict[str, int] = {}
         local: list[int] = []
         for i in keep:
@@ -354,7 +351,7 @@ class Slots(NamedTuple):
             counts[self.spaces[i]] = n + 1
             local.append(n)
         return Slots([self.spaces[i] for i in keep], local, [self.heads[i] for i in keep],
-                     [self.tails[i] for i in keep], [self.subjects[i] for i in keep], counts)
+                     [self.tails[i] for i in keep], counts)
 
     def lines(self, next_: dict[str, int]) -> list[str]:
         """The rows' text, numbered on from ``next_`` (each space's count so far), which is
@@ -388,6 +385,9 @@ class BatchText:
     redirects: list[tuple[str, str]]
     counts: Counter[str]
     errors: list[ErrorRecord]
+    #: per fact subject: its facts, qualifiers and temporal facts in the batch (what leaving a
+    #: refused entity's facts out takes off the counts)
+    by_subject: dict[str, list[int]] = field(default_factory=dict)
 
 
 def _refusal(qid: str, why: str) -> ErrorRecord:
@@ -434,15 +434,15 @@ def format_batch(b: BatchRows) -> BatchText:
             raise AssertionError(f"FACT properties not in FACT_COLUMNS: {props.keys() - FACT_COLUMNS.keys()}")
         fact_rows.append([f_["s"], f_["o"], f_["key"], *(props.get(c, ABSENT) for c in cols)])
     fact_slots = Slots.of((r["space"], r["key"], r["s"]) for r in b.fact_slots)
-    type_slots = Slots.of(((r["space"], m, r["s"]) for m, r in b.members.items() if r["s"] not in refused),
-                          subjects=True)
+    type_slots = Slots.of((r["space"], m, r["s"]) for m, r in b.members.items() if r["s"] not in refused)
     counts = b.counts
     counts["entities"] -= len(refused)  # an error, not an entity written
     return BatchText(
         relations=b.relations, entities=entities, referred=format_rows([[q] for q in b.stubs]),
         instance_of=instance_of, subclass_of=subclass_of, inferred=inferred,
         facts=format_rows(fact_rows), fact_slots=fact_slots, type_slots=type_slots,
-        redirects=[(r["source"], r["target"]) for r in b.redirects], counts=counts, errors=errors)
+        redirects=[(r["source"], r["target"]) for r in b.redirects], counts=counts, errors=errors,
+        by_subject=b.by_subject)
 
 
 class ChunkRows(NamedTuple):
@@ -667,6 +667,8 @@ class BulkWriter(RecordBatcher[BatchText]):
         self._redirects: dict[str, str] = {}
         self._fact_next: dict[str, int] = {}
         self._type_next: dict[str, int] = {}
+        #: the entities the last batch refused (their line's facts may run on into this one)
+        self._refused_before: set[str] = set()
         if resume is not None:
             self._restore(resume)
 
@@ -807,13 +809,27 @@ class BulkWriter(RecordBatcher[BatchText]):
         self._instance_of.add(t.instance_of.without(refused) if refused else t.instance_of)
         self._subclass_of.add(t.subclass_of.without(refused) if refused else t.subclass_of)
         self._inferred.add(t.inferred.without(refused) if refused else t.inferred)
-        self._facts.add(t.facts)
-        self._fact_slots.add_lines(t.fact_slots.lines(self._fact_next))
+        counts = t.counts
+        counts["entities"] -= len(refused)  # an error, not an entity written
+        # a refused line's facts go with it (written again they would repeat the first line's
+        # statement keys, which the unique constraints then refuse, after the whole import); with
+        # one worker a line's records may run on into the next batch: the subjects refused in
+        # the batch before are left out here too
+        gone = [q for q in (*refused, *self._refused_before) if q in t.by_subject]
+        self._refused_before = refused
+        facts, fact_slots = t.facts, t.fact_slots
+        if gone:
+            facts, fact_slots = facts.without(set(gone)), fact_slots.without(set(gone))
+            for q in gone:
+                n_facts, n_qualifiers, n_temporal = t.by_subject[q]
+                counts["facts"] -= n_facts
+                counts["qualifiers"] -= n_qualifiers
+                counts["temporal_facts"] -= n_temporal
+        self._facts.add(facts)
+        self._fact_slots.add_lines(fact_slots.lines(self._fact_next))
         types = t.type_slots.without(refused) if refused else t.type_slots
         self._type_slots.add_lines(types.lines(self._type_next))
         self._redirects.update(t.redirects)
-        counts = t.counts
-        counts["entities"] -= len(refused)  # an error, not an entity written
         return _Written(counts=counts, errors=errors)
 
     # --- the end: types, stubs, relations, the marker, the import's arguments ---------------

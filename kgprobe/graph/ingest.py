@@ -433,6 +433,9 @@ class BatchRows:
     redirects: list[dict[str, str]]
     members: dict[str, dict[str, str]]
     counts: Counter[str]
+    #: per fact subject: its facts, qualifiers and temporal facts (the bulk load takes a
+    #: refused entity's facts off the counts with it)
+    by_subject: dict[str, list[int]]
 
 
 def batch_rows(batch: list[Record]) -> BatchRows:
@@ -449,6 +452,7 @@ def batch_rows(batch: list[Record]) -> BatchRows:
     members: dict[str, dict[str, str]] = {}
     n: Counter[str] = Counter()
     n_qualifiers = n_temporal = 0
+    by_subject: dict[str, list[int]] = {}
     for rec in batch:
         if isinstance(rec, FactRecord):
             subject, key = rec.subject, rec.key
@@ -457,12 +461,17 @@ def batch_rows(batch: list[Record]) -> BatchRows:
             relations.setdefault(rec.pid, RelationProps())
             facts.append(FactRow(s=subject, o=rec.object, key=key, props=fact_properties(rec)))
             fact_slots.append({"space": rec.pid, "key": key, "s": subject})
-            if rec.qualifiers:
-                n_qualifiers += sum(map(len, rec.qualifiers.values()))
+            mine = by_subject.get(subject)
+            if mine is None:
+                mine = by_subject[subject] = [0, 0, 0]
+            mine[0] += 1
+            q = sum(map(len, rec.qualifiers.values())) if rec.qualifiers else 0
             if rec.is_temporal:
                 n_temporal += 1
-                n_qualifiers += ((rec.start is not None) + (rec.end is not None)
-                                 + (rec.point_in_time is not None))
+                mine[2] += 1
+                q += (rec.start is not None) + (rec.end is not None) + (rec.point_in_time is not None)
+            n_qualifiers += q
+            mine[1] += q
         elif isinstance(rec, EntityRecord):
             props: Properties = {}
             if rec.label:
@@ -503,7 +512,7 @@ def batch_rows(batch: list[Record]) -> BatchRows:
     n["qualifiers"] += n_qualifiers
     n["temporal_facts"] += n_temporal
     return BatchRows(relations, entities, stubs, instance_of, subclass_of, inferred, facts,
-                     fact_slots, redirects, members, n)
+                     fact_slots, redirects, members, n, by_subject)
 
 
 class RecordBatcher(Generic[_BuiltT]):

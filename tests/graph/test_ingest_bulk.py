@@ -395,7 +395,7 @@ def test_slots_are_written_in_input_order_and_numbered_on_per_space() -> None:
     assert Slots.of(rows).lines(counts) == [
         '"Q1$a","P19:5","Q1"\n', '"Q1$b","P27:0","Q1"\n', '"Q2$c","P19:6","Q2"\n', '"Q3$d","P19:7","Q3"\n']
     assert counts == {"P19": 8, "P27": 1}
-    kept = Slots.of(rows, subjects=True).without({"Q2"}).lines({})
+    kept = Slots.of(rows).without({"Q2"}).lines({})
     assert kept == ['"Q1$a","P19:0","Q1"\n', '"Q1$b","P27:0","Q1"\n', '"Q3$d","P19:1","Q3"\n']
 
 
@@ -427,6 +427,45 @@ def test_bulk_workers_refuse_an_entity_met_in_an_earlier_chunk(tmp_path: Path,
     assert sorted(row.split(",")[0] for row in entity_rows) == [
         '"Q990000011"', '"Q990000012"', '"Q990000013"', '"Q990000014"']
     assert [row for row in entity_rows if row.startswith('"Q990000011"')] == ['"Q990000011","first",,']
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_line_met_again_in_a_later_batch_is_left_out_with_its_facts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    """A dump whose entity line comes again after an earlier batch wrote it (a download joined
+    twice, say): the second line is one error record, and neither its facts nor their sampling
+    slots are written, so no statement key is repeated (the unique constraints, built after the
+    whole import, refused the load when they were). With one worker the batches are cut inside
+    a line (two records each), so the line's facts run on into the next batch; with two, one
+    line per chunk. The counts are the first line's."""
+    from kgprobe.graph.bulk import build_chunk, write_import_files
+    from kgprobe.loaders import open_source
+    from kgprobe.loaders.common import Filters
+
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.0003")  # 314 bytes: one line per chunk
+    claims = {"P27": [_claim("Q990000021", "P27", "Q990000031", 1, qualifiers={"P580": [_time(1990)]})],
+              "P19": [_claim("Q990000021", "P19", "Q990000032", 2)],
+              "P69": [_claim("Q990000021", "P69", "Q990000033", 3)]}
+    first = _entity("Q990000021", "first", "", [], claims)
+    other = _entity("Q990000022", "other", "", [], {"P27": [_claim("Q990000022", "P27", "Q990000031", 4)]})
+    path = tmp_path / "again.json"
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in (first, other, first, other)) + "\n]\n",
+                    encoding="utf-8")
+    post = build_chunk if workers > 1 else None
+    files = write_import_files(open_source(path, Filters.make(), workers=workers, post=post),
+                               tmp_path / "import", batch_size=2)
+    s = files.summary
+    # by hand: 2 entities; facts 3 + 1; one qualifier and one temporal fact (P27 from 1990)
+    assert (s.entities, s.facts, s.qualifiers, s.temporal_facts, s.error_count) == (2, 4, 1, 1, 2)
+    assert [e.message.split(":")[0] for e in s.errors] == ["entity Q990000021", "entity Q990000022"]
+    rows = import_rows(tmp_path / "import")
+    facts = [row for (flag, label, _h), v in rows.items() if label == "FACT" for row in v]
+    slots = [row for (flag, label, _h), v in rows.items() if label == "FactSlot" for row in v]
+    keys = ["Q990000021$00000000-0000-0000-0000-000000000001", "Q990000021$00000000-0000-0000-0000-000000000002",
+            "Q990000021$00000000-0000-0000-0000-000000000003", "Q990000022$00000000-0000-0000-0000-000000000004"]
+    assert sorted(row.split(",")[2].strip('"') for row in facts) == keys
+    assert sorted(row.split(",")[0].strip('"') for row in slots) == keys
+    assert sorted(row.split(",")[1] for row in slots) == ['"P19:0"', '"P27:0"', '"P27:1"', '"P69:0"']
 
 
 def test_bulk_workers_report_malformed_lines_with_their_byte_offsets(tmp_path: Path) -> None:
