@@ -60,3 +60,21 @@ def ensure_schema(graph: Graph) -> None:
     """Create what is missing; a no-op when the schema is already there."""
     for stmt in schema_statements():
         graph.schema_statement(stmt)
+
+
+def missing_unique_constraints(graph: Graph) -> list[tuple[str, str]]:
+    """The ``UNIQUE_KEYS`` whose constraint the server does not list (by its name). After a bulk
+    import a constraint the data breaks may be missing without a word: ArcadeDB's sorted build
+    of a unique index over keys that repeat is skipped, and ``IF NOT EXISTS`` says nothing."""
+    names = {str(r["name"]) for r in graph.read("SHOW CONSTRAINTS YIELD name RETURN name")}
+    return [(label, prop) for label, prop in UNIQUE_KEYS if schema_name(label, prop) not in names]
+
+
+def repeated_values(graph: Graph, label: str, prop: str, limit: int = 3) -> list[str]:
+    """Up to ``limit`` values of ``label``'s ``prop`` held by more than one node. ``label`` and
+    ``prop`` must be one of ``UNIQUE_KEYS`` (they are written into the query)."""
+    if (label, prop) not in UNIQUE_KEYS:
+        raise ValueError(f"not a unique key: {label}.{prop}")
+    rows = graph.read(f"MATCH (n:{label}) WITH n.{prop} AS v, count(*) AS c WHERE c > 1 "
+                      "RETURN v ORDER BY v LIMIT $limit", limit=limit)
+    return [str(r["v"]) for r in rows]

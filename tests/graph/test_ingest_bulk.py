@@ -181,6 +181,35 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
         ManagedServer(settings).stop()
 
 
+@pytest.mark.skipif(TEST_SERVER != "arcadedb" or EXTERNAL_SERVER,
+                    reason="bulk load into the managed ArcadeDB: runs in the ArcadeDB half")
+def test_a_key_twice_across_batches_stops_an_arcadedb_bulk_load_in_one_line(
+    kgprobe_env: dict[str, str], tmp_path: Path
+) -> None:
+    """One statement id under two entities, in two batches (the writer's check of a key met
+    twice sees one batch): ArcadeDB's sorted build of the unique index is skipped without a
+    word, so the load checks the constraints and stops in one line (exit 4) naming the key,
+    where it used to end with exit 0, the fact twice and no ``factslot_key`` constraint."""
+    from kgprobe.graph.server import ManagedServer
+
+    shared = _claim("Q990000041", "P27", "Q990000031", 1)  # its id: Q990000041$...01
+    one = _entity("Q990000041", "one", "", [], {"P27": [shared]})
+    two = _entity("Q990000042", "two", "", [], {"P27": [shared]})
+    path = tmp_path / "twice.json"
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in (one, two)) + "\n]\n", encoding="utf-8")
+    env, settings = _second_managed_home(kgprobe_env, tmp_path / "bulk-home")
+    try:
+        got = run("ingest", str(path), "--bulk", str(tmp_path / "import"), "--batch-size", "2",
+                  "--workers", "1", env={**env, "PYTHONPATH": CODE})
+        assert got.returncode == 4, got.stderr + got.stdout
+        line = got.stderr.strip().splitlines()[-1]
+        assert line.startswith("error: the bulk-loaded graph has FactSlot nodes whose key repeats "
+                               "('Q990000041$00000000-0000-0000-0000-000000000001')"), got.stderr
+        assert "factslot_key" in line and "without --bulk" in line
+    finally:
+        ManagedServer(settings).stop()
+
+
 @pytest.mark.skipif(TEST_SERVER != "neo4j" or EXTERNAL_SERVER,
                     reason="bulk load into Neo4j: runs in the Neo4j half (KGPROBE_TEST_SERVER=neo4j)")
 def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
