@@ -562,7 +562,7 @@ def _check_unique(graph: Any) -> None:
                 f"the bulk-loaded graph has {label} nodes whose {prop} repeats ({shown}): the input "
                 f"holds such a key twice, so the unique constraint {schema_name(label, prop)} could "
                 "not be built. Load this input without --bulk (the online ingest merges them), "
-                "after `kgprobe db wipe`")
+                "after `kgprobe db wipe --yes`")
 
 
 #: The demo's relations (docs/reports.md explains the choice): contrasts the report can show —
