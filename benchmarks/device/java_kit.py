@@ -49,7 +49,6 @@ sys.path.insert(0, str(ROOT / "tests"))
 from neo4j_server import ENV_RUNTIME, build, java_major, runtime  # noqa: E402
 
 ARCHIVES = {"neo4j": "neo4j-runtime.tar.xz", "arcadedb": "arcadedb-runtime.tar.xz"}
-ARCHIVE = ARCHIVES["neo4j"]
 #: the Java line ArcadeDB's classes are compiled for (26.10: class files of Java 21)
 ARCADEDB_JAVA = 21
 #: JDK modules kept whatever the log says: classes from the JVM's shared archive (CDS) are logged
@@ -188,14 +187,13 @@ def pack(out: Path, entities: int, server: str = "neo4j") -> None:
         for tool in ("taskset",):
             if found := shutil.which(tool):
                 (bare / tool).symlink_to(found)
-        env = {**os.environ, ENV_RUNTIME: str(check), "PATH": str(bare)}
+        env = {**os.environ, "PATH": str(bare)}
         env.pop("JAVA_HOME", None)
         if arcadedb:
-            env.pop(ENV_RUNTIME)
             checked = bench_arcadedb(files, env, check)
             how = "bench_graphimporter_heap.py --cores 1,2 --runtime"
         else:
-            checked = bench(files, work, env)
+            checked = bench(files, work, {**env, ENV_RUNTIME: str(check)})
             how = "bench_neo4j_import.py --threads 1,2 --schema"
         java = str(check / "jre" / "bin" / "java")
         manifest = [
