@@ -552,17 +552,13 @@ def _arcadedb_import(files: Any, settings: Any, batch_size: int, workers: int = 
 def _check_unique(graph: Any) -> None:
     """One line, exit 4, where the imported data breaks a unique constraint (a key twice in the
     input: a statement id under two entities, say), which ArcadeDB then leaves out silently."""
-    from kgprobe.graph.schema import missing_unique_constraints, repeated_values, schema_name
+    from kgprobe.graph.schema import missing_unique_constraints, repeated_key_error, repeated_values
 
     for label, prop in missing_unique_constraints(graph):
         values = repeated_values(graph, label, prop)
         if values:
-            shown = ", ".join(repr(v) for v in values)
-            raise InputError(
-                f"the bulk-loaded graph has {label} nodes whose {prop} repeats ({shown}): the input "
-                f"holds such a key twice, so the unique constraint {schema_name(label, prop)} could "
-                "not be built. Load this input without --bulk (the online ingest merges them), "
-                "after `kgprobe db wipe --yes`")
+            raise repeated_key_error(label, prop, values, "Load the input without --bulk (the online "
+                                     "ingest merges them) after `kgprobe db wipe --yes`")
 
 
 #: The demo's relations (docs/reports.md explains the choice): contrasts the report can show —

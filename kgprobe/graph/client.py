@@ -317,5 +317,9 @@ def connect(settings: Settings | None = None, *, ensure_schema: bool = True, aut
     if ensure_schema:
         from kgprobe.graph.schema import ensure_schema as _ensure
 
-        _ensure(graph)
+        try:
+            _ensure(graph)
+        except BaseException:
+            graph.close()  # the caller gets no graph to close
+            raise
     return graph

@@ -7,6 +7,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from neo4j.exceptions import Neo4jError
+
+from kgprobe.errors import InputError
+
 if TYPE_CHECKING:  # pragma: no cover  (client.connect calls ensure_schema: no runtime import back)
     from kgprobe.graph.client import Graph
 
@@ -56,10 +60,33 @@ def schema_statements() -> list[str]:
     return stmts
 
 
+#: What to do about a key twice, where the first connection meets it (a Neo4j import).
+LOAD_WITHOUT_BULK = "Load the input without --bulk (the online ingest merges them) into an empty database"
+
+
 def ensure_schema(graph: Graph) -> None:
-    """Create what is missing; a no-op when the schema is already there."""
-    for stmt in schema_statements():
-        graph.schema_statement(stmt)
+    """Create what is missing; a no-op when the schema is already there. A unique constraint the
+    data breaks (Neo4j refuses it after an import of a key twice) is one line naming the key."""
+    keys = list(UNIQUE_KEYS)
+    for i, stmt in enumerate(schema_statements()):
+        try:
+            graph.schema_statement(stmt)
+        except Neo4jError as exc:
+            values = (repeated_values(graph, *keys[i])
+                      if i < len(keys) and "ConstraintCreationFailed" in (exc.code or "") else [])
+            if not values:
+                raise
+            raise repeated_key_error(*keys[i], values, LOAD_WITHOUT_BULK) from exc
+
+
+def repeated_key_error(label: str, prop: str, values: list[str], remedy: str) -> InputError:
+    """The one line for ``label`` nodes whose ``prop`` repeats (``values``): its unique
+    constraint cannot be built, which a bulk load of an input that holds a key twice does
+    (one statement id under two entities, in batches the writer checks one at a time)."""
+    shown = ", ".join(repr(v) for v in values)
+    return InputError(f"the graph has {label} nodes whose {prop} repeats ({shown}), so the unique "
+                      f"constraint {schema_name(label, prop)} cannot be built: a bulk load of an "
+                      f"input that holds such a key twice does this. {remedy}")
 
 
 def missing_unique_constraints(graph: Graph) -> list[tuple[str, str]]:

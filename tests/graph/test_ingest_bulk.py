@@ -181,6 +181,20 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
         ManagedServer(settings).stop()
 
 
+#: the statement id that `_key_twice_dump` puts under two entities
+KEY_TWICE = "Q990000041$00000000-0000-0000-0000-000000000001"
+
+
+def _key_twice_dump(path: Path) -> Path:
+    """Two entities that hold one statement (its id ``KEY_TWICE``): a key twice in the input,
+    which a bulk load in 2-record batches does not see (the writer checks one batch)."""
+    shared = _claim("Q990000041", "P27", "Q990000031", 1)
+    one = _entity("Q990000041", "one", "", [], {"P27": [shared]})
+    two = _entity("Q990000042", "two", "", [], {"P27": [shared]})
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in (one, two)) + "\n]\n", encoding="utf-8")
+    return path
+
+
 @pytest.mark.skipif(TEST_SERVER != "arcadedb" or EXTERNAL_SERVER,
                     reason="bulk load into the managed ArcadeDB: runs in the ArcadeDB half")
 def test_a_key_twice_across_batches_stops_an_arcadedb_bulk_load_in_one_line(
@@ -192,20 +206,17 @@ def test_a_key_twice_across_batches_stops_an_arcadedb_bulk_load_in_one_line(
     where it used to end with exit 0, the fact twice and no ``factslot_key`` constraint."""
     from kgprobe.graph.server import ManagedServer
 
-    shared = _claim("Q990000041", "P27", "Q990000031", 1)  # its id: Q990000041$...01
-    one = _entity("Q990000041", "one", "", [], {"P27": [shared]})
-    two = _entity("Q990000042", "two", "", [], {"P27": [shared]})
-    path = tmp_path / "twice.json"
-    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in (one, two)) + "\n]\n", encoding="utf-8")
+    path = _key_twice_dump(tmp_path / "twice.json")
     env, settings = _second_managed_home(kgprobe_env, tmp_path / "bulk-home")
     try:
         got = run("ingest", str(path), "--bulk", str(tmp_path / "import"), "--batch-size", "2",
                   "--workers", "1", env={**env, "PYTHONPATH": CODE})
         assert got.returncode == 4, got.stderr + got.stdout
         line = got.stderr.strip().splitlines()[-1]
-        assert line.startswith("error: the bulk-loaded graph has FactSlot nodes whose key repeats "
-                               "('Q990000041$00000000-0000-0000-0000-000000000001')"), got.stderr
-        assert "factslot_key" in line and "without --bulk" in line
+        assert line == (f"error: the graph has FactSlot nodes whose key repeats ('{KEY_TWICE}'), so the "
+                        "unique constraint factslot_key cannot be built: a bulk load of an input that "
+                        "holds such a key twice does this. Load the input without --bulk (the online "
+                        "ingest merges them) after `kgprobe db wipe --yes`"), got.stderr
     finally:
         ManagedServer(settings).stop()
 
@@ -254,6 +265,39 @@ def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
 
             env = {**kgprobe_env, "NEO4J_URI": uri, "NEO4J_USER": USER, "NEO4J_PASSWORD": server.password}
             online_ingest_goes_on(env, kgprobe_env, awkward, graph, bulk_graph, expected)
+    finally:
+        server.stop()
+
+
+@pytest.mark.skipif(TEST_SERVER != "neo4j" or EXTERNAL_SERVER,
+                    reason="bulk load into Neo4j: runs in the Neo4j half (KGPROBE_TEST_SERVER=neo4j)")
+def test_a_key_twice_across_batches_stops_the_first_connection_to_a_neo4j_import_in_one_line(
+    kgprobe_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The Neo4j side of the ArcadeDB test above: the import tool takes the key twice (the
+    FactSlot's id is its ordinal, not its key), and the first connection afterwards, which
+    creates the constraints, meets Neo4j's refusal of ``factslot_key``. That refusal becomes
+    kgprobe's one line (exit 4) naming the key and what to do, not the server's error."""
+    from neo4j_server import USER, Neo4jTestServer, install_admin
+
+    path = _key_twice_dump(tmp_path / "twice.json")
+    base = tmp_path / "bulk-server"
+    install_admin(base / "home")
+    bulk = run("ingest", str(path), "--bulk", str(tmp_path / "import"), "--neo4j-home",
+               str(base / "home"), "--batch-size", "2", "--workers", "1", env=kgprobe_env)
+    assert bulk.returncode == 0, bulk.stderr + bulk.stdout
+    server = Neo4jTestServer(base)
+    uri = server.start()
+    try:
+        env = {**kgprobe_env, "NEO4J_URI": uri, "NEO4J_USER": USER, "NEO4J_PASSWORD": server.password}
+        for _ in range(2):  # and again: the refused constraint is not left half made
+            got = run("stats", env=env)
+            assert got.returncode == 4, got.stderr + got.stdout
+            assert got.stderr.strip().splitlines() == [
+                f"error: the graph has FactSlot nodes whose key repeats ('{KEY_TWICE}'), so the unique "
+                "constraint factslot_key cannot be built: a bulk load of an input that holds such a "
+                "key twice does this. Load the input without --bulk (the online ingest merges them) "
+                "into an empty database"], got.stderr
     finally:
         server.stop()
 
