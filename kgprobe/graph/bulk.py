@@ -35,8 +35,10 @@ it in the chunks' order, adding only what depends on the chunks before (an entit
 sampling ordinals, relation properties). A chunk is then one batch.
 
 What it assumes (as in a Wikidata dump): each entity and each statement once in the input. An
-entity line met again in a later batch is an error record, left out whole: its row, type edges,
-facts and slots (the online ingest would merge the two). A statement key repeated across
+entity line met again is an error record, left out with its row, type edges, facts and slots
+(the online ingest would merge the two), wherever the batches were cut: in the batch being
+filled by `_LinesOnce`, against the batches before by `BulkWriter`. What it refers to (ids as
+stubs, relations) stays, in both. A statement key repeated across
 batches under another entity's line leaves two FactSlot nodes with that key, and the unique
 constraint on ``FactSlot.key`` then cannot be created (load such an input online). Redirect
 nodes are written; they are resolved (edges moved to the target) by the next online ingest,
@@ -56,7 +58,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, NamedTuple, TypedDict, cast
+from typing import IO, Any, NamedTuple, TypedDict, TypeVar, cast
 
 from kgprobe.config import write_private_text
 from kgprobe.errors import ConfigError, KgprobeError
@@ -67,12 +69,24 @@ from kgprobe.graph.ingest import (
     BatchRows,
     IngestSummary,
     RecordBatcher,
+    Refs,
     RelationProps,
     _Written,
     batch_rows,
 )
-from kgprobe.records import ErrorRecord, Position, Record, SkipRecord
+from kgprobe.records import (
+    EntityRecord,
+    ErrorRecord,
+    FactRecord,
+    Position,
+    Record,
+    RedirectRecord,
+    RelationRecord,
+    SkipRecord,
+)
 from kgprobe.runtime import rare_collections
+
+_BuiltT = TypeVar("_BuiltT")
 
 #: The database the import writes (Neo4j Community has one user database).
 DATABASE = "neo4j"
@@ -388,6 +402,14 @@ class BatchText:
     #: per fact subject: its facts, qualifiers and temporal facts in the batch (what leaving a
     #: refused entity's facts out takes off the counts)
     by_subject: dict[str, list[int]] = field(default_factory=dict)
+    #: the batch's last entity record: the one line whose facts may run on into the next batch
+    last_entity: str | None = None
+
+
+#: Why an entity line met again is refused: one wording wherever the repeat is seen (in the
+#: batch being filled, or by the writer against the batches before), so that the summary does
+#: not depend on where batches were cut.
+MET_AGAIN = "met again (the bulk load takes each entity once: its first line is written)"
 
 
 def _refusal(qid: str, why: str) -> ErrorRecord:
@@ -436,13 +458,15 @@ def format_batch(b: BatchRows) -> BatchText:
     fact_slots = Slots.of((r["space"], r["key"], r["s"]) for r in b.fact_slots)
     type_slots = Slots.of((r["space"], m, r["s"]) for m, r in b.members.items() if r["s"] not in refused)
     counts = b.counts
-    counts["entities"] -= len(refused)  # an error, not an entity written
+    counts["entities"] -= len(refused)  # an error, not an entity written, nor its type edges
+    if refused:
+        counts["type_edges"] -= sum(r["s"] in refused for r in (*b.instance_of, *b.subclass_of, *b.inferred))
     return BatchText(
         relations=b.relations, entities=entities, referred=format_rows([[q] for q in b.stubs]),
         instance_of=instance_of, subclass_of=subclass_of, inferred=inferred,
         facts=format_rows(fact_rows), fact_slots=fact_slots, type_slots=type_slots,
         redirects=[(r["source"], r["target"]) for r in b.redirects], counts=counts, errors=errors,
-        by_subject=b.by_subject)
+        by_subject=b.by_subject, last_entity=next(reversed(b.entities), None))
 
 
 class ChunkRows(NamedTuple):
@@ -456,7 +480,50 @@ class ChunkRows(NamedTuple):
     rows: BatchText
 
 
-class _Checker(RecordBatcher[None]):
+class _LinesOnce(RecordBatcher[_BuiltT]):
+    """`RecordBatcher` for the bulk load: an entity line met again in the batch being filled is
+    refused here, as it arrives, with its facts (the records after it up to the next line), the
+    way `BulkWriter` refuses one that an earlier batch wrote; the online ingest would merge the
+    two. Without it the two lines were merged in one batch (the last one's properties, the
+    repeated facts counted as duplicate statements) and refused apart: the files and the summary
+    depended on where batches were cut."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: the entities of the batch being filled, and the line that may run on from the last
+        self._batch_qids: set[str] = set()
+        self._line: str | None = None
+        #: the subject of the line being left out, while its records arrive
+        self._dropping: str | None = None
+
+    def add(self, record: Record) -> None:
+        cls = record.__class__
+        if cls is FactRecord:
+            fact = cast(FactRecord, record)
+            if fact.subject == self._dropping:  # left out with its line, but for what it refers to
+                record = cast(Record, Refs((fact.subject, fact.object), fact.pid))
+        elif cls is EntityRecord:
+            entity = cast(EntityRecord, record)
+            qid = entity.qid
+            if qid in self._batch_qids:
+                self._dropping = self._line = qid
+                self._error(_refusal(qid, MET_AGAIN))
+                record = cast(Record, Refs((*entity.types, *(t for t, _b in entity.inferred_types),
+                                            *entity.superclasses)))
+            else:
+                self._batch_qids.add(qid)
+                self._dropping, self._line = None, qid
+        elif cls is RelationRecord or cls is RedirectRecord:
+            self._dropping = None
+        super().add(record)
+
+    def _hand_over(self) -> None:
+        # the last line's facts may run on into the next batch, and a repeat of it with them
+        self._batch_qids = {self._line} if self._line is not None else set()
+        super()._hand_over()
+
+
+class _Checker(_LinesOnce[None]):
     """`RecordBatcher`'s checks on one chunk's records (the chunk is the batch), in a worker:
     what it refuses is kept whole, for the ingest's error budget."""
 
@@ -623,7 +690,7 @@ _SUMMARY_COUNTS = ("records", "entities", "relations", "facts", "qualifiers", "t
                    "type_edges", "redirects", "redirects_resolved", "error_count")
 
 
-class BulkWriter(RecordBatcher[BatchText]):
+class BulkWriter(_LinesOnce[BatchText]):
     """Writes records as ``neo4j-admin database import full`` files in ``directory`` (which must
     be empty or new); the same intake, batches, checks and error budget as the online ingest
     (`RecordBatcher`), the same rows (`batch_rows`). Call `finish()` at the end.
@@ -667,7 +734,7 @@ class BulkWriter(RecordBatcher[BatchText]):
         self._redirects: dict[str, str] = {}
         self._fact_next: dict[str, int] = {}
         self._type_next: dict[str, int] = {}
-        #: the entities the last batch refused (their line's facts may run on into this one)
+        #: the subject of a refused line that was its batch's last (its facts may run on)
         self._refused_before: set[str] = set()
         if resume is not None:
             self._restore(resume)
@@ -795,8 +862,7 @@ class BulkWriter(RecordBatcher[BatchText]):
         for qid, sig, line in t.entities:
             if not seen(qid):
                 refused.add(qid)
-                errors.append(_refusal(qid, "met again after an earlier batch wrote it (the bulk "
-                                             "load takes each entity once)"))
+                errors.append(_refusal(qid, MET_AGAIN))
             elif _one_line(line, 1):
                 by_file.setdefault(sig, []).append(line)
             else:  # kept until `finish` sorts types from the rest (rare)
@@ -806,17 +872,22 @@ class BulkWriter(RecordBatcher[BatchText]):
         for pid, props in t.relations.items():
             self._relations.setdefault(pid, RelationProps()).update(props)
         self._referred.add(t.referred)
-        self._instance_of.add(t.instance_of.without(refused) if refused else t.instance_of)
-        self._subclass_of.add(t.subclass_of.without(refused) if refused else t.subclass_of)
-        self._inferred.add(t.inferred.without(refused) if refused else t.inferred)
         counts = t.counts
+        for out, rows in ((self._instance_of, t.instance_of), (self._subclass_of, t.subclass_of),
+                          (self._inferred, t.inferred)):
+            if refused:
+                kept = rows.without(refused)
+                counts["type_edges"] -= rows.n + len(rows.multiline) - kept.n - len(kept.multiline)
+                rows = kept
+            out.add(rows)
         counts["entities"] -= len(refused)  # an error, not an entity written
         # a refused line's facts go with it (written again they would repeat the first line's
         # statement keys, which the unique constraints then refuse, after the whole import); with
-        # one worker a line's records may run on into the next batch: the subjects refused in
-        # the batch before are left out here too
+        # one worker a line's records may run on into the next batches, up to the next entity
+        # record: a refused last line's subject is left out of them too
         gone = [q for q in (*refused, *self._refused_before) if q in t.by_subject]
-        self._refused_before = refused
+        if t.last_entity is not None:
+            self._refused_before = {t.last_entity} & refused
         facts, fact_slots = t.facts, t.fact_slots
         if gone:
             facts, fact_slots = facts.without(set(gone)), fact_slots.without(set(gone))

@@ -413,6 +413,17 @@ class FactRow(TypedDict):
     props: FactProps
 
 
+@dataclass(frozen=True, slots=True)
+class Refs:
+    """What a line the bulk load leaves out (an entity met again) still refers to, in its place
+    among the batch's records: ids, which become stubs where nothing else describes them, and
+    a fact's relation. The bulk load that refuses such a line later, against the batches before
+    it, has only formatted rows and keeps the same, so both give the same files."""
+
+    ids: tuple[str, ...]
+    pid: str | None = None
+
+
 @dataclass
 class BatchRows:
     """One batch of records as the graph's rows, before any statement is chosen: the online
@@ -508,6 +519,10 @@ def batch_rows(batch: list[Record]) -> BatchRows:
         elif isinstance(rec, RedirectRecord):
             redirects.append({"source": rec.source, "target": rec.target})
             n["redirects"] += 1
+        elif isinstance(rec, Refs):
+            stubs.update(dict.fromkeys(rec.ids))
+            if rec.pid is not None:
+                relations.setdefault(rec.pid, RelationProps())
     n["facts"] += len(facts)
     n["qualifiers"] += n_qualifiers
     n["temporal_facts"] += n_temporal
@@ -595,7 +610,7 @@ class RecordBatcher(Generic[_BuiltT]):
                     )
                 )
                 return
-        elif isinstance(record, (RelationRecord, RedirectRecord)):
+        elif isinstance(record, (RelationRecord, RedirectRecord, Refs)):
             pass
         elif isinstance(record, SkipRecord):
             s.skipped[record.reason] += record.count

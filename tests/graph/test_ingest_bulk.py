@@ -490,7 +490,7 @@ def test_bulk_workers_refuse_an_entity_met_in_an_earlier_chunk(tmp_path: Path,
                                tmp_path / "import")
     s = files.summary
     assert (s.entities, s.facts, s.error_count) == (2, 1, 1)
-    assert s.errors[0].message.startswith("entity Q990000011: met again after an earlier batch wrote it")
+    assert s.errors[0].message.startswith("entity Q990000011: met again (the bulk load takes each entity once")
     rows = import_rows(tmp_path / "import")
     assert rows[("--relationships", "INSTANCE_OF", ":START_ID,:END_ID")] == ['"Q990000011","Q990000013"']
     slots = [row for (flag, label, _h), v in rows.items() if label == "TypeSlot" for row in v]
@@ -539,6 +539,66 @@ def test_a_line_met_again_in_a_later_batch_is_left_out_with_its_facts(
     assert sorted(row.split(",")[2].strip('"') for row in facts) == keys
     assert sorted(row.split(",")[0].strip('"') for row in slots) == keys
     assert sorted(row.split(",")[1] for row in slots) == ['"P19:0"', '"P27:0"', '"P27:1"', '"P69:0"']
+
+
+def test_a_repeated_line_is_refused_whole_wherever_the_batches_are_cut(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entity line met again with other content (a later label, a type and a fact more: two
+    snapshots joined) is one error record wherever it falls: in the batch of the first line,
+    in a later batch, its facts running on over several batches (one record a batch), in the
+    chunk of the first line or in another. The first line is written, and of the second only
+    what it refers to (ids as stubs, relations: a load that refuses it against earlier batches
+    has only formatted rows): the same files byte for byte and the same summary for every cut. Before, one batch merged
+    the two lines (the second label, its type and fact, both entities counted, the facts again
+    counted as duplicate statements) while two batches refused the second, and in batches of
+    one record its facts after the first run-on batch were written again (a key twice)."""
+    from kgprobe.graph.bulk import build_chunk, write_import_files
+    from kgprobe.loaders import open_source
+    from kgprobe.loaders.common import Filters
+
+    q = "Q990000021"
+    facts = {"P27": [_claim(q, "P27", "Q990000031", 1, qualifiers={"P580": [_time(1990)]})],
+             "P19": [_claim(q, "P19", "Q990000032", 2)], "P69": [_claim(q, "P69", "Q990000033", 3)]}
+    first = _entity(q, "first", "", [], {**facts, "P31": [_claim(q, "P31", "Q5", 5)]})
+    again = _entity(q, "again", "", [], {**facts, "P31": [_claim(q, "P31", "Q5", 5), _claim(q, "P31", "Q6", 6)],
+                                         "P106": [_claim(q, "P106", "Q990000034", 7)]})
+    other = _entity("Q990000022", "other", "", [], {"P27": [_claim("Q990000022", "P27", "Q990000031", 4)]})
+    third = _entity("Q990000023", "third", "", [], {"P19": [_claim("Q990000023", "P19", "Q990000032", 8)]})
+    path = tmp_path / "joined.json"
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in (first, other, again, third)) + "\n]\n",
+                    encoding="utf-8")
+    loads = {f"batch {n}": (1, n, "1") for n in (1, 2, 3, 5000)}
+    loads |= {"a line a chunk": (2, 5000, "0.0003"), "one chunk": (2, 5000, "1")}
+    files: dict[str, dict[str, bytes]] = {}
+    summaries: dict[str, Any] = {}
+    for name, (workers, batch, chunk_mb) in loads.items():
+        monkeypatch.setenv(ENV_CHUNK_MB, chunk_mb)
+        out = tmp_path / name.replace(" ", "-")
+        got = write_import_files(open_source(path, Filters.make(), workers=workers,
+                                             post=build_chunk if workers > 1 else None), out, batch_size=batch)
+        s = got.summary
+        summaries[name] = (s.records, s.entities, s.facts, s.qualifiers, s.temporal_facts, s.type_edges,
+                           s.error_count, [(e.location, e.message) for e in s.errors], dict(s.skipped))
+        files[name] = {f.name: f.read_bytes() for f in sorted(out.iterdir()) if f.is_file()}
+    one = summaries["batch 5000"]
+    # by hand: entities first, other, third; facts 3 + 1 + 1; the P27 fact's qualifier and
+    # temporal fact; the first line's one type edge; the second line is the one error
+    assert one[1:7] == (3, 5, 1, 1, 1, 1), one
+    assert one[7] == [(q, f"entity {q}: met again (the bulk load takes each entity once: its first line "
+                          "is written); load it with the online ingest (without --bulk)")]
+    assert "duplicate-statement" not in one[8]
+    rows = import_rows(tmp_path / "batch-5000")
+    keys = sorted(row.split(",")[2].strip('"') for (_f, label, _h), v in rows.items() if label == "FACT"
+                  for row in v)
+    assert keys == [f"{q}$00000000-0000-0000-0000-00000000000{n}" for n in (1, 2, 3)] + [
+        "Q990000022$00000000-0000-0000-0000-000000000004", "Q990000023$00000000-0000-0000-0000-000000000008"]
+    entity_rows = [row for (_f, label, _h), v in rows.items() if label == "Entity" for row in v]
+    assert any(row.startswith(f'"{q}","first"') for row in entity_rows), entity_rows
+    assert not any('"again"' in row for row in entity_rows)
+    assert [row for (_f, label, _h), v in rows.items() if label == "INSTANCE_OF" for row in v] == [f'"{q}","Q5"']
+    for name in loads:
+        assert summaries[name] == one, name
+        assert files[name] == files["batch 5000"], name
 
 
 def test_bulk_workers_report_malformed_lines_with_their_byte_offsets(tmp_path: Path) -> None:
