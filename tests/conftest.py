@@ -108,12 +108,15 @@ def kgprobe_env(graph_settings: object, monkeypatch: pytest.MonkeyPatch) -> dict
 
     s: Settings = graph_settings  # type: ignore[assignment]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NEO4J_", "KGPROBE_"))}
+    # the session's home in both halves: with a Neo4j server the home still holds the semantic
+    # index, the score cache and checkpoints, which must not go to the user's own
+    env["KGPROBE_HOME"] = str(s.home)
     if s.uri:
         env.update(NEO4J_URI=s.uri, NEO4J_USER=s.user, NEO4J_PASSWORD=s.password or "")
         if s.database:
             env["NEO4J_DATABASE"] = s.database
     else:
-        env.update(KGPROBE_HOME=str(s.home), KGPROBE_BOLT_PORT=str(s.bolt_port), KGPROBE_HTTP_PORT=str(s.http_port))
+        env.update(KGPROBE_BOLT_PORT=str(s.bolt_port), KGPROBE_HTTP_PORT=str(s.http_port))
     env["KGPROBE_CONFIG"] = str(Path(str(s.home)) / "no-config.json")
     for key, value in env.items():
         monkeypatch.setenv(key, value)

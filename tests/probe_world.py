@@ -5,6 +5,7 @@ store into the real test server."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from distractor_world import (
     ADAMS,
@@ -56,3 +57,27 @@ def load(graph: object) -> None:
 
     ingest(graph, records())  # type: ignore[arg-type]
     import_templates(graph, TEMPLATES)  # type: ignore[arg-type]
+
+
+def score_props(graph: Any) -> dict[str, dict[str, Any]]:
+    """Per fact with any: its score__/known__/stale__/cfg__/run__ properties."""
+    out = {r["key"]: {k: v for k, v in r["p"].items()
+                      if k.split("__")[0] in ("score", "known", "stale", "cfg", "run")}
+           for r in graph.read("MATCH ()-[f:FACT]->() RETURN f.key AS key, properties(f) AS p")}
+    return {k: v for k, v in out.items() if v}
+
+
+def same_props(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> None:
+    """Equal FACT properties: scores within 1e-6, everything else equal, run ids aside."""
+    assert set(a) == set(b)
+    for key in a:
+        pa_, pb_ = a[key], b[key]
+        assert set(pa_) == set(pb_), key
+        for name, va in pa_.items():
+            vb = pb_[name]
+            if name.startswith("run__"):
+                assert (va is None) == (vb is None), (key, name)
+            elif isinstance(va, float) or isinstance(vb, float):
+                assert abs(float(va) - float(vb)) <= 1e-6, (key, name, va, vb)
+            else:
+                assert va == vb, (key, name, va, vb)

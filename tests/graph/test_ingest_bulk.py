@@ -23,7 +23,9 @@ import pytest
 from _kgprobe_process import run_kgprobe
 from conftest import FIXTURES, TEST_SERVER
 from ingest_support import FILES_ONLY, graph_dump, import_rows
+from probe_world import same_props, score_props
 from test_demo_graph import facts as item_facts
+from tiny_models import TinyModel
 
 import kgprobe
 from kgprobe.graph.templates import demo_paths
@@ -106,6 +108,40 @@ def online_ingest_goes_on(env: dict[str, str], online_env: dict[str, str], awkwa
     assert graph_dump(bulk_graph) == updated
 
 
+#: two probes (a run has one distractor strategy) whose measures take their inputs from the
+#: graph: distractors by temp+sem (the semantic index over the graph's entities, temporal
+#: neighbours) and by random (the sampling index), other subjects and objects, object relations
+PROBES = [["--measure", "kmin", "--measure", "karr", "--measure", "belief", "--measure", "factor"],
+          ["--strategy", "random", "--measure", "kmin", "--measure", "kavg"]]
+PROBE_OPTIONS = ["--sample", "40", "--at", "2025-01-01", "--no-cache", "--device", "cpu", "--json"]
+
+
+def probes_agree(online_env: dict[str, str], bulk_env: dict[str, str], graph: Any, bulk_graph: Any,
+                 model: Path) -> None:
+    """The same probes of the online-loaded and the bulk-loaded graph write the same scores onto
+    the same facts (within 1e-6). Each graph's semantic index is built from it, from scratch
+    with the same settings: an index kept from an earlier graph in the same home is updated,
+    not refitted, so its vectors would depend on that history."""
+    templates = str(demo_paths()[1])
+    props: list[list[str]] = []
+    for env in (online_env, bulk_env):
+        imported = run("templates", "import", templates, "-f", "kgprobe", env=env)
+        assert imported.returncode == 0, imported.stderr
+        built = run("index", "--rebuild", "--sample", "200000", "--dim", "128", "--json", env=env)
+        assert built.returncode == 0, built.stderr
+        for measures in PROBES:
+            probed = run("probe", "--model", str(model), *measures, *PROBE_OPTIONS, env=env)
+            assert probed.returncode == 0, probed.stderr
+            summary = json.loads(probed.stdout)
+            assert summary["scored"] >= 30, summary
+            props.append(summary["score_properties"])
+    assert props[:2] == props[2:] and sum(map(len, props[:2])) == 6
+    want, got = score_props(graph), score_props(bulk_graph)
+    for prop in props[0] + props[1]:  # every measure scored facts
+        assert sum(p.get(prop) is not None for p in want.values()) >= 30, prop
+    same_props(got, want)
+
+
 def _second_managed_home(kgprobe_env: dict[str, str], home: Path) -> tuple[dict[str, str], Any]:
     """The environment and settings of a second, fresh managed ArcadeDB home on free ports."""
     from kgprobe.config import Settings
@@ -120,10 +156,11 @@ def _second_managed_home(kgprobe_env: dict[str, str], home: Path) -> tuple[dict[
 @pytest.mark.skipif(TEST_SERVER != "arcadedb" or EXTERNAL_SERVER,
                     reason="bulk load into the managed ArcadeDB: runs in the ArcadeDB half")
 def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_goes_on(
-    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path
+    graph: Any, kgprobe_env: dict[str, str], tmp_path: Path, tiny_model: TinyModel
 ) -> None:
     """`--bulk DIR` with no NEO4J_URI: ArcadeDB's GraphImporter into the managed server's empty
-    database, then the schema and what the importer cannot write; the same graph as online."""
+    database, then the schema and what the importer cannot write; the same graph as online, and
+    the same probe scores."""
     from kgprobe.graph.client import connect
     from kgprobe.graph.server import ManagedServer
 
@@ -170,6 +207,7 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
             with pytest.raises(Exception, match="(?i)duplicate|unique|already"):
                 bulk_graph.write("MATCH (s:FactSlot) WITH s LIMIT 1 CREATE (:FactSlot {id: s.id})")
             online_ingest_goes_on(env, kgprobe_env, awkward, graph, bulk_graph, expected)
+            probes_agree(kgprobe_env, env, graph, bulk_graph, tiny_model("gpt2", positions=512))
         # a database that holds data is refused, in one line, before any file is written
         refused = run("ingest", str(DEMO), "--bulk", str(tmp_path / "again"), env=env)
         assert refused.returncode == 2
@@ -224,7 +262,7 @@ def test_a_key_twice_across_batches_stops_an_arcadedb_bulk_load_in_one_line(
 @pytest.mark.skipif(TEST_SERVER != "neo4j" or EXTERNAL_SERVER,
                     reason="bulk load into Neo4j: runs in the Neo4j half (KGPROBE_TEST_SERVER=neo4j)")
 def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
-    graph: Any, kgprobe_env: dict[str, str], graph_settings: Any, tmp_path: Path
+    graph: Any, kgprobe_env: dict[str, str], graph_settings: Any, tmp_path: Path, tiny_model: TinyModel
 ) -> None:
     from neo4j_server import USER, Neo4jTestServer, install_admin
 
@@ -265,6 +303,9 @@ def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
 
             env = {**kgprobe_env, "NEO4J_URI": uri, "NEO4J_USER": USER, "NEO4J_PASSWORD": server.password}
             online_ingest_goes_on(env, kgprobe_env, awkward, graph, bulk_graph, expected)
+            # a home of its own: the semantic index the probe builds is this graph's
+            probes_agree(kgprobe_env, {**env, "KGPROBE_HOME": str(tmp_path / "bulk-probe-home")}, graph,
+                         bulk_graph, tiny_model("gpt2", positions=512))
     finally:
         server.stop()
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from _kgprobe_process import run_kgprobe
-from probe_world import REF, load
+from probe_world import REF, load, same_props, score_props
 from tiny_models import TinyModel
 
 from kgprobe.graph import probe_runs as pr
@@ -54,9 +54,6 @@ main()
 """
 
 #: every FACT property of the world's facts (a test-side read; names are data)
-FACT_PROPS = "MATCH ()-[f:FACT]->() RETURN f.key AS key, properties(f) AS p"
-
-
 def _cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     """``kgprobe ARGS`` as a process of its own (forked from the suite's fork server:
     tests/_kgprobe_process.py)."""
@@ -85,30 +82,6 @@ def _score_offline(tmp: Path, pset: Path, model: Path, out: Path, *extra: str) -
     return done
 
 
-def _score_props(graph: Any) -> dict[str, dict[str, Any]]:
-    """Per fact with any: its score__/known__/stale__/cfg__/run__ properties."""
-    out = {r["key"]: {k: v for k, v in r["p"].items()
-                      if k.split("__")[0] in ("score", "known", "stale", "cfg", "run")}
-           for r in graph.read(FACT_PROPS)}
-    return {k: v for k, v in out.items() if v}
-
-
-def _same_props(a: dict[str, dict[str, Any]], b: dict[str, dict[str, Any]]) -> None:
-    """Equal FACT properties: scores within 1e-6, everything else equal, run ids aside."""
-    assert set(a) == set(b)
-    for key in a:
-        pa_, pb_ = a[key], b[key]
-        assert set(pa_) == set(pb_), key
-        for name, va in pa_.items():
-            vb = pb_[name]
-            if name.startswith("run__"):
-                assert (va is None) == (vb is None), (key, name)
-            elif isinstance(va, float) or isinstance(vb, float):
-                assert abs(float(va) - float(vb)) <= 1e-6, (key, name, va, vb)
-            else:
-                assert va == vb, (key, name, va, vb)
-
-
 @pytest.fixture()
 def gpt2(tiny_model: TinyModel) -> Path:
     return tiny_model("gpt2")
@@ -121,7 +94,7 @@ def test_export_score_offline_import_equals_direct_probe(
     load(graph)
     direct = _cli(["probe", "--model", str(gpt2), *SAMPLE, *MODEL_OPTS, "--json"], kgprobe_env)
     assert direct.returncode == 0, direct.stderr
-    want = _score_props(graph)
+    want = score_props(graph)
     scored = [k for k, p in want.items() if any(n.startswith("score__") and v is not None
                                                  for n, v in p.items())]
     assert len(scored) >= 5  # the world's facts were really scored
@@ -137,13 +110,13 @@ def test_export_score_offline_import_equals_direct_probe(
     done = _score_offline(tmp_path, pset, gpt2, tmp_path / "out")
     assert done.returncode == 0, done.stderr
     scores = tmp_path / "out" / "scores.parquet"
-    assert _score_props(graph) == {}  # scoring wrote nothing to the graph
+    assert score_props(graph) == {}  # scoring wrote nothing to the graph
 
     imp = _cli(["import-scores", str(scores), "--json"], kgprobe_env)
     assert imp.returncode == 0, imp.stderr
     assert json.loads(imp.stdout)[0]["status"] == "imported"
-    got = _score_props(graph)
-    _same_props(got, want)
+    got = score_props(graph)
+    same_props(got, want)
     runs = pr.list_runs(graph)
     assert len(runs) == 1 and runs[0]["status"] == "finished"
     assert runs[0]["facts_scored"] == len(scored)
@@ -154,7 +127,7 @@ def test_export_score_offline_import_equals_direct_probe(
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)[0]["status"] == "already imported"
     assert len(pr.list_runs(graph)) == 1
-    assert _score_props(graph) == got
+    assert score_props(graph) == got
 
 
 def _rows(path: Path) -> dict[tuple[str, str], float | None]:
@@ -182,12 +155,12 @@ def test_shards_of_a_set_merge_to_the_unsharded_result(
     imp = _cli(["import-scores", str(tmp_path / "s1" / "scores.parquet"),
                 str(tmp_path / "s2" / "scores.parquet"), "--json"], kgprobe_env)
     assert imp.returncode == 0, imp.stderr
-    from_shards = _score_props(graph)
+    from_shards = score_props(graph)
     graph.write("MATCH (n) DETACH DELETE n")
     load(graph)
     assert _cli(["import-scores", str(tmp_path / "whole" / "scores.parquet")],
                 kgprobe_env).returncode == 0
-    _same_props(from_shards, _score_props(graph))
+    same_props(from_shards, score_props(graph))
 
 
 def _rewrite(path: Path, meta_key: bytes, change: Any) -> None:
@@ -257,7 +230,7 @@ def test_tampered_or_foreign_files_are_refused_in_one_line(
     ingest(graph, [EntityRecord("Q999999", "Somewhere else")])
     _one_line_error(_cli(["import-scores", str(scores)], kgprobe_env), 2, "another graph")
     assert pr.list_runs(graph) == []
-    assert _score_props(graph) == {}
+    assert score_props(graph) == {}
     # and a file that is not Parquet at all
     junk = tmp_path / "junk.parquet"
     junk.write_text("not parquet")
@@ -300,7 +273,7 @@ def test_python_api_scores_a_set_with_a_model_object(
         assert (v is None) == (api[k] is None) and (v is None or abs(v - api[k]) <= 1e-5), k
     done = kgprobe.import_scores(tmp_path / "api" / "scores.parquet")
     assert [d["status"] for d in done] == ["imported"]
-    assert len(_score_props(graph)) == summary.scored + summary.unscorable
+    assert len(score_props(graph)) == summary.scored + summary.unscorable
 
 
 def _results(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
