@@ -254,7 +254,7 @@ def _realistic_entity(n: int, parts: _Parts, rng: random.Random) -> tuple[dict[s
 
 
 def write_realistic_dump(
-    path: str | Path, n_entities: int, seed: int = 0, samples: Path = SAMPLES
+    path: str | Path, n_entities: int, seed: int = 0, samples: Path = SAMPLES, first_id: int = 1
 ) -> dict[str, int]:
     """Write ``n_entities`` realistic dump lines; return entities, statements, item-valued
     statements and uncompressed bytes.
@@ -263,6 +263,8 @@ def write_realistic_dump(
     included) is a real one from ``samples``; what is drawn is how many (log-normal, so most
     entities are small and a few large, as in the dump) and which. Each entity gets a P31
     group; statement ids are rewritten to the entity's. Deterministic for a given seed.
+    The entities are ``Q<first_id>`` on (a test loads them beside real entities: a range of
+    its own); the values they refer to stay the samples' real ids.
     """
     if n_entities < 1:
         raise ValueError("n_entities must be >= 1")
@@ -273,7 +275,7 @@ def write_realistic_dump(
         fh.write("[\n")
         size += 2
         for n in range(1, n_entities + 1):
-            ent, used = _realistic_entity(n, parts, rng)
+            ent, used = _realistic_entity(first_id + n - 1, parts, rng)
             statements += used
             item_valued += sum(st["mainsnak"].get("datatype") == "wikibase-item"
                                and st["mainsnak"].get("snaktype") == "value"

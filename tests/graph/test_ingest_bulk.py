@@ -4,8 +4,9 @@ The bulk load (graph/bulk.py: import files + ``neo4j-admin database import full`
 graph the online ingest writes: every node with all its properties, every edge with its own,
 the sampling index and its counters, and the same constraints and indexes; afterwards the
 online ingest must go on as on any graph (re-ingesting adds nothing, an update lands as it would
-have). Compared here as sorted dumps read back by Cypher, on the packaged demo graph plus a small
-dump of awkward values (line breaks, quotes, commas, separators in labels and aliases, stubs).
+have), and the same probes must write the same scores. Compared here as sorted dumps read back
+by Cypher, on the packaged demo graph plus a small dump of awkward values (line breaks, quotes,
+commas, separators in labels and aliases, stubs) and 300 realistic dump lines.
 
 The Neo4j comparison runs in the Neo4j half (KGPROBE_TEST_SERVER=neo4j): it needs the import
 tool from Maven Central, as the Neo4j test server does. The refusals need no server.
@@ -23,6 +24,7 @@ import pytest
 from _kgprobe_process import run_kgprobe
 from conftest import FIXTURES, TEST_SERVER
 from ingest_support import FILES_ONLY, graph_dump, import_rows
+from loaders_support import gen_dump_module
 from probe_world import same_props, score_props
 from test_demo_graph import facts as item_facts
 from tiny_models import TinyModel
@@ -92,12 +94,21 @@ def constraints(graph: Any) -> list[tuple[str, str, list[str], list[str]]]:
     return sorted((r["name"], r["type"], r["labelsOrTypes"] or [], r["properties"] or []) for r in rows)
 
 
-def online_ingest_goes_on(env: dict[str, str], online_env: dict[str, str], awkward: Path,
+def comparison_inputs(tmp_path: Path) -> list[str]:
+    """What the bulk and the online load are compared on: the demo graph, the awkward dump, and
+    300 realistic dump lines (every language's terms, sitelinks, references, qualifiers, the
+    non-item datatypes; benchmarks/gen_dump.py) under QIDs of their own."""
+    realistic = tmp_path / "realistic.json.gz"
+    gen_dump_module().write_realistic_dump(realistic, 300, seed=7, first_id=990_100_001)
+    return [str(DEMO), str(awkward_dump(tmp_path / "awkward.json")), str(realistic)]
+
+
+def online_ingest_goes_on(env: dict[str, str], online_env: dict[str, str], inputs: list[str],
                           graph: Any, bulk_graph: Any, expected: tuple[list[str], list[str]]) -> None:
     """After a bulk load (reached through ``env``): the online ingest of the same input adds
     nothing, and an update lands on the bulk graph as on the online one (``online_env``), the
     sampling counters going on from the bulk's."""
-    again = run("ingest", str(DEMO), str(awkward), env=env)
+    again = run("ingest", *inputs, env=env)
     assert again.returncode == 0, again.stderr
     assert graph_dump(bulk_graph) == expected
     for target in (env, online_env):
@@ -164,8 +175,8 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
     from kgprobe.graph.client import connect
     from kgprobe.graph.server import ManagedServer
 
-    awkward = awkward_dump(tmp_path / "awkward.json")
-    online = run("ingest", str(DEMO), str(awkward), "--json", env=kgprobe_env)
+    inputs = comparison_inputs(tmp_path)
+    online = run("ingest", *inputs, "--json", env=kgprobe_env)
     assert online.returncode == 0, online.stderr
     expected = graph_dump(graph)
 
@@ -173,7 +184,7 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
     try:
         cwd = tmp_path / "cwd"
         cwd.mkdir()
-        bulk = run("ingest", str(DEMO), str(awkward), "--bulk", str(tmp_path / "import"), "--json",
+        bulk = run("ingest", *inputs, "--bulk", str(tmp_path / "import"), "--json",
                    "--workers", "2", env={**env, ENV_CHUNK_MB: "0.1", "PYTHONPATH": CODE}, cwd=cwd)
         assert bulk.returncode == 0, bulk.stderr + bulk.stdout
         assert not any(cwd.iterdir())  # nothing written where the command ran (the importer's log/)
@@ -190,6 +201,9 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
             assert got == expected
             facts = bulk_graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"]
             assert facts == summary["facts"] > 6000
+            lines = bulk_graph.read("MATCH (e:Entity)-[f:FACT]->() WHERE e.qid STARTS WITH 'Q9901' "
+                                    "RETURN count(DISTINCT e) AS n, count(f) AS facts")[0]
+            assert lines["n"] >= 150 and lines["facts"] >= 1000, lines  # the realistic lines' facts
             # the importer's own sorted builds made the schema the online ingest's Cypher makes:
             # the same names, kinds, labels and properties (graph/bulk_arcadedb.schema_commands)
             # (GraphImporter declares the types of the properties it writes, which ArcadeDB lists
@@ -206,7 +220,7 @@ def test_bulk_load_into_arcadedb_writes_the_online_graph_and_the_online_ingest_g
                 bulk_graph.write("CREATE (:Entity {qid: 'Q990000001'})")
             with pytest.raises(Exception, match="(?i)duplicate|unique|already"):
                 bulk_graph.write("MATCH (s:FactSlot) WITH s LIMIT 1 CREATE (:FactSlot {id: s.id})")
-            online_ingest_goes_on(env, kgprobe_env, awkward, graph, bulk_graph, expected)
+            online_ingest_goes_on(env, kgprobe_env, inputs, graph, bulk_graph, expected)
             probes_agree(kgprobe_env, env, graph, bulk_graph, tiny_model("gpt2", positions=512))
         # a database that holds data is refused, in one line, before any file is written
         refused = run("ingest", str(DEMO), "--bulk", str(tmp_path / "again"), env=env)
@@ -269,8 +283,8 @@ def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
     from kgprobe.config import Settings
     from kgprobe.graph.client import connect
 
-    awkward = awkward_dump(tmp_path / "awkward.json")
-    online = run("ingest", str(DEMO), str(awkward), "--json", env=kgprobe_env)
+    inputs = comparison_inputs(tmp_path)
+    online = run("ingest", *inputs, "--json", env=kgprobe_env)
     assert online.returncode == 0, online.stderr
     expected = graph_dump(graph)
     expected_schema = schema(graph)
@@ -278,7 +292,7 @@ def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
     base = tmp_path / "bulk-server"
     install_admin(base / "home")
     # two workers on small chunks: each worker formats its chunks' rows (build_chunk)
-    bulk = run("ingest", str(DEMO), str(awkward), "--bulk", str(tmp_path / "import"),
+    bulk = run("ingest", *inputs, "--bulk", str(tmp_path / "import"),
                "--neo4j-home", str(base / "home"), "--json", "--workers", "2",
                env={**kgprobe_env, ENV_CHUNK_MB: "0.1"})
     assert bulk.returncode == 0, bulk.stderr + bulk.stdout
@@ -300,9 +314,12 @@ def test_bulk_load_writes_the_online_graph_and_the_online_ingest_goes_on(
             assert schema(bulk_graph) == expected_schema
             facts = bulk_graph.read("MATCH ()-[f:FACT]->() RETURN count(f) AS n")[0]["n"]
             assert facts == summary["facts"] > 6000
+            lines = bulk_graph.read("MATCH (e:Entity)-[f:FACT]->() WHERE e.qid STARTS WITH 'Q9901' "
+                                    "RETURN count(DISTINCT e) AS n, count(f) AS facts")[0]
+            assert lines["n"] >= 150 and lines["facts"] >= 1000, lines  # the realistic lines' facts
 
             env = {**kgprobe_env, "NEO4J_URI": uri, "NEO4J_USER": USER, "NEO4J_PASSWORD": server.password}
-            online_ingest_goes_on(env, kgprobe_env, awkward, graph, bulk_graph, expected)
+            online_ingest_goes_on(env, kgprobe_env, inputs, graph, bulk_graph, expected)
             # a home of its own: the semantic index the probe builds is this graph's
             probes_agree(kgprobe_env, {**env, "KGPROBE_HOME": str(tmp_path / "bulk-probe-home")}, graph,
                          bulk_graph, tiny_model("gpt2", positions=512))
