@@ -24,7 +24,7 @@ from _kgprobe_process import run_kgprobe, start_kgprobe
 from conftest import TEST_SERVER
 from ingest_support import FILES_ONLY, graph_dump, import_rows
 from loaders_support import gen_dump_module
-from test_ingest_bulk import EXTERNAL_SERVER, _second_managed_home, awkward_dump
+from test_ingest_bulk import EXTERNAL_SERVER, _claim, _entity, _second_managed_home, awkward_dump
 
 from kgprobe.api import ENV_BULK_CHECKPOINT_S
 from kgprobe.graph.bulk import CHECKPOINT_FILE, BulkCheckpoints, read_checkpoint, write_import_files
@@ -167,6 +167,38 @@ def test_a_resume_cuts_the_files_back_to_the_checkpoint(
     assert got.summary.to_dict() == whole.summary.to_dict()
     assert _files(crashed) == _files(tmp_path / "whole")
     assert import_rows(crashed) == import_rows(tmp_path / "whole")
+
+
+def test_a_resume_between_repeated_lines_gives_the_files_of_a_whole_load(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entity lines met again (A twice in a row, B again two lines on), a checkpoint after every
+    line, the load crashed after each checkpoint in turn and resumed: the repeat is refused as
+    the line arrives in the whole load (A's second line, right after its first) and by the
+    writer against the written entities after a resume, which keeps no memory of the line
+    before; either way the files and the summary are the whole load's, byte for byte."""
+    monkeypatch.setenv(ENV_CHUNK_MB, "0.0001")  # a position after each line
+    a = _entity("Q990000051", "a", "", [], {"P27": [_claim("Q990000051", "P27", "Q990000061", 1)],
+                                          "P31": [_claim("Q990000051", "P31", "Q5", 2)]})
+    b = _entity("Q990000052", "b", "", [], {"P19": [_claim("Q990000052", "P19", "Q990000062", 3)]})
+    c = _entity("Q990000053", "c", "", [], {"P19": [_claim("Q990000053", "P19", "Q990000062", 4)]})
+    path = tmp_path / "repeats.json"
+    path.write_text("[\n" + ",\n".join(json.dumps(e) for e in (a, a, b, c, b)) + "\n]\n", encoding="utf-8")
+    whole = write_import_files(open_source(path, Filters.make(), positions=True), tmp_path / "whole",
+                               batch_size=1, checkpoints=_checkpoints(path))
+    s = whole.summary
+    assert (s.entities, s.facts, s.type_edges, s.error_count) == (3, 3, 1, 2)  # by hand
+    for k in range(1, 5):
+        crashed = tmp_path / f"crashed-{k}"
+        with pytest.raises(RuntimeError, match="crash"):
+            write_import_files(_crash_after(open_source(path, Filters.make(), positions=True), k, 1),
+                               crashed, batch_size=1, checkpoints=_checkpoints(path))
+        gc.collect()  # the crashed writer's files closed: their buffers on disk
+        state = read_checkpoint(crashed)
+        start = position_of(state["position"], path, crashed / CHECKPOINT_FILE)
+        got = write_import_files(open_source(path, Filters.make(), positions=True, start=start), crashed,
+                                 batch_size=1, checkpoints=_checkpoints(path), resume=state)
+        assert got.summary.to_dict() == s.to_dict(), k
+        assert _files(crashed) == _files(tmp_path / "whole"), k
 
 
 def test_resume_refusals_and_a_complete_load_goes_straight_to_the_import(
