@@ -175,9 +175,13 @@ def run_probe(
     )
     summary.fact_keys = [str(d["key"]) for d in details]
     summary.summary_measure = setup.props[measures[0].name].measure_key
+    if index is None and todo and uses_index(config, measures):
+        # before the record, which names the index's fitted model (an update keeps it)
+        index = ensure_index(graph, index_dir or default_index_dir())
     record = run_record(config, ctx, measures, setup, summary, details, runner, model_info, available,
                         ref, pr.graph_counts(graph),
-                        index_settings(config, measures, index, index_dir))
+                        index_settings(config, measures, index, index_dir),
+                        index.model_digest if index is not None else None)
     summary.interrupted_runs = pr.create_run(graph, run_id, record.props())
     try:
         return _probe_run(graph, runner, config, summary, plan, todo, measures, ctx, available,
@@ -253,13 +257,18 @@ def run_setup(config: ProbeConfig, ctx: Any, measures: list[Any], mkey: str, fin
     return RunSetup(mkeys, props, settings, m_cfg, cfg_by, run_cfg)
 
 
+def uses_index(config: ProbeConfig, measures: list[Any]) -> bool:
+    """Whether the run's distractors come from the semantic index (its strategy and measures)."""
+    needs = frozenset().union(*(m.needs for m in measures))
+    return "distractors" in needs and strategy_class(config.strategy).needs_index
+
+
 def index_settings(config: ProbeConfig, measures: list[Any], index: SemanticIndex | None,
                    index_dir: str | Path | None) -> IndexSettings | None:
     """The settings of the semantic index a run's distractors come from (the run records them),
     None when its strategy or measures use no index: the given index's, else those
     ``ensure_index`` will keep in the index directory (the defaults where it holds none)."""
-    needs = frozenset().union(*(m.needs for m in measures))
-    if "distractors" not in needs or not strategy_class(config.strategy).needs_index:
+    if not uses_index(config, measures):
         return None
     if index is not None:
         return index.settings
@@ -269,11 +278,13 @@ def index_settings(config: ProbeConfig, measures: list[Any], index: SemanticInde
 def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSetup, summary: ProbeSummary,
                details: Sequence[FactRef], runner: Runner, model_info: ModelInfo | None,
                available: dict[str, list[tuple[str, str]]], ref: int,
-               snapshot: dict[str, int], semantic: IndexSettings | None = None) -> RunProvenance:
+               snapshot: dict[str, int], semantic: IndexSettings | None = None,
+               semantic_model: str | None = None) -> RunProvenance:
     """The ProbeRun's record as the run starts (its provenance: results.json reads it), written
     by ``RunProvenance.props``. ``snapshot``: the graph's counts where the facts were sampled;
     ``semantic``: the settings of the semantic index its distractors come from
-    (:func:`index_settings`), recorded beside the measures' parameters."""
+    (:func:`index_settings`), recorded beside the measures' parameters with ``semantic_model``,
+    the index's fitted model (``SemanticIndex.model_digest``) where the run used it."""
     mkeys, relations = setup.mkeys, summary.relations
     facts_hash = config_hash(sorted(f"{d['key']}|{d['s']}|{d['pid']}|{d['o']}" for d in details))
     info: ModelInfo | None = model_info
@@ -292,7 +303,8 @@ def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSet
         measure_specs=specs,
         score_properties=summary.score_properties,
         measure_params={**setup.settings, "threshold": config.threshold, "measures": setup.m_cfg,
-                        **({"semantic_index": asdict(semantic)} if semantic else {})},
+                        **({"semantic_index": {**asdict(semantic), **(
+                            {"model": semantic_model} if semantic_model else {})}} if semantic else {})},
         end_marker={"choice": config.end, "kind": ctx.end.kind, "text": ctx.end.text},
         label_rule=config.label_rule, verbalizer=config.verbalizer,
         strategy=config.strategy, n=config.n, seed=config.seed,
@@ -328,9 +340,6 @@ def _probe_run(
     needs = frozenset().union(*(m.needs for m in measures))
     found_by = strategy_class(config.strategy)
     engine = runner if found_by.needs_model else None
-    if ("distractors" in needs and found_by.needs_index and todo
-            and index is None):
-        index = ensure_index(graph, index_dir or default_index_dir())
     gather = Gatherer(graph, config, needs, ref, available, index, engine, ctx.label_rule, ctx.end)
 
     started = time.monotonic()

@@ -617,6 +617,9 @@ class IndexManifest(TypedDict):
     settings: dict[str, object]  # asdict(IndexSettings)
     versions: dict[str, str]
     build: dict[str, object]  # asdict(BuildStats)
+    #: the fitted model's identity (:func:`model_digest`): an update keeps the model, so two
+    #: indexes of the same graph and settings differ where their models were fitted apart
+    model_digest: str | None
 
 
 def _versions() -> dict[str, str]:
@@ -657,6 +660,8 @@ class SemanticIndex:
         #: the exact vectors (a disk array of a built index): queries and the re-ranking of a
         #: compressed index use them
         self.vecs = vecs
+        #: the saved model's :func:`model_digest` (None before a save, or with no model on disk)
+        self.model_digest: str | None = None
 
     # construction ------------------------------------------------------------------------------
 
@@ -886,6 +891,7 @@ class SemanticIndex:
             "settings": asdict(self.settings),
             "versions": _versions(),
             "build": asdict(self.stats),
+            "model_digest": self.model_digest,
         }
 
     def save(self, directory: str | Path) -> Path:
@@ -901,6 +907,7 @@ class SemanticIndex:
         faiss.write_index(self.index, str(d / INDEX_FILE))
         os.chmod(d / INDEX_FILE, 0o600)
         self.qids.save(_owner_only(d / QIDS_FILE))
+        self.model_digest = model_digest(d)
         write_private_text(d / MANIFEST, json.dumps(self.manifest(), indent=2, sort_keys=True))
         return d
 
@@ -933,9 +940,26 @@ class SemanticIndex:
         if settings is None:
             raise StaleIndexError(f"semantic index in {d}: settings this version does not read")
         out = cls(qids, index, settings, state, stats, _open_vectors(d, qids.n_rows, int(manifest["dim"])))
+        digest = manifest.get("model_digest")
+        out.model_digest = str(digest) if digest else model_digest(d)  # an older index: computed
         if isinstance(index, faiss.IndexIVF):
             index.nprobe = out.nprobe
         return out
+
+
+def model_digest(directory: str | Path) -> str | None:
+    """What identifies the fitted model (vocabulary, IDF, SVD components) of the index in
+    ``directory``: a sha256 of their content, not of the files (an ``.npz`` records when it was
+    written). None where the index keeps no model (an in-memory build)."""
+    d = Path(directory)
+    if not ((d / VOCAB_FILE).exists() and (d / MODEL_FILE).exists()):
+        return None
+    h = hashlib.sha256((d / VOCAB_FILE).read_bytes())
+    with np.load(d / MODEL_FILE) as z:
+        for name in sorted(z.files):
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(z[name]).tobytes())
+    return h.hexdigest()[:16]
 
 
 def read_manifest(directory: str | Path) -> JSONObject:

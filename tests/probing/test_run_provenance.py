@@ -4,6 +4,7 @@ with typed, decoded fields, whose values the test computes on its own."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from importlib.metadata import version
 from pathlib import Path
@@ -105,3 +106,45 @@ def test_a_run_records_the_settings_of_the_index_it_keeps(graph: Any, engine: tu
         else:
             assert {k: params["semantic_index"][k] for k in want} == want
     assert (tmp_path / "index" / "manifest.json").stat().st_mtime_ns == mtime  # not rebuilt
+
+
+def test_a_run_names_the_fitted_model_of_its_index(graph: Any, engine: tuple[Path, Any],
+                                                   tmp_path: Path) -> None:
+    """Sem distractors depend on the index's fitted model (vocabulary, IDF, SVD), which an
+    update after an ingest keeps and a rebuild refits (docs/distractors.md): two indexes of the
+    same graph and settings differ where their models were fitted on other graphs. The run
+    records which model it used (``semantic_index.model``): the same after an update, another
+    after a refit with another seed, the first again after a refit with the first settings (the
+    model's content, not the dates its files were written)."""
+    from kgprobe.graph.ingest import ingest
+    from kgprobe.probing.semantic import IndexSettings, build_index
+    from kgprobe.provenance import read_run
+    from kgprobe.records import EntityRecord, FactRecord
+
+    path, eng = engine
+    load(graph)
+    d = tmp_path / "index"
+
+    def model_of_a_run() -> str:
+        cfg = ProbeConfig(model=str(path), sample=4, n=2, seed=1, at=REF, measures=("kmin",), force=True)
+        summary = run_probe(graph, eng, cfg, fingerprint=eng.fingerprint, index_dir=d, progress=False)
+        stored = pr.get_run(graph, summary.run_id)
+        assert stored is not None and summary.scored > 0
+        return str((read_run(stored).measure_params or {})["semantic_index"]["model"])
+
+    build_index(graph, d, IndexSettings(dim=6, seed=3, sample=40))
+    first = model_of_a_run()
+    assert len(first) == 16
+    # a refit with another seed: another model; with the first settings again: the first one
+    build_index(graph, d, IndexSettings(dim=6, seed=4, sample=40))
+    assert model_of_a_run() != first
+    build_index(graph, d, IndexSettings(dim=6, seed=3, sample=40))
+    assert model_of_a_run() == first
+    # an ingest, then an update of the index (not a refit): the same model
+    before = json.loads((d / "manifest.json").read_text())
+    ingest(graph, [EntityRecord(qid="Q990000071", label="Newland", types=["Q6256"]),
+                   FactRecord(subject="Q990000071", pid="P36", object="Q90")])
+    assert model_of_a_run() == first
+    after = json.loads((d / "manifest.json").read_text())
+    assert after["n_entities"] == before["n_entities"] + 1  # Newland embedded: the index was updated
+    assert after["build"]["retrained"] is False and after["build"]["n_embedded"] < before["n_entities"]
