@@ -185,7 +185,7 @@ def run_probe(
     summary.interrupted_runs = pr.create_run(graph, run_id, record.props())
     try:
         return _probe_run(graph, runner, config, summary, plan, todo, measures, ctx, available,
-                          index, index_dir, progress, on_fact, ref)
+                          index, progress, on_fact, ref)
     finally:
         pr.release_run(run_id)
 
@@ -331,10 +331,10 @@ def run_record(config: ProbeConfig, ctx: Any, measures: list[Any], setup: RunSet
 def _probe_run(
     graph: Graph, runner: Runner, config: ProbeConfig, summary: ProbeSummary, plan: LoopPlan,
     todo: list[FactDetail], measures: list[Any], ctx: Any, available: dict[str, list[tuple[str, str]]],
-    index: SemanticIndex | None, index_dir: str | Path | None, progress: bool,
-    on_fact: OnFact | None, ref: int,
+    index: SemanticIndex | None, progress: bool, on_fact: OnFact | None, ref: int,
 ) -> ProbeSummary:
-    """The scoring half of `run_probe`, once the run is recorded: score, write, finish."""
+    """The scoring half of `run_probe`, once the run is recorded (and the semantic index it
+    names ensured): score, write, finish."""
     run_id = plan.run_id
 
     needs = frozenset().union(*(m.needs for m in measures))
