@@ -338,34 +338,34 @@ class Slots(NamedTuple):
     counts: dict[str, int]
 
     @classmethod
+    def numbered(cls, spaces: list[str], heads: list[str], tails: list[str]) -> Slots:
+        """Rows of these spaces, heads and tails, numbered within their spaces in order."""
+        counts: dict[str, int] = {}
+        local: list[int] = []
+        for space in spaces:
+            n = counts.get(space, 0)
+            counts[space] = n + 1
+            local.append(n)
+        return cls(spaces, local, heads, tails, counts)
+
+    @classmethod
     def of(cls, rows: Iterable[tuple[str, str, str]]) -> Slots:
         """Slots from (space, key, subject) in input order."""
         spaces: list[str] = []
-        local: list[int] = []
         heads: list[str] = []
         tails: list[str] = []
-        counts: dict[str, int] = {}
         for space, key, subject in rows:
-            n = counts.get(space, 0)
-            counts[space] = n + 1
             spaces.append(space)
-            local.append(n)
             heads.append(f"{_quote(key)},{_quote(space)[:-1]}:")
             tails.append(f'",{_quote(subject)}\n')
-        return cls(spaces, local, heads, tails, counts)
+        return cls.numbered(spaces, heads, tails)
 
     def without(self, refused: set[str]) -> Slots:
         """These slots less the ``refused`` subjects' rows, the rest numbered again."""
         gone = {f'",{_quote(q)}\n' for q in refused}
         keep = [i for i, tail in enumerate(self.tails) if tail not in gone]
-        counts: dict[str, int] = {}
-        local: list[int] = []
-        for i in keep:
-            n = counts.get(self.spaces[i], 0)
-            counts[self.spaces[i]] = n + 1
-            local.append(n)
-        return Slots([self.spaces[i] for i in keep], local, [self.heads[i] for i in keep],
-                     [self.tails[i] for i in keep], counts)
+        return Slots.numbered([self.spaces[i] for i in keep], [self.heads[i] for i in keep],
+                              [self.tails[i] for i in keep])
 
     def lines(self, next_: dict[str, int]) -> list[str]:
         """The rows' text, numbered on from ``next_`` (each space's count so far), which is

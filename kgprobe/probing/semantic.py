@@ -660,7 +660,8 @@ class SemanticIndex:
         #: the exact vectors (a disk array of a built index): queries and the re-ranking of a
         #: compressed index use them
         self.vecs = vecs
-        #: the saved model's :func:`model_digest` (None before a save, or with no model on disk)
+        #: the saved model's :func:`model_digest` (None before a save, or with no model on disk;
+        #: an update, which keeps the model, sets the recorded one before its save)
         self.model_digest: str | None = None
 
     # construction ------------------------------------------------------------------------------
@@ -907,7 +908,8 @@ class SemanticIndex:
         faiss.write_index(self.index, str(d / INDEX_FILE))
         os.chmod(d / INDEX_FILE, 0o600)
         self.qids.save(_owner_only(d / QIDS_FILE))
-        self.model_digest = model_digest(d)
+        if self.model_digest is None:
+            self.model_digest = model_digest(d)
         write_private_text(d / MANIFEST, json.dumps(self.manifest(), indent=2, sort_keys=True))
         return d
 
@@ -1820,6 +1822,8 @@ def update_index(graph: Graph, directory: str | Path, settings: IndexSettings, *
     _save_digests(d / HASHES_FILE, digests)
     state = _state(counts, digests_hash(table, digests), mark)
     out = SemanticIndex(table, index, settings, state, stats, _open_vectors(d, n_rows, dim))
+    digest = manifest.get("model_digest")  # the model is kept: its digest too, not hashed again
+    out.model_digest = str(digest) if digest else None
     out.save(d)
     return out
 
